@@ -1,0 +1,46 @@
+# Parley: `make run` sets everything up and serves; `make test` runs the whole suite.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+HOST ?= 127.0.0.1
+PORT ?= 8765
+MODELS_DIR ?= $(HOME)/.cache/parley/models
+APT_PACKAGES := ffmpeg espeak-ng sox
+export PYANNOTE_METRICS_ENABLED := false
+export HF_HUB_DISABLE_TELEMETRY := 1
+
+.PHONY: install system-packages venv models run test bench clean
+
+install: system-packages $(VENV)/.installed models
+
+# Debian packages: ffmpeg decodes audio files; espeak-ng and sox make test speech.
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet -e '.[dev,diarization]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+models: $(VENV)/.installed
+	$(VENV)/bin/parley models install --models-dir "$(MODELS_DIR)"
+
+run: install
+	$(VENV)/bin/parley serve --host $(HOST) --port $(PORT) --models-dir "$(MODELS_DIR)"
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) bench/asr.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache bench/results/*.json

@@ -1,0 +1,5 @@
+import sys
+
+from parley.cli import main
+
+sys.exit(main())

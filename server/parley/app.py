@@ -1,0 +1,101 @@
+"""Composition root: load the model, start its worker, serve, shut down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+from websockets.asyncio.server import Server, serve
+
+from parley.config import Settings
+from parley.runtime.asr_worker import AsrWorker
+from parley.runtime.session import SessionOptions
+from parley.transport.http import make_request_router
+from parley.transport.ws_server import AsrService, StreamEndpoint, StreamLimits
+
+log = logging.getLogger(__name__)
+# Headroom over max_frame_bytes, so an oversize frame reaches our own check and gets
+# the documented error message; beyond this websockets itself closes with 1009.
+FRAME_HARD_LIMIT_FACTOR = 4
+
+
+def load_asr(settings: Settings) -> tuple[AsrWorker, AsrService]:
+    """Load the engine (slow, blocking: call it off the event loop)."""
+    from parley.models.bundle import resolve_model
+    from parley.models.device import plan_device, set_threads
+    from parley.models.whisper_engine import WhisperEngine
+
+    plan = plan_device(settings.asr.device)
+    set_threads(settings.asr.threads)
+    source = resolve_model(settings.asr.model, settings.models_dir)
+    log.info("loading %s from %s on %s", settings.asr.model, source, plan.description)
+    engine = WhisperEngine(source, settings.asr.model, plan)
+    worker = AsrWorker(engine, settings.asr.queue_size,
+                       on_thread_start=lambda: set_threads(settings.asr.threads))
+    return worker, AsrService(worker, settings.asr.model, engine.check_language)
+
+
+@dataclass
+class RunningServer:
+    """A started server: its address, and how to stop it."""
+
+    endpoint: StreamEndpoint
+    worker: AsrWorker
+    server: Server
+
+    @property
+    def port(self) -> int:
+        return self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        self.server.close(close_connections=False)
+        await self.endpoint.shutdown()
+        await self.server.wait_closed()
+        await self.worker.stop()
+
+
+async def start_server(settings: Settings, worker: AsrWorker, asr: AsrService) -> RunningServer:
+    worker.start()
+    limits = StreamLimits(
+        max_sessions=settings.server.max_sessions,
+        max_frame_bytes=settings.server.max_frame_bytes,
+        idle_timeout_s=settings.server.idle_timeout_s,
+        max_segment_s=settings.vad.max_segment_s,
+    )
+    options = SessionOptions(vad=settings.vad.to_config(),
+                             partial_interval_s=settings.asr.partial_interval_s)
+    token = settings.token.get_secret_value() if settings.token else None
+    endpoint = StreamEndpoint(asr, options, limits, token)
+
+    def health() -> dict:
+        return {"status": "ok", "model": asr.model_label, "sessions": endpoint.live_sessions,
+                "asr_backlog": worker.backlog}
+
+    server = await serve(
+        endpoint.handle,
+        settings.server.host,
+        settings.server.port,
+        process_request=make_request_router(health),
+        max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
+        compression=None,  # audio does not compress; deflate would only cost CPU
+        open_timeout=10,
+    )
+    return RunningServer(endpoint, worker, server)
+
+
+async def serve_forever(settings: Settings) -> None:
+    worker, asr = await asyncio.to_thread(load_asr, settings)
+    running = await start_server(settings, worker, asr)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    host = settings.server.host
+    print(f"Parley listening on ws://{host}:{running.port}/v1/stream "
+          f"(model {asr.model_label}; health at http://{host}:{running.port}/health)",
+          flush=True)
+    await stop.wait()
+    log.info("shutting down")
+    await running.stop()

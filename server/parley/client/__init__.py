@@ -1,0 +1,1 @@
+"""Python client and CLI client (imports only parley.protocol: no torch needed)."""

@@ -1,0 +1,44 @@
+"""Writing final results (dicts as protocol.md defines them) as text, JSON, SRT or WebVTT."""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+FORMATS = ("text", "json", "srt", "vtt")
+
+
+def clock(seconds: float, separator: str = ".") -> str:
+    """HH:MM:SS.mmm (SRT wants a comma before the milliseconds)."""
+    millis = int(round(seconds * 1000))
+    hours, rest = divmod(millis, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs, ms = divmod(rest, 1000)
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{ms:03d}"
+
+
+def _label(final: dict) -> str:
+    return f"{final['speaker']}: " if final.get("speaker") else ""
+
+
+def text_line(final: dict) -> str:
+    return f"[{clock(final['start'])} --> {clock(final['end'])}] {_label(final)}{final['text']}"
+
+
+def render(finals: Sequence[dict], fmt: str) -> str:
+    spoken = [f for f in finals if f["text"].strip()]
+    if fmt == "text":
+        return "".join(text_line(f) + "\n" for f in spoken)
+    if fmt == "json":
+        keys = ("segment_id", "start", "end", "text", "speaker", "words")
+        return json.dumps([{k: f.get(k) for k in keys} for f in finals], indent=2,
+                          ensure_ascii=False) + "\n"
+    if fmt == "srt":
+        blocks = [f"{i}\n{clock(f['start'], ',')} --> {clock(f['end'], ',')}\n"
+                  f"{_label(f)}{f['text']}\n" for i, f in enumerate(spoken, 1)]
+        return "\n".join(blocks)
+    if fmt == "vtt":
+        blocks = [f"{clock(f['start'])} --> {clock(f['end'])}\n{_label(f)}{f['text']}\n"
+                  for f in spoken]
+        return "WEBVTT\n\n" + "\n".join(blocks)
+    raise ValueError(f"format must be one of {', '.join(FORMATS)}")

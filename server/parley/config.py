@@ -1,0 +1,75 @@
+"""Typed settings, built once and validated: defaults ← environment (PARLEY_*) ← flags.
+
+Nested fields read from variables such as ``PARLEY_VAD__MIN_SILENCE_MS=700``. The
+client token is read from ``PARLEY_TOKEN`` only (never a flag: argv is visible to
+every user of the machine) and is never logged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from parley.core.vad import VadConfig
+
+
+def default_models_dir() -> Path:
+    return Path.home() / ".cache" / "parley" / "models"
+
+
+_VAD = VadConfig()  # the VAD's own defaults are the settings' defaults
+
+
+class VadSettings(BaseModel):
+    aggressiveness: int = Field(_VAD.aggressiveness, ge=0, le=3,
+                                description="webrtcvad mode: 3 rejects the most noise")
+    frame_ms: Literal[10, 20, 30] = _VAD.frame_ms
+    speech_pad_ms: int = Field(_VAD.speech_pad_ms, ge=0, le=2000)
+    min_speech_ms: int = Field(_VAD.min_speech_ms, ge=10, le=2000)
+    min_silence_ms: int = Field(_VAD.min_silence_ms, ge=10, le=5000)
+    max_segment_s: float = Field(_VAD.max_segment_s, ge=3.0, le=29.0)
+
+    def to_config(self) -> VadConfig:
+        return VadConfig(**self.model_dump())
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "VadSettings":
+        self.to_config()  # VadConfig holds the cross-field rules; a ValueError surfaces here
+        return self
+
+
+class AsrSettings(BaseModel):
+    model: str = Field("tiny.en", description="bundle name, local directory or hub id")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
+    partial_interval_s: float = Field(1.0, ge=0.2, le=10.0)
+    queue_size: int = Field(32, ge=2, le=4096, description="decodes queued or running at once")
+
+
+class ServerSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    max_sessions: int = Field(16, ge=1, le=10000)
+    max_frame_bytes: int = Field(256 * 1024, ge=1024, le=16 * 1024 * 1024)
+    idle_timeout_s: float = Field(10.0, gt=0, le=3600)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PARLEY_", env_nested_delimiter="__",
+                                      extra="forbid")
+
+    models_dir: Path = Field(default_factory=default_models_dir)
+    token: SecretStr | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    server: ServerSettings = ServerSettings()
+    asr: AsrSettings = AsrSettings()
+    vad: VadSettings = VadSettings()
+
+    @model_validator(mode="after")
+    def _partials_fit_segments(self) -> "Settings":
+        if self.asr.partial_interval_s >= self.vad.max_segment_s:
+            raise ValueError("asr.partial_interval_s must be shorter than vad.max_segment_s")
+        return self

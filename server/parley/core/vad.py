@@ -1,0 +1,266 @@
+"""Speech segmentation with webrtcvad: audio in, speech segments out (pure and synchronous).
+
+Stream time is counted in samples at 16 kHz from the first sample received, so
+every time this module reports is monotonic and exact. Buffers are preallocated
+and bounded: a segment never holds more than ``max_segment_s`` of audio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+import webrtcvad
+
+SAMPLE_RATE = 16000
+
+
+class CloseReason(str, Enum):
+    SILENCE = "silence"
+    MAX_LENGTH = "max_length"
+    FINALIZE = "finalize"
+    END_OF_STREAM = "end_of_stream"
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    aggressiveness: int = 3
+    frame_ms: int = 30
+    speech_pad_ms: int = 300
+    min_speech_ms: int = 150
+    min_silence_ms: int = 300
+    max_segment_s: float = 15.0
+    cut_search_s: float = 1.0  # where a too-long segment looks for its quietest cut point
+
+    def __post_init__(self) -> None:
+        if self.aggressiveness not in (0, 1, 2, 3):
+            raise ValueError("VAD aggressiveness must be 0, 1, 2 or 3")
+        if self.frame_ms not in (10, 20, 30):
+            raise ValueError("VAD frame_ms must be 10, 20 or 30")
+        if self.min_speech_ms < self.frame_ms or self.min_silence_ms < self.frame_ms:
+            raise ValueError("min_speech_ms and min_silence_ms must be at least one frame")
+        if self.speech_pad_ms > self.min_silence_ms:
+            raise ValueError("speech_pad_ms cannot exceed min_silence_ms: the end pad is "
+                             "taken from the silence that closes the segment")
+        if not 2 * self.cut_search_s < self.max_segment_s <= 29.0:
+            raise ValueError("max_segment_s must be between 2 × cut_search_s and 29 s "
+                             "(Whisper reads at most 30 s at once)")
+
+    @property
+    def frame_samples(self) -> int:
+        return SAMPLE_RATE * self.frame_ms // 1000
+
+    def frames(self, ms: float) -> int:
+        return max(1, math.ceil(ms / self.frame_ms))
+
+
+@dataclass(frozen=True)
+class SpeechStart:
+    segment_id: int
+    start: float
+
+
+@dataclass(frozen=True)
+class SegmentClosed:
+    segment_id: int
+    start: float
+    end: float
+    audio: np.ndarray
+    reason: CloseReason
+
+
+@dataclass(frozen=True)
+class OpenSegment:
+    segment_id: int
+    start: float
+    end: float
+    audio: np.ndarray  # a copy: the caller may keep it while the segment grows
+
+
+VadEvent = SpeechStart | SegmentClosed
+
+
+class _SegmentBuffer:
+    """Audio of the segment being spoken, preallocated to its maximum length."""
+
+    def __init__(self, capacity: int):
+        self._data = np.zeros(capacity, dtype=np.float32)
+        self.start_sample = 0
+        self.length = 0
+        self.last_voiced_end = 0  # in samples from start_sample
+
+    def reset(self, start_sample: int) -> None:
+        self.start_sample = start_sample
+        self.length = 0
+        self.last_voiced_end = 0
+
+    def append(self, frame: np.ndarray) -> None:
+        self._data[self.length:self.length + len(frame)] = frame
+        self.length += len(frame)
+
+    def view(self, end: int | None = None) -> np.ndarray:
+        return self._data[: self.length if end is None else end]
+
+
+class VadSegmenter:
+    """Turns a stream of 16 kHz float32 audio into speech segments.
+
+    Speech starts when ``min_speech_ms`` of voiced frames fall within twice that
+    span; it is closed by ``min_silence_ms`` of unvoiced frames, by reaching
+    ``max_segment_s`` (cut at the quietest frame of the last ``cut_search_s``, the
+    rest carried into the next segment), or by ``flush``. Each segment has
+    ``speech_pad_ms`` of audio around its speech where the stream allows.
+    """
+
+    def __init__(self, config: VadConfig):
+        self.config = config
+        self._vad = webrtcvad.Vad(config.aggressiveness)
+        self._frame = config.frame_samples
+        self._pad_frames = config.frames(config.speech_pad_ms)
+        self._trigger_frames = config.frames(config.min_speech_ms)
+        self._trigger_window = 2 * self._trigger_frames
+        self._silence_frames = config.frames(config.min_silence_ms)
+        self._max_samples = int(config.max_segment_s * SAMPLE_RATE) // self._frame * self._frame
+        # Frames heard while idle: the pad before speech, and the window that triggers it.
+        self._recent: deque[tuple[np.ndarray, bool]] = deque(
+            maxlen=self._pad_frames + self._trigger_window)
+        self._pending = np.zeros(self._frame, dtype=np.float32)
+        self._pending_len = 0
+        self._segment = _SegmentBuffer(self._max_samples + self._frame)
+        self._speaking = False
+        self._trailing_silence = 0
+        self._next_id = 0
+        self._samples_seen = 0  # whole frames classified so far
+        self._last_end_sample = 0
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def stream_time(self) -> float:
+        """Seconds of audio received, including any partial frame not yet classified."""
+        return (self._samples_seen + self._pending_len) / SAMPLE_RATE
+
+    @property
+    def speaking(self) -> bool:
+        return self._speaking
+
+    def push(self, audio: np.ndarray) -> list[VadEvent]:
+        events: list[VadEvent] = []
+        audio = np.asarray(audio, dtype=np.float32)
+        offset = 0
+        while offset < len(audio):
+            take = min(self._frame - self._pending_len, len(audio) - offset)
+            self._pending[self._pending_len:self._pending_len + take] = audio[offset:offset + take]
+            self._pending_len += take
+            offset += take
+            if self._pending_len == self._frame:
+                self._pending_len = 0
+                self._on_frame(self._pending.copy(), events)
+        return events
+
+    def open_segment(self) -> OpenSegment | None:
+        if not self._speaking:
+            return None
+        seg = self._segment
+        return OpenSegment(self._next_id - 1, seg.start_sample / SAMPLE_RATE,
+                           (seg.start_sample + seg.length) / SAMPLE_RATE, seg.view().copy())
+
+    def flush(self, reason: CloseReason) -> list[VadEvent]:
+        """Close the open segment now, with any partial frame still pending in it."""
+        if not self._speaking:
+            return []
+        if self._pending_len:
+            tail = self._pending[:self._pending_len].copy()
+            self._samples_seen += self._pending_len
+            self._pending_len = 0
+            self._segment.append(tail)
+            self._segment.last_voiced_end = self._segment.length
+        end = self._segment.length  # all of it: the client asked, so keep every sample
+        return [self._close(end, reason)]
+
+    # ------------------------------------------------------------------ internals
+
+    def _is_speech(self, frame: np.ndarray) -> bool:
+        pcm = (np.clip(frame, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+        return self._vad.is_speech(pcm, SAMPLE_RATE)
+
+    def _on_frame(self, frame: np.ndarray, events: list[VadEvent]) -> None:
+        voiced = self._is_speech(frame)
+        frame_start = self._samples_seen
+        self._samples_seen += len(frame)
+        if self._speaking:
+            self._grow(frame, voiced, events)
+            return
+        self._recent.append((frame, voiced))
+        window = list(self._recent)[-self._trigger_window:]
+        if sum(v for _, v in window) >= self._trigger_frames:
+            first_voiced = next(i for i, (_, v) in enumerate(window) if v)
+            self._start(frame_start, len(window) - first_voiced, events)
+
+    def _start(self, last_frame_start: int, speech_frames: int, events: list[VadEvent]) -> None:
+        recent = list(self._recent)
+        keep = min(len(recent), speech_frames + self._pad_frames)
+        first_sample = last_frame_start + self._frame - keep * self._frame
+        skip = 0
+        # The pad never reaches back into the previous segment.
+        while first_sample < self._last_end_sample and skip < keep - speech_frames:
+            first_sample += self._frame
+            skip += 1
+        self._open(first_sample, events)
+        for frame, _ in recent[len(recent) - keep + skip:]:
+            self._segment.append(frame)
+        self._segment.last_voiced_end = self._segment.length
+        self._recent.clear()
+
+    def _open(self, first_sample: int, events: list[VadEvent]) -> None:
+        self._segment.reset(first_sample)
+        self._speaking = True
+        self._trailing_silence = 0
+        events.append(SpeechStart(self._next_id, first_sample / SAMPLE_RATE))
+        self._next_id += 1
+
+    def _grow(self, frame: np.ndarray, voiced: bool, events: list[VadEvent]) -> None:
+        seg = self._segment
+        seg.append(frame)
+        if voiced:
+            seg.last_voiced_end = seg.length
+            self._trailing_silence = 0
+        else:
+            self._trailing_silence += 1
+        if self._trailing_silence >= self._silence_frames:
+            end = min(seg.length, seg.last_voiced_end + self._pad_frames * self._frame)
+            tail = seg.view()[end:].copy()
+            events.append(self._close(end, CloseReason.SILENCE))
+            # The silence after the end pad can serve as the next segment's pre-roll.
+            for i in range(0, len(tail), self._frame):
+                self._recent.append((tail[i:i + self._frame], False))
+        elif seg.length >= self._max_samples:
+            self._cut(events)
+
+    def _cut(self, events: list[VadEvent]) -> None:
+        seg = self._segment
+        audio = seg.view()
+        search = int(self.config.cut_search_s * SAMPLE_RATE) // self._frame
+        frames = audio[len(audio) - search * self._frame:].reshape(search, self._frame)
+        quietest = int(np.argmin((frames ** 2).mean(axis=1)))
+        cut = len(audio) - (search - quietest - 1) * self._frame  # just after the quiet frame
+        rest = audio[cut:].copy()
+        carried_voiced = max(0, seg.last_voiced_end - cut)
+        events.append(self._close(cut, CloseReason.MAX_LENGTH))
+        self._open(self._last_end_sample, events)
+        self._segment.append(rest)
+        self._segment.last_voiced_end = carried_voiced
+
+    def _close(self, end: int, reason: CloseReason) -> SegmentClosed:
+        seg = self._segment
+        start_sample = seg.start_sample
+        end_sample = start_sample + end
+        closed = SegmentClosed(self._next_id - 1, start_sample / SAMPLE_RATE,
+                               end_sample / SAMPLE_RATE, seg.view(end).copy(), reason)
+        self._last_end_sample = end_sample
+        self._speaking = False
+        self._trailing_silence = 0
+        return closed

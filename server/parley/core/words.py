@@ -1,0 +1,63 @@
+"""Grouping Whisper tokens into words with times (pure; the times come from alignment)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+# Punctuation that belongs to the word before it, not a word of its own.
+_TRAILING = set(".,!?:;%)]}\"'»”’…")
+
+
+@dataclass(frozen=True)
+class TimedWord:
+    word: str
+    start: float
+    end: float
+    probability: float
+
+
+def group_words(
+    pieces: Sequence[str],
+    starts: Sequence[float],
+    ends: Sequence[float],
+    probabilities: Sequence[float],
+) -> list[TimedWord]:
+    """Join token pieces into words: a piece that starts with a space starts a word.
+
+    ``pieces`` are the decoded texts of single tokens (a piece that is only part of a
+    multi-byte character must already be merged with its neighbour). A word's
+    probability is the mean of its tokens' probabilities.
+    """
+    if not (len(pieces) == len(starts) == len(ends) == len(probabilities)):
+        raise ValueError("pieces, starts, ends and probabilities differ in length")
+    groups: list[list[int]] = []
+    for index, piece in enumerate(pieces):
+        stripped = piece.strip()
+        if not stripped:
+            continue
+        joins_previous = groups and (
+            not piece.startswith(" ") or all(ch in _TRAILING for ch in stripped)
+        )
+        if joins_previous:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    words = []
+    for group in groups:
+        text = "".join(pieces[i] for i in group).strip()
+        probability = sum(probabilities[i] for i in group) / len(group)
+        words.append(TimedWord(text, starts[group[0]], ends[group[-1]], probability))
+    return words
+
+
+def shift_words(words: Sequence[TimedWord], offset: float, limit: float) -> list[TimedWord]:
+    """Words moved to stream time and clamped into [offset, limit], never going backwards."""
+    out: list[TimedWord] = []
+    previous_end = offset
+    for w in words:
+        start = min(max(w.start + offset, previous_end), limit)
+        end = min(max(w.end + offset, start), limit)
+        out.append(TimedWord(w.word, start, end, w.probability))
+        previous_end = end
+    return out

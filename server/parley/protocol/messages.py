@@ -1,0 +1,301 @@
+"""Typed messages of protocol.md (v1) and their JSON form.
+
+Every class here mirrors a section of protocol.md; change both together.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+PROTOCOL_VERSION = 1
+STREAM_PATH = "/v1/stream"
+
+
+class Encoding(str, Enum):
+    PCM_S16LE = "pcm_s16le"
+    PCM_F32LE = "pcm_f32le"
+    MULAW = "mulaw"
+
+    @property
+    def sample_width(self) -> int:
+        return {"pcm_s16le": 2, "pcm_f32le": 4, "mulaw": 1}[self.value]
+
+
+class ErrorCode(str, Enum):
+    """Error codes and the close code each one ends the connection with (None: not fatal)."""
+
+    UNAUTHORIZED = "unauthorized"
+    BAD_CONFIG = "bad_config"
+    BAD_MESSAGE = "bad_message"
+    BAD_AUDIO = "bad_audio"
+    FRAME_TOO_LARGE = "frame_too_large"
+    SERVER_BUSY = "server_busy"
+    IDLE_TIMEOUT = "idle_timeout"
+    TRANSCRIPTION_FAILED = "transcription_failed"
+    SHUTTING_DOWN = "shutting_down"
+    INTERNAL_ERROR = "internal_error"
+
+    @property
+    def close_code(self) -> int | None:
+        return _CLOSE_CODES.get(self)
+
+
+_CLOSE_CODES: dict[ErrorCode, int] = {
+    ErrorCode.UNAUTHORIZED: 4401,
+    ErrorCode.BAD_CONFIG: 4400,
+    ErrorCode.FRAME_TOO_LARGE: 1009,
+    ErrorCode.SERVER_BUSY: 1013,
+    ErrorCode.IDLE_TIMEOUT: 4408,
+    ErrorCode.SHUTTING_DOWN: 1001,
+    ErrorCode.INTERNAL_ERROR: 1011,
+}
+
+
+class ProtocolError(Exception):
+    """A client did something protocol.md does not allow."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# ---------------------------------------------------------------- session config
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """What a client chooses for its stream, from the query string of /v1/stream."""
+
+    encoding: Encoding = Encoding.PCM_S16LE
+    sample_rate: int = 16000
+    channels: int = 1
+    language: str | None = None
+    partials: bool = True
+    diarization: bool = False
+
+    MIN_RATE = 8000
+    MAX_RATE = 48000
+    MAX_CHANNELS = 8
+
+    @property
+    def bytes_per_frame(self) -> int:
+        """Bytes of one sample on every channel: audio messages are whole multiples of it."""
+        return self.encoding.sample_width * self.channels
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["encoding"] = self.encoding.value
+        return out
+
+    def to_query(self) -> dict[str, str]:
+        query = {k: (str(v).lower() if isinstance(v, bool) else str(v))
+                 for k, v in self.to_json().items() if v is not None}
+        return query
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, str]) -> "StreamConfig":
+        known = {"encoding", "sample_rate", "channels", "language", "partials", "diarization",
+                 "token"}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, f"unknown parameter(s): {', '.join(unknown)}")
+        try:
+            encoding = Encoding(params.get("encoding", cls.encoding.value))
+        except ValueError:
+            choices = ", ".join(e.value for e in Encoding)
+            raise ProtocolError(ErrorCode.BAD_CONFIG,
+                                f"encoding must be one of {choices}") from None
+        sample_rate = _int_param(params, "sample_rate", cls.sample_rate, cls.MIN_RATE, cls.MAX_RATE)
+        channels = _int_param(params, "channels", cls.channels, 1, cls.MAX_CHANNELS)
+        language = params.get("language") or None
+        if language is not None and not (language.isascii() and language.isalpha()
+                                         and 2 <= len(language) <= 3):
+            raise ProtocolError(ErrorCode.BAD_CONFIG,
+                                "language must be a 2 or 3 letter code such as 'en'")
+        return cls(
+            encoding=encoding,
+            sample_rate=sample_rate,
+            channels=channels,
+            language=language.lower() if language else None,
+            partials=_bool_param(params, "partials", cls.partials),
+            diarization=_bool_param(params, "diarization", cls.diarization),
+        )
+
+
+def _int_param(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be an integer") from None
+    if not low <= value <= high:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be between {low} and {high}")
+    return value
+
+
+def _bool_param(params: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be true or false")
+
+
+# ---------------------------------------------------------------- client → server
+
+
+class ControlType(str, Enum):
+    KEEP_ALIVE = "keep_alive"
+    FINALIZE = "finalize"
+    END_OF_STREAM = "end_of_stream"
+
+
+def parse_control(text: str) -> ControlType:
+    """A client's text message → its type, or ProtocolError(BAD_MESSAGE)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "text messages must be JSON objects") from None
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE,
+                            'a control message is a JSON object with a string "type"')
+    try:
+        return ControlType(data["type"])
+    except ValueError:
+        choices = ", ".join(c.value for c in ControlType)
+        raise ProtocolError(ErrorCode.BAD_MESSAGE,
+                            f"unknown message type {data['type']!r}; expected one of {choices}"
+                            ) from None
+
+
+def control_message(kind: ControlType) -> str:
+    return json.dumps({"type": kind.value})
+
+
+# ---------------------------------------------------------------- server → client
+
+
+@dataclass(frozen=True)
+class Word:
+    word: str
+    start: float
+    end: float
+    probability: float
+    speaker: str | None = None
+
+
+class FinalReason(str, Enum):
+    SILENCE = "silence"          # the speaker paused: a natural end of utterance
+    MAX_LENGTH = "max_length"    # a long turn was cut; the speech goes on in the next segment
+    FINALIZE = "finalize"        # the client asked for it
+    END_OF_STREAM = "end_of_stream"
+
+
+@dataclass(frozen=True)
+class SessionStarted:
+    session_id: str
+    config: StreamConfig
+    limits: dict[str, Any]
+    model: str
+    type: str = "session_started"
+    protocol: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    segment_id: int
+    start: float
+    type: str = "speech_started"
+
+
+@dataclass(frozen=True)
+class Partial:
+    segment_id: int
+    start: float
+    end: float
+    text: str
+    speaker: str | None = None
+    type: str = "partial"
+
+
+@dataclass(frozen=True)
+class Final:
+    segment_id: int
+    start: float
+    end: float
+    text: str
+    reason: FinalReason
+    words: list[Word] = field(default_factory=list)
+    speaker: str | None = None
+    type: str = "final"
+
+
+@dataclass(frozen=True)
+class Finalized:
+    audio_end: float
+    type: str = "finalized"
+
+
+@dataclass(frozen=True)
+class SessionEnded:
+    audio_duration: float
+    segments: int
+    type: str = "session_ended"
+
+
+@dataclass(frozen=True)
+class Error:
+    code: ErrorCode
+    message: str
+    segment_id: int | None = None
+    type: str = "error"
+
+    @property
+    def fatal(self) -> bool:
+        return self.code.close_code is not None
+
+
+ServerMessage = SessionStarted | SpeechStarted | Partial | Final | Finalized | SessionEnded | Error
+
+
+def _round_times(value: Any) -> Any:
+    # Stream times go out in milliseconds' precision; more is noise on the wire.
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, list):
+        return [_round_times(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _round_times(v) for k, v in value.items()}
+    return value
+
+
+def encode(message: ServerMessage) -> str:
+    data = asdict(message)
+    if isinstance(message, SessionStarted):
+        data["config"] = message.config.to_json()
+    if isinstance(message, Error):
+        data["fatal"] = message.fatal
+        if message.segment_id is None:
+            del data["segment_id"]
+    for key, value in list(data.items()):
+        if isinstance(value, Enum):
+            data[key] = value.value
+    return json.dumps(_round_times(data), ensure_ascii=False)
+
+
+def decode(text: str) -> dict[str, Any]:
+    """A server message as a dict (clients work on dicts; the type field says which)."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or "type" not in data:
+        raise ValueError(f"not a server message: {text[:200]!r}")
+    return data

@@ -1,0 +1,1 @@
+"""Live machinery: model worker threads, per-connection sessions, admission."""

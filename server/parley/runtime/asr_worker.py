@@ -1,0 +1,150 @@
+"""One thread owns the ASR engine; sessions hand it jobs through a bounded priority queue.
+
+Finals outrank partials, and a partial whose segment was finalized meanwhile is
+cancelled before it runs. ``submit_final`` waits for room (back-pressure reaches
+the client's socket); ``try_submit_partial`` never waits: when the worker is
+behind, a partial is simply not asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+FINAL_PRIORITY = 0
+PARTIAL_PRIORITY = 1
+
+
+class Transcriber(Protocol):
+    """What the worker needs of an engine (the real one is models.whisper_engine)."""
+
+    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
+                   with_words: bool = False) -> Any: ...
+
+
+@dataclass(frozen=True)
+class AsrJob:
+    audio: np.ndarray
+    language: str | None
+    with_words: bool
+
+
+@dataclass(order=True)
+class _Queued:
+    priority: int
+    sequence: int
+    job: AsrJob = field(compare=False)
+    future: concurrent.futures.Future = field(compare=False)
+
+
+@dataclass
+class WorkerStats:
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    partials_cancelled: int = 0
+    busy_seconds: float = 0.0
+    audio_seconds: float = 0.0
+
+
+class AsrWorker:
+    def __init__(self, engine: Transcriber, capacity: int,
+                 on_thread_start: Callable[[], None] | None = None):
+        if capacity < 2:
+            raise ValueError("the ASR queue needs room for at least two jobs")
+        self.engine = engine
+        self.capacity = capacity
+        self.stats = WorkerStats()
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._sequence = itertools.count()
+        self._on_thread_start = on_thread_start
+        self._thread = threading.Thread(target=self._run, name="parley-asr", daemon=True)
+        self._slots: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._in_flight = 0
+
+    # -------------------------------------------------------------- event-loop side
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._slots = asyncio.Semaphore(self.capacity)
+        self._thread.start()
+
+    @property
+    def backlog(self) -> int:
+        """Jobs queued or running."""
+        return self._in_flight
+
+    async def submit_final(self, job: AsrJob) -> concurrent.futures.Future:
+        assert self._slots is not None, "start() the worker first"
+        await self._slots.acquire()
+        return self._enqueue(FINAL_PRIORITY, job)
+
+    async def try_submit_partial(self, job: AsrJob) -> concurrent.futures.Future | None:
+        assert self._slots is not None, "start() the worker first"
+        # Half the room is kept for finals: partials are the first thing to give up.
+        if self._in_flight >= self.capacity // 2:
+            return None
+        await self._slots.acquire()  # cannot wait: fewer than capacity jobs are in flight
+        return self._enqueue(PARTIAL_PRIORITY, job)
+
+    def _enqueue(self, priority: int, job: AsrJob) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._in_flight += 1
+        future.add_done_callback(self._release_from_any_thread)
+        self._queue.put(_Queued(priority, next(self._sequence), job, future))
+        return future
+
+    def _release_from_any_thread(self, _future: concurrent.futures.Future) -> None:
+        assert self._loop is not None
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        assert self._slots is not None
+        self._in_flight -= 1
+        self._slots.release()
+
+    async def stop(self) -> None:
+        """Finish queued jobs (cancelling partials), then end the thread."""
+        if not self._thread.is_alive():
+            return
+        self._queue.put(_Queued(PARTIAL_PRIORITY + 1, next(self._sequence), None, None))
+        await asyncio.to_thread(self._thread.join)
+
+    # -------------------------------------------------------------- worker thread
+
+    def _run(self) -> None:
+        if self._on_thread_start is not None:
+            self._on_thread_start()
+        while True:
+            item: _Queued = self._queue.get()
+            if item.job is None:
+                return
+            if not item.future.set_running_or_notify_cancel():
+                self.stats.partials_cancelled += 1
+                continue
+            started = time.perf_counter()
+            try:
+                result = self.engine.transcribe(item.job.audio, language=item.job.language,
+                                                with_words=item.job.with_words)
+            except Exception as exc:  # the session turns it into an error message
+                log.exception("transcription failed")
+                self.stats.jobs_failed += 1
+                item.future.set_exception(exc)
+            else:
+                self.stats.jobs_done += 1
+                item.future.set_result(result)
+            finally:
+                self.stats.busy_seconds += time.perf_counter() - started
+                self.stats.audio_seconds += len(item.job.audio) / 16000

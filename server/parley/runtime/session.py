@@ -1,0 +1,188 @@
+"""One client's stream: audio in, ordered protocol messages out, no transport involved.
+
+A session can be driven in-process at any speed (tests and benchmarks do): call
+``feed``/``feed_audio``, ``finalize`` and ``end``, and read ``messages()``.
+Messages come out in stream order: each decode is queued as a future in one
+bounded outbox, and the reader awaits them in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
+
+import numpy as np
+
+from parley.core.vad import (CloseReason, OpenSegment, SegmentClosed, SpeechStart, VadConfig,
+                             VadSegmenter)
+from parley.core.words import shift_words
+from parley.protocol.audio import AudioDecoder
+from parley.protocol.messages import (Error, ErrorCode, Final, Finalized, FinalReason, Partial,
+                                      ServerMessage, SessionEnded, SpeechStarted, StreamConfig,
+                                      Word)
+from parley.runtime.asr_worker import AsrJob, AsrWorker
+
+log = logging.getLogger(__name__)
+OUTBOX_SIZE = 256
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    vad: VadConfig
+    partial_interval_s: float = 1.0
+
+
+@dataclass
+class _Decode:
+    """An outbox entry whose message exists once the worker is done."""
+
+    future: concurrent.futures.Future
+    to_message: Callable[[object], ServerMessage]
+    segment_id: int
+    is_final: bool
+
+
+_END = object()
+
+
+class Session:
+    def __init__(self, config: StreamConfig, worker: AsrWorker, options: SessionOptions):
+        self.config = config
+        self._worker = worker
+        self._options = options
+        self._decoder = AudioDecoder(config)
+        self._vad = VadSegmenter(options.vad)
+        self._outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
+        self._partial: concurrent.futures.Future | None = None
+        self._partial_end = 0.0  # stream time covered by the last partial asked for
+        self._segments = 0
+        self._ended = False
+
+    # ------------------------------------------------------------------ input
+
+    @property
+    def stream_time(self) -> float:
+        return self._vad.stream_time
+
+    async def feed(self, frame: bytes) -> None:
+        """One binary message from the client (ProtocolError if it is malformed)."""
+        await self.feed_audio(self._decoder.decode(frame))
+
+    async def feed_audio(self, samples: np.ndarray) -> None:
+        """16 kHz mono float32 audio; waits when the ASR worker is full (back-pressure)."""
+        self._check_open()
+        for event in self._vad.push(samples):
+            await self._on_event(event)
+        await self._maybe_partial()
+
+    async def finalize(self) -> None:
+        """Close the open segment now; a ``finalized`` message follows its final."""
+        self._check_open()
+        for event in self._vad.flush(CloseReason.FINALIZE):
+            await self._on_event(event)
+        await self._outbox.put(Finalized(audio_end=self.stream_time))
+
+    async def end(self) -> None:
+        """End of stream: decode what is left, then ``session_ended``; messages() then ends."""
+        self._check_open()
+        for event in self._vad.push(self._decoder.finish()):
+            await self._on_event(event)
+        for event in self._vad.flush(CloseReason.END_OF_STREAM):
+            await self._on_event(event)
+        self._ended = True
+        await self._outbox.put(SessionEnded(audio_duration=self.stream_time,
+                                            segments=self._segments))
+        await self._outbox.put(_END)
+
+    async def report(self, error: Error) -> None:
+        """A non-fatal error, sent in stream order with the results."""
+        await self._outbox.put(error)
+
+    def close(self) -> None:
+        """The client is gone: cancel work that has not started."""
+        self._ended = True
+        if self._partial is not None:
+            self._partial.cancel()
+        while not self._outbox.empty():
+            item = self._outbox.get_nowait()
+            if isinstance(item, _Decode):
+                item.future.cancel()
+
+    def _check_open(self) -> None:
+        if self._ended:
+            raise RuntimeError("the session has ended")
+
+    # ------------------------------------------------------------------ output
+
+    async def messages(self) -> AsyncIterator[ServerMessage]:
+        """Server messages in stream order, until (and including) ``session_ended``."""
+        while True:
+            item = await self._outbox.get()
+            if item is _END:
+                return
+            if not isinstance(item, _Decode):
+                yield item
+                continue
+            try:
+                result = await asyncio.wrap_future(item.future)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # our reader is being cancelled, not just this decode
+                continue  # a partial overtaken by its final
+            except Exception as exc:
+                if item.is_final:
+                    yield Error(ErrorCode.TRANSCRIPTION_FAILED,
+                                f"segment {item.segment_id} could not be transcribed: {exc}",
+                                segment_id=item.segment_id)
+                continue
+            yield item.to_message(result)
+
+    # ------------------------------------------------------------------ internals
+
+    async def _on_event(self, event) -> None:
+        if isinstance(event, SpeechStart):
+            self._partial_end = event.start
+            await self._outbox.put(SpeechStarted(event.segment_id, event.start))
+        elif isinstance(event, SegmentClosed):
+            await self._submit_final(event)
+
+    async def _submit_final(self, segment: SegmentClosed) -> None:
+        if self._partial is not None:
+            self._partial.cancel()  # only succeeds if it has not started
+            self._partial = None
+        job = AsrJob(segment.audio, self.config.language, with_words=True)
+        future = await self._worker.submit_final(job)
+        self._segments += 1
+        reason = FinalReason(segment.reason.value)
+
+        def to_final(result) -> Final:
+            words = [Word(w.word, w.start, w.end, w.probability)
+                     for w in shift_words(result.words, segment.start, segment.end)]
+            return Final(segment.segment_id, segment.start, segment.end, result.text, reason,
+                         words)
+
+        await self._outbox.put(_Decode(future, to_final, segment.segment_id, is_final=True))
+
+    async def _maybe_partial(self) -> None:
+        if not self.config.partials:
+            return
+        if self._partial is not None and not self._partial.done():
+            return  # one at a time: the next one covers the newer audio anyway
+        segment: OpenSegment | None = self._vad.open_segment()
+        if segment is None or segment.end - self._partial_end < self._options.partial_interval_s:
+            return
+        job = AsrJob(segment.audio, self.config.language, with_words=False)
+        future = await self._worker.try_submit_partial(job)
+        if future is None:
+            return  # the worker is behind: skip this partial, never a final
+        self._partial = future
+        self._partial_end = segment.end
+
+        def to_partial(result) -> Partial:
+            return Partial(segment.segment_id, segment.start, segment.end, result.text)
+
+        await self._outbox.put(_Decode(future, to_partial, segment.segment_id, is_final=False))

@@ -1,0 +1,1 @@
+"""WebSocket and HTTP adapters around runtime sessions (never imports parley.models)."""

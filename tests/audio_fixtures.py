@@ -1,0 +1,83 @@
+"""Test audio: pyannote's sample with its references, and espeak-ng speech with known text."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import wave
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+
+
+def sample_dir() -> Path:
+    return Path(str(files("pyannote.audio") / "sample"))
+
+
+SAMPLE_WAV = sample_dir() / "sample.wav"
+
+
+def read_wav(path: Path) -> np.ndarray:
+    """16 kHz mono PCM16 WAV → float32 (the test files are all of that kind)."""
+    with wave.open(str(path)) as w:
+        assert w.getframerate() == SAMPLE_RATE and w.getnchannels() == 1 and w.getsampwidth() == 2
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768
+
+
+def write_wav(path: Path, audio: np.ndarray) -> Path:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SAMPLE_RATE)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+def sample_reference_text() -> str:
+    """The words of sample.stm, in order."""
+    lines = (sample_dir() / "sample.stm").read_text().splitlines()
+    return " ".join(line.split(None, 5)[5] for line in lines if line.strip())
+
+
+def speak(text: str, voice: str = "en-us") -> np.ndarray:
+    """espeak-ng speech resampled by sox to 16 kHz mono float32."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, out = Path(tmp) / "raw.wav", Path(tmp) / "out.wav"
+        subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(raw), text], check=True)
+        subprocess.run(["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(out)],
+                       check=True)
+        return read_wav(out)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SAMPLE_RATE), dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class Utterance:
+    text: str
+    start: float
+    end: float
+
+
+def conversation(lines: list[tuple[str, str]], gap_s: float = 1.0,
+                 lead_s: float = 0.5) -> tuple[np.ndarray, list[Utterance]]:
+    """(voice, text) turns separated by ``gap_s`` of silence; returns audio and the truth."""
+    parts = [silence(lead_s)]
+    truth = []
+    t = lead_s
+    for voice, text in lines:
+        speech = speak(text, voice)
+        truth.append(Utterance(text, t, t + len(speech) / SAMPLE_RATE))
+        parts += [speech, silence(gap_s)]
+        t += len(speech) / SAMPLE_RATE + gap_s
+    return np.concatenate(parts), truth
+
+
+def words_of(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()

@@ -1,0 +1,95 @@
+"""The wire contract's parsing and encoding (protocol.md, without sockets)."""
+
+import json
+
+import pytest
+
+from parley.protocol.messages import (ControlType, Encoding, Error, ErrorCode, Final, FinalReason,
+                                      ProtocolError, SessionStarted, StreamConfig, Word, encode,
+                                      parse_control)
+
+
+def test_defaults_when_query_is_empty():
+    """An empty query string means 16 kHz mono PCM16 with partials and no diarization."""
+    config = StreamConfig.from_query({})
+    assert config == StreamConfig(Encoding.PCM_S16LE, 16000, 1, None, True, False)
+
+
+def test_query_values_are_parsed():
+    """Every documented parameter is read and typed."""
+    config = StreamConfig.from_query({"encoding": "mulaw", "sample_rate": "8000",
+                                      "channels": "2", "language": "EN", "partials": "false"})
+    assert (config.encoding, config.sample_rate, config.channels) == (Encoding.MULAW, 8000, 2)
+    assert config.language == "en" and config.partials is False
+    assert config.bytes_per_frame == 2
+
+
+@pytest.mark.parametrize("query, fragment", [
+    ({"encoding": "opus"}, "encoding must be one of"),
+    ({"sample_rate": "44.1k"}, "sample_rate must be an integer"),
+    ({"sample_rate": "4000"}, "between 8000 and 48000"),
+    ({"channels": "0"}, "channels must be between 1 and 8"),
+    ({"partials": "maybe"}, "partials must be true or false"),
+    ({"language": "english"}, "2 or 3 letter code"),
+    ({"volume": "11"}, "unknown parameter(s): volume"),
+])
+def test_bad_config_is_refused_with_a_reason(query, fragment):
+    """A bad query parameter is a bad_config error that names the problem."""
+    with pytest.raises(ProtocolError) as caught:
+        StreamConfig.from_query(query)
+    assert caught.value.code is ErrorCode.BAD_CONFIG
+    assert fragment in caught.value.message
+
+
+def test_query_round_trip():
+    """A config written as a query string reads back the same."""
+    config = StreamConfig(Encoding.PCM_F32LE, 48000, 2, "de", False, False)
+    assert StreamConfig.from_query(config.to_query()) == config
+
+
+@pytest.mark.parametrize("text", ['{"type": "keep_alive"}', '{"type": "finalize"}',
+                                  '{"type": "end_of_stream", "extra": 1}'])
+def test_control_messages_parse(text):
+    """The three control messages are recognised (extra fields are ignored)."""
+    assert parse_control(text) is ControlType(json.loads(text)["type"])
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("not json", "must be JSON objects"),
+    ("[1, 2]", 'a string "type"'),
+    ('{"type": 3}', 'a string "type"'),
+    ('{"type": "configure"}', "unknown message type 'configure'"),
+])
+def test_bad_control_messages_are_bad_message(text, fragment):
+    """Malformed or unknown text messages are bad_message errors."""
+    with pytest.raises(ProtocolError) as caught:
+        parse_control(text)
+    assert caught.value.code is ErrorCode.BAD_MESSAGE and fragment in caught.value.message
+
+
+def test_final_encodes_as_documented():
+    """A final carries its times, text, words, speaker and reason, times rounded to ms."""
+    final = Final(3, 1.23456, 2.5, "hi there", FinalReason.SILENCE,
+                  [Word("hi", 1.3, 1.5, 0.9), Word("there", 1.5, 2.0, 0.8)])
+    data = json.loads(encode(final))
+    assert data == {"type": "final", "segment_id": 3, "start": 1.235, "end": 2.5,
+                    "text": "hi there", "reason": "silence", "speaker": None,
+                    "words": [{"word": "hi", "start": 1.3, "end": 1.5, "probability": 0.9,
+                               "speaker": None},
+                              {"word": "there", "start": 1.5, "end": 2.0, "probability": 0.8,
+                               "speaker": None}]}
+
+
+def test_errors_say_whether_they_are_fatal():
+    """Errors with a close code are fatal; the others are not."""
+    assert json.loads(encode(Error(ErrorCode.BAD_AUDIO, "x")))["fatal"] is False
+    data = json.loads(encode(Error(ErrorCode.UNAUTHORIZED, "no")))
+    assert data == {"type": "error", "code": "unauthorized", "message": "no", "fatal": True}
+    assert ErrorCode.UNAUTHORIZED.close_code == 4401
+
+
+def test_session_started_carries_config_and_limits():
+    """session_started echoes the effective config, the limits and the protocol version."""
+    data = json.loads(encode(SessionStarted("abc", StreamConfig(), {"max_frame_bytes": 9}, "m")))
+    assert data["protocol"] == 1 and data["config"]["encoding"] == "pcm_s16le"
+    assert data["limits"] == {"max_frame_bytes": 9} and data["model"] == "m"

@@ -1,0 +1,119 @@
+"""VAD segmentation on synthetic signals: silence, espeak speech, long monologues, flushes."""
+
+import numpy as np
+import pytest
+
+from audio_fixtures import SAMPLE_RATE, conversation, silence, speak
+from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
+
+
+def run(segmenter: VadSegmenter, audio: np.ndarray, chunk: int = 1600, flush=True):
+    events = []
+    for i in range(0, len(audio), chunk):
+        events += segmenter.push(audio[i:i + chunk])
+    if flush:
+        events += segmenter.flush(CloseReason.END_OF_STREAM)
+    return events
+
+
+def closed(events):
+    return [e for e in events if isinstance(e, SegmentClosed)]
+
+
+@pytest.fixture(scope="module")
+def three_turns():
+    return conversation([("en-us", "The weather is nice today."),
+                         ("en-gb", "I agree, it is very sunny."),
+                         ("en-us", "Let us go for a walk then.")], gap_s=1.0)
+
+
+def test_silence_and_low_noise_make_no_segment():
+    """Digital silence and faint noise never open a segment."""
+    rng = np.random.default_rng(0)
+    audio = np.concatenate([silence(3), 0.001 * rng.standard_normal(3 * SAMPLE_RATE)])
+    assert run(VadSegmenter(VadConfig()), audio.astype(np.float32)) == []
+
+
+def test_each_turn_is_one_segment_around_its_speech(three_turns):
+    """Three turns with one-second gaps make three segments that cover each turn."""
+    audio, truth = three_turns
+    events = run(VadSegmenter(VadConfig()), audio)
+    segments = closed(events)
+    assert [s.reason for s in segments] == [CloseReason.SILENCE] * 3
+    for segment, turn in zip(segments, truth):
+        assert segment.start <= turn.start + 0.1 and segment.end >= turn.end - 0.1
+        assert segment.end - segment.start < turn.end - turn.start + 1.0
+        assert len(segment.audio) == round((segment.end - segment.start) * SAMPLE_RATE)
+
+
+def test_events_are_ordered_and_times_monotonic(three_turns):
+    """Each segment opens with speech_started, ids count up, and times never go back."""
+    audio, _ = three_turns
+    events = run(VadSegmenter(VadConfig()), audio)
+    assert all(isinstance(e, SpeechStart) == (i % 2 == 0) for i, e in enumerate(events))
+    ids = [e.segment_id for e in events]
+    assert ids == sorted(ids) and ids[::2] == list(range(len(ids) // 2))
+    times = [t for e in closed(events) for t in (e.start, e.end)]
+    assert times == sorted(times)
+
+
+def test_chunk_size_does_not_change_segments(three_turns):
+    """Feeding 7 samples or 1 s at a time gives the same segments."""
+    audio, _ = three_turns
+    small = [(s.start, s.end) for s in closed(run(VadSegmenter(VadConfig()), audio, chunk=7))]
+    large = [(s.start, s.end) for s in closed(run(VadSegmenter(VadConfig()), audio, 16000))]
+    assert small == large
+
+
+def test_a_long_monologue_is_cut_and_nothing_is_lost():
+    """Speech longer than max_segment_s is cut at max length, and the pieces are contiguous."""
+    text = ("This is a long monologue without any pause that goes on and on, " * 4).strip()
+    speech = speak(text)
+    config = VadConfig(max_segment_s=4.0, min_silence_ms=600, speech_pad_ms=300)
+    audio = np.concatenate([silence(0.5), speech, silence(1.0)])
+    segments = closed(run(VadSegmenter(config), audio))
+    assert len(segments) >= 3
+    assert all(s.reason is CloseReason.MAX_LENGTH for s in segments[:-1])
+    assert all(s.end - s.start <= 4.0 + 1e-9 for s in segments)
+    for before, after in zip(segments, segments[1:]):
+        if before.reason is CloseReason.MAX_LENGTH:
+            assert after.start == before.end  # carried on, not dropped
+    joined = np.concatenate([s.audio for s in segments[:-1]])
+    start = round(segments[0].start * SAMPLE_RATE)
+    np.testing.assert_array_equal(joined, audio[start:start + len(joined)])
+
+
+def test_flush_closes_the_open_segment_with_every_sample():
+    """finalize mid-speech closes the segment at the current stream time."""
+    speech = speak("Finalize me right in the middle of this sentence please.")
+    segmenter = VadSegmenter(VadConfig())
+    half = len(speech) // 2 + 123  # not a whole number of frames
+    events = run(segmenter, np.concatenate([silence(0.3), speech[:half]]), flush=False)
+    assert segmenter.speaking and closed(events) == []
+    flushed = segmenter.flush(CloseReason.FINALIZE)
+    assert len(flushed) == 1 and flushed[0].reason is CloseReason.FINALIZE
+    assert flushed[0].end == pytest.approx(segmenter.stream_time)
+    assert segmenter.flush(CloseReason.FINALIZE) == []  # nothing open any more
+
+
+def test_open_segment_grows_while_speaking():
+    """The open segment (for partials) is a copy that grows with the speech."""
+    speech = speak("A partial result is decoded from the open segment.")
+    segmenter = VadSegmenter(VadConfig())
+    assert segmenter.open_segment() is None
+    run(segmenter, np.concatenate([silence(0.3), speech[: SAMPLE_RATE]]), flush=False)
+    first = segmenter.open_segment()
+    run(segmenter, speech[SAMPLE_RATE: 2 * SAMPLE_RATE], flush=False)
+    second = segmenter.open_segment()
+    assert first is not None and second is not None
+    assert second.segment_id == first.segment_id and second.end > first.end
+    np.testing.assert_array_equal(second.audio[: len(first.audio)], first.audio)
+
+
+@pytest.mark.parametrize("bad", [dict(aggressiveness=4), dict(frame_ms=25),
+                                 dict(speech_pad_ms=900, min_silence_ms=300),
+                                 dict(max_segment_s=40)])
+def test_inconsistent_settings_are_refused(bad):
+    """Settings that cannot work are refused when built."""
+    with pytest.raises(ValueError):
+        VadConfig(**bad)
