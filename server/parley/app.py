@@ -29,9 +29,16 @@ def load_asr(settings: Settings) -> tuple[AsrWorker, AsrService]:
 
     plan = plan_device(settings.asr.device)
     set_threads(settings.asr.threads)
-    source = resolve_model(settings.asr.model, settings.models_dir)
-    log.info("loading %s from %s on %s", settings.asr.model, source, plan.description)
-    engine = WhisperEngine(source, settings.asr.model, plan)
+    asr = settings.asr
+    source = resolve_model(asr.model, settings.models_dir)
+    assistant = resolve_model(asr.assistant, settings.models_dir) if asr.assistant else None
+    log.info("loading %s from %s on %s%s", asr.model, source, plan.description,
+             f", assistant {asr.assistant}" if assistant else "")
+    engine = WhisperEngine(
+        source, asr.model, plan, assistant_source=assistant, assistant_label=asr.assistant,
+        assistant_languages=frozenset(asr.assistant_languages)
+        if asr.assistant_languages else None,
+        max_draft=asr.max_draft)
     worker = AsrWorker(engine, settings.asr.queue_size,
                        on_thread_start=lambda: set_threads(settings.asr.threads))
     return worker, AsrService(worker, settings.asr.model, engine.check_language)
@@ -65,7 +72,9 @@ async def start_server(settings: Settings, worker: AsrWorker, asr: AsrService) -
         max_segment_s=settings.vad.max_segment_s,
     )
     options = SessionOptions(vad=settings.vad.to_config(),
-                             partial_interval_s=settings.asr.partial_interval_s)
+                             partial_interval_s=settings.asr.partial_interval_s,
+                             context_tokens=settings.asr.context_tokens,
+                             hypothesis_drafts=settings.asr.hypothesis_drafts)
     token = settings.token.get_secret_value() if settings.token else None
     endpoint = StreamEndpoint(asr, options, limits, token)
 

@@ -22,6 +22,9 @@ def _serve(args: argparse.Namespace) -> int:
                                ("max_sessions", "server", "max_sessions"),
                                ("model", "asr", "model"), ("device", "asr", "device"),
                                ("threads", "asr", "threads"),
+                               ("assistant", "asr", "assistant"),
+                               ("assistant_languages", "asr", "assistant_languages"),
+                               ("context_tokens", "asr", "context_tokens"),
                                ("partial_interval", "asr", "partial_interval_s")]:
         value = getattr(args, flag)
         if value is not None:
@@ -36,7 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
     _logging(settings.log_level)
     try:
         asyncio.run(serve_forever(settings))
-    except (FileNotFoundError, RuntimeError, ValueError) as exc:
+    except (OSError, RuntimeError, ValueError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -117,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
     serve.add_argument("--device", choices=["auto", "cpu", "cuda"])
     serve.add_argument("--threads", type=int)
+    serve.add_argument("--assistant", help="draft model for speculative decoding (same "
+                                           "tokenizer as --model)")
+    serve.add_argument("--assistant-languages", nargs="+", metavar="LANG",
+                       help="use the assistant only for these languages (e.g. en)")
+    serve.add_argument("--context-tokens", type=int,
+                       help="tokens of earlier finals given to the model as its prompt")
     serve.add_argument("--partial-interval", type=float, help="seconds between partials")
     serve.add_argument("--max-sessions", type=int)
     serve.add_argument("--models-dir")

@@ -47,6 +47,13 @@ class AsrSettings(BaseModel):
     threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
     partial_interval_s: float = Field(1.0, ge=0.2, le=10.0)
     queue_size: int = Field(32, ge=2, le=4096, description="decodes queued or running at once")
+    assistant: str | None = Field(None, description="draft model: bundle name, path or hub id")
+    assistant_languages: list[str] | None = Field(
+        None, description="languages the assistant drafts for (None: all)")
+    hypothesis_drafts: bool = Field(True, description="draft from the segment's last partial")
+    max_draft: int = Field(16, ge=1, le=64, description="most draft tokens verified at once")
+    context_tokens: int = Field(0, ge=0, le=223,
+                                description="tokens of earlier finals given as the prompt")
 
 
 class ServerSettings(BaseModel):

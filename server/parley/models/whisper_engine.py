@@ -1,19 +1,27 @@
-"""Whisper through transformers: one engine owns one loaded model (and runs on one thread)."""
+"""Whisper through transformers: one engine owns one loaded model (and runs on one thread).
+
+Decoding is greedy at batch size one through ``GreedyVerifier``: drafts from the
+previous hypothesis of the same segment and from an optional assistant model are
+verified by the main model, so the text is exactly the main model's greedy text.
+"""
 
 from __future__ import annotations
 
+import gzip
 import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from transformers import WhisperForConditionalGeneration, WhisperProcessor
-from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging as hf_logging
 
 from parley.core.words import TimedWord, group_words
 from parley.models.alignment import forced_pass
+from parley.models.assistant import Assistant, load_assistant
 from parley.models.device import DevicePlan
+from parley.models.drafters import AssistantDrafter, ChainedDrafter, HypothesisDrafter
+from parley.models.greedy import DecodeStats, GreedyVerifier
 
 log = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -21,19 +29,56 @@ MAX_AUDIO_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
+class QualityGuards:
+    """openai/whisper's rules for text that is not speech (its thresholds), plus one.
+
+    openai keeps a confident decode even when the no-speech probability is high; that
+    is how silence becomes " you" or "Thank you.". A no-speech probability above
+    ``certain_no_speech`` drops the text however confident the decode.
+    """
+
+    no_speech_threshold: float = 0.6
+    logprob_threshold: float = -1.0
+    compression_ratio_threshold: float = 2.4
+    certain_no_speech: float = 0.9
+
+    def rejects(self, no_speech_prob: float, avg_logprob: float, compression: float) -> str | None:
+        if no_speech_prob > self.certain_no_speech or (
+                no_speech_prob > self.no_speech_threshold
+                and avg_logprob < self.logprob_threshold):
+            return "no_speech"
+        if compression > self.compression_ratio_threshold:
+            return "repetition"
+        return None
+
+
+@dataclass(frozen=True)
 class Transcription:
     text: str
     tokens: tuple[int, ...]
-    words: tuple[TimedWord, ...] = field(default=())  # times relative to the audio start
+    words: tuple[TimedWord, ...] = ()  # times relative to the audio start
+    no_speech_prob: float = 0.0
+    avg_logprob: float = 0.0
+    rejected: str | None = None       # why the text was dropped, if it was
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(gzip.compress(data)) if data else 0.0
 
 
 class WhisperEngine:
     """Loads a Whisper model (bundle directory, local path or hub id) and transcribes audio."""
 
-    def __init__(self, source: str, label: str, plan: DevicePlan):
+    def __init__(self, source: str, label: str, plan: DevicePlan, *,
+                 assistant_source: str | None = None, assistant_label: str | None = None,
+                 assistant_languages: frozenset[str] | None = None,
+                 guards: QualityGuards | None = QualityGuards(), max_draft: int = 16):
         hf_logging.set_verbosity_error()  # transformers' deprecation chatter is not ours to show
         self.label = label
         self.plan = plan
+        self.guards = guards
         self.processor = WhisperProcessor.from_pretrained(source)
         self.model = WhisperForConditionalGeneration.from_pretrained(
             source, dtype=plan.dtype, attn_implementation="sdpa"
@@ -41,8 +86,17 @@ class WhisperEngine:
         generation = self.model.generation_config
         self.multilingual = bool(getattr(generation, "is_multilingual", False))
         self.languages = {token[2:-2] for token in getattr(generation, "lang_to_id", {}) or {}}
+        tokenizer = self.processor.tokenizer
         self._eot = generation.eos_token_id
-        self._first_special = self.processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+        self._sot = generation.decoder_start_token_id
+        self._prev = tokenizer.convert_tokens_to_ids("<|startofprev|>")
+        self.verifier = GreedyVerifier(
+            self.model, generation.suppress_tokens or [], generation.begin_suppress_tokens or [],
+            self._eot, generation.no_timestamps_token_id - 1, max_draft=max_draft)
+        self.assistant: Assistant | None = None
+        if assistant_source is not None:
+            self.assistant = load_assistant(assistant_source, assistant_label or assistant_source,
+                                            self.model, tokenizer, plan, assistant_languages)
 
     def check_language(self, language: str | None) -> None:
         """Raise ValueError when this model cannot transcribe ``language``."""
@@ -54,50 +108,73 @@ class WhisperEngine:
         elif language not in self.languages:
             raise ValueError(f"model {self.label} does not know language {language!r}")
 
-    def _prompt(self, language: str | None) -> list[int]:
+    def sot_sequence(self, language: str | None) -> list[int]:
         tokenizer = self.processor.tokenizer
-        prompt = [self.model.generation_config.decoder_start_token_id]
+        sequence = [self._sot]
         if self.multilingual:
-            if language is None:
-                raise ValueError("a language is needed for the forced pass")
-            prompt += tokenizer.convert_tokens_to_ids([f"<|{language}|>", "<|transcribe|>"])
-        prompt.append(self.model.generation_config.no_timestamps_token_id)
-        return prompt
+            sequence += tokenizer.convert_tokens_to_ids([f"<|{language}|>", "<|transcribe|>"])
+        sequence.append(self.model.generation_config.no_timestamps_token_id)
+        return sequence
 
-    @torch.inference_mode()
-    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
-                   with_words: bool = False) -> Transcription:
-        """Greedy transcription of at most 30 s of 16 kHz mono float32 audio."""
+    def features(self, audio: np.ndarray) -> torch.Tensor:
         seconds = len(audio) / SAMPLE_RATE
         if seconds > MAX_AUDIO_SECONDS:
             raise ValueError(f"{seconds:.1f} s of audio; Whisper takes at most 30 s at once")
-        features = self.processor.feature_extractor(
+        return self.processor.feature_extractor(
             audio, sampling_rate=SAMPLE_RATE, return_tensors="pt"
         ).input_features.to(self.plan.device, self.plan.dtype)
-        # The encoder runs once; generate, language detection and alignment share it.
+
+    @torch.inference_mode()
+    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
+                   with_words: bool = False, draft: tuple[int, ...] | None = None,
+                   context: tuple[int, ...] = (), use_assistant: bool = True) -> Transcription:
+        """Greedy transcription of at most 30 s of 16 kHz mono float32 audio.
+
+        ``draft``: the tokens of an earlier decode of a prefix of this audio (lossless
+        speed-up). ``context``: tokens of earlier text, given to the model as its prompt.
+        """
+        features = self.features(audio)
+        # The encoder runs once; language detection, decoding and alignment share it.
         encoder_hidden = self.model.model.encoder(features).last_hidden_state
-        encoded = BaseModelOutput(last_hidden_state=encoder_hidden)
         if self.multilingual and language is None:
             language = self._detect_language(encoder_hidden)
-        kwargs = {"language": language, "task": "transcribe"} if self.multilingual else {}
-        sequences = self.model.generate(
-            encoder_outputs=encoded, do_sample=False, num_beams=1, **kwargs
-        )
-        tokens = [t for t in sequences[0].tolist() if t < self._first_special]
+        prefix = [self._prev, *context] if context else []
+        prompt = prefix + self.sot_sequence(language)
+        drafter = self._drafter(features, encoder_hidden, language, draft, use_assistant)
+        decoded = self.verifier.decode(encoder_hidden, prompt, len(prefix), drafter)
+        tokens = decoded.tokens
         text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+        rejected = self.guards.rejects(decoded.no_speech_prob, decoded.avg_logprob,
+                                       compression_ratio(text)) if self.guards else None
         words: tuple[TimedWord, ...] = ()
-        if with_words and tokens:
-            words = tuple(self._words(encoder_hidden, self._prompt(language), tokens, seconds))
-        return Transcription(text=text, tokens=tuple(tokens), words=words)
+        if rejected:
+            text = ""
+        elif with_words and tokens:
+            words = tuple(self._words(encoder_hidden, prompt, tokens, len(audio) / SAMPLE_RATE))
+        return Transcription(text=text, tokens=tuple(tokens), words=words,
+                             no_speech_prob=decoded.no_speech_prob,
+                             avg_logprob=decoded.avg_logprob, rejected=rejected,
+                             stats=decoded.stats)
+
+    def _drafter(self, features, encoder_hidden, language, draft, use_assistant):
+        hypothesis = HypothesisDrafter(draft) if draft else None
+        assistant = None
+        if use_assistant and self.assistant is not None and self.assistant.serves(language):
+            assistant = AssistantDrafter(self.assistant.decoder, self.assistant.proj_out,
+                                         self.assistant.encode(features, encoder_hidden),
+                                         self.verifier.suppress, self.verifier.eot)
+        if hypothesis and assistant:
+            return ChainedDrafter(hypothesis, assistant)
+        return hypothesis or assistant
 
     def _detect_language(self, encoder_hidden) -> str:
         lang_ids = self.model.generation_config.lang_to_id
-        start = torch.tensor([[self.model.generation_config.decoder_start_token_id]],
-                             device=encoder_hidden.device)
-        logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoder_hidden),
-                            decoder_input_ids=start).logits
+        start = torch.tensor([[self._sot]], device=encoder_hidden.device)
+        hidden = self.model.model.decoder(input_ids=start,
+                                          encoder_hidden_states=encoder_hidden).last_hidden_state
+        logits = self.model.proj_out(hidden)[0, -1]
         ids = torch.tensor(list(lang_ids.values()), device=logits.device)
-        best = list(lang_ids)[int(logits[0, -1, ids].argmax())]
+        best = list(lang_ids)[int(logits[ids].argmax())]
         return best[2:-2]
 
     def _words(self, encoder_hidden, prompt: list[int], tokens: list[int],

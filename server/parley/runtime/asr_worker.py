@@ -30,7 +30,8 @@ class Transcriber(Protocol):
     """What the worker needs of an engine (the real one is models.whisper_engine)."""
 
     def transcribe(self, audio: np.ndarray, *, language: str | None = None,
-                   with_words: bool = False) -> Any: ...
+                   with_words: bool = False, draft: tuple[int, ...] | None = None,
+                   context: tuple[int, ...] = ()) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class AsrJob:
     audio: np.ndarray
     language: str | None
     with_words: bool
+    draft: tuple[int, ...] | None = None  # an earlier hypothesis of this audio's prefix
+    context: tuple[int, ...] = ()         # earlier text of the session, as the prompt
 
 
 @dataclass(order=True)
@@ -55,6 +58,9 @@ class WorkerStats:
     partials_cancelled: int = 0
     busy_seconds: float = 0.0
     audio_seconds: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    verify_steps: int = 0
 
 
 class AsrWorker:
@@ -136,14 +142,21 @@ class AsrWorker:
                 continue
             started = time.perf_counter()
             try:
-                result = self.engine.transcribe(item.job.audio, language=item.job.language,
-                                                with_words=item.job.with_words)
+                job = item.job
+                result = self.engine.transcribe(job.audio, language=job.language,
+                                                with_words=job.with_words, draft=job.draft,
+                                                context=job.context)
             except Exception as exc:  # the session turns it into an error message
                 log.exception("transcription failed")
                 self.stats.jobs_failed += 1
                 item.future.set_exception(exc)
             else:
                 self.stats.jobs_done += 1
+                decode_stats = getattr(result, "stats", None)
+                if decode_stats is not None:
+                    self.stats.drafted += decode_stats.drafted
+                    self.stats.accepted += decode_stats.accepted
+                    self.stats.verify_steps += decode_stats.verify_steps
                 item.future.set_result(result)
             finally:
                 self.stats.busy_seconds += time.perf_counter() - started

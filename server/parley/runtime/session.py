@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
@@ -33,6 +34,8 @@ OUTBOX_SIZE = 256
 class SessionOptions:
     vad: VadConfig
     partial_interval_s: float = 1.0
+    context_tokens: int = 0        # tokens of earlier finals given to the model as its prompt
+    hypothesis_drafts: bool = True  # re-use the last partial's tokens as a draft
 
 
 @dataclass
@@ -57,6 +60,8 @@ class Session:
         self._vad = VadSegmenter(options.vad)
         self._outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
         self._partial: concurrent.futures.Future | None = None
+        self._partial_segment = -1  # the segment self._partial decodes
+        self._finals: deque[concurrent.futures.Future] = deque()  # for the context prompt
         self._partial_end = 0.0  # stream time covered by the last partial asked for
         self._segments = 0
         self._ended = False
@@ -150,12 +155,38 @@ class Session:
         elif isinstance(event, SegmentClosed):
             await self._submit_final(event)
 
+    def _draft_for(self, segment_id: int) -> tuple[int, ...] | None:
+        """The tokens of the last finished partial of this segment, if any."""
+        partial = self._partial
+        if (not self._options.hypothesis_drafts or partial is None
+                or self._partial_segment != segment_id or not partial.done()
+                or partial.cancelled() or partial.exception() is not None):
+            return None
+        return partial.result().tokens or None
+
+    def _context(self) -> tuple[int, ...]:
+        """Tokens of the latest finished finals, at most ``context_tokens`` of them."""
+        limit = self._options.context_tokens
+        tokens: list[int] = []
+        for future in reversed(self._finals):
+            if len(tokens) >= limit:
+                break
+            if future.done() and not future.cancelled() and future.exception() is None:
+                tokens[:0] = future.result().tokens
+        return tuple(tokens[-limit:]) if limit else ()
+
     async def _submit_final(self, segment: SegmentClosed) -> None:
+        draft = self._draft_for(segment.segment_id)
         if self._partial is not None:
             self._partial.cancel()  # only succeeds if it has not started
             self._partial = None
-        job = AsrJob(segment.audio, self.config.language, with_words=True)
+        job = AsrJob(segment.audio, self.config.language, with_words=True, draft=draft,
+                     context=self._context())
         future = await self._worker.submit_final(job)
+        if self._options.context_tokens:
+            self._finals.append(future)
+            while len(self._finals) > 8:
+                self._finals.popleft()
         self._segments += 1
         reason = FinalReason(segment.reason.value)
 
@@ -175,11 +206,13 @@ class Session:
         segment: OpenSegment | None = self._vad.open_segment()
         if segment is None or segment.end - self._partial_end < self._options.partial_interval_s:
             return
-        job = AsrJob(segment.audio, self.config.language, with_words=False)
+        job = AsrJob(segment.audio, self.config.language, with_words=False,
+                     draft=self._draft_for(segment.segment_id), context=self._context())
         future = await self._worker.try_submit_partial(job)
         if future is None:
             return  # the worker is behind: skip this partial, never a final
         self._partial = future
+        self._partial_segment = segment.segment_id
         self._partial_end = segment.end
 
         def to_partial(result) -> Partial:

@@ -1,0 +1,79 @@
+"""Loading an assistant (draft) model and checking that it can draft for the main model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoConfig, AutoTokenizer, WhisperForCausalLM, WhisperForConditionalGeneration
+
+from parley.models.device import DevicePlan
+
+
+class IncompatibleAssistant(ValueError):
+    """The assistant cannot draft for this main model."""
+
+
+@dataclass
+class Assistant:
+    label: str
+    decoder: torch.nn.Module
+    proj_out: torch.nn.Module
+    encoder: torch.nn.Module | None  # None: reads the main model's encoder output
+    languages: frozenset[str] | None  # None: used for every language
+
+    @property
+    def decoder_only(self) -> bool:
+        return self.encoder is None
+
+    def encode(self, features: torch.Tensor, main_hidden: torch.Tensor) -> torch.Tensor:
+        if self.encoder is None:
+            return main_hidden
+        return self.encoder(features).last_hidden_state
+
+    def serves(self, language: str | None) -> bool:
+        return self.languages is None or (language is not None and language in self.languages)
+
+
+def check_compatible(main_config, main_tokenizer, assistant_config, assistant_tokenizer) -> None:
+    """Raise IncompatibleAssistant with the reason, or return quietly."""
+    if assistant_config.vocab_size != main_config.vocab_size:
+        raise IncompatibleAssistant(
+            f"vocabularies differ ({assistant_config.vocab_size} vs {main_config.vocab_size} "
+            "tokens): drafts would be other tokens")
+    if assistant_tokenizer is not None and main_tokenizer is not None and \
+            assistant_tokenizer.get_vocab() != main_tokenizer.get_vocab():
+        raise IncompatibleAssistant("the tokenizers map tokens to different ids")
+    decoder_only = "WhisperForCausalLM" in (assistant_config.architectures or [])
+    if decoder_only:
+        if assistant_config.d_model != main_config.d_model:
+            raise IncompatibleAssistant(
+                f"a decoder-only assistant reads the main encoder's output: its width "
+                f"{assistant_config.d_model} must equal the main model's {main_config.d_model}")
+        if assistant_config.max_source_positions != main_config.max_source_positions:
+            raise IncompatibleAssistant("the encoder lengths differ")
+    elif assistant_config.num_mel_bins != main_config.num_mel_bins:
+        raise IncompatibleAssistant(
+            f"the assistant reads {assistant_config.num_mel_bins} mel bins, the main model "
+            f"{main_config.num_mel_bins}")
+
+
+def load_assistant(source: str, label: str, main_model, main_tokenizer, plan: DevicePlan,
+                   languages: frozenset[str] | None) -> Assistant:
+    config = AutoConfig.from_pretrained(source)
+    if getattr(config, "model_type", None) != "whisper":
+        raise IncompatibleAssistant(f"{label} is not a Whisper model ({config.model_type})")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError):
+        tokenizer = None  # a checkpoint without tokenizer files: the vocabulary size must do
+    check_compatible(main_model.config, main_tokenizer, config, tokenizer)
+    if "WhisperForCausalLM" in (config.architectures or []):
+        model = WhisperForCausalLM.from_pretrained(source, dtype=plan.dtype,
+                                                   attn_implementation="sdpa")
+        model = model.to(plan.device).eval()
+        return Assistant(label, model.model.decoder, model.proj_out, None, languages)
+    model = WhisperForConditionalGeneration.from_pretrained(source, dtype=plan.dtype,
+                                                            attn_implementation="sdpa")
+    model = model.to(plan.device).eval()
+    return Assistant(label, model.model.decoder, model.proj_out, model.model.encoder, languages)

@@ -1,0 +1,138 @@
+"""Where draft tokens come from: the previous hypothesis, an assistant model, or both.
+
+A drafter proposes the next few tokens given what has been decoded so far; the main
+model verifies them in one pass and keeps the longest prefix it agrees with, so a
+wrong draft costs time, never accuracy.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+MAX_MATCH_NGRAM = 3
+
+
+class Drafter(Protocol):
+    def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]: ...
+
+    def feedback(self, proposed: int, accepted: int) -> None: ...
+
+
+class HypothesisDrafter:
+    """Drafts from the previous decode of the same (shorter) audio.
+
+    While the new hypothesis repeats the old one, the old one's next tokens are the
+    draft. After they part ways, the longest recent n-gram of the new hypothesis is
+    looked up in the old one and what followed it there is proposed (prompt-lookup
+    decoding, with the previous hypothesis as the lookup text).
+    """
+
+    def __init__(self, previous: Sequence[int]):
+        self.previous = list(previous)
+
+    def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]:
+        previous, n = self.previous, len(tokens)
+        if limit <= 0 or not previous:
+            return []
+        if previous[:n] == list(tokens):
+            return previous[n:n + limit]
+        for size in range(min(MAX_MATCH_NGRAM, n), 0, -1):
+            tail = list(tokens[n - size:])
+            # the latest occurrence: the hypothesis is usually revised near its end
+            for start in range(len(previous) - size, -1, -1):
+                if previous[start:start + size] == tail:
+                    return previous[start + size:start + size + limit]
+        return []
+
+    def feedback(self, proposed: int, accepted: int) -> None:
+        pass
+
+
+class AssistantDrafter:
+    """Greedy drafts from a small assistant model sharing the main model's tokenizer.
+
+    A decoder-only assistant (``WhisperForCausalLM``) reads the main encoder's output;
+    a full seq2seq assistant brings its own encoder output. The assistant keeps its own
+    cache and re-syncs it to the accepted tokens before each proposal. The draft length
+    adapts: longer after full acceptance, shorter after a rejection.
+    """
+
+    def __init__(self, decoder, proj_out, encoder_hidden: torch.Tensor,
+                 suppress: torch.Tensor | None = None, eot: int | None = None,
+                 initial_length: int = 4, max_length: int = 16):
+        self._suppress = suppress  # the main model's suppressed tokens: never worth drafting
+        self._eot = eot
+        self._decoder = decoder
+        self._proj_out = proj_out
+        self._encoder_hidden = encoder_hidden
+        self._cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self._fed: list[int] = []
+        self._pending_logits: torch.Tensor | None = None
+        self.length = initial_length
+        self._max_length = max_length
+
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        out = self._decoder(input_ids=torch.tensor([ids], device=self._encoder_hidden.device),
+                            encoder_hidden_states=self._encoder_hidden, cache=self._cache,
+                            use_cache=True)
+        self._fed.extend(ids)
+        logits = self._proj_out(out.last_hidden_state[:, -1])[0]
+        if self._suppress is not None:
+            logits = logits.masked_fill(self._suppress, float("-inf"))
+        return logits
+
+    def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]:
+        limit = min(limit, self.length)
+        if limit <= 0:
+            return []
+        context = list(prompt) + list(tokens)
+        common = 0
+        for a, b in zip(self._fed, context):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(context) - 1)  # always feed at least one token for logits
+        if common < len(self._fed):
+            self._cache.crop(common - len(self._fed))  # transformers 5 crops by a negative count
+            del self._fed[common:]
+        logits = self._feed(context[common:])
+        draft: list[int] = []
+        while True:
+            token = int(logits.argmax())
+            if token == self._eot:
+                return draft  # the main model decides the end itself
+            draft.append(token)
+            if len(draft) >= limit:
+                return draft
+            logits = self._feed([token])
+
+    def feedback(self, proposed: int, accepted: int) -> None:
+        if proposed == 0:
+            return
+        if accepted == proposed:
+            self.length = min(self._max_length, self.length + 2)
+        else:
+            self.length = max(1, self.length - 1)
+
+
+class ChainedDrafter:
+    """The previous hypothesis first; where it has nothing to offer, the assistant."""
+
+    def __init__(self, first: Drafter, second: Drafter):
+        self._first, self._second = first, second
+        self._last: Drafter | None = None
+
+    def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]:
+        draft = self._first.propose(prompt, tokens, limit)
+        self._last = self._first
+        if not draft:
+            draft = self._second.propose(prompt, tokens, limit)
+            self._last = self._second
+        return draft
+
+    def feedback(self, proposed: int, accepted: int) -> None:
+        if self._last is not None:
+            self._last.feedback(proposed, accepted)

@@ -1,0 +1,151 @@
+"""Speculative decoding is lossless: drafts change the number of passes, never the tokens."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
+
+from audio_fixtures import SAMPLE_WAV, read_wav, silence
+from parley.models.assistant import IncompatibleAssistant, load_assistant
+from parley.models.bundle import resolve_model
+from parley.models.device import plan_device
+from parley.models.drafters import AssistantDrafter, HypothesisDrafter
+from parley.models.greedy import GreedyVerifier
+from parley.models.whisper_engine import WhisperEngine
+
+CPU = plan_device("cpu")
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return read_wav(SAMPLE_WAV)
+
+
+@pytest.fixture(scope="module")
+def base_engine(models_dir):
+    """base as main model, and base again as a full seq2seq assistant (the one real pair)."""
+    source = resolve_model("base", models_dir)
+    return WhisperEngine(source, "base", CPU, assistant_source=source, assistant_label="base")
+
+
+def generate_reference(engine, audio, language=None):
+    kwargs = {"language": language, "task": "transcribe"} if engine.multilingual else {}
+    with torch.inference_mode():
+        out = engine.model.generate(engine.features(audio), **kwargs)[0].tolist()
+    return tuple(t for t in out if t < engine.model.generation_config.eos_token_id)
+
+
+def test_plain_greedy_equals_transformers_generate(tiny_engine, sample):
+    """With no drafter, the verifier's output is transformers' greedy generate output."""
+    for start, end in [(6.4, 14.0), (14.0, 21.0), (21.0, 30.0)]:
+        audio = sample[int(start * 16000):int(end * 16000)]
+        got = tiny_engine.transcribe(audio, use_assistant=False)
+        assert got.tokens == generate_reference(tiny_engine, audio) and len(got.tokens) > 10
+
+
+def test_previous_hypothesis_drafts_are_lossless_and_accepted(tiny_engine, sample):
+    """Re-decoding a growing segment with the last hypothesis as draft changes nothing but speed."""
+    previous, accepted, plain_passes, drafted_passes = None, 0, 0, 0
+    for end in np.arange(8.0, 21.5, 0.5):
+        audio = sample[int(6.4 * 16000):int(end * 16000)]
+        plain = tiny_engine.transcribe(audio)
+        drafted = tiny_engine.transcribe(audio, draft=previous)
+        assert drafted.tokens == plain.tokens
+        accepted += drafted.stats.accepted
+        plain_passes += plain.stats.passes
+        drafted_passes += drafted.stats.passes
+        previous = plain.tokens
+    assert accepted > 100 and drafted_passes < plain_passes / 2
+
+
+def test_real_assistant_is_lossless_and_fully_accepted(base_engine, sample):
+    """base drafting for base: same tokens as plain greedy, and every draft is accepted."""
+    audio = sample[int(6.4 * 16000):int(21.0 * 16000)]
+    plain = base_engine.transcribe(audio, language="en", use_assistant=False)
+    assisted = base_engine.transcribe(audio, language="en")
+    both = base_engine.transcribe(audio[: len(audio) * 3 // 4], language="en")
+    combined = base_engine.transcribe(audio, language="en", draft=both.tokens)
+    assert assisted.tokens == plain.tokens == combined.tokens
+    assert assisted.stats.accepted == assisted.stats.drafted > 0
+    assert assisted.stats.passes < plain.stats.passes / 2
+    assert plain.tokens == generate_reference(base_engine, audio, "en")
+
+
+def random_whisper(path, d_model, decoder_layers, causal=False, seed=0, vocab=600):
+    """A small random Whisper (or decoder-only WhisperForCausalLM) saved to ``path``."""
+    torch.manual_seed(seed)
+    config = WhisperConfig(vocab_size=vocab, num_mel_bins=80, d_model=d_model,
+                           encoder_layers=1, decoder_layers=decoder_layers,
+                           encoder_attention_heads=2, decoder_attention_heads=2,
+                           encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
+                           max_source_positions=1500, max_target_positions=96,
+                           decoder_start_token_id=vocab - 3, eos_token_id=vocab - 1,
+                           pad_token_id=vocab - 1, bos_token_id=vocab - 1)
+    cls = WhisperForCausalLM if causal else WhisperForConditionalGeneration
+    model = cls(config).eval()
+    with torch.no_grad():  # sharper logits than the default init, so greedy paths vary
+        for p in model.parameters():
+            p.mul_(4.0)
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.mark.parametrize("causal, assistant_width", [(True, 64), (False, 32), (False, 64)])
+def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistant_width):
+    """Random main/assistant pairs of other sizes: assisted greedy == plain greedy."""
+    if causal and assistant_width != 64:
+        pytest.skip("a decoder-only assistant must match the main model's width")
+    main = random_whisper(tmp_path / "main", 64, 3, seed=1)
+    random_whisper(tmp_path / "assistant", assistant_width, 1, causal=causal, seed=2)
+    assistant = load_assistant(str(tmp_path / "assistant"), "random", main, None, CPU, None)
+    verifier = GreedyVerifier(main, suppress=[], begin_suppress=[], eot=599, no_speech_token=None)
+    torch.manual_seed(3)
+    checked = 0
+    for trial in range(4):
+        features = torch.randn(1, 80, 3000)
+        with torch.inference_mode():
+            hidden = main.model.encoder(features).last_hidden_state
+            drafter = AssistantDrafter(assistant.decoder, assistant.proj_out,
+                                       assistant.encode(features, hidden), eot=599)
+            prompt = [597, 598] if trial % 2 else [597]
+            plain = verifier.decode(hidden, prompt, 0)
+            assisted = verifier.decode(hidden, prompt, 0, drafter)
+            hypothesis = verifier.decode(hidden, prompt, 0, HypothesisDrafter(
+                plain.tokens[: len(plain.tokens) // 2] + [5, 6, 7]))
+        assert assisted.tokens == plain.tokens == hypothesis.tokens
+        assert assisted.stats.verify_steps > 0
+        checked += len(plain.tokens)
+    assert checked > 20
+
+
+def test_incompatible_assistant_is_refused_with_a_reason(models_dir):
+    """tiny.en (English vocabulary) cannot draft for base (multilingual): a clear refusal."""
+    with pytest.raises(IncompatibleAssistant, match="vocabularies differ"):
+        WhisperEngine(resolve_model("base", models_dir), "base", CPU,
+                      assistant_source=resolve_model("tiny.en", models_dir))
+
+
+def test_decoder_only_assistant_must_match_the_encoder_width(tmp_path):
+    """A decoder-only assistant of another width than the main encoder is refused."""
+    main = random_whisper(tmp_path / "main", 64, 2)
+    random_whisper(tmp_path / "narrow", 32, 1, causal=True)
+    with pytest.raises(IncompatibleAssistant, match="width"):
+        load_assistant(str(tmp_path / "narrow"), "narrow", main, None, CPU, None)
+
+
+def test_hypothesis_drafter_follows_the_previous_hypothesis():
+    """It proposes the old continuation, and re-anchors after a revision by n-gram lookup."""
+    drafter = HypothesisDrafter([1, 2, 3, 4, 5, 6, 7])
+    assert drafter.propose([], [1, 2], 3) == [3, 4, 5]
+    assert drafter.propose([], [1, 9, 4, 5], 2) == [6, 7]   # "4 5" found, continue after it
+    assert drafter.propose([], [8, 8], 4) == []
+    assert drafter.propose([], [1, 2, 3, 4, 5, 6, 7], 4) == []
+
+
+def test_silence_and_noise_give_no_text(tiny_engine):
+    """The no-speech and compression guards keep hallucinations out of the text."""
+    rng = np.random.default_rng(1)
+    for audio in (silence(3.0), (0.05 * rng.standard_normal(48000)).astype(np.float32)):
+        result = tiny_engine.transcribe(audio, with_words=True)
+        assert result.text == "" and result.words == ()
+        assert result.rejected is not None or result.tokens == ()
