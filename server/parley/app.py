@@ -39,8 +39,9 @@ def load_asr(settings: Settings) -> tuple[AsrWorker, AsrService]:
         assistant_languages=frozenset(asr.assistant_languages)
         if asr.assistant_languages else None,
         max_draft=asr.max_draft)
-    worker = AsrWorker(engine, settings.asr.queue_size,
-                       on_thread_start=lambda: set_threads(settings.asr.threads))
+    worker = AsrWorker(engine, asr.queue_size,
+                       on_thread_start=lambda: set_threads(asr.threads),
+                       batch_when_waiting=asr.batch_when_waiting, max_batch=asr.max_batch)
     return worker, AsrService(worker, settings.asr.model, engine.check_language)
 
 

@@ -52,6 +52,10 @@ class AsrSettings(BaseModel):
         None, description="languages the assistant drafts for (None: all)")
     hypothesis_drafts: bool = Field(True, description="draft from the segment's last partial")
     max_draft: int = Field(16, ge=1, le=64, description="most draft tokens verified at once")
+    batch_when_waiting: int = Field(
+        4, ge=0, le=4096, description="queued decodes at which the worker batches plainly "
+                                      "instead of drafting one at a time (0: never)")
+    max_batch: int = Field(8, ge=2, le=256)
     context_tokens: int = Field(0, ge=0, le=223,
                                 description="tokens of earlier finals given as the prompt")
 

@@ -113,3 +113,48 @@ class GreedyVerifier:
             next_token = choices[kept]
         count = len(tokens) + 1  # the end-of-text choice counts, as in openai/whisper
         return Decoded(tokens, no_speech, total_logprob / count, stats)
+
+    @torch.inference_mode()
+    def decode_batch(self, encoder_hidden, prompt: list[int], sot_index: int) -> list[Decoded]:
+        """Plain greedy decoding of a batch that shares one prompt (no drafts).
+
+        When many decodes wait, one batched pass per step serves them all: speculative
+        decoding pays at batch size one, batching pays when there is a queue.
+        """
+        batch = encoder_hidden.shape[0]
+        device = encoder_hidden.device
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        ids = torch.tensor([prompt] * batch, device=device)
+        hidden = self._decoder(input_ids=ids, encoder_hidden_states=encoder_hidden, cache=cache,
+                               use_cache=True).last_hidden_state
+        no_speech = [0.0] * batch
+        if self._no_speech_token is not None:
+            probs = self._model.proj_out(hidden[:, sot_index]).float().softmax(-1)
+            no_speech = probs[:, self._no_speech_token].tolist()
+        logits = self._model.proj_out(hidden[:, -1]).float().masked_fill(self.suppress, -math.inf)
+        logits = logits.masked_fill(self._begin_suppress, -math.inf)
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        logprob = [0.0] * batch
+        done = [False] * batch
+        room = self._max_positions - len(prompt)
+        for step in range(room + 1):
+            choice = logits.argmax(-1)
+            chosen_logprob = logits.log_softmax(-1).gather(1, choice[:, None])[:, 0].tolist()
+            for i, token in enumerate(choice.tolist()):
+                if done[i]:
+                    continue
+                logprob[i] += chosen_logprob[i]
+                if token == self.eot or step == room:
+                    done[i] = True
+                else:
+                    tokens[i].append(token)
+            if all(done):
+                break
+            # Finished rows keep decoding end-of-text; their extra tokens are ignored.
+            feed = torch.where(torch.tensor(done, device=device), self.eot, choice)[:, None]
+            hidden = self._decoder(input_ids=feed, encoder_hidden_states=encoder_hidden,
+                                   cache=cache, use_cache=True).last_hidden_state
+            logits = self._model.proj_out(hidden[:, -1]).float().masked_fill(self.suppress,
+                                                                              -math.inf)
+        return [Decoded(t, no_speech[i], logprob[i] / (len(t) + 1),
+                        DecodeStats(passes=len(t) + 1)) for i, t in enumerate(tokens)]

@@ -142,6 +142,26 @@ class WhisperEngine:
         prompt = prefix + self.sot_sequence(language)
         drafter = self._drafter(features, encoder_hidden, language, draft, use_assistant)
         decoded = self.verifier.decode(encoder_hidden, prompt, len(prefix), drafter)
+        return self._finish(decoded, encoder_hidden, prompt, len(audio), with_words)
+
+    @torch.inference_mode()
+    def transcribe_batch(self, audios: list[np.ndarray], *, language: str | None,
+                         with_words: list[bool]) -> list[Transcription]:
+        """Plain greedy over several clips at once (no drafts, no context prompt).
+
+        A multilingual model needs ``language`` here: detection is per clip.
+        """
+        if self.multilingual and language is None:
+            raise ValueError("batched decoding needs a language for a multilingual model")
+        features = torch.cat([self.features(audio) for audio in audios])
+        encoder_hidden = self.model.model.encoder(features).last_hidden_state
+        prompt = self.sot_sequence(language)
+        decoded = self.verifier.decode_batch(encoder_hidden, prompt, 0)
+        return [self._finish(d, encoder_hidden[i:i + 1], prompt, len(audios[i]), with_words[i])
+                for i, d in enumerate(decoded)]
+
+    def _finish(self, decoded, encoder_hidden, prompt: list[int], samples: int,
+                with_words: bool) -> Transcription:
         tokens = decoded.tokens
         text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
         rejected = self.guards.rejects(decoded.no_speech_prob, decoded.avg_logprob,
@@ -150,7 +170,7 @@ class WhisperEngine:
         if rejected:
             text = ""
         elif with_words and tokens:
-            words = tuple(self._words(encoder_hidden, prompt, tokens, len(audio) / SAMPLE_RATE))
+            words = tuple(self._words(encoder_hidden, prompt, tokens, samples / SAMPLE_RATE))
         return Transcription(text=text, tokens=tuple(tokens), words=words,
                              no_speech_prob=decoded.no_speech_prob,
                              avg_logprob=decoded.avg_logprob, rejected=rejected,

@@ -55,6 +55,8 @@ class _Queued:
 class WorkerStats:
     jobs_done: int = 0
     jobs_failed: int = 0
+    batches: int = 0
+    batched_jobs: int = 0
     partials_cancelled: int = 0
     busy_seconds: float = 0.0
     audio_seconds: float = 0.0
@@ -64,12 +66,22 @@ class WorkerStats:
 
 
 class AsrWorker:
+    """Runs jobs one at a time with speculative decoding, or several at once when many wait.
+
+    Speculative decoding pays at batch size one; with a queue, one batched plain pass
+    per step serves every waiting job. ``batch_when_waiting`` is the queue length at
+    which the worker switches (0: never), ``max_batch`` the most jobs in one batch.
+    """
+
     def __init__(self, engine: Transcriber, capacity: int,
-                 on_thread_start: Callable[[], None] | None = None):
+                 on_thread_start: Callable[[], None] | None = None,
+                 batch_when_waiting: int = 0, max_batch: int = 8):
         if capacity < 2:
             raise ValueError("the ASR queue needs room for at least two jobs")
         self.engine = engine
         self.capacity = capacity
+        self.batch_when_waiting = batch_when_waiting if hasattr(engine, "transcribe_batch") else 0
+        self.max_batch = max_batch
         self.stats = WorkerStats()
         self._queue: queue.PriorityQueue = queue.PriorityQueue()
         self._sequence = itertools.count()
@@ -140,24 +152,74 @@ class AsrWorker:
             if not item.future.set_running_or_notify_cancel():
                 self.stats.partials_cancelled += 1
                 continue
+            batch = self._batch_with(item)
             started = time.perf_counter()
-            try:
-                job = item.job
-                result = self.engine.transcribe(job.audio, language=job.language,
-                                                with_words=job.with_words, draft=job.draft,
-                                                context=job.context)
-            except Exception as exc:  # the session turns it into an error message
-                log.exception("transcription failed")
-                self.stats.jobs_failed += 1
-                item.future.set_exception(exc)
+            if len(batch) > 1:
+                self._run_batch(batch)
             else:
-                self.stats.jobs_done += 1
-                decode_stats = getattr(result, "stats", None)
-                if decode_stats is not None:
-                    self.stats.drafted += decode_stats.drafted
-                    self.stats.accepted += decode_stats.accepted
-                    self.stats.verify_steps += decode_stats.verify_steps
-                item.future.set_result(result)
-            finally:
-                self.stats.busy_seconds += time.perf_counter() - started
-                self.stats.audio_seconds += len(item.job.audio) / 16000
+                self._run_one(item)
+            self.stats.busy_seconds += time.perf_counter() - started
+            self.stats.audio_seconds += sum(len(b.job.audio) for b in batch) / 16000
+
+    def _batch_with(self, first: _Queued) -> list[_Queued]:
+        """``first``, plus the waiting jobs it can share a batch with when the queue is long."""
+        if not self.batch_when_waiting or self._queue.qsize() < self.batch_when_waiting:
+            return [first]
+        if first.job.context or first.job.language is None and getattr(
+                self.engine, "multilingual", False):
+            return [first]
+        batch, put_back = [first], []
+        while len(batch) < self.max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            compatible = (item.job is not None and not item.job.context
+                          and item.job.language == first.job.language)
+            if not compatible:
+                put_back.append(item)
+            elif item.future.set_running_or_notify_cancel():
+                batch.append(item)
+            else:
+                self.stats.partials_cancelled += 1
+        for item in put_back:
+            self._queue.put(item)
+        return batch
+
+    def _run_one(self, item: _Queued) -> None:
+        job = item.job
+        try:
+            result = self.engine.transcribe(job.audio, language=job.language,
+                                            with_words=job.with_words, draft=job.draft,
+                                            context=job.context)
+        except Exception as exc:  # the session turns it into an error message
+            log.exception("transcription failed")
+            self.stats.jobs_failed += 1
+            item.future.set_exception(exc)
+            return
+        self._done(item, result)
+
+    def _run_batch(self, batch: list[_Queued]) -> None:
+        try:
+            results = self.engine.transcribe_batch(
+                [b.job.audio for b in batch], language=batch[0].job.language,
+                with_words=[b.job.with_words for b in batch])
+        except Exception as exc:
+            log.exception("batched transcription failed")
+            self.stats.jobs_failed += len(batch)
+            for item in batch:
+                item.future.set_exception(exc)
+            return
+        self.stats.batches += 1
+        self.stats.batched_jobs += len(batch)
+        for item, result in zip(batch, results):
+            self._done(item, result)
+
+    def _done(self, item: _Queued, result) -> None:
+        self.stats.jobs_done += 1
+        decode_stats = getattr(result, "stats", None)
+        if decode_stats is not None:
+            self.stats.drafted += decode_stats.drafted
+            self.stats.accepted += decode_stats.accepted
+            self.stats.verify_steps += decode_stats.verify_steps
+        item.future.set_result(result)
