@@ -34,13 +34,15 @@ models: $(VENV)/.installed
 	$(VENV)/bin/parley models install --models-dir "$(MODELS_DIR)"
 
 run: install
-	$(VENV)/bin/parley serve --host $(HOST) --port $(PORT) --models-dir "$(MODELS_DIR)"
+	$(VENV)/bin/parley serve --host $(HOST) --port $(PORT) --models-dir "$(MODELS_DIR)" --diarization bundle
 
 test: install
 	$(PY) -m pytest -q
 
 bench: install
 	$(PY) bench/asr.py
+	$(PY) bench/diarization.py
+	$(PY) bench/stream.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/results/*.json

@@ -55,7 +55,7 @@ def test_previous_hypothesis_drafts_are_lossless_and_accepted(tiny_engine, sampl
         plain_passes += plain.stats.passes
         drafted_passes += drafted.stats.passes
         previous = plain.tokens
-    assert accepted > 100 and drafted_passes < plain_passes / 2
+    assert accepted > 100 and drafted_passes < 0.6 * plain_passes
 
 
 def test_real_assistant_is_lossless_and_fully_accepted(base_engine, sample):
@@ -140,6 +140,9 @@ def test_hypothesis_drafter_follows_the_previous_hypothesis():
     assert drafter.propose([], [1, 9, 4, 5], 2) == [6, 7]   # "4 5" found, continue after it
     assert drafter.propose([], [8, 8], 4) == []
     assert drafter.propose([], [1, 2, 3, 4, 5, 6, 7], 4) == []
+    far = HypothesisDrafter([5, 1, 2] + list(range(10, 40)) + [5, 6])
+    assert far.propose([], [5], 2) == [1, 2]
+    assert far.propose([], [5, 9, 5], 2) == [1, 2]  # the "5" near the start, not the far one
 
 
 def test_silence_and_noise_give_no_text(tiny_engine):

@@ -45,6 +45,26 @@ def load_asr(settings: Settings) -> tuple[AsrWorker, AsrService]:
     return worker, AsrService(worker, settings.asr.model, engine.check_language)
 
 
+def load_diarization(settings: Settings):
+    """The diarization worker, or None when it is off (then pyannote is never imported)."""
+    if not settings.diarization.enabled:
+        return None
+    from parley.core.speakers import ClusteringConfig
+    from parley.models.device import plan_device
+    from parley.models.speaker_models import load_speaker_models
+    from parley.runtime.diarization import DiarizationConfig, DiarizationWorker
+
+    d = settings.diarization
+    plan = plan_device(settings.asr.device)
+    log.info("loading diarization models (%s) on %s", d.source, plan.description)
+    models = load_speaker_models(d.source, settings.models_dir, plan.device)
+    config = DiarizationConfig(
+        window_s=d.window_s, step_s=d.step_s, latency_s=d.latency_s,
+        clustering=ClusteringConfig(max_speakers=d.max_speakers,
+                                    new_speaker_distance=d.new_speaker_distance))
+    return DiarizationWorker(models, config, capacity=2 * settings.server.max_sessions)
+
+
 @dataclass
 class RunningServer:
     """A started server: its address, and how to stop it."""
@@ -52,6 +72,7 @@ class RunningServer:
     endpoint: StreamEndpoint
     worker: AsrWorker
     server: Server
+    diarization: object | None = None
 
     @property
     def port(self) -> int:
@@ -62,26 +83,33 @@ class RunningServer:
         await self.endpoint.shutdown()
         await self.server.wait_closed()
         await self.worker.stop()
+        if self.diarization is not None:
+            await self.diarization.stop()
 
 
-async def start_server(settings: Settings, worker: AsrWorker, asr: AsrService) -> RunningServer:
+async def start_server(settings: Settings, worker: AsrWorker, asr: AsrService,
+                       diarization=None) -> RunningServer:
     worker.start()
+    if diarization is not None:
+        diarization.start()
     limits = StreamLimits(
         max_sessions=settings.server.max_sessions,
         max_frame_bytes=settings.server.max_frame_bytes,
         idle_timeout_s=settings.server.idle_timeout_s,
         max_segment_s=settings.vad.max_segment_s,
+        diarization_latency_s=settings.diarization.latency_s if diarization else None,
     )
     options = SessionOptions(vad=settings.vad.to_config(),
                              partial_interval_s=settings.asr.partial_interval_s,
                              context_tokens=settings.asr.context_tokens,
                              hypothesis_drafts=settings.asr.hypothesis_drafts)
     token = settings.token.get_secret_value() if settings.token else None
-    endpoint = StreamEndpoint(asr, options, limits, token)
+    endpoint = StreamEndpoint(asr, options, limits, token, diarization)
 
     def health() -> dict:
         return {"status": "ok", "model": asr.model_label, "sessions": endpoint.live_sessions,
-                "asr_backlog": worker.backlog}
+                "asr_backlog": worker.backlog,
+                "diarization": settings.diarization.source if diarization else None}
 
     server = await serve(
         endpoint.handle,
@@ -92,19 +120,21 @@ async def start_server(settings: Settings, worker: AsrWorker, asr: AsrService) -
         compression=None,  # audio does not compress; deflate would only cost CPU
         open_timeout=10,
     )
-    return RunningServer(endpoint, worker, server)
+    return RunningServer(endpoint, worker, server, diarization)
 
 
 async def serve_forever(settings: Settings) -> None:
     worker, asr = await asyncio.to_thread(load_asr, settings)
-    running = await start_server(settings, worker, asr)
+    diarization = await asyncio.to_thread(load_diarization, settings)
+    running = await start_server(settings, worker, asr, diarization)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     host = settings.server.host
     print(f"Parley listening on ws://{host}:{running.port}/v1/stream "
-          f"(model {asr.model_label}; health at http://{host}:{running.port}/health)",
+          f"(model {asr.model_label}, diarization {settings.diarization.source}; "
+          f"health at http://{host}:{running.port}/health)",
           flush=True)
     await stop.wait()
     log.info("shutting down")

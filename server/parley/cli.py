@@ -17,7 +17,7 @@ def _serve(args: argparse.Namespace) -> int:
     from parley.app import serve_forever
     from parley.config import Settings
 
-    overrides: dict = {"server": {}, "asr": {}}
+    overrides: dict = {"server": {}, "asr": {}, "diarization": {}}
     for flag, section, key in [("host", "server", "host"), ("port", "server", "port"),
                                ("max_sessions", "server", "max_sessions"),
                                ("model", "asr", "model"), ("device", "asr", "device"),
@@ -25,7 +25,8 @@ def _serve(args: argparse.Namespace) -> int:
                                ("assistant", "asr", "assistant"),
                                ("assistant_languages", "asr", "assistant_languages"),
                                ("context_tokens", "asr", "context_tokens"),
-                               ("partial_interval", "asr", "partial_interval_s")]:
+                               ("partial_interval", "asr", "partial_interval_s"),
+                               ("diarization", "diarization", "source")]:
         value = getattr(args, flag)
         if value is not None:
             overrides[section][key] = value
@@ -84,7 +85,7 @@ def _stream(args: argparse.Namespace) -> int:
 
 def _models(args: argparse.Namespace) -> int:
     from parley.config import default_models_dir
-    from parley.models.bundle import BUNDLE, install_bundle, verify
+    from parley.models.bundle import BUNDLE, DIARIZATION, install_bundle, verify
 
     models_dir = Path(args.models_dir) if args.models_dir else default_models_dir()
     if args.action == "install":
@@ -97,9 +98,11 @@ def _models(args: argparse.Namespace) -> int:
             return 1
         return 0
     status = 0
-    for name, spec in BUNDLE.items():
+    described = {**{n: s.description for n, s in BUNDLE.items()},
+                 DIARIZATION.name: DIARIZATION.description}
+    for name, description in described.items():
         problems = verify(models_dir / name)
-        print(f"{'ok ' if not problems else '-- '} {name:8} {spec.description}"
+        print(f"{'ok ' if not problems else '-- '} {name:11} {description}"
               + ("" if not problems else f"  ({problems[0]})"))
         status |= bool(problems and args.action == "verify")
     return status
@@ -128,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tokens of earlier finals given to the model as its prompt")
     serve.add_argument("--partial-interval", type=float, help="seconds between partials")
     serve.add_argument("--max-sessions", type=int)
+    serve.add_argument("--diarization", metavar="off|bundle|HUB_ID|PATH",
+                       help="speaker labels: the offline bundle, or a pyannote pipeline "
+                            "(hub ids read HF_TOKEN from the environment)")
     serve.add_argument("--models-dir")
     serve.set_defaults(run=_serve)
 

@@ -60,6 +60,27 @@ class AsrSettings(BaseModel):
                                 description="tokens of earlier finals given as the prompt")
 
 
+class DiarizationSettings(BaseModel):
+    source: str = Field("off", description="off, bundle, a pyannote pipeline directory, or a "
+                                           "hub id such as pyannote/speaker-diarization-3.1")
+    window_s: float = Field(5.0, ge=1.0, le=10.0, description="audio each step looks at")
+    step_s: float = Field(0.5, ge=0.1, le=5.0, description="how often a step runs")
+    latency_s: float = Field(2.0, ge=0.1, le=30.0, description="how long a label may change")
+    max_speakers: int = Field(8, ge=1, le=64)
+    new_speaker_distance: float = Field(0.5, gt=0.0, lt=2.0,
+                                        description="cosine distance that makes a new speaker")
+
+    @property
+    def enabled(self) -> bool:
+        return self.source != "off"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DiarizationSettings":
+        if self.step_s > self.window_s or self.latency_s < self.step_s:
+            raise ValueError("diarization needs step_s <= window_s and latency_s >= step_s")
+        return self
+
+
 class ServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
@@ -78,6 +99,7 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     asr: AsrSettings = AsrSettings()
     vad: VadSettings = VadSettings()
+    diarization: DiarizationSettings = DiarizationSettings()
 
     @model_validator(mode="after")
     def _partials_fit_segments(self) -> "Settings":

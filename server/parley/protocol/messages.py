@@ -241,6 +241,16 @@ class Final:
 
 
 @dataclass(frozen=True)
+class SpeakerUpdate:
+    """A later diarization step changed the speakers of a final already sent."""
+
+    segment_id: int
+    speaker: str | None
+    words: list[Word] = field(default_factory=list)
+    type: str = "speaker_update"
+
+
+@dataclass(frozen=True)
 class Finalized:
     audio_end: float
     type: str = "finalized"
@@ -265,7 +275,8 @@ class Error:
         return self.code.close_code is not None
 
 
-ServerMessage = SessionStarted | SpeechStarted | Partial | Final | Finalized | SessionEnded | Error
+ServerMessage = (SessionStarted | SpeechStarted | Partial | Final | SpeakerUpdate | Finalized
+                 | SessionEnded | Error)
 
 
 def _round_times(value: Any) -> Any:

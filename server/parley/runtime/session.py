@@ -25,6 +25,7 @@ from parley.protocol.messages import (Error, ErrorCode, Final, Finalized, FinalR
                                       ServerMessage, SessionEnded, SpeechStarted, StreamConfig,
                                       Word)
 from parley.runtime.asr_worker import AsrJob, AsrWorker
+from parley.runtime.speaker_track import SpeakerTrack
 
 log = logging.getLogger(__name__)
 OUTBOX_SIZE = 256
@@ -48,12 +49,23 @@ class _Decode:
     is_final: bool
 
 
+@dataclass
+class _DiarizationStep:
+    """An outbox entry: a diarization step whose snapshot may revise earlier speakers."""
+
+    future: concurrent.futures.Future
+
+
 _END = object()
 
 
 class Session:
-    def __init__(self, config: StreamConfig, worker: AsrWorker, options: SessionOptions):
+    def __init__(self, config: StreamConfig, worker: AsrWorker, options: SessionOptions,
+                 speakers: SpeakerTrack | None = None):
+        if config.diarization and speakers is None:
+            raise ValueError("a diarized session needs a SpeakerTrack")
         self.config = config
+        self._speakers = speakers
         self._worker = worker
         self._options = options
         self._decoder = AudioDecoder(config)
@@ -81,6 +93,9 @@ class Session:
         self._check_open()
         for event in self._vad.push(samples):
             await self._on_event(event)
+        if self._speakers is not None:
+            for step in await self._speakers.push(samples):
+                await self._outbox.put(_DiarizationStep(step))
         await self._maybe_partial()
 
     async def finalize(self) -> None:
@@ -97,6 +112,8 @@ class Session:
             await self._on_event(event)
         for event in self._vad.flush(CloseReason.END_OF_STREAM):
             await self._on_event(event)
+        if self._speakers is not None:
+            await self._outbox.put(_DiarizationStep(await self._speakers.finish()))
         self._ended = True
         await self._outbox.put(SessionEnded(audio_duration=self.stream_time,
                                             segments=self._segments))
@@ -113,7 +130,7 @@ class Session:
             self._partial.cancel()
         while not self._outbox.empty():
             item = self._outbox.get_nowait()
-            if isinstance(item, _Decode):
+            if isinstance(item, (_Decode, _DiarizationStep)):
                 item.future.cancel()
 
     def _check_open(self) -> None:
@@ -128,6 +145,10 @@ class Session:
             item = await self._outbox.get()
             if item is _END:
                 return
+            if isinstance(item, _DiarizationStep):
+                for update in await self._speaker_updates(item):
+                    yield update
+                continue
             if not isinstance(item, _Decode):
                 yield item
                 continue
@@ -144,7 +165,30 @@ class Session:
                                 f"segment {item.segment_id} could not be transcribed: {exc}",
                                 segment_id=item.segment_id)
                 continue
-            yield item.to_message(result)
+            yield self._with_speakers(item.to_message(result))
+
+    def _with_speakers(self, message: ServerMessage) -> ServerMessage:
+        if self._speakers is None:
+            return message
+        if isinstance(message, Final):
+            return self._speakers.label_final(message)
+        if isinstance(message, Partial):
+            return self._speakers.label_partial(message)
+        return message
+
+    async def _speaker_updates(self, step: _DiarizationStep) -> list[ServerMessage]:
+        assert self._speakers is not None
+        try:
+            snapshot = await asyncio.wrap_future(step.future)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return []
+        except Exception:
+            log.exception("diarization step failed; speakers keep their last labels")
+            return []
+        return list(self._speakers.apply(snapshot))
 
     # ------------------------------------------------------------------ internals
 

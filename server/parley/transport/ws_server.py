@@ -23,7 +23,9 @@ from websockets.exceptions import ConnectionClosed
 from parley.protocol.messages import (ControlType, Error, ErrorCode, ProtocolError,
                                       SessionStarted, StreamConfig, encode, parse_control)
 from parley.runtime.asr_worker import AsrWorker
+from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.session import Session, SessionOptions
+from parley.runtime.speaker_track import SpeakerTrack
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +36,14 @@ class StreamLimits:
     max_frame_bytes: int
     idle_timeout_s: float
     max_segment_s: float
+    diarization_latency_s: float | None = None
 
     def to_json(self) -> dict:
-        return {"max_frame_bytes": self.max_frame_bytes, "idle_timeout_s": self.idle_timeout_s,
-                "max_segment_s": self.max_segment_s}
+        limits = {"max_frame_bytes": self.max_frame_bytes, "idle_timeout_s": self.idle_timeout_s,
+                  "max_segment_s": self.max_segment_s}
+        if self.diarization_latency_s is not None:
+            limits["diarization_latency_s"] = self.diarization_latency_s
+        return limits
 
 
 @dataclass(frozen=True)
@@ -59,8 +65,9 @@ class StreamEndpoint:
     """Serves /v1/stream; counts live sessions for admission (no per-session state here)."""
 
     def __init__(self, asr: AsrService, options: SessionOptions, limits: StreamLimits,
-                 token: str | None):
+                 token: str | None, diarization: DiarizationWorker | None = None):
         self._asr = asr
+        self._diarization = diarization
         self._options = options
         self._limits = limits
         self._token = token
@@ -87,7 +94,8 @@ class StreamEndpoint:
             await _close_with(connection, refusal.error)
             return
         self._live.add(task)
-        session = Session(config, self._asr.worker, self._options)
+        speakers = SpeakerTrack(self._diarization) if config.diarization else None
+        session = Session(config, self._asr.worker, self._options, speakers)
         session_id = uuid.uuid4().hex
         log.info("session %s started: %s", session_id, config)
         try:
@@ -134,9 +142,10 @@ class StreamEndpoint:
             raise _Fatal(Error(exc.code, exc.message)) from None
         except ValueError as exc:
             raise _Fatal(Error(ErrorCode.BAD_CONFIG, str(exc))) from None
-        if config.diarization:
+        if config.diarization and self._diarization is None:
             raise _Fatal(Error(ErrorCode.BAD_CONFIG,
-                               "diarization is not available on this server"))
+                               "diarization is not available on this server (start it with "
+                               "--diarization bundle)"))
         return config
 
     def _authorized(self, params: dict[str, str], headers) -> bool:

@@ -1,0 +1,157 @@
+"""Rolling aggregation of windowed speaker activity into a stable speaker timeline (pure).
+
+Each diarization step gives the activity of global speakers over one window (say
+the last 5 s, every 0.5 s), so every moment is seen by several overlapping windows.
+Their activities are averaged on a global frame grid. A frame is *settled* once it
+is ``latency`` seconds old: its label will not change after that, and it leaves the
+rolling buffers, which therefore stay the size of one window plus the latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Turn:
+    start: float
+    end: float
+    speaker: int
+
+
+@dataclass(frozen=True)
+class TimelineSnapshot:
+    """Who spoke when: settled turns up to ``settled_until``, provisional ones after it."""
+
+    turns: tuple[Turn, ...]
+    settled_until: float
+    speaker_count: int
+
+    def speaker_of(self, start: float, end: float) -> int | None:
+        """The speaker who overlaps [start, end] the most (None: nobody does)."""
+        overlap: dict[int, float] = {}
+        for turn in self.turns:
+            shared = min(end, turn.end) - max(start, turn.start)
+            if shared > 0:
+                overlap[turn.speaker] = overlap.get(turn.speaker, 0.0) + shared
+        if not overlap:
+            return self._nearest(start, end)
+        return max(overlap, key=overlap.get)
+
+    def _nearest(self, start: float, end: float, reach: float = 1.0) -> int | None:
+        # Short words between turns (breaths, "uh") go to the closest turn nearby.
+        middle = (start + end) / 2
+        best, distance = None, reach
+        for turn in self.turns:
+            gap = max(turn.start - middle, middle - turn.end, 0.0)
+            if gap < distance:
+                best, distance = turn.speaker, gap
+        return best
+
+
+@dataclass
+class SpeakerTimeline:
+    frame_step: float
+    latency: float
+    onset: float = 0.5         # mean activity above which a speaker is speaking
+    keep_seconds: float = 120  # settled history kept for labelling late finals
+    _sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    _counts: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _origin: int = 0           # global frame index of _sums[0]
+    _settled: list[Turn] = field(default_factory=list)
+    _open: dict[int, float] = field(default_factory=dict)  # speaker → start of a running turn
+    _speakers: int = 0
+
+    def add_window(self, start: float, activity: np.ndarray) -> None:
+        """``activity``: (frames, global speakers) for a window that begins at ``start``."""
+        first = int(round(start / self.frame_step))
+        frames, speakers = activity.shape
+        self._grow(first + frames, speakers)
+        offset = first - self._origin
+        if offset < 0:  # the part before the settled edge is history now
+            activity, frames, offset = activity[-offset:], frames + offset, 0
+        self._sums[offset:offset + frames, :speakers] += activity
+        self._counts[offset:offset + frames] += 1
+
+    def _grow(self, end_frame: int, speakers: int) -> None:
+        rows = max(end_frame - self._origin, self._sums.shape[0])
+        cols = max(speakers, self._sums.shape[1] if self._sums.size else 0)
+        self._speakers = max(self._speakers, cols)
+        if (rows, cols) != self._sums.shape:
+            grown = np.zeros((rows, cols))
+            grown[: self._sums.shape[0], : self._sums.shape[1]] = self._sums
+            counts = np.zeros(rows)
+            counts[: len(self._counts)] = self._counts
+            self._sums, self._counts = grown, counts
+
+    def _labels(self, rows: slice) -> np.ndarray:
+        counts = np.maximum(self._counts[rows], 1)[:, None]
+        return (self._sums[rows] / counts) > self.onset
+
+    def advance(self, now: float, final: bool = False) -> None:
+        """Settle every frame older than ``now - latency`` (every frame, if ``final``)."""
+        if final:
+            settle_to = len(self._counts)
+        else:
+            settle_to = min(int((now - self.latency) / self.frame_step) - self._origin,
+                            len(self._counts))
+        if settle_to <= 0:
+            if final:
+                self._close_turns(self._origin * self.frame_step)
+            return
+        labels = self._labels(slice(0, settle_to))
+        for i, row in enumerate(labels):
+            t = (self._origin + i) * self.frame_step
+            self._step_turns(row, t)
+        self._sums = self._sums[settle_to:]
+        self._counts = self._counts[settle_to:]
+        self._origin += settle_to
+        horizon = self._origin * self.frame_step - self.keep_seconds
+        while self._settled and self._settled[0].end < horizon:
+            self._settled.pop(0)
+        if final:
+            self._close_turns(self._origin * self.frame_step)
+
+    def _close_turns(self, at: float) -> None:
+        for speaker, start in sorted(self._open.items()):
+            if start < at:
+                self._settled.append(Turn(start, at, speaker))
+        self._open.clear()
+        self._settled.sort(key=lambda turn: (turn.start, turn.speaker))
+
+    def _step_turns(self, row: np.ndarray, t: float) -> None:
+        for speaker in range(len(row)):
+            if row[speaker] and speaker not in self._open:
+                self._open[speaker] = t
+            elif not row[speaker] and speaker in self._open:
+                self._settled.append(Turn(self._open.pop(speaker), t, speaker))
+
+    def snapshot(self) -> TimelineSnapshot:
+        settled_until = self._origin * self.frame_step
+        turns = list(self._settled)
+        # Running turns and the unsettled frames, as they stand now.
+        running = dict(self._open)
+        labels = self._labels(slice(0, len(self._counts))) if len(self._counts) else None
+        if labels is not None:
+            seen = self._counts > 0
+            for i, row in enumerate(labels):
+                if not seen[i]:
+                    continue
+                t = (self._origin + i) * self.frame_step
+                for speaker in range(len(row)):
+                    if row[speaker] and speaker not in running:
+                        running[speaker] = t
+                    elif not row[speaker] and speaker in running:
+                        turns.append(Turn(running.pop(speaker), t, speaker))
+            end = (self._origin + int(np.flatnonzero(seen)[-1]) + 1) * self.frame_step \
+                if seen.any() else settled_until
+        else:
+            end = settled_until
+        turns += [Turn(start, end, speaker) for speaker, start in running.items() if start < end]
+        turns.sort(key=lambda turn: (turn.start, turn.speaker))
+        return TimelineSnapshot(tuple(turns), settled_until, self._speakers)
+
+    def settled_turns(self) -> list[Turn]:
+        return list(self._settled)

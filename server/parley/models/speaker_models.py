@@ -1,0 +1,159 @@
+"""Speaker models for streaming diarization: local segmentation and speaker embeddings.
+
+Only the diarization worker imports this module, so a server without diarization
+never imports pyannote. Two sources:
+
+- ``bundle``: pyannote segmentation-3.0 and CAM++ (3D-Speaker) from the offline bundle;
+- a pyannote pipeline (hub id with ``HF_TOKEN`` from the environment, or a local
+  directory): its segmentation model and its speaker-embedding model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")  # pyannote's telemetry stays off
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+log = logging.getLogger(__name__)
+SAMPLE_RATE = 16000
+MIN_EMBEDDING_SECONDS = 0.3
+
+
+class Embedder(Protocol):
+    dimension: int
+
+    def __call__(self, window: torch.Tensor, masks: torch.Tensor) -> np.ndarray:
+        """(samples,) audio and (speakers, samples) boolean masks → (speakers, dim); NaN rows
+        for speakers with too little audio."""
+
+
+class CamPlusPlusEmbedder:
+    """CAM++ on 80-bin Kaldi fbank (mean-normalised), as 3D-Speaker trains it."""
+
+    dimension = 192
+
+    def __init__(self, directory: Path, device: torch.device):
+        spec = importlib.util.spec_from_file_location("parley_campplus",
+                                                      directory / "camplusplus.py")
+        module = importlib.util.module_from_spec(spec)
+        assert spec.loader is not None
+        spec.loader.exec_module(module)
+        model = module.CAMPPlus(feat_dim=80, embedding_size=self.dimension)
+        state = torch.load(directory / "campplus_cn_en_common.pt", map_location="cpu",
+                           weights_only=True)
+        model.load_state_dict(state)
+        self._model = model.to(device).eval()
+        self._device = device
+
+    @torch.inference_mode()
+    def __call__(self, window: torch.Tensor, masks: torch.Tensor) -> np.ndarray:
+        from torchaudio.compliance import kaldi
+
+        out = np.full((len(masks), self.dimension), np.nan, dtype=np.float32)
+        for i, mask in enumerate(masks):
+            samples = window[mask]
+            if len(samples) < MIN_EMBEDDING_SECONDS * SAMPLE_RATE:
+                continue
+            features = kaldi.fbank(samples[None] * 32768.0, num_mel_bins=80, dither=0.0,
+                                   sample_frequency=SAMPLE_RATE)
+            features = features - features.mean(dim=0, keepdim=True)
+            out[i] = self._model(features[None].to(self._device))[0].float().cpu().numpy()
+        return out
+
+
+class PyannoteEmbedder:
+    """A pyannote pipeline's own embedding model (e.g. WeSpeaker ResNet34)."""
+
+    def __init__(self, embedding):
+        self._embedding = embedding
+        self.dimension = embedding.dimension
+
+    def __call__(self, window: torch.Tensor, masks: torch.Tensor) -> np.ndarray:
+        count = len(masks)
+        enough = masks.sum(dim=1) >= MIN_EMBEDDING_SECONDS * SAMPLE_RATE
+        out = np.full((count, self.dimension), np.nan, dtype=np.float32)
+        if enough.any():
+            waveforms = window[None, None].expand(int(enough.sum()), 1, -1)
+            out[enough.numpy()] = self._embedding(waveforms, masks=masks[enough].float())
+        return out
+
+
+@dataclass
+class SpeakerModels:
+    segmentation: torch.nn.Module
+    embed: Embedder
+    label: str
+    frame_step: float      # seconds between segmentation frames
+    frame_duration: float  # seconds each frame covers
+    frame_start: float     # the first frame's start within the window
+    device: torch.device
+
+    @torch.inference_mode()
+    def segment(self, window: np.ndarray) -> np.ndarray:
+        """Local speaker activity: (frames, local speakers) probabilities in [0, 1]."""
+        from pyannote.audio.utils.powerset import Powerset
+
+        waveform = torch.from_numpy(window)[None, None].to(self.device)
+        output = self.segmentation(waveform)
+        spec = self.segmentation.specifications
+        if spec.powerset:
+            powerset = Powerset(len(spec.classes), spec.powerset_max_classes).to(self.device)
+            output = powerset.to_multilabel(output, soft=True)
+        return output[0].float().cpu().numpy()
+
+
+def _frames_of(model) -> tuple[float, float, float]:
+    field = model.receptive_field
+    return field.step, field.duration, field.start
+
+
+def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> SpeakerModels:
+    """``bundle``, a pyannote pipeline directory, or a pyannote hub pipeline id."""
+    from pyannote.audio import Model
+
+    if source == "bundle":
+        from parley.models.bundle import DIARIZATION, verify
+
+        directory = models_dir / DIARIZATION.name
+        problems = verify(directory)
+        if problems:
+            raise FileNotFoundError(f"the diarization bundle is not installed in {models_dir} "
+                                    f"({problems[0]}); run `parley models install`")
+        segmentation = Model.from_pretrained(str(directory / "segmentation" /
+                                                 "pytorch_model.bin")).to(device).eval()
+        embed = CamPlusPlusEmbedder(directory / "campplus", device)
+        return SpeakerModels(segmentation, embed, "bundle", *_frames_of(segmentation), device)
+    pipeline = _load_pipeline(source)
+    segmentation = pipeline._segmentation.model.to(device).eval()
+    embedding = pipeline._embedding
+    embedding.to(device)
+    return SpeakerModels(segmentation, PyannoteEmbedder(embedding), source,
+                         *_frames_of(segmentation), device)
+
+
+def _load_pipeline(source: str):
+    from pyannote.audio import Pipeline
+
+    if Path(source).expanduser().exists():
+        return Pipeline.from_pretrained(str(Path(source).expanduser()))
+    token = os.environ.get("HF_TOKEN")
+    if not token:
+        raise RuntimeError(f"diarization pipeline {source!r} is on the Hugging Face hub and "
+                           "gated: set HF_TOKEN in the environment (its value is never logged)")
+    try:
+        pipeline = Pipeline.from_pretrained(source, token=token)
+    except Exception as exc:  # the hub's own errors say more than we could
+        raise RuntimeError(f"could not load diarization pipeline {source!r}: "
+                           f"{type(exc).__name__} (check HF_TOKEN and that you accepted the "
+                           "model's conditions on the hub)") from None
+    if pipeline is None:
+        raise RuntimeError(f"could not load diarization pipeline {source!r}: is HF_TOKEN valid?")
+    return pipeline

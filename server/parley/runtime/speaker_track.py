@@ -1,0 +1,114 @@
+"""One session's diarization, seen from the event loop: feeding steps, labelling results.
+
+The diarization thread owns the session's ``StreamDiarizer``; this object only keeps
+the audio window to send it, the latest immutable timeline snapshot, and the finals
+whose speakers may still change, so that a later snapshot can revise them with a
+``speaker_update``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from dataclasses import replace
+
+import numpy as np
+
+from parley.core.ring import AudioRing
+from parley.core.speaker_timeline import TimelineSnapshot
+from parley.protocol.messages import Final, Partial, SpeakerUpdate
+from parley.runtime.diarization import DiarizationWorker
+
+SAMPLE_RATE = 16000
+
+
+def speaker_label(index: int | None) -> str | None:
+    return None if index is None else f"S{index + 1}"
+
+
+class SpeakerTrack:
+    def __init__(self, worker: DiarizationWorker):
+        config = worker.config
+        self._worker = worker
+        self._diarizer = worker.new_stream()
+        self._window = int(config.window_s * SAMPLE_RATE)
+        self._step = int(config.step_s * SAMPLE_RATE)
+        self._ring = AudioRing(self._window)
+        self._since_step = 0
+        self._pending: concurrent.futures.Future | None = None
+        self._snapshot = TimelineSnapshot((), 0.0, 0)
+        self._unsettled: dict[int, Final] = {}  # segment id → final as last sent
+
+    # ------------------------------------------------------------------ feeding
+
+    async def push(self, samples: np.ndarray) -> list[concurrent.futures.Future]:
+        """Keep the audio and start the steps that are due (their futures, in order).
+
+        A step may be skipped while the previous one runs, because the next window still
+        covers its audio; once skipping would leave audio that no window sees, this waits
+        for the running step instead (back-pressure, as for ASR), so nothing goes unseen.
+        """
+        started = []
+        for offset in range(0, len(samples), self._step):
+            piece = samples[offset:offset + self._step]
+            self._ring.push(piece)
+            self._since_step += len(piece)
+            if self._since_step < self._step:
+                continue
+            if self._pending is not None and not self._pending.done():
+                if self._since_step + self._step <= self._window:
+                    continue  # the next window still covers this audio
+                await asyncio.wait([asyncio.wrap_future(self._pending)])
+            now = self._ring.total / SAMPLE_RATE
+            window = self._ring.latest(self._window)
+            future = await self._worker.submit(self._diarizer, window,
+                                               now - len(window) / SAMPLE_RATE, now)
+            self._since_step = 0
+            self._pending = future
+            started.append(future)
+        return started
+
+    async def finish(self) -> concurrent.futures.Future:
+        """The last step: the remaining audio, then every label settles."""
+        now = self._ring.total / SAMPLE_RATE
+        tail = self._ring.latest(min(self._since_step, self._window)) if self._since_step else \
+            np.zeros(0, dtype=np.float32)
+        window = self._ring.latest(self._window) if len(tail) else tail
+        return await self._worker.submit(self._diarizer, window,
+                                         now - len(window) / SAMPLE_RATE, now, final=True)
+
+    # ------------------------------------------------------------------ labelling
+
+    def label_partial(self, partial: Partial) -> Partial:
+        return replace(partial, speaker=speaker_label(
+            self._snapshot.speaker_of(partial.start, partial.end)))
+
+    def label_final(self, final: Final) -> Final:
+        labelled = self._label(final)
+        if labelled.end > self._snapshot.settled_until:
+            self._unsettled[final.segment_id] = labelled
+        return labelled
+
+    def _label(self, final: Final) -> Final:
+        snapshot = self._snapshot
+        words = [replace(w, speaker=speaker_label(snapshot.speaker_of(w.start, w.end)))
+                 for w in final.words]
+        speaker = speaker_label(snapshot.speaker_of(final.start, final.end))
+        if words and speaker is None:
+            speaker = words[0].speaker
+        return replace(final, speaker=speaker, words=words)
+
+    def apply(self, snapshot: TimelineSnapshot) -> list[SpeakerUpdate]:
+        """Take a new snapshot; updates for sent finals whose speakers changed."""
+        self._snapshot = snapshot
+        updates = []
+        for segment_id, sent in list(self._unsettled.items()):
+            relabelled = self._label(sent)
+            changed = relabelled.speaker != sent.speaker or any(
+                a.speaker != b.speaker for a, b in zip(relabelled.words, sent.words))
+            if changed:
+                updates.append(SpeakerUpdate(segment_id, relabelled.speaker, relabelled.words))
+                self._unsettled[segment_id] = relabelled
+            if sent.end <= snapshot.settled_until:
+                del self._unsettled[segment_id]  # its labels cannot change any more
+        return updates
