@@ -6,7 +6,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 HOST ?= 127.0.0.1
 PORT ?= 8765
 MODELS_DIR ?= $(HOME)/.cache/parley/models
-APT_PACKAGES := ffmpeg espeak-ng sox
+APT_PACKAGES := ffmpeg espeak-ng sox chromium
 export PYANNOTE_METRICS_ENABLED := false
 export HF_HUB_DISABLE_TELEMETRY := 1
 
@@ -14,7 +14,8 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 
 install: system-packages $(VENV)/.installed models
 
-# Debian packages: ffmpeg decodes audio files; espeak-ng and sox make test speech.
+# Debian packages: ffmpeg decodes audio files; espeak-ng and sox make test speech;
+# chromium runs the browser client test (Playwright drives it, never downloads one).
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

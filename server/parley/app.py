@@ -12,7 +12,7 @@ from websockets.asyncio.server import Server, serve
 from parley.config import Settings
 from parley.runtime.asr_worker import AsrWorker
 from parley.runtime.session import SessionOptions
-from parley.transport.http import make_request_router
+from parley.transport.http import StaticFiles, make_request_router
 from parley.transport.ws_server import AsrService, StreamEndpoint, StreamLimits
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ async def start_server(settings: Settings, worker: AsrWorker, asr: AsrService,
         endpoint.handle,
         settings.server.host,
         settings.server.port,
-        process_request=make_request_router(health),
+        process_request=make_request_router(health, StaticFiles(settings.server.static_dir)),
         max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
         compression=None,  # audio does not compress; deflate would only cost CPU
         open_timeout=10,

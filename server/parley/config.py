@@ -20,6 +20,12 @@ def default_models_dir() -> Path:
     return Path.home() / ".cache" / "parley" / "models"
 
 
+def default_static_dir() -> Path | None:
+    """client_js/ of the source tree the package runs from (an editable install)."""
+    candidate = Path(__file__).resolve().parents[2] / "client_js"
+    return candidate if candidate.is_dir() else None
+
+
 _VAD = VadConfig()  # the VAD's own defaults are the settings' defaults
 
 
@@ -87,6 +93,8 @@ class ServerSettings(BaseModel):
     max_sessions: int = Field(16, ge=1, le=10000)
     max_frame_bytes: int = Field(256 * 1024, ge=1024, le=16 * 1024 * 1024)
     idle_timeout_s: float = Field(10.0, gt=0, le=3600)
+    static_dir: Path | None = Field(default_factory=default_static_dir,
+                                    description="the browser client served at / (None: none)")
 
 
 class Settings(BaseSettings):

@@ -1,9 +1,11 @@
-"""Plain HTTP answers on the WebSocket port: health, and 404 for unknown paths."""
+"""Plain HTTP answers on the WebSocket port: the browser client, health, and 404s."""
 
 from __future__ import annotations
 
 import json
+import re
 from http import HTTPStatus
+from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
@@ -14,17 +16,52 @@ from websockets.http11 import Request, Response
 from parley.protocol.messages import STREAM_PATH
 
 
-def _response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                 ".css": "text/css; charset=utf-8"}
+# The page loads only its own scripts, styles and worklet, and talks only to this server.
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; "
+                           "connect-src 'self' ws: wss:; img-src 'self' data: blob:; "
+                           "media-src 'self' blob:; worker-src 'self'; object-src 'none'; "
+                           "base-uri 'none'; frame-ancestors 'none'")
+_STATIC_NAME = re.compile(r"^/([a-z0-9_-]+\.(?:html|js|css))$")
+
+
+def _response(status: HTTPStatus, body: bytes, content_type: str,
+              extra: list[tuple[str, str]] = ()) -> Response:
     headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))),
-                       ("Cache-Control", "no-store")])
+                       ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
+                       *extra])
     return Response(status.value, status.phrase, headers, body)
+
+
+class StaticFiles:
+    """The browser client's files, read once at start-up (a fixed, small set)."""
+
+    def __init__(self, directory: Path | None):
+        self._files: dict[str, tuple[bytes, str]] = {}
+        if directory is None or not directory.is_dir():
+            return
+        for path in directory.iterdir():
+            if path.suffix in CONTENT_TYPES and _STATIC_NAME.match("/" + path.name):
+                self._files["/" + path.name] = (path.read_bytes(), CONTENT_TYPES[path.suffix])
+        if "/index.html" in self._files:
+            self._files["/"] = self._files["/index.html"]
+
+    def get(self, path: str) -> Response | None:
+        found = self._files.get(path)
+        if found is None:
+            return None
+        body, content_type = found
+        return _response(HTTPStatus.OK, body, content_type,
+                         [("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+                          ("Referrer-Policy", "no-referrer")])
 
 
 def json_response(status: HTTPStatus, data: dict) -> Response:
     return _response(status, json.dumps(data).encode(), "application/json")
 
 
-def make_request_router(health: Callable[[], dict]):
+def make_request_router(health: Callable[[], dict], static: StaticFiles):
     """websockets' process_request hook: answer HTTP paths, let /v1/stream through."""
 
     def route(connection: ServerConnection, request: Request) -> Response | None:
@@ -33,6 +70,9 @@ def make_request_router(health: Callable[[], dict]):
             return None  # the WebSocket handshake goes on
         if path == "/health":
             return json_response(HTTPStatus.OK, health())
+        page = static.get(path)
+        if page is not None:
+            return page
         return json_response(HTTPStatus.NOT_FOUND,
                              {"error": "not_found", "message": f"no such path: {path}"})
 

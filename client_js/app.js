@@ -1,0 +1,147 @@
+// The demo page: start/stop, level meter, live partial, speaker-coloured finals,
+// speaker renaming, transcript downloads, errors and the latency of the last final.
+import { ParleyClient } from "./parley.js";
+
+const $ = (id) => document.getElementById(id);
+const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
+const names = new Map();          // speaker label → name chosen by the user
+const segments = new Map();       // segment id → final as last received
+let client = null;
+
+function colour(speaker) {
+  const index = speaker ? Number(speaker.replace(/\D/g, "")) - 1 : -1;
+  return index >= 0 ? COLOURS[index % COLOURS.length] : "#999";
+}
+
+function clock(seconds) {
+  const m = Math.floor(seconds / 60);
+  const s = (seconds % 60).toFixed(1).padStart(4, "0");
+  return `${String(m).padStart(2, "0")}:${s}`;
+}
+
+function nameOf(speaker) {
+  return speaker ? names.get(speaker) ?? speaker : "";
+}
+
+function render(final) {
+  let element = document.querySelector(`.segment[data-segment-id="${final.segment_id}"]`);
+  if (!element) {
+    element = document.createElement("div");
+    element.className = "segment";
+    element.dataset.segmentId = String(final.segment_id);
+    $("transcript").append(element);
+  }
+  element.dataset.speaker = final.speaker ?? "";
+  element.style.setProperty("--speaker-colour", colour(final.speaker));
+  element.replaceChildren();
+  const time = document.createElement("span");
+  time.className = "time";
+  time.textContent = clock(final.start);
+  element.append(time);
+  if (final.speaker) {
+    const who = document.createElement("span");
+    who.className = "speaker";
+    who.dataset.speaker = final.speaker;
+    who.textContent = nameOf(final.speaker);
+    element.append(who);
+  }
+  element.append(document.createTextNode(final.text));
+}
+
+function showError(message) {
+  $("error").hidden = !message;
+  $("error").textContent = message ?? "";
+}
+
+function finals() {
+  return [...segments.values()].filter((f) => f.text.trim()).sort((a, b) => a.start - b.start);
+}
+
+const writers = {
+  txt: (list) => list.map((f) => `[${clock(f.start)}] ${f.speaker ? nameOf(f.speaker) + ": " : ""}${f.text}`).join("\n") + "\n",
+  srt: (list) => list.map((f, i) => `${i + 1}\n${stamp(f.start, ",")} --> ${stamp(f.end, ",")}\n${f.speaker ? nameOf(f.speaker) + ": " : ""}${f.text}\n`).join("\n"),
+  vtt: (list) => "WEBVTT\n\n" + list.map((f) => `${stamp(f.start, ".")} --> ${stamp(f.end, ".")}\n${f.speaker ? `<v ${nameOf(f.speaker)}>` : ""}${f.text}\n`).join("\n"),
+  json: (list) => JSON.stringify(list.map((f) => ({ ...f, speaker_name: nameOf(f.speaker) || null })), null, 2),
+};
+
+function stamp(seconds, separator) {
+  const ms = Math.round(seconds * 1000);
+  const h = String(Math.floor(ms / 3600000)).padStart(2, "0");
+  const m = String(Math.floor(ms / 60000) % 60).padStart(2, "0");
+  const s = String(Math.floor(ms / 1000) % 60).padStart(2, "0");
+  return `${h}:${m}:${s}${separator}${String(ms % 1000).padStart(3, "0")}`;
+}
+
+function download(format) {
+  const blob = new Blob([writers[format](finals())], { type: "text/plain" });
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = `transcript.${format}`;
+  link.click();
+  URL.revokeObjectURL(link.href);
+}
+
+async function start() {
+  showError(null);
+  $("start").disabled = true;
+  const params = new URLSearchParams(location.search);
+  client = new ParleyClient({
+    url: "/v1/stream",
+    token: params.get("token") ?? undefined,
+    language: $("language").value.trim() || params.get("language") || undefined,
+    diarization: params.has("diarization") ? params.get("diarization") === "true" : $("diarization").checked,
+  });
+  client.addEventListener("state", (e) => {
+    $("state").textContent = e.detail.state;
+    $("state").dataset.state = e.detail.state;
+  });
+  client.addEventListener("level", (e) => { $("level").value = e.detail.rms; });
+  client.addEventListener("partial", (e) => { $("partial").textContent = e.detail.text; });
+  client.addEventListener("final", (e) => {
+    const final = e.detail;
+    segments.set(final.segment_id, final);
+    $("partial").textContent = "";
+    render(final);
+    const lastWord = final.words.at(-1);
+    const spokenUntil = lastWord ? lastWord.end : final.end;
+    const behind = client.audioSentSeconds() - spokenUntil;
+    if (behind >= 0) $("latency").textContent = `last final ${behind.toFixed(1)} s after its speech`;
+  });
+  client.addEventListener("speaker_update", (e) => {
+    const final = segments.get(e.detail.segment_id);
+    if (!final) return;
+    Object.assign(final, { speaker: e.detail.speaker, words: e.detail.words });
+    render(final);
+  });
+  client.addEventListener("error", (e) => showError(`${e.detail.code}: ${e.detail.message}`));
+  client.addEventListener("closed", (e) => {
+    $("start").disabled = false;
+    $("stop").disabled = true;
+    if (e.detail.code !== 1000) showError(`connection closed (${e.detail.code}) ${e.detail.reason}`);
+  });
+  try {
+    await client.start();
+    $("stop").disabled = false;
+  } catch (error) {
+    showError(error.message);
+    $("start").disabled = false;
+  }
+}
+
+$("start").addEventListener("click", start);
+$("stop").addEventListener("click", async () => {
+  $("stop").disabled = true;
+  await client?.stop();
+});
+$("transcript").addEventListener("click", (event) => {
+  const speaker = event.target.closest(".speaker")?.dataset.speaker;
+  if (!speaker) return;
+  const name = prompt(`Name for ${nameOf(speaker)}`, nameOf(speaker));
+  if (!name) return;
+  names.set(speaker, name.trim());
+  segments.forEach(render);
+});
+document.querySelectorAll("footer button[data-format]").forEach((button) => {
+  button.addEventListener("click", () => download(button.dataset.format));
+});
+if (new URLSearchParams(location.search).get("autostart") === "1") start();

@@ -1,0 +1,122 @@
+"""The browser client in a real Chromium (Debian's), driven by Playwright, against a real server.
+
+The microphone is Chromium's fake capture device playing a WAV file. A screenshot of
+the page is kept in tests/artifacts/.
+"""
+
+import asyncio
+import base64
+import json
+import shutil
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from playwright.async_api import async_playwright
+
+from audio_fixtures import SAMPLE_WAV, dialogue, words_of
+from parley.app import load_asr, load_diarization, start_server
+from parley.config import Settings
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent / "artifacts"
+# As root in a container, with no network beyond loopback: no sandbox, no background calls.
+BASE_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--autoplay-policy=no-user-gesture-required"]
+
+
+@pytest.fixture(scope="module")
+async def server(models_dir):
+    settings = Settings(models_dir=models_dir, server={"port": 0},
+                        diarization={"source": "bundle"})
+    worker, asr = await asyncio.to_thread(load_asr, settings)
+    diarization = await asyncio.to_thread(load_diarization, settings)
+    running = await start_server(settings, worker, asr, diarization)
+    yield f"http://127.0.0.1:{running.port}"
+    await running.stop()
+
+
+async def launch(playwright, microphone: Path | None = None):
+    args = list(BASE_ARGS)
+    if microphone is not None:
+        args += ["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
+                 f"--use-file-for-fake-audio-capture={microphone}%noloop"]
+    return await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
+
+
+async def test_page_transcribes_the_microphone_with_speakers(server):
+    """sample.wav as the microphone: the page shows its words as segments, by two speakers."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    async with async_playwright() as playwright:
+        browser = await launch(playwright, SAMPLE_WAV)
+        page = await browser.new_page()
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        await page.goto(f"{server}/?autostart=1")
+        await page.wait_for_function(
+            "document.querySelector('#transcript').textContent.includes('Chicago')",
+            timeout=90_000)
+        await page.wait_for_timeout(9_000)  # the conversation's last words, and their speakers
+        await page.click("#stop")
+        await page.wait_for_function("document.querySelector('#state').textContent === 'closed'",
+                                     timeout=60_000)
+        await page.screenshot(path=str(ARTIFACTS / "browser.png"), full_page=True)
+        segments = await page.eval_on_selector_all(
+            ".segment", "els => els.map(e => ({speaker: e.dataset.speaker, text: e.textContent}))")
+        shown_error = await page.text_content("#error")
+        await browser.close()
+    assert errors == [] and not shown_error.strip()
+    words = set(words_of(" ".join(s["text"] for s in segments)))
+    assert {"hello", "jersey", "chicago", "yankee"} <= words
+    assert len({s["speaker"] for s in segments if s["speaker"]}) >= 2
+
+
+async def test_parley_js_against_the_server(server):
+    """parley.js in the page: refusals reject with the code; audio in, finals and a clean end."""
+    audio, _ = dialogue(["A", "B"], turns=2)
+    pcm = base64.b64encode((audio * 32767).astype("<i2").tobytes()).decode()
+    async with async_playwright() as playwright:
+        browser = await launch(playwright)
+        page = await browser.new_page()
+        await page.goto(f"{server}/")
+        result = await page.evaluate("""async (pcmBase64) => {
+            const { ParleyClient } = await import('/parley.js');
+            const refused = new ParleyClient({ url: '/v1/stream', language: 'xx' });
+            let refusal;
+            try { await refused.connect(); } catch (error) { refusal = error.code; }
+            const client = new ParleyClient({ url: '/v1/stream', diarization: true });
+            const events = [];
+            for (const type of ['started', 'speech_started', 'partial', 'final',
+                                'speaker_update', 'ended', 'closed', 'error']) {
+              client.addEventListener(type, (e) => events.push({ type, detail: e.detail }));
+            }
+            await client.connect(16000);
+            const bytes = Uint8Array.from(atob(pcmBase64), (c) => c.charCodeAt(0));
+            for (let i = 0; i < bytes.length; i += 6400) {
+              client.sendAudio(bytes.slice(i, i + 6400).buffer);
+            }
+            const closed = await client.stop();
+            return { refusal, closed, events, sent: client.audioSentSeconds() };
+        }""", pcm)
+        await browser.close()
+    assert result["refusal"] == "bad_config"
+    assert result["closed"]["code"] == 1000
+    types = [e["type"] for e in result["events"]]
+    assert types[0] == "started" and types[-2:] == ["ended", "closed"] and "error" not in types
+    finals = [e["detail"] for e in result["events"] if e["type"] == "final"]
+    assert len(finals) == 2 and all(f["speaker"] in ("S1", "S2") for f in finals)
+    assert result["sent"] == pytest.approx(len(audio) / 16000, abs=0.01)
+
+
+def test_page_is_served_with_types_and_a_content_security_policy(server):
+    """/ and the scripts come with their content types, a CSP and nosniff."""
+    for path, kind in [("/", "text/html"), ("/parley.js", "text/javascript"),
+                       ("/worklet.js", "text/javascript"), ("/style.css", "text/css")]:
+        with urllib.request.urlopen(server + path) as response:
+            assert response.headers["Content-Type"].startswith(kind)
+            assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+            assert response.headers["X-Content-Type-Options"] == "nosniff"
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(server + "/../pyproject.toml")
