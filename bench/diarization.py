@@ -97,6 +97,7 @@ def main() -> None:
         audio, truth = dialogue(voices)
         corpora[f"espeak {len(voices)} voices"] = (audio, truth_annotation(truth), len(voices))
     clustering = ClusteringConfig(new_speaker_distance=args.threshold)
+    stream(models, read_wav(SAMPLE_WAV)[: 6 * SAMPLE_RATE], DiarizationConfig())  # warm-up
     rows = []
     for name, (audio, reference, true_count) in corpora.items():
         for latency in args.latencies:

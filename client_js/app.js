@@ -23,13 +23,30 @@ function nameOf(speaker) {
   return speaker ? names.get(speaker) ?? speaker : "";
 }
 
+function runsOf(final) {
+  // Consecutive words of one speaker: a final can hold a change of turn without a pause.
+  const runs = [];
+  for (const word of final.words) {
+    const speaker = word.speaker ?? final.speaker;
+    const last = runs.at(-1);
+    if (last && last.speaker === speaker) last.words.push(word.word);
+    else runs.push({ speaker, words: [word.word] });
+  }
+  return runs.length ? runs : [{ speaker: final.speaker, words: [final.text] }];
+}
+
 function render(final) {
   let element = document.querySelector(`.segment[data-segment-id="${final.segment_id}"]`);
+  if (!final.text.trim()) {
+    element?.remove();  // nothing was said (the server's no-speech guard emptied it)
+    return;
+  }
   if (!element) {
     element = document.createElement("div");
     element.className = "segment";
     element.dataset.segmentId = String(final.segment_id);
-    $("transcript").append(element);
+    const later = [...$("transcript").children].find((e) => Number(e.dataset.segmentId) > final.segment_id);
+    $("transcript").insertBefore(element, later ?? null);
   }
   element.dataset.speaker = final.speaker ?? "";
   element.style.setProperty("--speaker-colour", colour(final.speaker));
@@ -38,14 +55,20 @@ function render(final) {
   time.className = "time";
   time.textContent = clock(final.start);
   element.append(time);
-  if (final.speaker) {
-    const who = document.createElement("span");
-    who.className = "speaker";
-    who.dataset.speaker = final.speaker;
-    who.textContent = nameOf(final.speaker);
-    element.append(who);
+  for (const run of runsOf(final)) {
+    const span = document.createElement("span");
+    span.className = "run";
+    span.style.setProperty("--speaker-colour", colour(run.speaker));
+    if (run.speaker) {
+      const who = document.createElement("span");
+      who.className = "speaker";
+      who.dataset.speaker = run.speaker;
+      who.textContent = nameOf(run.speaker);
+      span.append(who);
+    }
+    span.append(document.createTextNode(run.words.join(" ") + " "));
+    element.append(span);
   }
-  element.append(document.createTextNode(final.text));
 }
 
 function showError(message) {

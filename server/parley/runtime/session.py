@@ -91,11 +91,11 @@ class Session:
     async def feed_audio(self, samples: np.ndarray) -> None:
         """16 kHz mono float32 audio; waits when the ASR worker is full (back-pressure)."""
         self._check_open()
+        if self._speakers is not None:  # first, so a final closed by this audio is labelled
+            for step in await self._speakers.push(samples):  # from windows that include it
+                await self._outbox.put(_DiarizationStep(step))
         for event in self._vad.push(samples):
             await self._on_event(event)
-        if self._speakers is not None:
-            for step in await self._speakers.push(samples):
-                await self._outbox.put(_DiarizationStep(step))
         await self._maybe_partial()
 
     async def finalize(self) -> None:
@@ -107,9 +107,7 @@ class Session:
 
     async def end(self) -> None:
         """End of stream: decode what is left, then ``session_ended``; messages() then ends."""
-        self._check_open()
-        for event in self._vad.push(self._decoder.finish()):
-            await self._on_event(event)
+        await self.feed_audio(self._decoder.finish())  # what the resampler still held
         for event in self._vad.flush(CloseReason.END_OF_STREAM):
             await self._on_event(event)
         if self._speakers is not None:
@@ -220,6 +218,10 @@ class Session:
         return tuple(tokens[-limit:]) if limit else ()
 
     async def _submit_final(self, segment: SegmentClosed) -> None:
+        if self._speakers is not None:
+            step = await self._speakers.catch_up()
+            if step is not None:
+                await self._outbox.put(_DiarizationStep(step))
         draft = self._draft_for(segment.segment_id)
         if self._partial is not None:
             self._partial.cancel()  # only succeeds if it has not started

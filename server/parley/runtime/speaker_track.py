@@ -58,15 +58,27 @@ class SpeakerTrack:
             if self._pending is not None and not self._pending.done():
                 if self._since_step + self._step <= self._window:
                     continue  # the next window still covers this audio
-                await asyncio.wait([asyncio.wrap_future(self._pending)])
-            now = self._ring.total / SAMPLE_RATE
-            window = self._ring.latest(self._window)
-            future = await self._worker.submit(self._diarizer, window,
-                                               now - len(window) / SAMPLE_RATE, now)
-            self._since_step = 0
-            self._pending = future
-            started.append(future)
+            started.append(await self._step_now())
         return started
+
+    async def catch_up(self) -> concurrent.futures.Future | None:
+        """A step over the latest audio now, so that a final about to be queued is labelled
+        from windows that have heard all of it (when sending faster than real time, steps
+        are skipped while the next window still covers them)."""
+        if self._since_step == 0:
+            return None
+        return await self._step_now()
+
+    async def _step_now(self) -> concurrent.futures.Future:
+        if self._pending is not None and not self._pending.done():
+            await asyncio.wait([asyncio.wrap_future(self._pending)])
+        now = self._ring.total / SAMPLE_RATE
+        window = self._ring.latest(self._window)
+        future = await self._worker.submit(self._diarizer, window,
+                                           now - len(window) / SAMPLE_RATE, now)
+        self._since_step = 0
+        self._pending = future
+        return future
 
     async def finish(self) -> concurrent.futures.Future:
         """The last step: the remaining audio, then every label settles."""
