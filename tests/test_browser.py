@@ -15,8 +15,7 @@ import pytest
 from playwright.async_api import async_playwright
 
 from audio_fixtures import SAMPLE_WAV, dialogue, words_of
-from parley.app import load_asr, load_diarization, start_server
-from parley.config import Settings
+from conftest import serve_real
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -28,11 +27,7 @@ BASE_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"
 
 @pytest.fixture(scope="module")
 async def server(models_dir):
-    settings = Settings(models_dir=models_dir, server={"port": 0},
-                        diarization={"source": "bundle"})
-    worker, asr = await asyncio.to_thread(load_asr, settings)
-    diarization = await asyncio.to_thread(load_diarization, settings)
-    running = await start_server(settings, worker, asr, diarization)
+    running = await serve_real(models_dir, diarization={"source": "bundle"})
     yield f"http://127.0.0.1:{running.port}"
     await running.stop()
 

@@ -1,7 +1,5 @@
 """Streaming diarization with the bundled models: accuracy, constraints, and the wire."""
 
-import asyncio
-import json
 import subprocess
 import sys
 
@@ -13,9 +11,8 @@ from pyannote.database.util import load_rttm
 from pyannote.metrics.diarization import DiarizationErrorRate
 
 from audio_fixtures import SAMPLE_WAV, dialogue, read_wav, sample_dir
-from parley.app import load_asr, load_diarization, start_server
+from conftest import serve_real
 from parley.client.stream import run_stream, stream_url
-from parley.config import Settings
 from parley.models.speaker_models import load_speaker_models
 from parley.protocol.messages import StreamConfig
 from parley.runtime.diarization import DiarizationConfig, StreamDiarizer
@@ -85,11 +82,7 @@ def test_synthetic_conversations(speaker_models, voices, bound):
 
 async def test_speakers_on_the_wire(models_dir):
     """With diarization=true, finals and words carry S1/S2 and speaker updates are well formed."""
-    settings = Settings(models_dir=models_dir, server={"port": 0},
-                        diarization={"source": "bundle"})
-    worker, asr = await asyncio.to_thread(load_asr, settings)
-    diarization = await asyncio.to_thread(load_diarization, settings)
-    server = await start_server(settings, worker, asr, diarization)
+    server = await serve_real(models_dir, diarization={"source": "bundle"})
     audio, truth = dialogue(["A", "B"], turns=4)
     pcm = (audio * 32767).astype("<i2").tobytes()
 

@@ -12,9 +12,8 @@ from websockets.exceptions import ConnectionClosed
 
 import jiwer
 from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, words_of
-from parley.app import load_asr, start_server
+from conftest import serve_real
 from parley.client.stream import run_stream, stream_url
-from parley.config import Settings
 from parley.protocol.messages import StreamConfig
 
 
@@ -24,10 +23,7 @@ async def start(models_dir):
     running = []
 
     async def _start(token: str | None = None, **sections):
-        settings = Settings(models_dir=models_dir, token=token,
-                            server={"port": 0, **sections.pop("server", {})}, **sections)
-        worker, asr = await asyncio.to_thread(load_asr, settings)
-        server = await start_server(settings, worker, asr)
+        server = await serve_real(models_dir, token, **sections)
         running.append(server)
         return f"ws://127.0.0.1:{server.port}/v1/stream", server
 

