@@ -6,6 +6,7 @@ import pytest
 from parley.core.ring import AudioRing
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot, Turn
 from parley.core.speakers import ClusteringConfig, OnlineClustering
+from parley.runtime.speaker_track import smooth_runs
 
 
 def unit(*values):
@@ -78,3 +79,12 @@ def test_ring_keeps_the_latest_samples():
     ring.push(np.arange(10, 22, dtype=np.float32))
     np.testing.assert_array_equal(ring.latest(3), [19, 20, 21])
     assert ring.total == 19
+
+
+def test_lone_words_between_one_speakers_turns_are_smoothed():
+    """A one-word flip inside a speaker's run joins it; real turns and edges stay."""
+    assert smooth_runs(["S1", "S1", "S2", "S1", "S1"]) == ["S1"] * 5
+    assert smooth_runs(["S1", "S2", "S2", "S1"]) == ["S1", "S2", "S2", "S1"]
+    assert smooth_runs(["S2", "S1", "S1"]) == ["S2", "S1", "S1"]
+    assert smooth_runs(["S1", None, "S1"]) == ["S1", "S1", "S1"]
+    assert smooth_runs([]) == []

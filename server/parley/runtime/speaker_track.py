@@ -26,6 +26,26 @@ def speaker_label(index: int | None) -> str | None:
     return None if index is None else f"S{index + 1}"
 
 
+def smooth_runs(labels: list[str | None], shortest: int = 2) -> list[str | None]:
+    """A run of fewer than ``shortest`` words between two runs of one speaker joins them.
+
+    Word times from cross-attention are rough at turn boundaries, so a lone word often
+    lands on the other side of a turn; a real one-word interjection ("yes") between two
+    turns of one speaker is rarer than that error.
+    """
+    out = list(labels)
+    runs: list[tuple[int, int]] = []  # [start, end) of equal labels
+    for i, label in enumerate(out):
+        if runs and out[runs[-1][0]] == label:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    for (a, _), (b, c), (d, _) in zip(runs, runs[1:], runs[2:]):
+        if c - b < shortest and out[a] == out[d]:
+            out[b:c] = [out[a]] * (c - b)
+    return out
+
+
 class SpeakerTrack:
     def __init__(self, worker: DiarizationWorker):
         config = worker.config
@@ -103,8 +123,9 @@ class SpeakerTrack:
 
     def _label(self, final: Final) -> Final:
         snapshot = self._snapshot
-        words = [replace(w, speaker=speaker_label(snapshot.speaker_of(w.start, w.end)))
-                 for w in final.words]
+        labels = smooth_runs([speaker_label(snapshot.speaker_of(w.start, w.end))
+                              for w in final.words])
+        words = [replace(w, speaker=label) for w, label in zip(final.words, labels)]
         speaker = speaker_label(snapshot.speaker_of(final.start, final.end))
         if words and speaker is None:
             speaker = words[0].speaker
