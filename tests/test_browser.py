@@ -10,7 +10,6 @@ import shutil
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 from playwright.async_api import async_playwright
 

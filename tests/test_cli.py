@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from audio_fixtures import SAMPLE_WAV, conversation, words_of, write_wav

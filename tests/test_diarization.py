@@ -3,7 +3,6 @@
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 from pyannote.core import Annotation, Segment

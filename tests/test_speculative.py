@@ -93,8 +93,6 @@ def random_whisper(path, d_model, decoder_layers, causal=False, seed=0, vocab=60
 @pytest.mark.parametrize("causal, assistant_width", [(True, 64), (False, 32), (False, 64)])
 def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistant_width):
     """Random main/assistant pairs of other sizes: assisted greedy == plain greedy."""
-    if causal and assistant_width != 64:
-        pytest.skip("a decoder-only assistant must match the main model's width")
     main = random_whisper(tmp_path / "main", 64, 3, seed=1)
     random_whisper(tmp_path / "assistant", assistant_width, 1, causal=causal, seed=2)
     assistant = load_assistant(str(tmp_path / "assistant"), "random", main, None, CPU, None)
