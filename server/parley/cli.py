@@ -111,6 +111,8 @@ def _models(args: argparse.Namespace) -> int:
 def _logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
                                                     "%(message)s")
+    if level != "debug":  # websockets logs every HTTP request and close at INFO
+        logging.getLogger("websockets").setLevel(logging.WARNING)
 
 
 def build_parser() -> argparse.ArgumentParser:
