@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 import torch
@@ -34,15 +33,7 @@ SAMPLE_RATE = 16000
 def stream(models, audio: np.ndarray, config: DiarizationConfig):
     """Feed ``audio`` step by step, as the server does; return settled turns and step times."""
     diarizer = StreamDiarizer(models, config)
-    step = int(config.step_s * SAMPLE_RATE)
-    window = int(config.window_s * SAMPLE_RATE)
-    times = []
-    for end in range(step, len(audio) + 1, step):
-        start = max(0, end - window)
-        began = time.perf_counter()
-        diarizer.step(audio[start:end], start / SAMPLE_RATE, end / SAMPLE_RATE)
-        times.append(time.perf_counter() - began)
-    diarizer.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
+    times = diarizer.replay(audio)
     return diarizer.timeline.settled_turns(), diarizer.clustering.speaker_count, times
 
 
@@ -67,22 +58,12 @@ def der(reference: Annotation, hypothesis: Annotation) -> float:
 def offline_reference(models, audio: np.ndarray, config: DiarizationConfig) -> tuple:
     """Latency unbounded: stream twice, the second pass starting from the first's speakers."""
     warm = StreamDiarizer(models, config)
-    _, _, _ = _replay(warm, audio, config)
+    warm.replay(audio)
     second = StreamDiarizer(models, DiarizationConfig(
         config.window_s, config.step_s, config.window_s, config.clustering))
     second.clustering = warm.clustering  # every speaker already known from the whole file
-    turns, count, _ = _replay(second, audio, config)
-    return turns, count
-
-
-def _replay(diarizer, audio, config):
-    step = int(config.step_s * SAMPLE_RATE)
-    window = int(config.window_s * SAMPLE_RATE)
-    for end in range(step, len(audio) + 1, step):
-        start = max(0, end - window)
-        diarizer.step(audio[start:end], start / SAMPLE_RATE, end / SAMPLE_RATE)
-    diarizer.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
-    return diarizer.timeline.settled_turns(), diarizer.clustering.speaker_count, None
+    second.replay(audio)
+    return second.timeline.settled_turns(), second.clustering.speaker_count
 
 
 def main() -> None:

@@ -16,8 +16,7 @@ import time
 
 from common import print_table, write_json
 
-import jiwer
-from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text
+from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
 from parley.config import Settings
 from parley.core.vad import VadConfig
 from parley.models.bundle import resolve_model
@@ -26,7 +25,6 @@ from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, Partial, StreamConfig
 from parley.runtime.asr_worker import AsrWorker
 from parley.runtime.session import Session, SessionOptions
-from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 
 CHUNK_S = 0.1
 
@@ -68,10 +66,9 @@ async def stream_once(engine: WhisperEngine, audio, realtime: bool, partial_inte
     partials = [(t, m) for t, m in received if isinstance(m, Partial)]
     final_delays = [t - wall_time_of(m.words[-1].end if m.words else m.end) for t, m in finals]
     partial_delays = [t - wall_time_of(m.end) for t, m in partials]
-    normalize = EnglishTextNormalizer({})
     hypothesis = " ".join(m.text for _, m in finals)
     return {
-        "wer": jiwer.wer(normalize(sample_reference_text()), normalize(hypothesis)),
+        "wer": wer(sample_reference_text(), hypothesis),
         "audio_s": len(audio) / 16000,
         "wall_s": wall,
         "asr_rtf": worker.stats.busy_seconds / (len(audio) / 16000),

@@ -106,5 +106,14 @@ def dialogue(speakers: list[str], turns: int = 8, gap_s: float = 0.6):
     return conversation(lines, gap_s=gap_s)
 
 
+def wer(reference: str, hypothesis: str) -> float:
+    """Word error rate after Whisper's English normaliser (numbers, spelling, punctuation)."""
+    import jiwer
+    from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+    normalize = EnglishTextNormalizer({})
+    return jiwer.wer(normalize(reference), normalize(hypothesis))
+
+
 def words_of(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()

@@ -16,7 +16,6 @@ from parley.models.speaker_models import load_speaker_models
 from parley.protocol.messages import StreamConfig
 from parley.runtime.diarization import DiarizationConfig, StreamDiarizer
 
-SR = 16000
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +29,7 @@ def diarize(models, audio, config=DiarizationConfig(), spy=None):
     if spy is not None:
         assign = diarizer.clustering.assign
         diarizer.clustering.assign = lambda e, a: spy(assign(e, a)) or spy.last
-    step, window = int(config.step_s * SR), int(config.window_s * SR)
-    for end in range(step, len(audio) + 1, step):
-        start = max(0, end - window)
-        diarizer.step(audio[start:end], start / SR, end / SR)
-    diarizer.step(audio[:0], 0.0, len(audio) / SR, final=True)
+    diarizer.replay(audio)
     hypothesis = Annotation()
     for turn in diarizer.timeline.settled_turns():
         hypothesis[Segment(turn.start, turn.end)] = turn.speaker

@@ -6,12 +6,11 @@ import urllib.request
 
 import numpy as np
 import pytest
-from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-import jiwer
-from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, words_of
+from audio_fixtures import (SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer,
+                            words_of)
 from conftest import serve_real
 from parley.client.stream import run_stream, stream_url
 from parley.protocol.messages import StreamConfig
@@ -49,11 +48,6 @@ async def refused(url: str, **connect_args) -> tuple[dict, int]:
         with pytest.raises(ConnectionClosed):
             await ws.recv()
         return message, ws.close_code
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    normalize = EnglishTextNormalizer({})
-    return jiwer.wer(normalize(reference), normalize(hypothesis))
 
 
 async def test_sample_in_real_time_is_transcribed_with_partials(start):

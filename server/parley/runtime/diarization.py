@@ -52,6 +52,20 @@ class StreamDiarizer:
         self.timeline.advance(now, final=final)
         return self.timeline.snapshot()
 
+    def replay(self, audio: np.ndarray) -> list[float]:
+        """Step through a whole recording as the server does (the last ``window_s`` every
+        ``step_s``), then settle every label; returns each step's duration in seconds."""
+        step = int(self.config.step_s * SAMPLE_RATE)
+        window = int(self.config.window_s * SAMPLE_RATE)
+        times = []
+        for end in range(step, len(audio) + 1, step):
+            start = max(0, end - window)
+            began = time.perf_counter()
+            self.step(audio[start:end], start / SAMPLE_RATE, end / SAMPLE_RATE)
+            times.append(time.perf_counter() - began)
+        self.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
+        return times
+
     def _add(self, window: np.ndarray, window_start: float) -> None:
         import torch
 

@@ -89,25 +89,21 @@ class SpeakerTrack:
             return None
         return await self._step_now()
 
-    async def _step_now(self) -> concurrent.futures.Future:
+    async def _step_now(self, final: bool = False) -> concurrent.futures.Future:
         if self._pending is not None and not self._pending.done():
             await asyncio.wait([asyncio.wrap_future(self._pending)])
         now = self._ring.total / SAMPLE_RATE
-        window = self._ring.latest(self._window)
+        unseen = self._since_step > 0 or not final
+        window = self._ring.latest(self._window) if unseen else np.zeros(0, np.float32)
         future = await self._worker.submit(self._diarizer, window,
-                                           now - len(window) / SAMPLE_RATE, now)
+                                           now - len(window) / SAMPLE_RATE, now, final=final)
         self._since_step = 0
         self._pending = future
         return future
 
     async def finish(self) -> concurrent.futures.Future:
-        """The last step: the remaining audio, then every label settles."""
-        now = self._ring.total / SAMPLE_RATE
-        tail = self._ring.latest(min(self._since_step, self._window)) if self._since_step else \
-            np.zeros(0, dtype=np.float32)
-        window = self._ring.latest(self._window) if len(tail) else tail
-        return await self._worker.submit(self._diarizer, window,
-                                         now - len(window) / SAMPLE_RATE, now, final=True)
+        """The last step: the audio no step has seen yet, then every label settles."""
+        return await self._step_now(final=True)
 
     # ------------------------------------------------------------------ labelling
 
