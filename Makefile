@@ -10,7 +10,7 @@ APT_PACKAGES := ffmpeg espeak-ng sox chromium
 export PYANNOTE_METRICS_ENABLED := false
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: install system-packages venv models run test bench clean
+.PHONY: install system-packages venv models run test bench gpu-wheels clean
 
 install: system-packages $(VENV)/.installed models
 
@@ -44,6 +44,13 @@ bench: install
 	$(PY) bench/asr.py
 	$(PY) bench/diarization.py
 	$(PY) bench/stream.py
+
+# The wheel bench/gpu_check.sh installs on the lent GPU machine, which has no network.
+gpu-wheels: $(VENV)/.installed
+	mkdir -p .whl
+	$(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	  --implementation cp --platform manylinux_2_28_x86_64 -d .whl \
+	  "transformers==$$($(PY) -c 'import transformers; print(transformers.__version__)')"
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/results/*.json

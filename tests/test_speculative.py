@@ -8,9 +8,11 @@ from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditiona
 from audio_fixtures import SAMPLE_WAV, read_wav, silence
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.bundle import resolve_model
+from parley.models.decoder_state import DynamicDecoder, OutputHead
 from parley.models.device import plan_device
 from parley.models.drafters import AssistantDrafter, HypothesisDrafter
 from parley.models.greedy import GreedyVerifier
+from parley.models.static_decoder import StaticDecoder
 from parley.models.whisper_engine import WhisperEngine
 
 CPU = plan_device("cpu")
@@ -92,27 +94,36 @@ def random_whisper(path, d_model, decoder_layers, causal=False, seed=0, vocab=60
 
 @pytest.mark.parametrize("causal, assistant_width", [(True, 64), (False, 32), (False, 64)])
 def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistant_width):
-    """Random main/assistant pairs of other sizes: assisted greedy == plain greedy."""
+    """Random main/assistant pairs of other sizes, on both caches: assisted == plain greedy."""
     main = random_whisper(tmp_path / "main", 64, 3, seed=1)
     random_whisper(tmp_path / "assistant", assistant_width, 1, causal=causal, seed=2)
     assistant = load_assistant(str(tmp_path / "assistant"), "random", main, None, CPU, None)
-    verifier = GreedyVerifier(main, suppress=[], begin_suppress=[], eot=599, no_speech_token=None)
+    decoders = {"dynamic": (DynamicDecoder(main.model.decoder),
+                            DynamicDecoder(assistant.decoder)),
+                "static": (StaticDecoder(main.model.decoder, max_width=16),
+                           StaticDecoder(assistant.decoder, max_width=16))}
     torch.manual_seed(3)
     checked = 0
     for trial in range(4):
         features = torch.randn(1, 80, 3000)
-        with torch.inference_mode():
-            hidden = main.model.encoder(features).last_hidden_state
-            drafter = AssistantDrafter(assistant.decoder, assistant.proj_out,
-                                       assistant.encode(features, hidden), eot=599)
-            prompt = [597, 598] if trial % 2 else [597]
-            plain = verifier.decode(hidden, prompt, 0)
-            assisted = verifier.decode(hidden, prompt, 0, drafter)
-            hypothesis = verifier.decode(hidden, prompt, 0, HypothesisDrafter(
-                plain.tokens[: len(plain.tokens) // 2] + [5, 6, 7]))
-        assert assisted.tokens == plain.tokens == hypothesis.tokens
-        assert assisted.stats.verify_steps > 0
-        checked += len(plain.tokens)
+        results = []
+        for main_decoder, assistant_decoder in decoders.values():
+            verifier = GreedyVerifier(main, suppress=[], begin_suppress=[], eot=599,
+                                      no_speech_token=None, decoder=main_decoder)
+            with torch.inference_mode():
+                hidden = main.model.encoder(features).last_hidden_state
+                state = assistant_decoder.begin(assistant.encode(features, hidden))
+                drafter = AssistantDrafter(state, OutputHead(assistant.proj_out), eot=599)
+                prompt = [597, 598] if trial % 2 else [597]
+                plain = verifier.decode(hidden, prompt, 0)
+                assisted = verifier.decode(hidden, prompt, 0, drafter)
+                hypothesis = verifier.decode(hidden, prompt, 0, HypothesisDrafter(
+                    plain.tokens[: len(plain.tokens) // 2] + [5, 6, 7]))
+            assert assisted.tokens == plain.tokens == hypothesis.tokens
+            assert assisted.stats.verify_steps > 0
+            results.append(plain.tokens)
+        assert results[0] == results[1]  # the static cache changes nothing either
+        checked += len(results[0])
     assert checked > 20
 
 

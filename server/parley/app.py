@@ -32,17 +32,26 @@ def load_asr(settings: Settings) -> tuple[AsrWorker, AsrService]:
     asr = settings.asr
     source = resolve_model(asr.model, settings.models_dir)
     assistant = resolve_model(asr.assistant, settings.models_dir) if asr.assistant else None
-    log.info("loading %s from %s on %s%s", asr.model, source, plan.description,
-             f", assistant {asr.assistant}" if assistant else "")
+    log.info("loading %s from %s on %s, %s cache%s", asr.model, source, plan.description,
+             asr.cache, f", assistant {asr.assistant}" if assistant else "")
     engine = WhisperEngine(
         source, asr.model, plan, assistant_source=assistant, assistant_label=asr.assistant,
         assistant_languages=frozenset(asr.assistant_languages)
         if asr.assistant_languages else None,
-        max_draft=asr.max_draft)
+        max_draft=asr.max_draft, cache=asr.cache, cuda_graphs=asr.cuda_graphs)
     worker = AsrWorker(engine, asr.queue_size,
                        on_thread_start=lambda: set_threads(asr.threads),
-                       batch_when_waiting=asr.batch_when_waiting, max_batch=asr.max_batch)
+                       batch_when_waiting=_batch_threshold(asr.batch_when_waiting, plan),
+                       max_batch=asr.max_batch)
     return worker, AsrService(worker, settings.asr.model, engine.check_language)
+
+
+def _batch_threshold(configured: int | None, plan) -> int:
+    """When to batch: on a GPU a batched step costs about what a single one does; on
+    CPU drafted decodes one by one beat plain batches (bench/asr.py, queue table)."""
+    if configured is not None:
+        return configured
+    return 4 if plan.device.type == "cuda" else 0
 
 
 def load_diarization(settings: Settings):

@@ -57,10 +57,16 @@ class AsrSettings(BaseModel):
     assistant_languages: list[str] | None = Field(
         None, description="languages the assistant drafts for (None: all)")
     hypothesis_drafts: bool = Field(True, description="draft from the segment's last partial")
-    max_draft: int = Field(16, ge=1, le=64, description="most draft tokens verified at once")
-    batch_when_waiting: int = Field(
-        4, ge=0, le=4096, description="queued decodes at which the worker batches plainly "
-                                      "instead of drafting one at a time (0: never)")
+    max_draft: int = Field(15, ge=1, le=63, description="most draft tokens verified at once")
+    cache: Literal["static", "dynamic"] = Field(
+        "static", description="decoder cache: static (fixed buffers, rollback by position; "
+                              "CUDA graphs on GPU) or transformers' dynamic cache")
+    cuda_graphs: bool = Field(True, description="replay the static decoder as CUDA graphs")
+    batch_when_waiting: int | None = Field(
+        None, ge=0, le=4096,
+        description="queued decodes at which the worker batches plainly instead of drafting "
+                    "one at a time (0: never; unset: 4 on CUDA, never on CPU, where drafted "
+                    "decodes one by one measured faster up to 8 waiting)")
     max_batch: int = Field(8, ge=2, le=256)
     context_tokens: int = Field(0, ge=0, le=223,
                                 description="tokens of earlier finals given as the prompt")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 import torch
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+from parley.models.decoder_state import DecoderState, OutputHead
 
 MAX_MATCH_NGRAM = 3
 
@@ -77,31 +78,26 @@ class AssistantDrafter:
     """Greedy drafts from a small assistant model sharing the main model's tokenizer.
 
     A decoder-only assistant (``WhisperForCausalLM``) reads the main encoder's output;
-    a full seq2seq assistant brings its own encoder output. The assistant keeps its own
-    cache and re-syncs it to the accepted tokens before each proposal. The draft length
+    a full seq2seq assistant brings its own encoder output; either way ``state`` is the
+    assistant decoder's cache over it (dynamic or static, see ``decoder_state``). The
+    cache is re-synced to the accepted tokens before each proposal. The draft length
     adapts: longer after full acceptance, shorter after a rejection.
     """
 
-    def __init__(self, decoder, proj_out, encoder_hidden: torch.Tensor,
-                 suppress: torch.Tensor | None = None, eot: int | None = None,
-                 initial_length: int = 4, max_length: int = 16):
+    def __init__(self, state: DecoderState, head: OutputHead, suppress: torch.Tensor | None = None,
+                 eot: int | None = None, initial_length: int = 4, max_length: int = 15):
         self._suppress = suppress  # the main model's suppressed tokens: never worth drafting
         self._eot = eot
-        self._decoder = decoder
-        self._proj_out = proj_out
-        self._encoder_hidden = encoder_hidden
-        self._cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self._state = state
+        self._head = head
         self._fed: list[int] = []
-        self._pending_logits: torch.Tensor | None = None
         self.length = initial_length
         self._max_length = max_length
 
     def _feed(self, ids: list[int]) -> torch.Tensor:
-        out = self._decoder(input_ids=torch.tensor([ids], device=self._encoder_hidden.device),
-                            encoder_hidden_states=self._encoder_hidden, cache=self._cache,
-                            use_cache=True)
+        hidden = self._state.feed(ids)
         self._fed.extend(ids)
-        logits = self._proj_out(out.last_hidden_state[:, -1])[0]
+        logits = self._head(hidden[-1])
         if self._suppress is not None:
             logits = logits.masked_fill(self._suppress, float("-inf"))
         return logits
@@ -118,7 +114,7 @@ class AssistantDrafter:
             common += 1
         common = min(common, len(context) - 1)  # always feed at least one token for logits
         if common < len(self._fed):
-            self._cache.crop(common - len(self._fed))  # transformers 5 crops by a negative count
+            self._state.truncate(common)
             del self._fed[common:]
         logits = self._feed(context[common:])
         draft: list[int] = []

@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
+from parley.models.decoder_state import Decoder, DynamicDecoder, OutputHead
 from parley.models.drafters import Drafter
 
 
@@ -46,12 +47,19 @@ class Decoded:
 
 
 class GreedyVerifier:
-    """Decodes one sequence at batch size one, with whatever drafter it is given."""
+    """Decodes one sequence at batch size one, with whatever drafter it is given.
+
+    ``decoder`` holds the cache (dynamic or static, see ``decoder_state``); batched
+    decoding always uses transformers' own decoder and dynamic cache.
+    """
 
     def __init__(self, model, suppress: Sequence[int], begin_suppress: Sequence[int],
-                 eot: int, no_speech_token: int | None, max_draft: int = 16):
+                 eot: int, no_speech_token: int | None, max_draft: int = 15,
+                 decoder: Decoder | None = None):
         self._model = model
         self._decoder = model.model.decoder
+        self._single = decoder or DynamicDecoder(self._decoder)
+        self.head = OutputHead(model.proj_out)
         self._max_positions = model.config.max_target_positions
         vocab = model.config.vocab_size
         device = model.device
@@ -63,27 +71,21 @@ class GreedyVerifier:
         self._no_speech_token = no_speech_token
         self.max_draft = max_draft
 
-    def _logits(self, ids: list[int], encoder_hidden, cache) -> torch.Tensor:
-        out = self._decoder(input_ids=torch.tensor([ids], device=encoder_hidden.device),
-                            encoder_hidden_states=encoder_hidden, cache=cache, use_cache=True)
-        logits = self._model.proj_out(out.last_hidden_state)[0].float()
-        return logits.masked_fill(self.suppress, -math.inf)
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(hidden).masked_fill(self.suppress, -math.inf)
 
     @torch.inference_mode()
     def decode(self, encoder_hidden, prompt: list[int], sot_index: int,
                drafter: Drafter | None = None) -> Decoded:
         """Greedy tokens after ``prompt`` (``prompt[sot_index]`` is <|startoftranscript|>)."""
         stats = DecodeStats()
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        prefill = self._decoder(input_ids=torch.tensor([prompt], device=encoder_hidden.device),
-                                encoder_hidden_states=encoder_hidden, cache=cache, use_cache=True)
-        hidden = prefill.last_hidden_state[0]
+        state = self._single.begin(encoder_hidden)
+        hidden = state.feed(prompt)
         no_speech = 0.0
         if self._no_speech_token is not None:
-            sot_logits = self._model.proj_out(hidden[sot_index]).float()
+            sot_logits = self.head(hidden[sot_index])
             no_speech = float(sot_logits.softmax(-1)[self._no_speech_token])
-        first = self._model.proj_out(hidden[-1]).float().masked_fill(self.suppress, -math.inf)
-        first = first.masked_fill(self._begin_suppress, -math.inf)
+        first = self._logits(hidden[-1]).masked_fill(self._begin_suppress, -math.inf)
         logprobs = first.log_softmax(-1)
         next_token = int(first.argmax())
         total_logprob = float(logprobs[next_token])
@@ -93,7 +95,7 @@ class GreedyVerifier:
             tokens.append(next_token)
             limit = min(self.max_draft, room - len(tokens) - 1)
             draft = drafter.propose(prompt, tokens, limit) if drafter and limit > 0 else []
-            logits = self._logits([next_token] + draft, encoder_hidden, cache)
+            logits = self._logits(state.feed([next_token] + draft))
             stats.passes += 1
             choices = logits.argmax(-1).tolist()
             kept = 0
@@ -104,8 +106,7 @@ class GreedyVerifier:
                 stats.drafted += len(draft)
                 stats.accepted += kept
                 drafter.feedback(len(draft), kept)
-                if kept < len(draft):  # roll the cache back to the tokens that were kept
-                    cache.crop(kept - len(draft))
+                state.truncate(state.length - (len(draft) - kept))  # forget the rejected
             chosen = logits[: kept + 1].log_softmax(-1)
             picked = draft[:kept] + [choices[kept]]
             total_logprob += float(chosen[torch.arange(kept + 1), picked].sum())
@@ -129,9 +130,9 @@ class GreedyVerifier:
                                use_cache=True).last_hidden_state
         no_speech = [0.0] * batch
         if self._no_speech_token is not None:
-            probs = self._model.proj_out(hidden[:, sot_index]).float().softmax(-1)
+            probs = self.head(hidden[:, sot_index]).softmax(-1)
             no_speech = probs[:, self._no_speech_token].tolist()
-        logits = self._model.proj_out(hidden[:, -1]).float().masked_fill(self.suppress, -math.inf)
+        logits = self.head(hidden[:, -1]).masked_fill(self.suppress, -math.inf)
         logits = logits.masked_fill(self._begin_suppress, -math.inf)
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprob = [0.0] * batch
@@ -154,7 +155,6 @@ class GreedyVerifier:
             feed = torch.where(torch.tensor(done, device=device), self.eot, choice)[:, None]
             hidden = self._decoder(input_ids=feed, encoder_hidden_states=encoder_hidden,
                                    cache=cache, use_cache=True).last_hidden_state
-            logits = self._model.proj_out(hidden[:, -1]).float().masked_fill(self.suppress,
-                                                                              -math.inf)
+            logits = self.head(hidden[:, -1]).masked_fill(self.suppress, -math.inf)
         return [Decoded(t, no_speech[i], logprob[i] / (len(t) + 1),
                         DecodeStats(passes=len(t) + 1)) for i, t in enumerate(tokens)]

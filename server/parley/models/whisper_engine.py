@@ -3,6 +3,8 @@
 Decoding is greedy at batch size one through ``GreedyVerifier``: drafts from the
 previous hypothesis of the same segment and from an optional assistant model are
 verified by the main model, so the text is exactly the main model's greedy text.
+Both decoders run on a static cache by default (CUDA graphs on GPU, see
+``static_decoder``); ``cache="dynamic"`` uses transformers' own cache instead.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from transformers.utils import logging as hf_logging
 from parley.core.words import TimedWord, group_words
 from parley.models.alignment import forced_pass
 from parley.models.assistant import Assistant, load_assistant
+from parley.models.decoder_state import Decoder, DynamicDecoder, OutputHead
 from parley.models.device import DevicePlan
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, HypothesisDrafter
 from parley.models.greedy import DecodeStats, GreedyVerifier
+from parley.models.static_decoder import StaticDecoder
 
 log = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -74,11 +78,17 @@ class WhisperEngine:
     def __init__(self, source: str, label: str, plan: DevicePlan, *,
                  assistant_source: str | None = None, assistant_label: str | None = None,
                  assistant_languages: frozenset[str] | None = None,
-                 guards: QualityGuards | None = QualityGuards(), max_draft: int = 16):
+                 guards: QualityGuards | None = QualityGuards(), max_draft: int = 15,
+                 cache: str = "static", cuda_graphs: bool = True):
         hf_logging.set_verbosity_error()  # transformers' deprecation chatter is not ours to show
+        if cache not in ("static", "dynamic"):
+            raise ValueError(f"cache must be static or dynamic, not {cache!r}")
         self.label = label
         self.plan = plan
         self.guards = guards
+        self.cache = cache
+        self._max_draft = max_draft
+        self.graphs = cache == "static" and cuda_graphs and plan.device.type == "cuda"
         self.processor = WhisperProcessor.from_pretrained(source)
         self.model = WhisperForConditionalGeneration.from_pretrained(
             source, dtype=plan.dtype, attn_implementation="sdpa"
@@ -92,11 +102,21 @@ class WhisperEngine:
         self._prev = tokenizer.convert_tokens_to_ids("<|startofprev|>")
         self.verifier = GreedyVerifier(
             self.model, generation.suppress_tokens or [], generation.begin_suppress_tokens or [],
-            self._eot, generation.no_timestamps_token_id - 1, max_draft=max_draft)
+            self._eot, generation.no_timestamps_token_id - 1, max_draft=max_draft,
+            decoder=self._decoder_for(self.model.model.decoder))
         self.assistant: Assistant | None = None
+        self._assistant_decoder: Decoder | None = None
         if assistant_source is not None:
             self.assistant = load_assistant(assistant_source, assistant_label or assistant_source,
                                             self.model, tokenizer, plan, assistant_languages)
+            self._assistant_decoder = self._decoder_for(self.assistant.decoder)
+            self._assistant_head = OutputHead(self.assistant.proj_out)
+
+    def _decoder_for(self, module: torch.nn.Module) -> Decoder:
+        if self.cache == "dynamic":
+            return DynamicDecoder(module)
+        # The widest pass is the last accepted token plus a full draft.
+        return StaticDecoder(module, graphs=self.graphs, max_width=self._max_draft + 1)
 
     def check_language(self, language: str | None) -> None:
         """Raise ValueError when this model cannot transcribe ``language``."""
@@ -180,9 +200,9 @@ class WhisperEngine:
         hypothesis = HypothesisDrafter(draft) if draft else None
         assistant = None
         if use_assistant and self.assistant is not None and self.assistant.serves(language):
-            assistant = AssistantDrafter(self.assistant.decoder, self.assistant.proj_out,
-                                         self.assistant.encode(features, encoder_hidden),
-                                         self.verifier.suppress, self.verifier.eot)
+            state = self._assistant_decoder.begin(self.assistant.encode(features, encoder_hidden))
+            assistant = AssistantDrafter(state, self._assistant_head, self.verifier.suppress,
+                                         self.verifier.eot, max_length=self._max_draft)
         if hypothesis and assistant:
             return ChainedDrafter(hypothesis, assistant)
         return hypothesis or assistant
