@@ -23,6 +23,8 @@ def machine() -> dict:
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:
+    if not rows:
+        return
     widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
     print("  ".join(c.ljust(widths[c]) for c in columns))
     print("  ".join("-" * widths[c] for c in columns))

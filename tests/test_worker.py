@@ -36,6 +36,28 @@ async def test_queued_jobs_are_batched_with_the_same_results(tiny_engine, clips)
         assert result.words and all(w.start <= w.end for w in result.words)
 
 
+async def test_drafted_jobs_stay_speculative_when_drafted_batching_is_off(tiny_engine, clips):
+    """batch_drafted=False (the CPU default): draft-less jobs batch, drafted ones run alone
+    with their drafts, and every result is still the plain greedy one."""
+    drafts = [tiny_engine.transcribe(c[: len(c) * 3 // 4]).tokens for c in clips]
+    jobs = [AsrJob(c, None, False, draft=drafts[i] if i % 2 else None)
+            for i, c in enumerate(clips)]
+    worker = AsrWorker(tiny_engine, capacity=16, batch_when_waiting=2, max_batch=8,
+                       batch_drafted=False)
+    worker.start()
+    try:
+        futures = [await worker.submit_final(job) for job in jobs]
+        results = [await asyncio.wrap_future(f) for f in futures]
+    finally:
+        await worker.stop()
+    plain = [tiny_engine.transcribe(c) for c in clips]
+    assert [r.tokens for r in results] == [p.tokens for p in plain]
+    assert worker.stats.batches >= 1 and worker.stats.batched_jobs <= 3  # the draft-less ones
+    for i, result in enumerate(results):
+        if i % 2:
+            assert result.stats.verify_steps > 0 and result.stats.accepted > 0
+
+
 async def test_finals_overtake_queued_partials_and_cancelled_partials_never_run(tiny_engine,
                                                                                  clips):
     """A final submitted after partials runs before them; a cancelled partial is skipped."""

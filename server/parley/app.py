@@ -41,17 +41,18 @@ def load_asr(settings: Settings) -> tuple[AsrWorker, AsrService]:
         max_draft=asr.max_draft, cache=asr.cache, cuda_graphs=asr.cuda_graphs)
     worker = AsrWorker(engine, asr.queue_size,
                        on_thread_start=lambda: set_threads(asr.threads),
-                       batch_when_waiting=_batch_threshold(asr.batch_when_waiting, plan),
-                       max_batch=asr.max_batch)
+                       batch_when_waiting=asr.batch_when_waiting, max_batch=asr.max_batch,
+                       batch_drafted=_batch_drafted(asr.batch_drafted, plan))
     return worker, AsrService(worker, settings.asr.model, engine.check_language)
 
 
-def _batch_threshold(configured: int | None, plan) -> int:
-    """When to batch: on a GPU a batched step costs about what a single one does; on
-    CPU drafted decodes one by one beat plain batches (bench/asr.py, queue table)."""
+def _batch_drafted(configured: bool | None, plan) -> bool:
+    """Whether drafted jobs join batches: on a GPU a batched step costs about what a
+    single one does; on CPU a drafted decode alone kept up with its share of a plain
+    batch (bench/asr.py, queue table), so there only draft-less jobs are batched."""
     if configured is not None:
         return configured
-    return 4 if plan.device.type == "cuda" else 0
+    return plan.device.type == "cuda"
 
 
 def load_diarization(settings: Settings):

@@ -62,11 +62,12 @@ class AsrSettings(BaseModel):
         "static", description="decoder cache: static (fixed buffers, rollback by position; "
                               "CUDA graphs on GPU) or transformers' dynamic cache")
     cuda_graphs: bool = Field(True, description="replay the static decoder as CUDA graphs")
-    batch_when_waiting: int | None = Field(
-        None, ge=0, le=4096,
-        description="queued decodes at which the worker batches plainly instead of drafting "
-                    "one at a time (0: never; unset: 4 on CUDA, never on CPU, where drafted "
-                    "decodes one by one measured faster up to 8 waiting)")
+    batch_when_waiting: int = Field(
+        4, ge=0, le=4096, description="queued decodes at which the worker batches plainly "
+                                      "instead of drafting one at a time (0: never)")
+    batch_drafted: bool | None = Field(
+        None, description="whether decodes that have a draft join batches "
+                          "(unset: on CUDA yes, on CPU no)")
     max_batch: int = Field(8, ge=2, le=256)
     context_tokens: int = Field(0, ge=0, le=223,
                                 description="tokens of earlier finals given as the prompt")
