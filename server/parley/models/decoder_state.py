@@ -1,4 +1,4 @@
-"""One decode's view of a Whisper decoder: feed tokens, get logits, roll back.
+"""One decode's view of a Whisper decoder: feed tokens, get hidden states, roll back.
 
 Speculative decoding needs exactly two cache operations: append tokens (the last
 choice plus a draft, in one pass) and forget the rejected ones. Both decoders here

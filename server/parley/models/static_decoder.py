@@ -1,10 +1,10 @@
 """Whisper's decoder over preallocated key/value buffers, replayed as CUDA graphs on GPU.
 
-On a GPU a decoding step costs kernel launches and Python, not arithmetic (see
-README, "Speculative decoding"): fixed-address caches and captured graphs are the
-lever. transformers' ``StaticCache`` cannot serve speculative decoding (it refuses
-assisted generation and cannot be cropped), so the cache handling here is ours while
-the layers' weights and modules (projections, layer norms, MLP) stay transformers':
+On a GPU a decoding step costs kernel launches and Python, not arithmetic (README,
+"Decoder cache"): fixed-address caches and captured graphs are the lever.
+transformers' ``StaticCache`` cannot serve speculative decoding (it refuses assisted
+generation and cannot be cropped), so the cache handling here is ours while the
+layers' weights and modules (projections, layer norms, MLP) stay transformers':
 
 - the self-attention keys and values of position p live at slot p of fixed buffers;
   a pass writes its tokens at their positions and each token attends to the slots at
