@@ -16,5 +16,5 @@ export PYTHONPATH=/tmp/site:$PWD/server
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
 out=${OUT:-bench/results}
-python3 bench/asr_gpu.py --device cuda --shapes large-v3 turbo --tokens 120 \
+python3 bench/asr_gpu.py --device cuda --shapes large-v3 turbo --tokens 120 --repeats 2 \
   --json "$out/asr-gpu.json" 2>&1 | tee "$out/asr-gpu.log"
