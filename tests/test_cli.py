@@ -89,6 +89,14 @@ def test_stream_reports_a_refusal(server_url, dialogue_wav):
     assert b"bad_config" in done.stdout + done.stderr
 
 
+def test_stream_to_a_wrong_path_is_a_clear_error(server_url, dialogue_wav):
+    """A URL that is not the stream endpoint (here the static page) is named, no traceback."""
+    path, _, _ = dialogue_wav
+    done = stream(server_url.removesuffix("/v1/stream") + "/", "--fast", str(path))
+    assert done.returncode == 1
+    assert b"/v1/stream" in done.stderr and b"Traceback" not in done.stderr
+
+
 def test_stream_missing_file_is_a_clear_error(server_url):
     """A file that does not exist is named in the error."""
     done = stream(server_url, "/nonexistent.wav")

@@ -47,6 +47,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _stream(args: argparse.Namespace) -> int:
+    from websockets.exceptions import InvalidHandshake, InvalidURI
+
     from parley.client.formats import render
     from parley.client.stream import (LiveDisplay, ffmpeg_pcm, run_stream, stdin_pcm,
                                       stream_url, token_from_env)
@@ -72,6 +74,10 @@ def _stream(args: argparse.Namespace) -> int:
                                         on_message=display))
     except (OSError, RuntimeError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
+        return 1
+    except (InvalidHandshake, InvalidURI) as exc:  # not a Parley stream endpoint
+        print(f"parley: {exc} (a Parley server streams at ws://HOST:PORT/v1/stream)",
+              file=sys.stderr)
         return 1
     if not live_to_stdout:
         text = render(result.finals, args.format)
