@@ -10,10 +10,14 @@ in turn, so machine noise hits them alike, and the ratios compare like with like
   assistant   drafts from an assistant model (only where a same-vocabulary pair exists)
   both        hypothesis first, the assistant where the hypothesis has nothing to offer
 
-each on both decoder caches (``--caches``), and transformers' own ``generate()`` (plain
-greedy, for scale: what a stock pipeline pays),: ``static`` (Parley's fixed buffers, CUDA
-graphs on GPU) and ``dynamic`` (transformers' own). ``speedup`` compares with plain
-greedy on the same cache, ``vs_stock`` with plain greedy on the dynamic cache.
+and transformers' own ``generate()`` (plain greedy, for scale: what a stock pipeline
+pays). ``speedup`` compares with Parley's plain greedy.
+
+Then a queue: ``--queues`` finals (5 s clips, each with its earlier partial as a draft)
+waiting at once, as when many streams end a turn together: decoded one by one (plain,
+drafted), together in one batch at fixed draft budgets (0: plain batched decoding;
+15: every row fully speculative), and by the scheduler, whose budgets come from the
+costs it measures. ``speedup`` is against plain one by one.
 
 Usage: python bench/asr.py [--models tiny.en base] [--step 1.0] [--device auto]
 """
@@ -21,6 +25,7 @@ Usage: python bench/asr.py [--models tiny.en base] [--step 1.0] [--device auto]
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 
 import numpy as np
@@ -29,10 +34,12 @@ from common import print_table, write_json
 
 from audio_fixtures import SAMPLE_WAV, read_wav
 from parley.config import Settings
+from parley.core.asr import AsrRequest
 from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
 from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
+from parley.runtime.scheduler import AsrScheduler
 
 # The only same-vocabulary pair a registry carries is base with itself: it shows the
 # mechanism (every draft accepted) and its overhead, not a real speed-up.
@@ -51,72 +58,65 @@ def prefixes(segment: SegmentClosed, step: float) -> list[np.ndarray]:
     return [segment.audio[:c] for c in cuts]
 
 
-def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft: int,
-              caches: list[str]) -> list[dict]:
+def run_model(name: str, audio: np.ndarray, step: float, device: str,
+              max_draft: int) -> list[dict]:
     models_dir = Settings().models_dir
     assistant = ASSISTANT_FOR.get(name)
-    engines = {cache: WhisperEngine(
-        resolve_model(name, models_dir), name, plan_device(device), max_draft=max_draft,
-        assistant_source=resolve_model(assistant, models_dir) if assistant else None,
-        assistant_label=assistant, guards=None, cache=cache) for cache in caches}
-    multilingual = next(iter(engines.values())).multilingual
-    language = "en" if multilingual else None
-    drafts = ["plain", "hypothesis"] + (["assistant", "both"] if assistant else [])
-    variants = [(cache, draft) for cache in caches for draft in drafts]
-    generate_kwargs = {"language": "en", "task": "transcribe"} if multilingual else {}
+    engine = WhisperEngine(resolve_model(name, models_dir), name, plan_device(device),
+                           max_draft=max_draft, guards=None)
+    engines = {"plain": engine, "hypothesis": engine}
+    if assistant:
+        assisted = WhisperEngine(resolve_model(name, models_dir), name, plan_device(device),
+                                 max_draft=max_draft, guards=None, assistant_label=assistant,
+                                 assistant_source=resolve_model(assistant, models_dir))
+        engines.update(assistant=assisted, both=assisted)
+    language = "en" if engine.multilingual else None
+    generate_kwargs = {"language": "en", "task": "transcribe"} if engine.multilingual else {}
     totals = {v: {"seconds": 0.0, "tokens": 0, "passes": 0, "accepted": 0, "verify_steps": 0,
-                  "identical": True} for v in variants}
-    audio_seconds = 0.0
-    encoder_seconds = 0.0
-    generate_seconds = 0.0
-    for engine in engines.values():
-        engine.transcribe(audio[:16000], language=language)  # warm-up, not counted
-    reference_engine = engines[caches[0]]
+                  "identical": True} for v in engines}
+    audio_seconds = encoder_seconds = generate_seconds = 0.0
+    for warm in set(engines.values()):
+        warm.transcribe(audio[:16000], language=language)  # warm-up, not counted
     for segment in segments_of(audio):
         previous: tuple[int, ...] | None = None
         for prefix in prefixes(segment, step):
             audio_seconds += len(prefix) / 16000
             started = time.perf_counter()
             with torch.inference_mode():
-                reference_engine.model.model.encoder(reference_engine.features(prefix))
+                engine.model.model.encoder(engine.features(prefix))
             encoder_seconds += time.perf_counter() - started
             outputs = {}
-            for cache, draft_source in variants:
-                draft = previous if draft_source in ("hypothesis", "both") else None
+            for variant, decoder in engines.items():
+                draft = previous if variant in ("hypothesis", "both") else None
                 started = time.perf_counter()
-                result = engines[cache].transcribe(
-                    prefix, language=language, draft=draft,
-                    use_assistant=draft_source in ("assistant", "both"))
-                t = totals[(cache, draft_source)]
+                result = decoder.transcribe(prefix, language=language, draft=draft,
+                                            budget=0 if variant == "plain" else None)
+                t = totals[variant]
                 t["seconds"] += time.perf_counter() - started
                 t["tokens"] += len(result.tokens) + 1  # + end of text
                 t["passes"] += result.stats.passes + 1  # + the prompt pass
                 t["accepted"] += result.stats.accepted
                 t["verify_steps"] += result.stats.verify_steps
-                outputs[(cache, draft_source)] = result.tokens
+                outputs[variant] = result.tokens
             started = time.perf_counter()
             with torch.inference_mode():
-                reference_engine.model.generate(reference_engine.features(prefix),
-                                                **generate_kwargs)
+                engine.model.generate(engine.features(prefix), **generate_kwargs)
             generate_seconds += time.perf_counter() - started
-            plain = outputs[(caches[0], "plain")]
-            for variant in variants:
-                totals[variant]["identical"] &= outputs[variant] == plain
-            previous = plain
-    stock = totals.get(("dynamic", "plain"), totals[(caches[0], "plain")])["seconds"]
+            for variant in engines:
+                totals[variant]["identical"] &= outputs[variant] == outputs["plain"]
+            previous = outputs["plain"]
+    plain_seconds = totals["plain"]["seconds"]
     rows = []
-    for (cache, draft_source), t in totals.items():
-        plain_seconds = totals[(cache, "plain")]["seconds"]
+    for variant, t in totals.items():
         decode_only = max(t["seconds"] - encoder_seconds, 1e-9)
         rows.append({
-            "model": name, "cache": cache, "variant": draft_source,
+            "model": name, "variant": variant,
             "seconds": t["seconds"], "tokens_per_s": t["tokens"] / t["seconds"],
             "rtf": t["seconds"] / audio_seconds,
             "passes": t["passes"], "tokens": t["tokens"],
             "mean_accepted": t["accepted"] / t["verify_steps"] if t["verify_steps"] else 0.0,
             "speedup": plain_seconds / t["seconds"],
             "decoder_speedup": (plain_seconds - encoder_seconds) / decode_only,
-            "vs_stock": stock / t["seconds"],
             "vs_generate": generate_seconds / t["seconds"],
             "identical": t["identical"],
             "encoder_s": encoder_seconds,
@@ -125,31 +125,66 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft:
     return rows
 
 
-def run_queue(name: str, audio: np.ndarray, size: int, device: str) -> list[dict]:
-    """``size`` decodes waiting at once (e.g. finals of as many sessions): one by one with
-    drafts from each clip's earlier partial, one by one plain, or in one plain batch."""
+def run_queue(name: str, audio: np.ndarray, sizes: list[int], device: str) -> list[dict]:
+    """Finals of ``size`` streams waiting at once, each with its earlier partial as a draft."""
     engine = WhisperEngine(resolve_model(name, Settings().models_dir), name,
                            plan_device(device), guards=None)
     language = "en" if engine.multilingual else None
-    starts = np.linspace(6.5, len(audio) / 16000 - 5.0, size)
-    clips = [audio[int(s * 16000):int(s * 16000) + 5 * 16000] for s in starts]
-    drafts = [engine.transcribe(c[: int(len(c) * 0.8)], language=language).tokens for c in clips]
-    engine.transcribe(clips[0], language=language)  # warm-up
-    timings, outputs = {}, {}
-    for variant in ("plain", "hypothesis", "batched"):
-        started = time.perf_counter()
-        if variant == "batched":
-            results = engine.transcribe_batch(clips, language=language,
-                                              with_words=[False] * size)
-        else:
-            results = [engine.transcribe(c, language=language,
-                                         draft=d if variant == "hypothesis" else None)
-                       for c, d in zip(clips, drafts)]
-        timings[variant] = time.perf_counter() - started
-        outputs[variant] = [r.tokens for r in results]
-    return [{"model": name, "queue": size, "variant": v, "seconds": t,
-             "speedup": timings["plain"] / t, "identical": outputs[v] == outputs["plain"]}
-            for v, t in timings.items()]
+    warmed = AsrScheduler(engine, capacity=64)
+    warmed.warm_up()
+    rows = []
+    for size in sizes:
+        starts = np.linspace(6.5, len(audio) / 16000 - 5.0, size)
+        clips = [audio[int(s * 16000):int(s * 16000) + 5 * 16000] for s in starts]
+        drafts = [engine.transcribe(c[: int(len(c) * 0.8)], language=language).tokens
+                  for c in clips]
+        requests = [AsrRequest(c, language, draft=d) for c, d in zip(clips, drafts)]
+        timings, outputs = {}, {}
+        for variant in ("plain one by one", "drafted one by one", "batched, budget 0",
+                        "batched, budget 15", "scheduler"):
+            started = time.perf_counter()
+            if variant == "scheduler":
+                results = asyncio.run(_schedule(engine, warmed, requests))
+            elif variant.startswith("batched"):
+                results = _batched(engine, requests, int(variant.rsplit(" ", 1)[1]))
+            else:
+                budget = 0 if variant.startswith("plain") else None
+                results = [engine.transcribe(r.audio, language=language, draft=r.draft,
+                                             budget=budget) for r in requests]
+            timings[variant] = time.perf_counter() - started
+            outputs[variant] = [r.tokens for r in results]
+        rows += [{"model": name, "queue": size, "variant": v, "seconds": t,
+                  "speedup": timings["plain one by one"] / t,
+                  "identical": outputs[v] == outputs["plain one by one"]}
+                 for v, t in timings.items()]
+    return rows
+
+
+def _batched(engine: WhisperEngine, requests: list[AsrRequest], budget: int):
+    """One batch: each clip's encoder pass (one at a time, as the CPU policy does), then
+    all rows step together at a fixed draft budget."""
+    decodes = [d for r in requests for d in engine.start([r])]
+    results = {}
+    while len(results) < len(decodes):
+        live = [d for d in decodes if d not in results and not d.finished]
+        if live:
+            engine.step(live, [budget] * len(live))
+        for d in decodes:
+            if d not in results and d.finished:
+                results[d] = engine.finish(d)
+    return [results[d] for d in decodes]
+
+
+async def _schedule(engine: WhisperEngine, warmed: AsrScheduler, requests: list[AsrRequest]):
+    """The scheduler's own choices, starting from the costs the warm-up measured."""
+    scheduler = AsrScheduler(engine, capacity=64)
+    scheduler.encoder_cost, scheduler.step_cost = warmed.encoder_cost, warmed.step_cost
+    await scheduler.start()
+    try:
+        futures = [await scheduler.submit_final(r) for r in requests]
+        return [await asyncio.wrap_future(f) for f in futures]
+    finally:
+        await scheduler.stop()
 
 
 def main() -> None:
@@ -158,27 +193,23 @@ def main() -> None:
     parser.add_argument("--step", type=float, default=1.0, help="seconds between re-decodes")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--max-draft", type=int, default=15)
-    parser.add_argument("--caches", nargs="+", default=["static", "dynamic"],
-                        choices=["static", "dynamic"])
     parser.add_argument("--seconds", type=float, default=30.0, help="of sample.wav to use")
-    parser.add_argument("--queues", type=int, nargs="*", default=[4, 8],
+    parser.add_argument("--queues", type=int, nargs="*", default=[1, 2, 4, 8],
                         help="queue lengths for the batched-versus-drafted comparison")
     args = parser.parse_args()
     audio = read_wav(SAMPLE_WAV)
     rows, queue_rows = [], []
     for name in args.models:
         rows += run_model(name, audio[: int(args.seconds * 16000)], args.step, args.device,
-                          args.max_draft, args.caches)
-        for size in args.queues:
-            queue_rows += run_queue(name, audio, size, args.device)
+                          args.max_draft)
+        queue_rows += run_queue(name, audio, args.queues, args.device)
     print("Streaming re-decodes (partials every step, then the final):")
-    print_table(rows, ["model", "cache", "variant", "seconds", "tokens_per_s", "rtf", "passes",
-                       "mean_accepted", "speedup", "decoder_speedup", "vs_stock", "vs_generate",
+    print_table(rows, ["model", "variant", "seconds", "tokens_per_s", "rtf", "passes",
+                       "mean_accepted", "speedup", "decoder_speedup", "vs_generate",
                        "identical", "encoder_s"])
     print("\nA queue of decodes waiting at once:")
     print_table(queue_rows, ["model", "queue", "variant", "seconds", "speedup", "identical"])
     path = write_json("asr", {"step_s": args.step, "max_draft": args.max_draft,
-                              "caches": args.caches,
                               "device": args.device, "rows": rows, "queue_rows": queue_rows})
     print(f"\nwrote {path}")
 

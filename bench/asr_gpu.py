@@ -1,24 +1,23 @@
-"""Per-token decoding cost on a GPU: dynamic cache vs static cache vs CUDA graphs, with drafts.
+"""Per-token decoding cost on a GPU: rows of the row decoder, eager and as CUDA graphs.
 
 The lent GPU machine reaches no hub and carries no Parley models, so this runs
 Whisper-shaped models with random weights (large-v3 and large-v3-turbo shapes, fp16,
-SDPA, batch size one). Random weights say nothing about accuracy; they give the
-per-pass cost that decides speculative decoding on a GPU. Drafts come from a decode
-of the same input, so acceptance is set by construction:
+SDPA). Random weights say nothing about accuracy; they give the per-pass cost that
+decides speculative decoding and batching on a GPU. Drafts come from a decode of the
+same input, so acceptance is set by construction:
 
   plain        greedy, no drafts
   hypothesis   the previous hypothesis: the full earlier output (every draft accepted)
   revised      the previous hypothesis with every 12th token changed (rejections, as
                when a partial's last words are revised)
   assistant    a 2-layer decoder-only assistant of the same width (random: its drafts
-               are rejected; shows what drafting costs on each cache)
-  batched xN   N copies decoded plainly in one batch (transformers' decoder, dynamic
-               cache), ms per token per stream: when many streams wait
+               are rejected; shows what drafting costs)
 
-Every variant runs on ``dynamic`` (transformers' cache), ``static`` (Parley's
-buffers, eager) and ``graphs`` (the same buffers replayed as CUDA graphs). Output
-tokens are compared with plain greedy on the same cache. Sized to finish in about
-two minutes on an H200; ``--device cpu --shape tiny`` checks the script here.
+each at 1 row and at ``--rows`` rows stepping together (ms per token of each stream;
+``throughput``: tokens per second over all rows, relative to one eager plain row), on
+``eager`` buffers and on ``graphs`` (the same buffers replayed as CUDA graphs).
+Output tokens are compared with plain greedy at one row. Sized to finish in about two
+minutes on an H200; ``--device cpu --shapes tiny`` checks the script here.
 
 Usage: python bench/asr_gpu.py [--device cuda] [--shapes large-v3 turbo] [--tokens 120]
 """
@@ -33,10 +32,10 @@ import torch
 from common import print_table, write_json
 from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
-from parley.models.decoder_state import DynamicDecoder, OutputHead
 from parley.models.drafters import AssistantDrafter, HypothesisDrafter
-from parley.models.greedy import GreedyVerifier
-from parley.models.static_decoder import StaticDecoder
+from parley.models.greedy import GreedyVerifier, RowDecode
+from parley.models.output_head import OutputHead
+from parley.models.row_decoder import RowDecoder
 
 SHAPES = {  # d_model, encoder layers, decoder layers, heads, mel bins
     "large-v3": (1280, 32, 32, 20, 128),
@@ -46,6 +45,7 @@ SHAPES = {  # d_model, encoder layers, decoder layers, heads, mel bins
 VOCAB = 51866
 PROMPT = [50258, 50259, 50360, 50364]  # <|startoftranscript|><|en|><|transcribe|><|notimestamps|>
 NEVER = -1  # end-of-text id no argmax can pick: every decode runs to the token budget
+MAX_DRAFT = 15
 
 
 def build(shape: str, tokens: int, device: torch.device, dtype: torch.dtype):
@@ -75,75 +75,77 @@ def timed(fn, device: torch.device):
     return result, time.perf_counter() - started
 
 
-def run_shape(shape: str, tokens: int, repeats: int, device: torch.device, dtype,
-              queues: list[int]) -> list[dict]:
-    main, assistant = build(shape, tokens, device, dtype)
-    caches = {"dynamic": (DynamicDecoder(main.model.decoder),
-                          DynamicDecoder(assistant.model.decoder))}
-    caches["static"] = (StaticDecoder(main.model.decoder), StaticDecoder(assistant.model.decoder))
-    if device.type == "cuda":
-        started = time.perf_counter()
-        caches["graphs"] = (StaticDecoder(main.model.decoder, graphs=True),
-                            StaticDecoder(assistant.model.decoder, graphs=True))
-        capture_s = time.perf_counter() - started
-    else:
-        capture_s = 0.0
-    head = OutputHead(assistant.proj_out)
-    mels = main.config.num_mel_bins
-    with torch.inference_mode():
-        features = torch.randn(1, mels, 3000, device=device, dtype=dtype)
-        hidden = main.model.encoder(features).last_hidden_state
-    rows = []
-    for cache, (decoder, assistant_decoder) in caches.items():
-        verifier = GreedyVerifier(main, suppress=[], begin_suppress=[], eot=NEVER,
-                                  no_speech_token=None, decoder=decoder)
-        plain = verifier.decode(hidden, PROMPT, 0)  # warm-up, and the reference
-        revised = [(t + 1) % VOCAB if i % 12 == 11 else t for i, t in enumerate(plain.tokens)]
-        drafters = {
-            "plain": lambda: None,
-            "hypothesis": lambda: HypothesisDrafter(plain.tokens),
-            "revised": lambda: HypothesisDrafter(revised),
-            "assistant": lambda: AssistantDrafter(assistant_decoder.begin(hidden), head,
-                                                  eot=NEVER),
-        }
-        for variant, make in drafters.items():
-            verifier.decode(hidden, PROMPT, 0, make())  # warm-up
-            best, out = float("inf"), None
-            for _ in range(repeats):
-                out, seconds = timed(lambda: verifier.decode(hidden, PROMPT, 0, make()), device)
-                best = min(best, seconds)
-            count = len(out.tokens) + 1
-            rows.append({"shape": shape, "cache": cache, "variant": variant,
-                         "ms_per_token": 1000 * best / count, "tokens": count,
-                         "passes": out.stats.passes + 1,
-                         "mean_accepted": out.stats.mean_accepted,
-                         "identical": out.tokens == plain.tokens})
-    stock = next(r for r in rows if r["cache"] == "dynamic" and r["variant"] == "plain")
+def decode(verifier: GreedyVerifier, hidden, drafters) -> list[RowDecode]:
+    """One row per drafter over ``hidden``, all stepping together until each is done."""
+    rows = verifier.decoder.add(hidden.expand(len(drafters), -1, -1))
+    room = verifier.decoder.max_positions - len(PROMPT)
+    decodes = [RowDecode(row, PROMPT, 0, room, drafter) for row, drafter in zip(rows, drafters)]
+    verifier.prime(decodes)
+    while live := [d for d in decodes if not d.finished]:
+        verifier.step(live, [MAX_DRAFT] * len(live))
     for row in rows:
-        same_cache = next(r for r in rows if r["cache"] == row["cache"] and
-                          r["variant"] == "plain")
-        row["speedup"] = same_cache["ms_per_token"] / row["ms_per_token"]
-        row["vs_stock"] = stock["ms_per_token"] / row["ms_per_token"]
-        row["capture_s"] = capture_s if row["cache"] == "graphs" else None
-    for size in queues:  # plain batched greedy serving ``size`` waiting decodes per step
-        batch = hidden.expand(size, -1, -1).contiguous()
-        verifier.decode_batch(batch, PROMPT, 0)  # warm-up
-        best = float("inf")
-        for _ in range(repeats):
-            out, seconds = timed(lambda: verifier.decode_batch(batch, PROMPT, 0), device)
-            best = min(best, seconds)
-        count = size * (len(out[0].tokens) + 1)
-        rows.append({"shape": shape, "cache": "dynamic", "variant": f"batched x{size}",
-                     "ms_per_token": 1000 * best / count, "tokens": count,
-                     "passes": len(out[0].tokens) + 1, "mean_accepted": 0.0,
-                     "identical": all(o.tokens == out[0].tokens for o in out),
-                     "speedup": None, "vs_stock": stock["ms_per_token"] / (1000 * best / count),
-                     "capture_s": None})
+        verifier.decoder.release(row)
+    return decodes
+
+
+def run_shape(shape: str, tokens: int, repeats: int, device: torch.device, dtype,
+              row_counts: list[int]) -> list[dict]:
+    main, assistant = build(shape, tokens, device, dtype)
+    capacity = max(row_counts)
+    kinds = {"eager": False} | ({"graphs": True} if device.type == "cuda" else {})
+    with torch.inference_mode():
+        features = torch.randn(1, main.config.num_mel_bins, 3000, device=device, dtype=dtype)
+        hidden = main.model.encoder(features).last_hidden_state
+    head = OutputHead(main.proj_out)
+    assistant_head = OutputHead(assistant.proj_out)
+    rows = []
+    for kind, graphs in kinds.items():
+        started = time.perf_counter()
+        decoder = RowDecoder(main.model.decoder, capacity=capacity, max_width=MAX_DRAFT + 1,
+                             graphs=graphs)
+        assistant_rows = RowDecoder(assistant.model.decoder, capacity=capacity,
+                                    max_width=MAX_DRAFT + 1, graphs=graphs)
+        capture_s = time.perf_counter() - started if graphs else None
+        verifier = GreedyVerifier(decoder, head, suppress=[], begin_suppress=[], eot=NEVER,
+                                  no_speech_token=None, vocab=VOCAB, device=device)
+        (plain,) = decode(verifier, hidden, [None])  # warm-up, and the reference
+        revised = [(t + 1) % VOCAB if i % 12 == 11 else t for i, t in enumerate(plain.tokens)]
+
+        def assisted():
+            (row,) = assistant_rows.add(hidden)
+            return AssistantDrafter(row, assistant_head, eot=NEVER)
+
+        drafters = {"plain": lambda: None,
+                    "hypothesis": lambda: HypothesisDrafter(plain.tokens),
+                    "revised": lambda: HypothesisDrafter(revised),
+                    "assistant": assisted}
+        for count in row_counts:
+            for variant, make in drafters.items():
+                best, out = float("inf"), None
+                for attempt in range(repeats + 1):  # the first one warms up
+                    made = [make() for _ in range(count)]
+                    out, seconds = timed(lambda: decode(verifier, hidden, made), device)
+                    for drafter in made:
+                        if isinstance(drafter, AssistantDrafter):
+                            assistant_rows.release(drafter._state)
+                    best = min(best, seconds) if attempt else best
+                generated = sum(len(d.tokens) + 1 for d in out)
+                rows.append({"shape": shape, "kind": kind, "rows": count, "variant": variant,
+                             "ms_per_token": 1000 * best * count / generated,
+                             "ms_per_step": 1000 * best / max(d.stats.passes for d in out),
+                             "tokens": generated,
+                             "mean_accepted": sum(d.stats.accepted for d in out) /
+                             max(1, sum(d.stats.verify_steps for d in out)),
+                             "identical": all(d.tokens == plain.tokens for d in out),
+                             "capture_s": capture_s})
+    single = next(r for r in rows if (r["kind"], r["rows"], r["variant"]) == ("eager", 1, "plain"))
+    for row in rows:  # tokens per second over all rows, against one eager plain row
+        row["throughput"] = single["ms_per_token"] * row["rows"] / row["ms_per_token"]
     with torch.inference_mode():  # the encoder once, for scale
         _, encoder_s = timed(lambda: main.model.encoder(features), device)
     for row in rows:
         row["encoder_ms"] = 1000 * encoder_s
-    del main, assistant, caches
+    del main, assistant
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return rows
@@ -154,20 +156,20 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     parser.add_argument("--shapes", nargs="+", default=["large-v3", "turbo"], choices=SHAPES)
     parser.add_argument("--tokens", type=int, default=120, help="tokens per decode")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--queues", type=int, nargs="*", default=[4, 8],
-                        help="batch sizes for plain batched decoding (per-stream cost)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16],
+                        help="rows stepping together (ms per token per stream)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     device = torch.device(args.device)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     rows = []
     for shape in args.shapes:
-        rows += run_shape(shape, args.tokens, args.repeats, device, dtype, args.queues)
-        print_table(rows[-1:], ["shape", "cache", "variant", "ms_per_token"])  # progress
+        rows += run_shape(shape, args.tokens, args.repeats, device, dtype, args.rows)
+        print_table(rows[-1:], ["shape", "kind", "rows", "variant", "ms_per_token"])  # progress
     print()
-    print_table(rows, ["shape", "cache", "variant", "ms_per_token", "tokens", "passes",
-                       "mean_accepted", "speedup", "vs_stock", "identical", "encoder_ms",
+    print_table(rows, ["shape", "kind", "rows", "variant", "ms_per_token", "ms_per_step",
+                       "tokens", "mean_accepted", "throughput", "identical", "encoder_ms",
                        "capture_s"])
     payload = {"device": args.device,
                "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,

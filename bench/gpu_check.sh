@@ -5,8 +5,8 @@
 # `make gpu-wheels` here puts the transformers wheel Parley pins into .whl/ (ignored by
 # git), and the call carries it:
 #   run(command="bash bench/gpu_check.sh", carry=[".whl"], timeout_s=420)
-# It checks that the static decoder's CUDA graphs capture and replay, then times every
-# cache and draft variant on large-v3-shaped models (bench/asr_gpu.py, ~2 minutes).
+# It checks that the row decoder's CUDA graphs capture and replay, then times every
+# draft variant at 1, 4 and 16 rows on large-v3-shaped models (bench/asr_gpu.py).
 # The JSON comes back under $OUT.
 set -euo pipefail
 export PYTHONUNBUFFERED=1 PYANNOTE_METRICS_ENABLED=false

@@ -23,7 +23,7 @@ from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, Partial, StreamConfig
-from parley.runtime.asr_worker import AsrWorker
+from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Session, SessionOptions
 
 CHUNK_S = 0.1
@@ -31,7 +31,7 @@ CHUNK_S = 0.1
 
 async def stream_once(engine: WhisperEngine, audio, realtime: bool, partial_interval: float):
     worker = AsrWorker(engine, capacity=16)
-    worker.start()
+    await worker.start()
     session = Session(StreamConfig(), worker,
                       SessionOptions(VadConfig(), partial_interval_s=partial_interval))
     fed_until: list[float] = []  # stream time fed so far, per chunk

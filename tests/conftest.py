@@ -40,4 +40,40 @@ async def serve_real(models_dir: Path, token: str | None = None, **sections):
                         server={"port": 0, **sections.pop("server", {})}, **sections)
     worker, asr = await asyncio.to_thread(load_asr, settings)
     diarization = await asyncio.to_thread(load_diarization, settings)
-    return await start_server(settings, worker, asr, diarization)
+    return await start_server(settings, worker, asr, diarization, warm_up=False)
+
+
+async def serve_fake(engine=None, token: str | None = None, **sections):
+    """A real server on a free loopback port, decoding with the fake engine (no model)."""
+    from fake_engine import FakeEngine
+    from parley.app import start_server
+    from parley.runtime.scheduler import AsrScheduler
+    from parley.transport.ws_server import AsrService
+
+    engine = engine or FakeEngine()
+    settings = Settings(token=token, server={"port": 0, **sections.pop("server", {})},
+                        **sections)
+    scheduler = AsrScheduler(engine, settings.asr.queue_size)
+    return await start_server(settings, scheduler, AsrService(scheduler, engine.label,
+                                                              engine.check_language),
+                              warm_up=False)
+
+
+def pcm16(audio):
+    """float32 audio → the PCM16 bytes a client sends."""
+    import numpy as np
+
+    return (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def as_received(audio):
+    """What the server decodes from ``pcm16(audio)`` (for comparing with what it heard)."""
+    import numpy as np
+
+    return np.frombuffer(pcm16(audio), dtype="<i2").astype(np.float32) / 32768.0
+
+
+async def chunks_of(audio, seconds: float = 0.1):
+    data, step = pcm16(audio), int(16000 * seconds) * 2
+    for i in range(0, len(data), step):
+        yield data[i:i + step]

@@ -8,11 +8,11 @@ from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditiona
 from audio_fixtures import SAMPLE_WAV, read_wav, silence
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.bundle import resolve_model
-from parley.models.decoder_state import DynamicDecoder, OutputHead
 from parley.models.device import plan_device
 from parley.models.drafters import AssistantDrafter, HypothesisDrafter
-from parley.models.greedy import GreedyVerifier
-from parley.models.static_decoder import StaticDecoder
+from parley.models.greedy import GreedyVerifier, RowDecode
+from parley.models.output_head import OutputHead
+from parley.models.row_decoder import RowDecoder
 from parley.models.whisper_engine import WhisperEngine
 
 CPU = plan_device("cpu")
@@ -41,7 +41,7 @@ def test_plain_greedy_equals_transformers_generate(tiny_engine, sample):
     """With no drafter, the verifier's output is transformers' greedy generate output."""
     for start, end in [(6.4, 14.0), (14.0, 21.0), (21.0, 30.0)]:
         audio = sample[int(start * 16000):int(end * 16000)]
-        got = tiny_engine.transcribe(audio, use_assistant=False)
+        got = tiny_engine.transcribe(audio, budget=0)
         assert got.tokens == generate_reference(tiny_engine, audio) and len(got.tokens) > 10
 
 
@@ -63,7 +63,7 @@ def test_previous_hypothesis_drafts_are_lossless_and_accepted(tiny_engine, sampl
 def test_real_assistant_is_lossless_and_fully_accepted(base_engine, sample):
     """base drafting for base: same tokens as plain greedy, and every draft is accepted."""
     audio = sample[int(6.4 * 16000):int(21.0 * 16000)]
-    plain = base_engine.transcribe(audio, language="en", use_assistant=False)
+    plain = base_engine.transcribe(audio, language="en", budget=0)
     assisted = base_engine.transcribe(audio, language="en")
     both = base_engine.transcribe(audio[: len(audio) * 3 // 4], language="en")
     combined = base_engine.transcribe(audio, language="en", draft=both.tokens)
@@ -92,38 +92,48 @@ def random_whisper(path, d_model, decoder_layers, causal=False, seed=0, vocab=60
     return model
 
 
+def greedy_rows(verifier, prompt, rows, drafters):
+    """Decode one row per drafter (None: plain) together, one batched step at a time."""
+    decodes = [RowDecode(row, prompt, 0, verifier.decoder.max_positions - len(prompt), drafter)
+               for row, drafter in zip(rows, drafters)]
+    verifier.prime(decodes)
+    while live := [d for d in decodes if not d.finished]:
+        verifier.step(live, [15] * len(live))
+    for row in rows:
+        verifier.decoder.release(row)
+    return decodes
+
+
 @pytest.mark.parametrize("causal, assistant_width", [(True, 64), (False, 32), (False, 64)])
 def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistant_width):
-    """Random main/assistant pairs of other sizes, on both caches: assisted == plain greedy."""
+    """Random main/assistant pairs of other sizes: plain, assistant-drafted and
+    hypothesis-drafted rows decode side by side in the same steps, to the same tokens."""
     main = random_whisper(tmp_path / "main", 64, 3, seed=1)
     random_whisper(tmp_path / "assistant", assistant_width, 1, causal=causal, seed=2)
     assistant = load_assistant(str(tmp_path / "assistant"), "random", main, None, CPU, None)
-    decoders = {"dynamic": (DynamicDecoder(main.model.decoder),
-                            DynamicDecoder(assistant.decoder)),
-                "static": (StaticDecoder(main.model.decoder, max_width=16),
-                           StaticDecoder(assistant.decoder, max_width=16))}
+    main_rows = RowDecoder(main.model.decoder, capacity=4, max_width=16)
+    assistant_rows = RowDecoder(assistant.decoder, capacity=4, max_width=16)
+    verifier = GreedyVerifier(main_rows, OutputHead(main.proj_out), suppress=[],
+                              begin_suppress=[], eot=599, no_speech_token=None, vocab=600,
+                              device=torch.device("cpu"))
+    head = OutputHead(assistant.proj_out)
     torch.manual_seed(3)
     checked = 0
     for trial in range(4):
         features = torch.randn(1, 80, 3000)
-        results = []
-        for main_decoder, assistant_decoder in decoders.values():
-            verifier = GreedyVerifier(main, suppress=[], begin_suppress=[], eot=599,
-                                      no_speech_token=None, decoder=main_decoder)
-            with torch.inference_mode():
-                hidden = main.model.encoder(features).last_hidden_state
-                state = assistant_decoder.begin(assistant.encode(features, hidden))
-                drafter = AssistantDrafter(state, OutputHead(assistant.proj_out), eot=599)
-                prompt = [597, 598] if trial % 2 else [597]
-                plain = verifier.decode(hidden, prompt, 0)
-                assisted = verifier.decode(hidden, prompt, 0, drafter)
-                hypothesis = verifier.decode(hidden, prompt, 0, HypothesisDrafter(
-                    plain.tokens[: len(plain.tokens) // 2] + [5, 6, 7]))
-            assert assisted.tokens == plain.tokens == hypothesis.tokens
-            assert assisted.stats.verify_steps > 0
-            results.append(plain.tokens)
-        assert results[0] == results[1]  # the static cache changes nothing either
-        checked += len(results[0])
+        prompt = [597, 598] if trial % 2 else [597]
+        with torch.inference_mode():
+            hidden = main.model.encoder(features).last_hidden_state
+            (plain,) = greedy_rows(verifier, prompt, main_rows.add(hidden), [None])
+            (assistant_row,) = assistant_rows.add(assistant.encode(features, hidden))
+            drafters = [None, AssistantDrafter(assistant_row, head, eot=599),
+                        HypothesisDrafter(plain.tokens[: len(plain.tokens) // 2] + [5, 6, 7])]
+            together = greedy_rows(verifier, prompt, main_rows.add(hidden.repeat(3, 1, 1)),
+                                   drafters)
+            assistant_rows.release(assistant_row)
+        assert [d.tokens for d in together] == [plain.tokens] * 3
+        assert together[1].stats.verify_steps > 0
+        checked += len(plain.tokens)
     assert checked > 20
 
 

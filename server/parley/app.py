@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from websockets.asyncio.server import Server, serve
 
 from parley.config import Settings
-from parley.runtime.asr_worker import AsrWorker
+from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import SessionOptions
 from parley.transport.http import StaticFiles, make_request_router
 from parley.transport.ws_server import AsrService, StreamEndpoint, StreamLimits
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 FRAME_HARD_LIMIT_FACTOR = 4
 
 
-def load_asr(settings: Settings) -> tuple[AsrWorker, AsrService]:
+def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
     """Load the engine (slow, blocking: call it off the event loop)."""
     from parley.models.bundle import resolve_model
     from parley.models.device import plan_device, set_threads
@@ -32,27 +32,16 @@ def load_asr(settings: Settings) -> tuple[AsrWorker, AsrService]:
     asr = settings.asr
     source = resolve_model(asr.model, settings.models_dir)
     assistant = resolve_model(asr.assistant, settings.models_dir) if asr.assistant else None
-    log.info("loading %s from %s on %s, %s cache%s", asr.model, source, plan.description,
-             asr.cache, f", assistant {asr.assistant}" if assistant else "")
+    log.info("loading %s from %s on %s%s", asr.model, source, plan.description,
+             f", assistant {asr.assistant}" if assistant else "")
     engine = WhisperEngine(
         source, asr.model, plan, assistant_source=assistant, assistant_label=asr.assistant,
         assistant_languages=frozenset(asr.assistant_languages)
         if asr.assistant_languages else None,
-        max_draft=asr.max_draft, cache=asr.cache, cuda_graphs=asr.cuda_graphs)
-    worker = AsrWorker(engine, asr.queue_size,
-                       on_thread_start=lambda: set_threads(asr.threads),
-                       batch_when_waiting=asr.batch_when_waiting, max_batch=asr.max_batch,
-                       batch_drafted=_batch_drafted(asr.batch_drafted, plan))
-    return worker, AsrService(worker, settings.asr.model, engine.check_language)
-
-
-def _batch_drafted(configured: bool | None, plan) -> bool:
-    """Whether drafted jobs join batches: on a GPU a batched step costs about what a
-    single one does; on CPU a drafted decode alone kept up with its share of a plain
-    batch (bench/asr.py, queue table), so there only draft-less jobs are batched."""
-    if configured is not None:
-        return configured
-    return plan.device.type == "cuda"
+        max_draft=asr.max_draft, max_rows=asr.max_batch, cuda_graphs=asr.cuda_graphs)
+    scheduler = AsrScheduler(engine, asr.queue_size, target_busy=asr.target_busy,
+                             on_thread_start=lambda: set_threads(asr.threads))
+    return scheduler, AsrService(scheduler, settings.asr.model, engine.check_language)
 
 
 def load_diarization(settings: Settings):
@@ -80,7 +69,7 @@ class RunningServer:
     """A started server: its address, and how to stop it."""
 
     endpoint: StreamEndpoint
-    worker: AsrWorker
+    worker: AsrScheduler
     server: Server
     diarization: object | None = None
 
@@ -97,9 +86,10 @@ class RunningServer:
             await self.diarization.stop()
 
 
-async def start_server(settings: Settings, worker: AsrWorker, asr: AsrService,
-                       diarization=None) -> RunningServer:
-    worker.start()
+async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService,
+                       diarization=None, warm_up: bool = True) -> RunningServer:
+    """Start the workers (timing the engine first, with ``warm_up``) and serve."""
+    await worker.start(warm_up=warm_up)
     if diarization is not None:
         diarization.start()
     limits = StreamLimits(
@@ -119,6 +109,10 @@ async def start_server(settings: Settings, worker: AsrWorker, asr: AsrService,
     def health() -> dict:
         return {"status": "ok", "model": asr.model_label, "sessions": endpoint.live_sessions,
                 "asr_backlog": worker.backlog,
+                "asr": {"busy_fraction": round(worker.busy_fraction(), 3),
+                        "partial_interval_s": round(
+                            worker.partial_interval(settings.asr.partial_interval_s), 3),
+                        **worker.stats.to_json(), "costs": worker.costs()},
                 "diarization": settings.diarization.source if diarization else None}
 
     server = await serve(

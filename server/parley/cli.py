@@ -21,7 +21,7 @@ def _serve(args: argparse.Namespace) -> int:
     for flag, section, key in [("host", "server", "host"), ("port", "server", "port"),
                                ("max_sessions", "server", "max_sessions"),
                                ("model", "asr", "model"), ("device", "asr", "device"),
-                               ("threads", "asr", "threads"), ("cache", "asr", "cache"),
+                               ("threads", "asr", "threads"),
                                ("assistant", "asr", "assistant"),
                                ("assistant_languages", "asr", "assistant_languages"),
                                ("context_tokens", "asr", "context_tokens"),
@@ -131,8 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
     serve.add_argument("--device", choices=["auto", "cpu", "cuda"])
     serve.add_argument("--threads", type=int)
-    serve.add_argument("--cache", choices=["static", "dynamic"],
-                       help="decoder cache (static: fixed buffers, CUDA graphs on GPU)")
     serve.add_argument("--assistant", help="draft model for speculative decoding (same "
                                            "tokenizer as --model)")
     serve.add_argument("--assistant-languages", nargs="+", metavar="LANG",

@@ -51,24 +51,21 @@ class AsrSettings(BaseModel):
     model: str = Field("tiny.en", description="bundle name, local directory or hub id")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
-    partial_interval_s: float = Field(1.0, ge=0.2, le=10.0)
+    partial_interval_s: float = Field(1.0, ge=0.2, le=10.0,
+                                      description="seconds between a stream's partials when "
+                                                  "the worker has time (longer under load)")
     queue_size: int = Field(32, ge=2, le=4096, description="decodes queued or running at once")
     assistant: str | None = Field(None, description="draft model: bundle name, path or hub id")
     assistant_languages: list[str] | None = Field(
         None, description="languages the assistant drafts for (None: all)")
     hypothesis_drafts: bool = Field(True, description="draft from the segment's last partial")
     max_draft: int = Field(15, ge=1, le=63, description="most draft tokens verified at once")
-    cache: Literal["static", "dynamic"] = Field(
-        "static", description="decoder cache: static (fixed buffers, rollback by position; "
-                              "CUDA graphs on GPU) or transformers' dynamic cache")
-    cuda_graphs: bool = Field(True, description="replay the static decoder as CUDA graphs")
-    batch_when_waiting: int = Field(
-        4, ge=0, le=4096, description="queued decodes at which the worker batches plainly "
-                                      "instead of drafting one at a time (0: never)")
-    batch_drafted: bool | None = Field(
-        None, description="whether decodes that have a draft join batches "
-                          "(unset: on CUDA yes, on CPU no)")
-    max_batch: int = Field(8, ge=2, le=256)
+    cuda_graphs: bool = Field(True, description="replay decoder passes as CUDA graphs")
+    max_batch: int = Field(16, ge=1, le=64, description="decodes advanced together, one "
+                                                        "decoder row each (memory is per row)")
+    target_busy: float = Field(0.8, gt=0.1, le=1.0,
+                               description="busy fraction up to which partials may fill the "
+                                           "time finals leave; partials stretch beyond it")
     context_tokens: int = Field(0, ge=0, le=223,
                                 description="tokens of earlier finals given as the prompt")
 

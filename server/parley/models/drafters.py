@@ -11,9 +11,23 @@ from typing import Protocol, Sequence
 
 import torch
 
-from parley.models.decoder_state import DecoderState, OutputHead
+from parley.models.output_head import OutputHead
 
 MAX_MATCH_NGRAM = 3
+
+
+class DecoderState(Protocol):
+    """A decoder's cache for one sequence, ``length`` tokens long (a ``row_decoder.Row``)."""
+
+    length: int
+
+    def feed(self, ids: Sequence[int]) -> torch.Tensor:
+        """Append ``ids``; the final hidden state of each, shape (len(ids), d_model)."""
+        ...
+
+    def truncate(self, length: int) -> None:
+        """Forget every token after the first ``length``."""
+        ...
 
 
 class Drafter(Protocol):
@@ -79,7 +93,7 @@ class AssistantDrafter:
 
     A decoder-only assistant (``WhisperForCausalLM``) reads the main encoder's output;
     a full seq2seq assistant brings its own encoder output; either way ``state`` is the
-    assistant decoder's cache over it (dynamic or static, see ``decoder_state``). The
+    assistant decoder's row over it (see ``row_decoder``). The
     cache is re-synced to the accepted tokens before each proposal. The draft length
     adapts: longer after full acceptance, shorter after a rejection.
     """

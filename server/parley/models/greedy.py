@@ -1,10 +1,11 @@
-"""Greedy Whisper decoding that verifies drafted tokens (speculative decoding, lossless).
+"""Greedy Whisper decoding of many rows at once, each verifying its own draft (lossless).
 
-Each step feeds the last chosen token plus a draft to the main decoder in one pass.
-The main model's greedy choice at every position decides: the draft is kept up to
-its first disagreement, and the model's own choice there is the next token. The
-output is therefore the main model's plain greedy output, token for token; drafts
-only change how many passes it takes. With no drafter this is plain greedy decoding.
+Each step feeds every row its last chosen token plus its draft, all in one batched
+pass. Per row, the main model's greedy choice at every position decides: the draft
+is kept up to its first disagreement, and the model's own choice there is the next
+token; the rejected rest is rolled back by moving the row's length. The output of
+every row is therefore the main model's plain greedy output, token for token:
+drafts and batching only change how many passes it takes.
 """
 
 from __future__ import annotations
@@ -14,147 +15,120 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from parley.models.decoder_state import Decoder, DynamicDecoder, OutputHead
+from parley.core.asr import DecodeStats, StepReport
 from parley.models.drafters import Drafter
+from parley.models.output_head import OutputHead
+from parley.models.row_decoder import Row, RowDecoder
 
 
-@dataclass
-class DecodeStats:
-    passes: int = 0        # main-decoder forward passes after the prompt
-    drafted: int = 0       # draft tokens offered
-    accepted: int = 0      # draft tokens kept
-    verify_steps: int = 0  # passes that carried a draft
+@dataclass(eq=False)
+class RowDecode:
+    """One sequence being decoded greedily on its own row (a ``core.asr.Decode``)."""
+
+    row: Row
+    prompt: list[int]
+    sot_index: int                 # where <|startoftranscript|> is in the prompt
+    room: int                      # most tokens after the prompt
+    drafter: Drafter | None = None
+    tokens: list[int] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)  # of each of ``tokens``
+    next_token: int = -1           # chosen, not yet fed
+    next_logprob: float = 0.0      # of next_token
+    logprob: float = 0.0           # sum over chosen tokens, end-of-text included
+    no_speech_prob: float = 0.0
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    eot: int = -1
 
     @property
-    def mean_accepted(self) -> float:
-        return self.accepted / self.verify_steps if self.verify_steps else 0.0
+    def finished(self) -> bool:
+        return self.next_token == self.eot or len(self.tokens) >= self.room
 
-    def add(self, other: "DecodeStats") -> None:
-        self.passes += other.passes
-        self.drafted += other.drafted
-        self.accepted += other.accepted
-        self.verify_steps += other.verify_steps
+    @property
+    def drafting(self) -> bool:
+        return self.drafter is not None
 
-
-@dataclass
-class Decoded:
-    tokens: list[int]
-    no_speech_prob: float
-    avg_logprob: float
-    stats: DecodeStats = field(default_factory=DecodeStats)
+    @property
+    def avg_logprob(self) -> float:
+        return self.logprob / (len(self.tokens) + 1)  # the end-of-text choice counts
 
 
 class GreedyVerifier:
-    """Decodes one sequence at batch size one, with whatever drafter it is given.
+    """Chooses tokens for rows of one decoder: prompts first, then batched verify steps."""
 
-    ``decoder`` holds the cache (dynamic or static, see ``decoder_state``); batched
-    decoding always uses transformers' own decoder and dynamic cache.
-    """
-
-    def __init__(self, model, suppress: Sequence[int], begin_suppress: Sequence[int],
-                 eot: int, no_speech_token: int | None, max_draft: int = 15,
-                 decoder: Decoder | None = None):
-        self._model = model
-        self._decoder = model.model.decoder
-        self._single = decoder or DynamicDecoder(self._decoder)
-        self.head = OutputHead(model.proj_out)
-        self._max_positions = model.config.max_target_positions
-        vocab = model.config.vocab_size
-        device = model.device
+    def __init__(self, decoder: RowDecoder, head: OutputHead, suppress: Sequence[int],
+                 begin_suppress: Sequence[int], eot: int, no_speech_token: int | None,
+                 vocab: int, device: torch.device):
+        self.decoder = decoder
+        self.head = head
         self.suppress = torch.zeros(vocab, dtype=torch.bool, device=device)
         self.suppress[list(suppress)] = True
-        self._begin_suppress = torch.zeros(vocab, dtype=torch.bool, device=device)
+        self._begin_suppress = self.suppress.clone()
         self._begin_suppress[list(begin_suppress)] = True
         self.eot = eot
         self._no_speech_token = no_speech_token
-        self.max_draft = max_draft
-
-    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(hidden).masked_fill(self.suppress, -math.inf)
 
     @torch.inference_mode()
-    def decode(self, encoder_hidden, prompt: list[int], sot_index: int,
-               drafter: Drafter | None = None) -> Decoded:
-        """Greedy tokens after ``prompt`` (``prompt[sot_index]`` is <|startoftranscript|>)."""
-        stats = DecodeStats()
-        state = self._single.begin(encoder_hidden)
-        hidden = state.feed(prompt)
-        no_speech = 0.0
+    def prime(self, decodes: Sequence[RowDecode]) -> None:
+        """Feed every decode its prompt in one pass and choose its first token."""
+        hiddens = self.decoder.forward([d.row for d in decodes], [d.prompt for d in decodes])
+        last = self.head(torch.stack([h[-1] for h in hiddens]))
+        first = last.masked_fill(self._begin_suppress, -math.inf)
+        choices = first.argmax(-1)
+        logprobs = first.log_softmax(-1).gather(1, choices[:, None])[:, 0].tolist()
         if self._no_speech_token is not None:
-            sot_logits = self.head(hidden[sot_index])
-            no_speech = float(sot_logits.softmax(-1)[self._no_speech_token])
-        first = self._logits(hidden[-1]).masked_fill(self._begin_suppress, -math.inf)
-        logprobs = first.log_softmax(-1)
-        next_token = int(first.argmax())
-        total_logprob = float(logprobs[next_token])
-        tokens: list[int] = []
-        room = self._max_positions - len(prompt)
-        while next_token != self.eot and len(tokens) < room:
-            tokens.append(next_token)
-            limit = min(self.max_draft, room - len(tokens) - 1)
-            draft = drafter.propose(prompt, tokens, limit) if drafter and limit > 0 else []
-            logits = self._logits(state.feed([next_token] + draft))
-            stats.passes += 1
-            choices = logits.argmax(-1).tolist()
+            at_sot = self.head(torch.stack([h[d.sot_index] for h, d in zip(hiddens, decodes)]))
+            no_speech = at_sot.softmax(-1)[:, self._no_speech_token].tolist()
+        else:
+            no_speech = [0.0] * len(decodes)
+        for d, token, logprob, p in zip(decodes, choices.tolist(), logprobs, no_speech):
+            d.eot = self.eot
+            d.next_token, d.next_logprob, d.logprob, d.no_speech_prob = token, logprob, logprob, p
+
+    @torch.inference_mode()
+    def step(self, decodes: Sequence[RowDecode], budgets: Sequence[int]) -> list[StepReport]:
+        """One batched pass: each decode feeds its next token and a draft of ≤ its budget."""
+        feeds, drafts = [], []
+        for d, budget in zip(decodes, budgets):
+            if d.finished:
+                raise ValueError("a finished decode cannot take another step")
+            d.tokens.append(d.next_token)
+            d.token_logprobs.append(d.next_logprob)
+            limit = min(budget, d.room - len(d.tokens) - 1)
+            draft = d.drafter.propose(d.prompt, d.tokens, limit) if d.drafter and limit > 0 else []
+            drafts.append(draft)
+            feeds.append([d.next_token] + draft)
+        hiddens = self.decoder.forward([d.row for d in decodes], feeds)
+        logits = self.head(torch.cat(hiddens)).masked_fill(self.suppress, -math.inf)
+        choices = logits.argmax(-1).tolist()
+        kept_rows, picked, offset, keeps = [], [], 0, []
+        for draft in drafts:
+            mine = choices[offset:offset + len(draft) + 1]
             kept = 0
-            while kept < len(draft) and draft[kept] == choices[kept] and draft[kept] != self.eot:
+            while kept < len(draft) and draft[kept] == mine[kept] and draft[kept] != self.eot:
                 kept += 1
+            keeps.append(kept)
+            kept_rows.extend(range(offset, offset + kept + 1))
+            picked.extend(draft[:kept] + [mine[kept]])
+            offset += len(draft) + 1
+        rows = torch.tensor(kept_rows, device=logits.device)
+        chosen = torch.tensor(picked, device=logits.device)
+        gained = (logits[rows, chosen] - logits[rows].logsumexp(-1)).tolist()
+        reports, at = [], 0
+        for d, draft, kept in zip(decodes, drafts, keeps):
+            d.stats.passes += 1
+            mine = gained[at:at + kept + 1]
+            d.logprob += math.fsum(mine)
+            d.token_logprobs.extend(mine[:kept])
+            d.next_logprob = mine[kept]
+            at += kept + 1
             if draft:
-                stats.verify_steps += 1
-                stats.drafted += len(draft)
-                stats.accepted += kept
-                drafter.feedback(len(draft), kept)
-                state.truncate(state.length - (len(draft) - kept))  # forget the rejected
-            chosen = logits[: kept + 1].log_softmax(-1)
-            picked = draft[:kept] + [choices[kept]]
-            total_logprob += float(chosen[torch.arange(kept + 1), picked].sum())
-            tokens.extend(draft[:kept])
-            next_token = choices[kept]
-        count = len(tokens) + 1  # the end-of-text choice counts, as in openai/whisper
-        return Decoded(tokens, no_speech, total_logprob / count, stats)
-
-    @torch.inference_mode()
-    def decode_batch(self, encoder_hidden, prompt: list[int], sot_index: int) -> list[Decoded]:
-        """Plain greedy decoding of a batch that shares one prompt (no drafts).
-
-        When many decodes wait, one batched pass per step serves them all: speculative
-        decoding pays at batch size one, batching pays when there is a queue.
-        """
-        batch = encoder_hidden.shape[0]
-        device = encoder_hidden.device
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        ids = torch.tensor([prompt] * batch, device=device)
-        hidden = self._decoder(input_ids=ids, encoder_hidden_states=encoder_hidden, cache=cache,
-                               use_cache=True).last_hidden_state
-        no_speech = [0.0] * batch
-        if self._no_speech_token is not None:
-            probs = self.head(hidden[:, sot_index]).softmax(-1)
-            no_speech = probs[:, self._no_speech_token].tolist()
-        logits = self.head(hidden[:, -1]).masked_fill(self.suppress, -math.inf)
-        logits = logits.masked_fill(self._begin_suppress, -math.inf)
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        logprob = [0.0] * batch
-        done = [False] * batch
-        room = self._max_positions - len(prompt)
-        for step in range(room + 1):
-            choice = logits.argmax(-1)
-            chosen_logprob = logits.log_softmax(-1).gather(1, choice[:, None])[:, 0].tolist()
-            for i, token in enumerate(choice.tolist()):
-                if done[i]:
-                    continue
-                logprob[i] += chosen_logprob[i]
-                if token == self.eot or step == room:
-                    done[i] = True
-                else:
-                    tokens[i].append(token)
-            if all(done):
-                break
-            # Finished rows keep decoding end-of-text; their extra tokens are ignored.
-            feed = torch.where(torch.tensor(done, device=device), self.eot, choice)[:, None]
-            hidden = self._decoder(input_ids=feed, encoder_hidden_states=encoder_hidden,
-                                   cache=cache, use_cache=True).last_hidden_state
-            logits = self.head(hidden[:, -1]).masked_fill(self.suppress, -math.inf)
-        return [Decoded(t, no_speech[i], logprob[i] / (len(t) + 1),
-                        DecodeStats(passes=len(t) + 1)) for i, t in enumerate(tokens)]
+                d.stats.verify_steps += 1
+                d.stats.drafted += len(draft)
+                d.stats.accepted += kept
+                d.drafter.feedback(len(draft), kept)
+                d.row.truncate(d.row.length - (len(draft) - kept))  # forget the rejected
+            d.tokens.extend(draft[:kept])
+            d.next_token = picked[at - 1]
+            reports.append(StepReport(len(draft), kept))
+        return reports

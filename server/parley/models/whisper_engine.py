@@ -1,34 +1,35 @@
-"""Whisper through transformers: one engine owns one loaded model (and runs on one thread).
+"""Whisper through transformers, as a ``core.asr.Transcriber``: many decodes at once.
 
-Decoding is greedy at batch size one through ``GreedyVerifier``: drafts from the
-previous hypothesis of the same segment and from an optional assistant model are
-verified by the main model, so the text is exactly the main model's greedy text.
-Both decoders run on a static cache by default (CUDA graphs on GPU, see
-``static_decoder``); ``cache="dynamic"`` uses transformers' own cache instead.
+``start`` runs one batched encoder pass over newly admitted clips and gives each a
+row of the decoder (``row_decoder``); ``step`` advances rows together through
+``GreedyVerifier``, each verifying its own draft (the previous hypothesis of its
+segment, or an optional assistant model), so every text is exactly the main model's
+greedy text. On CUDA the decoder's passes replay captured graphs.
 """
 
 from __future__ import annotations
 
 import gzip
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
 from transformers import WhisperForConditionalGeneration, WhisperProcessor
 from transformers.utils import logging as hf_logging
 
+from parley.core.asr import (SAMPLE_RATE, AsrRequest, StepReport, Transcription, transcribe)
 from parley.core.words import TimedWord, group_words
-from parley.models.alignment import forced_pass
+from parley.models.alignment import token_times
 from parley.models.assistant import Assistant, load_assistant
-from parley.models.decoder_state import Decoder, DynamicDecoder, OutputHead
 from parley.models.device import DevicePlan
-from parley.models.drafters import AssistantDrafter, ChainedDrafter, HypothesisDrafter
-from parley.models.greedy import DecodeStats, GreedyVerifier
-from parley.models.static_decoder import StaticDecoder
+from parley.models.drafters import AssistantDrafter, ChainedDrafter, Drafter, HypothesisDrafter
+from parley.models.greedy import GreedyVerifier, RowDecode
+from parley.models.output_head import OutputHead
+from parley.models.row_decoder import Row, RowDecoder
 
 log = logging.getLogger(__name__)
-SAMPLE_RATE = 16000
 MAX_AUDIO_SECONDS = 30.0
 
 
@@ -56,39 +57,44 @@ class QualityGuards:
         return None
 
 
-@dataclass(frozen=True)
-class Transcription:
-    text: str
-    tokens: tuple[int, ...]
-    words: tuple[TimedWord, ...] = ()  # times relative to the audio start
-    no_speech_prob: float = 0.0
-    avg_logprob: float = 0.0
-    rejected: str | None = None       # why the text was dropped, if it was
-    stats: DecodeStats = field(default_factory=DecodeStats)
-
-
 def compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / len(gzip.compress(data)) if data else 0.0
 
 
+@dataclass(eq=False)
+class WhisperDecode:
+    """One request in flight on the engine (a ``core.asr.Decode``)."""
+
+    request: AsrRequest
+    main: RowDecode
+    assistant_row: Row | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.main.finished
+
+    @property
+    def drafting(self) -> bool:
+        return self.main.drafting
+
+
 class WhisperEngine:
-    """Loads a Whisper model (bundle directory, local path or hub id) and transcribes audio."""
+    """Loads a Whisper model (bundle directory, local path or hub id) and decodes with it."""
 
     def __init__(self, source: str, label: str, plan: DevicePlan, *,
                  assistant_source: str | None = None, assistant_label: str | None = None,
                  assistant_languages: frozenset[str] | None = None,
                  guards: QualityGuards | None = QualityGuards(), max_draft: int = 15,
-                 cache: str = "static", cuda_graphs: bool = True):
+                 max_rows: int = 16, cuda_graphs: bool = True):
         hf_logging.set_verbosity_error()  # transformers' deprecation chatter is not ours to show
-        if cache not in ("static", "dynamic"):
-            raise ValueError(f"cache must be static or dynamic, not {cache!r}")
         self.label = label
         self.plan = plan
         self.guards = guards
-        self.cache = cache
-        self._max_draft = max_draft
-        self.graphs = cache == "static" and cuda_graphs and plan.device.type == "cuda"
+        self.max_draft = max_draft
+        self.max_rows = max_rows
+        self.max_audio_s = MAX_AUDIO_SECONDS
+        self.graphs = cuda_graphs and plan.device.type == "cuda"
         self.processor = WhisperProcessor.from_pretrained(source)
         self.model = WhisperForConditionalGeneration.from_pretrained(
             source, dtype=plan.dtype, attn_implementation="sdpa"
@@ -100,23 +106,23 @@ class WhisperEngine:
         self._eot = generation.eos_token_id
         self._sot = generation.decoder_start_token_id
         self._prev = tokenizer.convert_tokens_to_ids("<|startofprev|>")
+        # The widest step is the last accepted token plus a full draft.
+        self.decoder = RowDecoder(self.model.model.decoder, capacity=max_rows,
+                                  max_width=max_draft + 1, graphs=self.graphs)
         self.verifier = GreedyVerifier(
-            self.model, generation.suppress_tokens or [], generation.begin_suppress_tokens or [],
-            self._eot, generation.no_timestamps_token_id - 1, max_draft=max_draft,
-            decoder=self._decoder_for(self.model.model.decoder))
+            self.decoder, OutputHead(self.model.proj_out), generation.suppress_tokens or [],
+            generation.begin_suppress_tokens or [], self._eot,
+            generation.no_timestamps_token_id - 1, self.model.config.vocab_size, plan.device)
+        self._alignment_heads = [tuple(pair) for pair in generation.alignment_heads]
         self.assistant: Assistant | None = None
-        self._assistant_decoder: Decoder | None = None
         if assistant_source is not None:
             self.assistant = load_assistant(assistant_source, assistant_label or assistant_source,
                                             self.model, tokenizer, plan, assistant_languages)
-            self._assistant_decoder = self._decoder_for(self.assistant.decoder)
+            self._assistant_decoder = RowDecoder(self.assistant.decoder, capacity=max_rows,
+                                                 max_width=max_draft + 1, graphs=self.graphs)
             self._assistant_head = OutputHead(self.assistant.proj_out)
 
-    def _decoder_for(self, module: torch.nn.Module) -> Decoder:
-        if self.cache == "dynamic":
-            return DynamicDecoder(module)
-        # The widest pass is the last accepted token plus a full draft.
-        return StaticDecoder(module, graphs=self.graphs, max_width=self._max_draft + 1)
+    # ------------------------------------------------------------------ languages
 
     def check_language(self, language: str | None) -> None:
         """Raise ValueError when this model cannot transcribe ``language``."""
@@ -144,85 +150,116 @@ class WhisperEngine:
             audio, sampling_rate=SAMPLE_RATE, return_tensors="pt"
         ).input_features.to(self.plan.device, self.plan.dtype)
 
-    @torch.inference_mode()
-    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
-                   with_words: bool = False, draft: tuple[int, ...] | None = None,
-                   context: tuple[int, ...] = (), use_assistant: bool = True) -> Transcription:
-        """Greedy transcription of at most 30 s of 16 kHz mono float32 audio.
+    # ------------------------------------------------------------------ Transcriber
 
-        ``draft``: the tokens of an earlier decode of a prefix of this audio (lossless
-        speed-up). ``context``: tokens of earlier text, given to the model as its prompt.
-        """
-        features = self.features(audio)
+    @torch.inference_mode()
+    def start(self, requests: Sequence[AsrRequest]) -> list[WhisperDecode]:
+        """One encoder pass over the requests' audio, then their prompts in one pass."""
+        for request in requests:
+            self.check_language(request.language)
+        features = torch.cat([self.features(r.audio) for r in requests])
         # The encoder runs once; language detection, decoding and alignment share it.
         encoder_hidden = self.model.model.encoder(features).last_hidden_state
-        if self.multilingual and language is None:
-            language = self._detect_language(encoder_hidden)
-        prefix = [self._prev, *context] if context else []
-        prompt = prefix + self.sot_sequence(language)
-        drafter = self._drafter(features, encoder_hidden, language, draft, use_assistant)
-        decoded = self.verifier.decode(encoder_hidden, prompt, len(prefix), drafter)
-        return self._finish(decoded, encoder_hidden, prompt, len(audio), with_words)
+        rows = self.decoder.add(encoder_hidden)
+        decodes: list[WhisperDecode] = []
+        assistant_rows: list[Row] = []
+        try:
+            languages = self._languages(requests, rows)
+            for i, (request, row, language) in enumerate(zip(requests, rows, languages)):
+                prefix = [self._prev, *request.context] if request.context else []
+                prompt = prefix + self.sot_sequence(language)
+                drafter, assistant_row = self._drafter(request, language, features[i:i + 1],
+                                                       encoder_hidden[i:i + 1])
+                if assistant_row is not None:
+                    assistant_rows.append(assistant_row)
+                main = RowDecode(row, prompt, len(prefix), self.decoder.max_positions - len(prompt),
+                                 drafter)
+                decodes.append(WhisperDecode(request, main, assistant_row))
+            self.verifier.prime([d.main for d in decodes])
+        except BaseException:
+            for row in rows:
+                self.decoder.release(row)
+            for row in assistant_rows:
+                self._assistant_decoder.release(row)
+            raise
+        return decodes
+
+    def step(self, decodes: Sequence[WhisperDecode], budgets: Sequence[int]) -> list[StepReport]:
+        return self.verifier.step([d.main for d in decodes], budgets)
 
     @torch.inference_mode()
-    def transcribe_batch(self, audios: list[np.ndarray], *, language: str | None,
-                         with_words: list[bool]) -> list[Transcription]:
-        """Plain greedy over several clips at once (no drafts, no context prompt).
-
-        A multilingual model needs ``language`` here: detection is per clip.
-        """
-        if self.multilingual and language is None:
-            raise ValueError("batched decoding needs a language for a multilingual model")
-        features = torch.cat([self.features(audio) for audio in audios])
-        encoder_hidden = self.model.model.encoder(features).last_hidden_state
-        prompt = self.sot_sequence(language)
-        decoded = self.verifier.decode_batch(encoder_hidden, prompt, 0)
-        return [self._finish(d, encoder_hidden[i:i + 1], prompt, len(audios[i]), with_words[i])
-                for i, d in enumerate(decoded)]
-
-    def _finish(self, decoded, encoder_hidden, prompt: list[int], samples: int,
-                with_words: bool) -> Transcription:
-        tokens = decoded.tokens
+    def finish(self, decode: WhisperDecode) -> Transcription:
+        """The result of a finished decode: text, quality guards, word timings."""
+        main, request = decode.main, decode.request
+        tokens = main.tokens
         text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
-        rejected = self.guards.rejects(decoded.no_speech_prob, decoded.avg_logprob,
+        rejected = self.guards.rejects(main.no_speech_prob, main.avg_logprob,
                                        compression_ratio(text)) if self.guards else None
         words: tuple[TimedWord, ...] = ()
-        if rejected:
-            text = ""
-        elif with_words and tokens:
-            words = tuple(self._words(encoder_hidden, prompt, tokens, samples / SAMPLE_RATE))
+        try:
+            if rejected:
+                text = ""
+            elif request.with_words and tokens:
+                words = tuple(self._words(main, request.seconds))
+        finally:
+            self.drop(decode)
         return Transcription(text=text, tokens=tuple(tokens), words=words,
-                             no_speech_prob=decoded.no_speech_prob,
-                             avg_logprob=decoded.avg_logprob, rejected=rejected,
-                             stats=decoded.stats)
+                             no_speech_prob=main.no_speech_prob, avg_logprob=main.avg_logprob,
+                             rejected=rejected, stats=main.stats)
 
-    def _drafter(self, features, encoder_hidden, language, draft, use_assistant):
-        hypothesis = HypothesisDrafter(draft) if draft else None
-        assistant = None
-        if use_assistant and self.assistant is not None and self.assistant.serves(language):
-            state = self._assistant_decoder.begin(self.assistant.encode(features, encoder_hidden))
-            assistant = AssistantDrafter(state, self._assistant_head, self.verifier.suppress,
-                                         self.verifier.eot, max_length=self._max_draft)
+    def drop(self, decode: WhisperDecode) -> None:
+        self.decoder.release(decode.main.row)
+        if decode.assistant_row is not None:
+            self._assistant_decoder.release(decode.assistant_row)
+
+    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
+                   with_words: bool = False, draft: tuple[int, ...] | None = None,
+                   context: tuple[int, ...] = (), budget: int | None = None) -> Transcription:
+        """One clip decoded alone (tests and benchmarks); ``budget`` 0 means no drafts."""
+        request = AsrRequest(audio, language, with_words, draft, context)
+        return transcribe(self, request, budget)
+
+    # ------------------------------------------------------------------ internals
+
+    def _languages(self, requests: Sequence[AsrRequest], rows: list[Row]) -> list[str | None]:
+        """Each request's language; a multilingual model detects the missing ones from
+        the first decoder position (<|startoftranscript|> alone), all rows in one pass."""
+        languages = [r.language for r in requests]
+        if not self.multilingual or all(language is not None for language in languages):
+            return languages
+        hidden = self.decoder.forward(rows, [[self._sot]] * len(rows))
+        lang_to_id = self.model.generation_config.lang_to_id
+        ids = torch.tensor(list(lang_to_id.values()), device=self.plan.device)
+        logits = self.verifier.head(torch.stack([h[-1] for h in hidden]))[:, ids]
+        names = list(lang_to_id)
+        for row in rows:
+            row.truncate(0)
+        return [language or names[int(best)][2:-2]
+                for language, best in zip(languages, logits.argmax(-1).tolist())]
+
+    def _drafter(self, request: AsrRequest, language: str | None, features: torch.Tensor,
+                 encoder_hidden: torch.Tensor) -> tuple[Drafter | None, Row | None]:
+        hypothesis = HypothesisDrafter(request.draft) if request.draft else None
+        assistant, row = None, None
+        if self.assistant is not None and self.assistant.serves(language):
+            (row,) = self._assistant_decoder.add(self.assistant.encode(features, encoder_hidden))
+            assistant = AssistantDrafter(row, self._assistant_head, self.verifier.suppress,
+                                         self._eot, max_length=self.max_draft)
         if hypothesis and assistant:
-            return ChainedDrafter(hypothesis, assistant)
-        return hypothesis or assistant
+            return ChainedDrafter(hypothesis, assistant), row
+        return hypothesis or assistant, row
 
-    def _detect_language(self, encoder_hidden) -> str:
-        lang_ids = self.model.generation_config.lang_to_id
-        start = torch.tensor([[self._sot]], device=encoder_hidden.device)
-        hidden = self.model.model.decoder(input_ids=start,
-                                          encoder_hidden_states=encoder_hidden).last_hidden_state
-        logits = self.model.proj_out(hidden)[0, -1]
-        ids = torch.tensor(list(lang_ids.values()), device=logits.device)
-        best = list(lang_ids)[int(logits[ids].argmax())]
-        return best[2:-2]
-
-    def _words(self, encoder_hidden, prompt: list[int], tokens: list[int],
-               seconds: float) -> list[TimedWord]:
-        timing = forced_pass(self.model, encoder_hidden, prompt, tokens, self._eot, seconds)
+    def _words(self, decode: RowDecode, seconds: float) -> list[TimedWord]:
+        tokens, prompt = decode.tokens, decode.prompt
+        sequence = prompt + tokens + [self._eot]
+        if len(sequence) > self.decoder.max_positions:
+            return []  # a decode that filled the decoder (a repetition loop): no timings
+        weights = self.decoder.cross_attention(decode.row, sequence, self._alignment_heads)
+        starts, ends = token_times(weights, len(prompt), len(tokens), seconds)
+        probabilities = np.exp(decode.token_logprobs)
         pieces, starts, ends, probs = _merge_partial_characters(
             [self.processor.tokenizer.decode([t]) for t in tokens],
-            timing.starts.tolist(), timing.ends.tolist(), timing.probabilities.tolist(),
+            starts.tolist(), ends.tolist(), probabilities.tolist(),
         )
         return group_words(pieces, starts, ends, probs)
 

@@ -17,6 +17,7 @@ from typing import AsyncIterator, Callable
 
 import numpy as np
 
+from parley.core.asr import AsrRequest
 from parley.core.vad import (CloseReason, OpenSegment, SegmentClosed, SpeechStart, VadConfig,
                              VadSegmenter)
 from parley.core.words import shift_words
@@ -24,7 +25,7 @@ from parley.protocol.audio import AudioDecoder
 from parley.protocol.messages import (Error, ErrorCode, Final, Finalized, FinalReason, Partial,
                                       ServerMessage, SessionEnded, SpeechStarted, StreamConfig,
                                       Word)
-from parley.runtime.asr_worker import AsrJob, AsrWorker
+from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.speaker_track import SpeakerTrack
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ OUTBOX_SIZE = 256
 @dataclass(frozen=True)
 class SessionOptions:
     vad: VadConfig
-    partial_interval_s: float = 1.0
+    partial_interval_s: float = 1.0  # when the worker has time; it stretches under load
     context_tokens: int = 0        # tokens of earlier finals given to the model as its prompt
     hypothesis_drafts: bool = True  # re-use the last partial's tokens as a draft
 
@@ -60,7 +61,7 @@ _END = object()
 
 
 class Session:
-    def __init__(self, config: StreamConfig, worker: AsrWorker, options: SessionOptions,
+    def __init__(self, config: StreamConfig, worker: AsrScheduler, options: SessionOptions,
                  speakers: SpeakerTrack | None = None):
         if config.diarization and speakers is None:
             raise ValueError("a diarized session needs a SpeakerTrack")
@@ -73,8 +74,10 @@ class Session:
         self._outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
         self._partial: concurrent.futures.Future | None = None
         self._partial_segment = -1  # the segment self._partial decodes
+        self._hypothesis: tuple[int, tuple[int, ...]] | None = None  # (segment, latest tokens)
         self._finals: deque[concurrent.futures.Future] = deque()  # for the context prompt
         self._partial_end = 0.0  # stream time covered by the last partial asked for
+        self._wants_partials = False  # counted by the worker while a segment is open
         self._segments = 0
         self._ended = False
 
@@ -122,8 +125,9 @@ class Session:
         await self._outbox.put(error)
 
     def close(self) -> None:
-        """The client is gone: cancel work that has not started."""
+        """The client is gone: cancel work that has not finished."""
         self._ended = True
+        self._stop_wanting_partials()
         if self._partial is not None:
             self._partial.cancel()
         while not self._outbox.empty():
@@ -193,18 +197,33 @@ class Session:
     async def _on_event(self, event) -> None:
         if isinstance(event, SpeechStart):
             self._partial_end = event.start
+            if self.config.partials and not self._wants_partials:
+                self._wants_partials = True
+                self._worker.want_partials(+1)
             await self._outbox.put(SpeechStarted(event.segment_id, event.start))
         elif isinstance(event, SegmentClosed):
+            self._stop_wanting_partials()
             await self._submit_final(event)
 
+    def _stop_wanting_partials(self) -> None:
+        if self._wants_partials:
+            self._wants_partials = False
+            self._worker.want_partials(-1)
+
     def _draft_for(self, segment_id: int) -> tuple[int, ...] | None:
-        """The tokens of the last finished partial of this segment, if any."""
-        partial = self._partial
-        if (not self._options.hypothesis_drafts or partial is None
-                or self._partial_segment != segment_id or not partial.done()
-                or partial.cancelled() or partial.exception() is not None):
+        """The tokens of the latest finished partial of this segment, if any."""
+        self._note_hypothesis()
+        if not self._options.hypothesis_drafts or self._hypothesis is None:
             return None
-        return partial.result().tokens or None
+        segment, tokens = self._hypothesis
+        return tokens if segment == segment_id else None
+
+    def _note_hypothesis(self) -> None:
+        """Keep the last partial's tokens once it is done, before it is replaced."""
+        partial = self._partial
+        if (partial is not None and partial.done() and not partial.cancelled()
+                and partial.exception() is None and partial.result().tokens):
+            self._hypothesis = (self._partial_segment, partial.result().tokens)
 
     def _context(self) -> tuple[int, ...]:
         """Tokens of the latest finished finals, at most ``context_tokens`` of them."""
@@ -224,11 +243,11 @@ class Session:
                 await self._outbox.put(_DiarizationStep(step))
         draft = self._draft_for(segment.segment_id)
         if self._partial is not None:
-            self._partial.cancel()  # only succeeds if it has not started
+            self._partial.cancel()  # queued or mid-decode: it leaves at the next step
             self._partial = None
-        job = AsrJob(segment.audio, self.config.language, with_words=True, draft=draft,
-                     context=self._context())
-        future = await self._worker.submit_final(job)
+        request = AsrRequest(segment.audio, self.config.language, with_words=True, draft=draft,
+                             context=self._context())
+        future = await self._worker.submit_final(request)
         if self._options.context_tokens:
             self._finals.append(future)
             while len(self._finals) > 8:
@@ -250,13 +269,14 @@ class Session:
         if self._partial is not None and not self._partial.done():
             return  # one at a time: the next one covers the newer audio anyway
         segment: OpenSegment | None = self._vad.open_segment()
-        if segment is None or segment.end - self._partial_end < self._options.partial_interval_s:
+        interval = self._worker.partial_interval(self._options.partial_interval_s)
+        if segment is None or segment.end - self._partial_end < interval:
             return
-        job = AsrJob(segment.audio, self.config.language, with_words=False,
-                     draft=self._draft_for(segment.segment_id), context=self._context())
-        future = await self._worker.try_submit_partial(job)
+        request = AsrRequest(segment.audio, self.config.language, with_words=False,
+                             draft=self._draft_for(segment.segment_id), context=self._context())
+        future = await self._worker.try_submit_partial(request)
         if future is None:
-            return  # the worker is behind: skip this partial, never a final
+            return  # a final waits: skip this partial, never a final
         self._partial = future
         self._partial_segment = segment.segment_id
         self._partial_end = segment.end

@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 
 from parley.protocol.messages import (ControlType, Error, ErrorCode, ProtocolError,
                                       SessionStarted, StreamConfig, encode, parse_control)
-from parley.runtime.asr_worker import AsrWorker
+from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.session import Session, SessionOptions
 from parley.runtime.speaker_track import SpeakerTrack
@@ -50,7 +50,7 @@ class StreamLimits:
 class AsrService:
     """What the transport may know of ASR: the worker, a label and a language check."""
 
-    worker: AsrWorker
+    worker: AsrScheduler
     model_label: str
     check_language: Callable[[str | None], None]
 

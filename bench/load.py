@@ -1,0 +1,257 @@
+"""Serving capacity: N concurrent real-time streams against a real `parley serve` on loopback.
+
+Each stream is a two-speaker conversation of about 67 s: pyannote's sample.wav and an
+espeak-ng dialogue of two voices, rotated differently per stream (independent
+callers do not take their turns in step), sent in 100 ms PCM16 messages paced by the
+clock; stream i starts ``i × --stagger`` seconds after the first. ``--same-audio
+--stagger 0`` sends every stream the same conversation at once: the worst case.
+
+For each N it reports: final latency (wall time from sending the audio at a final's
+``end`` to receiving that final) p50 / p95 / max, finals lost (segments without a
+final), partials per session-second, ASR busy fraction (from /health, where the
+server reports it) and server CPU use, and WER against the known text. Then the
+largest N that holds p50 ≤ 1.5 s and max ≤ 3 s, with diarization off and on.
+
+The server runs in its own process (as deployed), so the clients' work is not on its
+event loop. Usage: python bench/load.py [--streams 1 2 4 6 8] [--diarization off on]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+import numpy as np
+from common import RESULTS, print_table, write_json
+from websockets.asyncio.client import connect
+
+from audio_fixtures import (DIALOGUE_LINES, SAMPLE_WAV, SPEAKERS, conversation, read_wav,
+                            sample_reference_text, silence, wer)
+
+CHUNK_S = 0.1
+P50_BOUND_S = 1.5
+MAX_BOUND_S = 3.0
+
+
+@dataclass(frozen=True)
+class Conversation:
+    audio: np.ndarray
+    reference: str
+
+
+def conversations(count: int) -> list[Conversation]:
+    """``count`` two-speaker conversations of 68 to 73 s, each its own rotation of the
+    same pieces (sample.wav, then eight espeak turns of two voices) after its own lead
+    silence, so that the turns of different streams do not end at the same moment."""
+    pieces = [(read_wav(SAMPLE_WAV), sample_reference_text())]
+    voices = [SPEAKERS["A"], SPEAKERS["B"]]
+    for k, line in enumerate(DIALOGUE_LINES):
+        spoken, truth = conversation([(voices[k % 2], line)], gap_s=0.6, lead_s=0.0)
+        pieces.append((spoken, truth[0].text))
+    made = []
+    for i in range(count):
+        first = i * len(pieces) // count
+        order = pieces[first:] + pieces[:first]
+        lead = 0.5 + (1.7 * i) % 5.0  # nor do they all begin (or end) speaking at once
+        audio = np.concatenate([silence(lead)] + [a for a, _ in order] + [silence(1.0)])
+        made.append(Conversation(audio.astype(np.float32), " ".join(t for _, t in order)))
+    return made
+
+
+@dataclass
+class StreamOutcome:
+    latencies: list[float] = field(default_factory=list)
+    partials: int = 0
+    finals: int = 0
+    segments: int | None = None
+    errors: list[dict] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    close_code: int | None = None
+
+
+async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
+    """Send one conversation in real time; time every final from its end's audio."""
+    await asyncio.sleep(delay)
+    outcome = StreamOutcome()
+    pcm = (np.clip(talk.audio, -1, 1) * 32767).astype("<i2").tobytes()
+    step = int(16000 * CHUNK_S) * 2
+    sent_at: list[float] = []  # wall time each chunk left, chunk k ends at (k + 1) × CHUNK_S
+    loop = asyncio.get_running_loop()
+    async with connect(url, max_size=None, compression=None, open_timeout=60) as ws:
+        started = json.loads(await ws.recv())
+        if started["type"] != "session_started":
+            outcome.errors.append(started)
+            return outcome
+
+        async def send() -> None:
+            begin = loop.time()
+            for k, i in enumerate(range(0, len(pcm), step)):
+                wait = begin + k * CHUNK_S - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                await ws.send(pcm[i:i + step])
+                sent_at.append(loop.time())
+            await ws.send(json.dumps({"type": "end_of_stream"}))
+
+        sender = asyncio.create_task(send())
+        async for raw in ws:
+            message = json.loads(raw)
+            kind = message["type"]
+            if kind == "partial":
+                outcome.partials += 1
+            elif kind == "final":
+                outcome.finals += 1
+                outcome.text.append(message["text"])
+                chunk = min(int(np.ceil(message["end"] / CHUNK_S - 1e-6)) - 1, len(sent_at) - 1)
+                if message["reason"] != "end_of_stream":  # that one waits for the client's end
+                    outcome.latencies.append(loop.time() - sent_at[max(chunk, 0)])
+            elif kind == "error":
+                outcome.errors.append(message)
+            elif kind == "session_ended":
+                outcome.segments = message["segments"]
+                break
+        await sender
+        await ws.wait_closed()
+        outcome.close_code = ws.close_code
+    return outcome
+
+
+class Server:
+    """`parley serve` in a child process on a free loopback port; its log goes to a file."""
+
+    def __init__(self, model: str, diarization: str, extra: list[str], log_level: str):
+        env = {**os.environ, "PARLEY_LOG_LEVEL": log_level, "PYANNOTE_METRICS_ENABLED": "false"}
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        self.log_path = RESULTS / f"load-server-{diarization}.log"
+        self._log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "parley", "serve", "--port", "0", "--model", model,
+             "--diarization", diarization, "--max-sessions", "64", *extra],
+            stdout=self._log, stderr=subprocess.STDOUT, text=True, env=env)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and self.process.poll() is None:
+            found = re.search(r"ws://([\d.]+):(\d+)/v1/stream", self.log_path.read_text())
+            if found:
+                self.base = f"{found[1]}:{found[2]}"
+                return
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the server did not start; see {self.log_path}")
+
+    @property
+    def url(self) -> str:
+        return f"ws://{self.base}/v1/stream"
+
+    def health(self) -> dict:
+        with urllib.request.urlopen(f"http://{self.base}/health", timeout=10) as response:
+            return json.loads(response.read())
+
+    def cpu_seconds(self) -> float:
+        fields = open(f"/proc/{self.process.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+        self._log.close()
+
+
+def _asr_busy_seconds(health: dict) -> float | None:
+    return health.get("asr", {}).get("busy_seconds")
+
+
+async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
+                      talks: list[Conversation]) -> dict:
+    query = "?diarization=true" if diarize else ""
+    before_health, before_cpu, began = server.health(), server.cpu_seconds(), time.perf_counter()
+    outcomes = await asyncio.gather(*(stream(server.url + query, talks[i], i * stagger)
+                                      for i in range(count)))
+    wall = time.perf_counter() - began
+    after_health, after_cpu = server.health(), server.cpu_seconds()
+    latencies = sorted(t for o in outcomes for t in o.latencies)
+    audio_s = sum(len(talks[i].audio) for i in range(count)) / 16000
+    busy = _asr_busy_seconds(after_health)
+    lost = sum(max(0, (o.segments or 0) - o.finals) for o in outcomes)
+    errors = [e for o in outcomes for e in o.errors]
+    return {
+        "streams": count,
+        "diarization": diarize,
+        "finals": len(latencies),
+        "p50_s": statistics.median(latencies) if latencies else None,
+        "p95_s": float(np.percentile(latencies, 95)) if latencies else None,
+        "max_s": latencies[-1] if latencies else None,
+        "finals_lost": lost,
+        "errors": len(errors),
+        "partials_per_session_s": sum(o.partials for o in outcomes) / audio_s,
+        "asr_busy": (busy - _asr_busy_seconds(before_health)) / wall if busy is not None
+        else None,
+        "server_cpu": (after_cpu - before_cpu) / wall / os.cpu_count(),
+        "wer": statistics.fmean(wer(talks[i].reference, " ".join(o.text))
+                                for i, o in enumerate(outcomes)),
+        "error_codes": sorted({e.get("code") for e in errors}),
+        "latencies_s": [round(t, 3) for t in latencies],
+    }
+
+
+def holds(row: dict) -> bool:
+    return (row["p50_s"] is not None and row["p50_s"] <= P50_BOUND_S
+            and row["max_s"] <= MAX_BOUND_S and row["finals_lost"] == 0 and row["errors"] == 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4, 6, 8])
+    parser.add_argument("--diarization", nargs="+", choices=["off", "on"], default=["off", "on"])
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--stagger", type=float, default=0.5,
+                        help="seconds between the starts of consecutive streams")
+    parser.add_argument("--same-audio", action="store_true",
+                        help="every stream sends the same conversation (with --stagger 0: "
+                             "all finals fall due at once, the worst case)")
+    parser.add_argument("--label", default="", help="a name for this run in the JSON")
+    parser.add_argument("--server-arg", action="append", default=[],
+                        help="extra argument for `parley serve` (repeatable)")
+    parser.add_argument("--server-log-level", default="warning",
+                        help="the server's log level (its log: bench/results/load-server-*.log)")
+    args = parser.parse_args()
+    talks = conversations(1 if args.same_audio else max(args.streams))
+    talks = talks * (max(args.streams) if args.same_audio else 1)
+    rows = []
+    for mode in args.diarization:
+        server = Server(args.model, "bundle" if mode == "on" else "off", args.server_arg,
+                        args.server_log_level)
+        try:
+            for count in args.streams:
+                row = asyncio.run(run_streams(server, count, args.stagger, mode == "on", talks))
+                rows.append(row)
+                print(f"{count} streams, diarization {mode}: p50 {row['p50_s']:.2f} s, "
+                      f"max {row['max_s']:.2f} s", flush=True)
+        finally:
+            server.stop()
+    print()
+    print_table(rows, ["streams", "diarization", "finals", "p50_s", "p95_s", "max_s",
+                       "finals_lost", "errors", "partials_per_session_s", "asr_busy",
+                       "server_cpu", "wer"])
+    best = {}
+    for mode in args.diarization:
+        held = [r["streams"] for r in rows if r["diarization"] == (mode == "on") and holds(r)]
+        best[mode] = max(held, default=0)
+        print(f"diarization {mode}: most streams with p50 ≤ {P50_BOUND_S} s and max ≤ "
+              f"{MAX_BOUND_S} s: {best[mode]}")
+    path = write_json("load", {"label": args.label, "model": args.model,
+                               "stagger_s": args.stagger, "same_audio": args.same_audio, "rows": rows, "most_streams": best})
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()

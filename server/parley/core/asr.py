@@ -1,0 +1,149 @@
+"""The ASR engine's typed contract: what the scheduler asks of an engine, and what it gets.
+
+The scheduler (``runtime.scheduler``) keeps many decodes in flight and advances them
+together, one decoder step at a time, as LLM servers do:
+
+- ``start`` admits requests: one batched encoder pass over their audio, then their
+  prompts; each becomes a ``Decode`` holding one row of the engine's batch;
+- ``step`` advances the given decodes by one batched verify pass; each row may carry
+  its own draft (its previous hypothesis, or the assistant's), of at most its budget,
+  and keeps the longest prefix the model agrees with;
+- ``finish`` turns a finished decode into a ``Transcription``; ``drop`` abandons one.
+
+Between steps decodes may join (``start``) and leave (``finish``/``drop``). The real
+engine is ``models.whisper_engine.WhisperEngine``; the tests' fake engine honours the
+same contract. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, TypeVar
+
+import numpy as np
+
+from parley.core.words import TimedWord
+
+SAMPLE_RATE = 16000  # what every engine reads: mono float32 at 16 kHz
+
+
+@dataclass(frozen=True)
+class AsrRequest:
+    """Decode ``audio`` (16 kHz mono float32, at most the engine's ``max_audio_s``)."""
+
+    audio: np.ndarray
+    language: str | None = None           # None: a multilingual model detects it
+    with_words: bool = False              # word timings (finals want them, partials not)
+    draft: tuple[int, ...] | None = None  # an earlier hypothesis of this audio's prefix
+    context: tuple[int, ...] = ()         # earlier text of the session, as the prompt
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
+
+
+@dataclass
+class DecodeStats:
+    passes: int = 0        # decoder passes after the prompt
+    drafted: int = 0       # draft tokens offered
+    accepted: int = 0      # draft tokens kept
+    verify_steps: int = 0  # passes that carried a draft
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.verify_steps if self.verify_steps else 0.0
+
+    def add(self, other: "DecodeStats") -> None:
+        self.passes += other.passes
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+        self.verify_steps += other.verify_steps
+
+
+@dataclass(frozen=True)
+class Transcription:
+    text: str
+    tokens: tuple[int, ...]
+    words: tuple[TimedWord, ...] = ()  # times relative to the audio start
+    no_speech_prob: float = 0.0
+    avg_logprob: float = 0.0
+    rejected: str | None = None       # why the text was dropped (no_speech, repetition)
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one step did for one decode: draft tokens offered and kept."""
+
+    proposed: int
+    accepted: int
+
+    @property
+    def width(self) -> int:
+        """Positions the decode fed in this pass: its last token plus the draft."""
+        return 1 + self.proposed
+
+
+class Decode(Protocol):
+    """One request in flight; it holds a row of the engine's batch until it leaves."""
+
+    @property
+    def finished(self) -> bool:
+        """End of text (or the decoder's length limit) was reached: ``finish`` it."""
+        ...
+
+    @property
+    def drafting(self) -> bool:
+        """It has a drafter (previous hypothesis or assistant): budgets matter to it."""
+        ...
+
+
+D = TypeVar("D", bound=Decode)
+
+
+class Transcriber(Protocol[D]):
+    """An ASR engine that decodes many requests at once, step by step (one thread owns it)."""
+
+    label: str
+    max_rows: int        # decodes in flight at once
+    max_audio_s: float   # longest request audio
+    max_draft: int       # longest draft one step verifies
+
+    def check_language(self, language: str | None) -> None:
+        """Raise ValueError when this model cannot transcribe ``language``."""
+        ...
+
+    def start(self, requests: Sequence[AsrRequest]) -> list[D]:
+        """Encode ``requests`` in one batched pass and feed their prompts.
+
+        Raises ValueError for a request it cannot take (too long, wrong language);
+        at most ``max_rows`` minus the decodes in flight may start.
+        """
+        ...
+
+    def step(self, decodes: Sequence[D], budgets: Sequence[int]) -> list[StepReport]:
+        """One batched verify pass over ``decodes`` (none finished); ``budgets[i]``
+        caps the draft of ``decodes[i]``."""
+        ...
+
+    def finish(self, decode: D) -> Transcription:
+        """The result of a finished decode; frees its row."""
+        ...
+
+    def drop(self, decode: D) -> None:
+        """Abandon a decode (finished or not); frees its row."""
+        ...
+
+
+def transcribe(engine: Transcriber, request: AsrRequest, budget: int | None = None
+               ) -> Transcription:
+    """One request decoded alone, start to finish (tests, benchmarks, warm-up)."""
+    (decode,) = engine.start([request])
+    budget = engine.max_draft if budget is None else budget
+    try:
+        while not decode.finished:
+            engine.step([decode], [budget])
+    except BaseException:
+        engine.drop(decode)
+        raise
+    return engine.finish(decode)

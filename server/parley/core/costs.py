@@ -1,0 +1,148 @@
+"""What the ASR engine's work costs, learnt from timing it (pure: numbers in, estimates out).
+
+The scheduler's choices (how long each row's draft is, how many clips share an
+encoder pass, how often a stream may have a partial) come from these estimates, not
+from fixed thresholds, so one policy serves a 2-core CPU and a GPU alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+class StepCostModel:
+    """Seconds of one batched decoder step, as ``c0 + c_row × rows + c_token × tokens``.
+
+    ``tokens`` counts every position fed (each row's last token plus its draft). The
+    coefficients are a least-squares fit over the latest ``window`` steps, pulled
+    towards the prior by ``prior_weight`` pseudo-observations so that directions the
+    data does not yet cover (say, only one row so far) stay sensible.
+    """
+
+    def __init__(self, prior: tuple[float, float, float], window: int = 256,
+                 prior_weight: float = 1.0):
+        self._prior = np.asarray(prior, dtype=float)
+        self._prior_weight = prior_weight
+        self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
+        self._coefficients = self._prior.copy()
+        self._stale = False
+
+    def observe(self, rows: int, tokens: int, seconds: float) -> None:
+        self._samples.append((rows, tokens, seconds))
+        self._stale = True
+
+    @property
+    def coefficients(self) -> tuple[float, float, float]:
+        if self._stale:
+            self._coefficients = self._fit()
+            self._stale = False
+        c0, c_row, c_token = self._coefficients
+        return float(c0), float(c_row), float(c_token)
+
+    def __call__(self, rows: int, tokens: int) -> float:
+        c0, c_row, c_token = self.coefficients
+        return c0 + c_row * rows + c_token * tokens
+
+    def _fit(self) -> np.ndarray:
+        data = np.array(self._samples, dtype=float)
+        x = np.column_stack([np.ones(len(data)), data[:, 0], data[:, 1]])
+        y = data[:, 2]
+        # Ridge towards the prior, scaled to the data so that the prior weighs like
+        # ``prior_weight`` typical steps.
+        scale = self._prior_weight * np.mean(x * x, axis=0)
+        a = x.T @ x + np.diag(scale)
+        b = x.T @ y + scale * self._prior
+        fitted = np.linalg.solve(a, b)
+        return np.maximum(fitted, 0.0)  # no step gets cheaper by doing more
+
+
+class EncoderCosts:
+    """Seconds of one encoder pass over ``n`` clips.
+
+    One clip's cost is a moving average of every single-clip pass. A batch of ``n`` is
+    kept as its ratio to ``n`` single passes timed alongside it, because absolute times
+    drift with what else the machine does, while the ratio (what batching saves) does
+    not. A batch size never timed is assumed to cost ``n`` single passes.
+    """
+
+    def __init__(self, smoothing: float = 0.2):
+        self._smoothing = smoothing
+        self._single: float | None = None
+        self._ratios: dict[int, float] = {1: 1.0}
+
+    def observe(self, clips: int, seconds: float) -> None:
+        if clips == 1:
+            old = self._single
+            self._single = seconds if old is None else old + self._smoothing * (seconds - old)
+        elif self._single is not None:
+            ratio = seconds / (clips * self._single)
+            old = self._ratios.get(clips)
+            self._ratios[clips] = ratio if old is None else old + self._smoothing * (ratio - old)
+
+    def __call__(self, clips: int) -> float:
+        return clips * (self._single or 0.0) * self._ratios.get(clips, 1.0)
+
+    @property
+    def known(self) -> dict[int, float]:
+        """Estimated seconds for each batch size timed so far."""
+        return {n: self(n) for n in self._ratios} if self._single is not None else {}
+
+
+@dataclass(frozen=True)
+class DecayingRate:
+    """Amount per second over roughly the last ``tau`` seconds (exponential decay).
+
+    Immutable: ``add`` returns the updated rate, so one thread can publish it and
+    another read it without a lock.
+    """
+
+    tau: float
+    since: float
+    value: float = 0.0
+    at: float = 0.0
+
+    @classmethod
+    def starting(cls, tau: float, now: float) -> "DecayingRate":
+        return cls(tau, now, 0.0, now)
+
+    def add(self, amount: float, now: float) -> "DecayingRate":
+        return replace(self, value=self._decayed(now) + amount, at=max(now, self.at))
+
+    def rate(self, now: float) -> float:
+        elapsed = now - self.since
+        if elapsed <= 0:
+            return 0.0
+        # Normalise by the part of the window that has existed so far.
+        return self._decayed(now) / (self.tau * (1.0 - math.exp(-elapsed / self.tau)))
+
+    def _decayed(self, now: float) -> float:
+        return self.value * math.exp(-max(0.0, now - self.at) / self.tau)
+
+
+class Acceptance:
+    """How often a row's draft tokens are kept, as a per-token probability.
+
+    Drafts are kept up to the first disagreement, so each step that rejects ends one
+    run of kept tokens: the estimate is kept / (kept + rejections), starting from the
+    pseudo-counts ``prior_kept`` and ``prior_rejections``.
+    """
+
+    def __init__(self, prior_kept: float = 4.0, prior_rejections: float = 1.0):
+        self.kept = prior_kept
+        self.rejections = prior_rejections
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        if proposed == 0:
+            return
+        self.kept += accepted
+        if accepted < proposed:
+            self.rejections += 1
+
+    @property
+    def probability(self) -> float:
+        total = self.kept + self.rejections
+        return self.kept / total if total > 0 else 0.0

@@ -1,0 +1,100 @@
+"""The scheduler's choices, made from measured costs (pure functions and small classes).
+
+- ``draft_budgets``: how many draft tokens each row may verify in the next step.
+  Speculation pays when a step's fixed cost dominates (few rows: batch size one is
+  where it shines); as rows are added each extra position costs more relative to
+  what it brings, and budgets shrink towards plain batched decoding by themselves.
+- ``encoder_batch_size``: how many newly admitted clips share one encoder pass.
+- ``PartialPacing``: how often each stream may have a partial, so that partials use
+  only the time finals leave over, shared evenly among the streams that want them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+# The warm-up times ever larger encoder batches while their cost per clip is within
+# this factor of the best so far.
+ENCODER_BATCH_TOLERANCE = 1.05
+
+
+def draft_budgets(acceptance: Sequence[float | None], step_cost: Callable[[int, int], float],
+                  max_draft: int) -> list[int]:
+    """Draft budgets that maximise the expected tokens per second of the next step.
+
+    ``acceptance[i]`` is row i's per-token acceptance probability (None: the row has no
+    drafter). The k-th draft token of a row is kept with probability ``a ** k``; a
+    token is granted while the expected tokens it adds, per second it adds, beat the
+    step's expected tokens per second without it. Gains only fall and the cost only
+    rises, so the greedy choice stops at the best allocation for this model.
+    """
+    rows = len(acceptance)
+    budgets = [0] * rows
+    if rows == 0:
+        return budgets
+    tokens = rows
+    expected = float(rows)  # every row gains at least the token it feeds
+    seconds = step_cost(rows, tokens)
+    candidates = [(-a, i) for i, a in enumerate(acceptance) if a is not None and a > 0]
+    heapq.heapify(candidates)
+    while candidates:
+        negative_gain, i = heapq.heappop(candidates)
+        gain = -negative_gain
+        longer = step_cost(rows, tokens + 1)
+        if (expected + gain) * seconds <= expected * longer:
+            break
+        budgets[i] += 1
+        tokens += 1
+        expected += gain
+        seconds = longer
+        if budgets[i] < max_draft:
+            heapq.heappush(candidates, (-gain * acceptance[i], i))
+    return budgets
+
+
+def encoder_batch_size(waiting: int, timed: Mapping[int, float]) -> int:
+    """How many of ``waiting`` clips the next encoder pass takes: the timed batch size
+    that finishes the waiting clips soonest on average.
+
+    Batches of ``k`` run one after another, so clip ``i`` is done after its batch's
+    turn: the mean completion is ``cost(k) × (batches + 1) / 2``. A GPU, where a batch
+    costs little more than one clip, batches; a small CPU, whose encoder is already
+    compute-bound at one clip, takes them one at a time (a batch of two there costs
+    two single passes, and delays the first clip by the second's work).
+
+    ``timed`` maps batch sizes to their measured seconds; sizes never timed are never
+    chosen (one clip always may be).
+    """
+    if waiting <= 1:
+        return max(waiting, 0)
+    sizes = {n: seconds for n, seconds in timed.items() if n <= waiting}
+    if 1 not in sizes:
+        return 1
+    def mean_completion(k: int) -> float:
+        return sizes[k] * (math.ceil(waiting / k) + 1) / 2
+    return min(sorted(sizes), key=mean_completion)
+
+
+@dataclass(frozen=True)
+class PartialPacing:
+    """Seconds between one stream's partials, from what the worker has measured.
+
+    Finals come first: they take ``final_load`` of the worker's time. Partials may use
+    what is left below ``target_busy``; each of the ``streams`` that want partials gets
+    an equal share, so a stream's interval is ``streams × partial cost / spare``, never
+    below ``base_s`` (the configured pace, which an idle worker keeps) and never above
+    ``max_interval_s``: a long turn's partial is also the draft that makes its final
+    cheap, and partials only ever run when no final waits or decodes.
+    """
+
+    target_busy: float = 0.8
+    max_interval_s: float = 4.0
+    min_spare: float = 0.02
+
+    def interval(self, base_s: float, streams: int, partial_cost_s: float,
+                 final_load: float) -> float:
+        spare = max(self.target_busy - final_load, self.min_spare)
+        return max(base_s, min(self.max_interval_s, streams * partial_cost_s / spare))

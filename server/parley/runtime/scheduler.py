@@ -1,0 +1,421 @@
+"""One thread owns the ASR engine and advances every stream's decodes together, step by step.
+
+Sessions submit ``AsrRequest``s and get futures back. The thread keeps a set of
+decodes in flight and, between decoder steps, lets new ones join and finished ones
+leave (continuous batching):
+
+- **finals first**: waiting finals are admitted before any step or partial (taking a
+  partial's row if none is free); a final never waits for a running partial: at the
+  next step boundary it joins the batch, and partials pause until no final decodes;
+- **drafts by cost**: every step, each row's draft budget comes from the measured
+  step cost and the row's measured acceptance (``core.policy.draft_budgets``);
+- **shared encoder passes** where they are cheaper per clip (``encoder_batch_size``);
+- **partials by load**: a session asks for a partial at most every
+  ``partial_interval()``, which stretches evenly for all streams when finals leave
+  little spare time (``PartialPacing``); a cancelled partial leaves at the next step.
+
+Back-pressure: at most ``capacity`` requests are queued or in flight; ``submit_final``
+waits for room (the client's socket slows down), ``try_submit_partial`` never waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from parley.core.asr import AsrRequest, Decode, Transcriber, transcribe
+from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
+from parley.core.policy import (ENCODER_BATCH_TOLERANCE, PartialPacing, draft_budgets,
+                                encoder_batch_size)
+
+log = logging.getLogger(__name__)
+
+LOAD_WINDOW_S = 10.0        # how far back the load estimates look
+PARTIAL_COST_SMOOTHING = 0.2
+WARM_UP_SECONDS = 2.0       # of synthetic audio the warm-up decodes
+CALIBRATION_REPEATS = 2     # encoder passes the warm-up times per batch size
+_STOP = object()
+
+
+@dataclass(eq=False)
+class _Job:
+    request: AsrRequest
+    future: concurrent.futures.Future
+    final: bool
+    submitted: float
+    decode: Decode | None = None
+    acceptance: Acceptance = field(default_factory=Acceptance)
+    cost: float = 0.0  # worker seconds spent on it so far
+    admitted: float = 0.0
+    steps: int = 0
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the thread has measured lately, published (replaced whole) for the loop."""
+
+    busy: DecayingRate         # worker seconds per second: the busy fraction
+    finals: DecayingRate       # worker seconds per second spent on finals
+    partial_cost_s: float = 0.0  # worker seconds one partial costs
+
+
+@dataclass
+class SchedulerStats:
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    partials_cancelled: int = 0   # the session no longer wanted it
+    partials_evicted: int = 0     # gave its row to a final
+    steps: int = 0
+    rows_stepped: int = 0         # sum over steps of the rows in each
+    tokens_fed: int = 0           # sum over steps of the positions fed
+    encoder_passes: int = 0
+    encoded_clips: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    busy_seconds: float = 0.0
+    audio_seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {name: round(value, 3) if isinstance(value, float) else value
+                for name, value in vars(self).items()}
+
+
+class AsrScheduler:
+    def __init__(self, engine: Transcriber, capacity: int, *, target_busy: float = 0.8,
+                 on_thread_start: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
+        if capacity < 2:
+            raise ValueError("the ASR queue needs room for at least two requests")
+        self.engine = engine
+        self.capacity = capacity
+        self.pacing = PartialPacing(target_busy=target_busy)
+        self.stats = SchedulerStats()
+        self.step_cost = StepCostModel(prior=(0.01, 0.001, 0.0005))
+        self.encoder_cost = EncoderCosts()
+        self._clock = clock
+        self._on_thread_start = on_thread_start
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # bounded by the slots below
+        self._thread = threading.Thread(target=self._run, name="parley-asr", daemon=True)
+        self._ready = threading.Event()
+        self._warm_up = False
+        # Written by the event loop only:
+        self._slots: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._in_flight = 0
+        self._finals_submitted = 0
+        self._partial_streams = 0
+        # Written by the worker thread only:
+        self._finals_admitted = 0
+        now = clock()
+        self._load = Load(DecayingRate.starting(LOAD_WINDOW_S, now),
+                          DecayingRate.starting(LOAD_WINDOW_S, now))
+        self._finals: deque[_Job] = deque()
+        self._partials: deque[_Job] = deque()
+        self._active: list[_Job] = []
+        self._stopping = False
+        self._partial_cost: float | None = None
+
+    # ================================================================ event-loop side
+
+    async def start(self, warm_up: bool = False) -> None:
+        """Start the thread; with ``warm_up``, wait until it has timed the engine."""
+        self._loop = asyncio.get_running_loop()
+        self._slots = asyncio.Semaphore(self.capacity)
+        self._warm_up = warm_up
+        self._thread.start()
+        await asyncio.to_thread(self._ready.wait)
+
+    @property
+    def backlog(self) -> int:
+        """Requests queued or being decoded."""
+        return self._in_flight
+
+    def costs(self) -> dict:
+        """The measured cost models, in milliseconds (for /health)."""
+        c0, c_row, c_token = self.step_cost.coefficients
+        return {"step_ms": round(1000 * c0, 2), "step_ms_per_row": round(1000 * c_row, 2),
+                "step_ms_per_token": round(1000 * c_token, 2),
+                "encoder_ms_by_clips": {n: round(1000 * s, 1)
+                                        for n, s in sorted(self.encoder_cost.known.items())}}
+
+    def busy_fraction(self) -> float:
+        """Fraction of the last seconds (about ``LOAD_WINDOW_S``) the thread worked."""
+        return self._load.busy.rate(self._clock())
+
+    async def submit_final(self, request: AsrRequest) -> concurrent.futures.Future:
+        """Queue a final; waits while ``capacity`` requests are in flight."""
+        assert self._slots is not None, "start() the scheduler first"
+        await self._slots.acquire()
+        self._finals_submitted += 1
+        return self._enqueue(request, final=True)
+
+    async def try_submit_partial(self, request: AsrRequest) -> concurrent.futures.Future | None:
+        """Queue a partial if it cannot delay a final: none waits, and half the room is
+        kept for finals. Returns None (never waits) otherwise."""
+        assert self._slots is not None, "start() the scheduler first"
+        if self._finals_submitted > self._finals_admitted or \
+                self._in_flight >= self.capacity // 2:
+            return None
+        await self._slots.acquire()  # cannot wait: fewer than capacity are in flight
+        return self._enqueue(request, final=False)
+
+    def want_partials(self, change: int) -> None:
+        """A stream opened (+1) or closed (-1) a segment that wants partials."""
+        self._partial_streams = max(0, self._partial_streams + change)
+
+    def partial_interval(self, base_s: float) -> float:
+        """Seconds a stream should leave between its partials now (at least ``base_s``)."""
+        load = self._load
+        return self.pacing.interval(base_s, self._partial_streams, load.partial_cost_s,
+                                    load.finals.rate(self._clock()))
+
+    def _enqueue(self, request: AsrRequest, final: bool) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._in_flight += 1
+        future.add_done_callback(self._release_from_any_thread)
+        self._inbox.put(_Job(request, future, final, self._clock()))
+        return future
+
+    def _release_from_any_thread(self, _future: concurrent.futures.Future) -> None:
+        assert self._loop is not None
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        assert self._slots is not None
+        self._in_flight -= 1
+        self._slots.release()
+
+    async def stop(self) -> None:
+        """Finish queued and running finals (partials are cancelled), then end the thread."""
+        if self._thread.is_alive():
+            self._inbox.put(_STOP)
+            await asyncio.to_thread(self._thread.join)
+
+    # ================================================================ worker thread
+
+    def warm_up(self) -> None:
+        """Time the engine before serving (``start(warm_up=True)`` runs it on the thread
+        that will decode; benchmarks may call it directly).
+
+        First passes pay for lazy initialisation; and the encoder's cost per batch size
+        decides whether admitted clips share a pass: sizes double while a batch is no
+        dearer per clip (on a 2-core CPU a batch of two already costs more).
+        """
+        rng = np.random.default_rng(0)
+        noise = (0.01 * rng.standard_normal(int(WARM_UP_SECONDS * 16000))).astype(np.float32)
+        request = AsrRequest(noise)
+        transcribe(self.engine, request)  # lazy initialisation is not part of any cost
+        clips = 1
+        while clips <= self.engine.max_rows:
+            timings = []
+            for _ in range(CALIBRATION_REPEATS):
+                began = self._clock()
+                decodes = self.engine.start([request] * clips)
+                timings.append(self._clock() - began)
+                running = [d for d in decodes if not d.finished]
+                if running:  # seeds the step cost model with plain steps of this width
+                    began = self._clock()
+                    self.engine.step(running, [0] * len(running))
+                    self.step_cost.observe(len(running), len(running), self._clock() - began)
+                for decode in decodes:
+                    self.engine.drop(decode)
+            self.encoder_cost.observe(clips, min(timings))
+            per_clip = {n: seconds / n for n, seconds in self.encoder_cost.known.items()}
+            if per_clip[clips] > min(per_clip.values()) * ENCODER_BATCH_TOLERANCE:
+                break
+            clips *= 2
+        log.info("encoder seconds by batch size: %s", {
+            n: round(seconds, 3) for n, seconds in sorted(self.encoder_cost.known.items())})
+
+    def _run(self) -> None:
+        if self._on_thread_start is not None:
+            self._on_thread_start()
+        try:
+            if self._warm_up:
+                self.warm_up()
+        finally:
+            self._ready.set()
+        while self._take(block=not (self._active or self._finals or self._partials)):
+            self._discard_cancelled()
+            self._admit()
+            if self._active:
+                self._step()
+
+    def _take(self, block: bool) -> bool:
+        """Move submitted jobs into the waiting lines; False once stopped and drained."""
+        try:
+            item = self._inbox.get(block=block and not self._stopping)
+            while True:
+                if item is _STOP:
+                    self._stopping = True
+                else:
+                    (self._finals if item.final else self._partials).append(item)
+                item = self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+        if self._stopping:
+            for job in self._partials:
+                job.future.cancel()
+            self._partials.clear()
+            for job in [j for j in self._active if not j.final]:
+                self._leave(job)
+                job.future.cancel()
+        return not (self._stopping and not self._finals and not self._active)
+
+    def _discard_cancelled(self) -> None:
+        for line in (self._finals, self._partials):
+            for job in [j for j in line if j.future.cancelled()]:
+                line.remove(job)
+                self.stats.partials_cancelled += not job.final
+        for job in [j for j in self._active if j.future.cancelled()]:
+            self._leave(job)
+            self.stats.partials_cancelled += not job.final
+
+    def _admit(self) -> None:
+        """Every waiting final joins now; partials join only when no final waits."""
+        while self._finals:
+            free = self.engine.max_rows - len(self._active)
+            if free == 0 and not self._evict_partial():
+                return  # every row decodes a final: the next one joins when one leaves
+            free = self.engine.max_rows - len(self._active)
+            count = encoder_batch_size(min(len(self._finals), free), self.encoder_cost.known)
+            self._start([self._finals.popleft() for _ in range(count)])
+            self._finals_admitted += count
+            self._take(block=False)  # finals that came meanwhile join this round
+        free = self.engine.max_rows - len(self._active)
+        if any(j.final for j in self._active):
+            return  # a partial's encoder pass would hold up the finals' steps
+        if self._partials and free > 0:
+            count = encoder_batch_size(min(len(self._partials), free), self.encoder_cost.known)
+            self._start([self._partials.popleft() for _ in range(count)])
+
+    def _start(self, jobs: list[_Job]) -> None:
+        began = self._clock()
+        try:
+            decodes = self.engine.start([j.request for j in jobs])
+        except Exception as exc:
+            if len(jobs) > 1:  # find the one that failed: the others deserve their results
+                for job in jobs:
+                    self._start([job])
+                return
+            self._work(self._clock() - began)
+            log.warning("could not start a decode: %s", exc)
+            self._fail(jobs[0], exc)
+            return
+        spent = self._work(self._clock() - began)
+        log.debug("started %d %s in %.3f s", len(jobs), "finals" if jobs[0].final else "partials",
+                  spent)
+        self.encoder_cost.observe(len(jobs), spent)
+        self.stats.encoder_passes += 1
+        self.stats.encoded_clips += len(jobs)
+        for job, decode in zip(jobs, decodes):
+            job.decode = decode
+            job.admitted = began
+            job.cost += spent / len(jobs)
+            self._active.append(job)
+        self._finish_done()
+
+    def _step(self) -> None:
+        # Partials pause while finals decode: each row a step carries costs time (on a
+        # small CPU about a quarter of a one-row step), and finals come first.
+        jobs = [j for j in self._active if j.final] or list(self._active)
+        acceptance = [j.acceptance.probability if j.decode.drafting else None for j in jobs]
+        budgets = draft_budgets(acceptance, self.step_cost, self.engine.max_draft)
+        began = self._clock()
+        try:
+            reports = self.engine.step([j.decode for j in jobs], budgets)
+        except Exception as exc:
+            self._work(self._clock() - began)
+            log.exception("a decoder step failed; its %d decodes end with an error", len(jobs))
+            for job in jobs:
+                self._leave(job)
+                self._fail(job, exc)
+            return
+        spent = self._work(self._clock() - began)
+        tokens = sum(r.width for r in reports)
+        self.step_cost.observe(len(jobs), tokens, spent)
+        stats = self.stats
+        stats.steps += 1
+        stats.rows_stepped += len(jobs)
+        stats.tokens_fed += tokens
+        for job, report in zip(jobs, reports):
+            job.cost += spent * report.width / tokens
+            job.steps += 1
+            job.acceptance.observe(report.proposed, report.accepted)
+            stats.drafted += report.proposed
+            stats.accepted += report.accepted
+        self._finish_done()
+
+    def _finish_done(self) -> None:
+        for job in [j for j in self._active if j.decode.finished]:
+            self._active.remove(job)
+            began = self._clock()
+            try:
+                result = self.engine.finish(job.decode)
+            except Exception as exc:
+                job.cost += self._work(self._clock() - began)
+                log.exception("a finished decode could not be turned into a result")
+                self._fail(job, exc)
+                continue
+            job.cost += self._work(self._clock() - began)
+            self._account(job)
+            self.stats.jobs_done += 1
+            log.debug("%s of %.1f s: waited %.3f s, done after %.3f s, cost %.3f s, %d steps, "
+                      "%d in flight", "final" if job.final else "partial", job.request.seconds,
+                      job.admitted - job.submitted, self._clock() - job.submitted, job.cost,
+                      job.steps, len(self._active))
+            self.stats.audio_seconds += job.request.seconds
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_result(result)
+            else:
+                self.stats.partials_cancelled += not job.final
+
+    def _evict_partial(self) -> bool:
+        """Give the least advanced partial's row to a final; False if there is none."""
+        partials = [j for j in self._active if not j.final]
+        if not partials:
+            return False
+        job = min(partials, key=lambda j: j.cost)
+        self._leave(job)
+        job.future.cancel()
+        self.stats.partials_evicted += 1
+        return True
+
+    def _leave(self, job: _Job) -> None:
+        """Take a decode out of the batch without a result."""
+        self._active.remove(job)
+        self.engine.drop(job.decode)
+        self._account(job)
+
+    def _fail(self, job: _Job, exc: Exception) -> None:
+        self.stats.jobs_failed += 1
+        if job.future.set_running_or_notify_cancel():
+            job.future.set_exception(exc)
+
+    def _work(self, seconds: float) -> float:
+        self.stats.busy_seconds += seconds
+        load = self._load
+        self._load = replace(load, busy=load.busy.add(seconds, self._clock()))
+        return seconds
+
+    def _account(self, job: _Job) -> None:
+        """Fold a job's cost into the load estimates that pace partials."""
+        load = self._load
+        if job.final:
+            self._load = replace(load, finals=load.finals.add(job.cost, self._clock()))
+            return
+        if self._partial_cost is None:
+            self._partial_cost = job.cost
+        else:
+            self._partial_cost += PARTIAL_COST_SMOOTHING * (job.cost - self._partial_cost)
+        self._load = replace(load, partial_cost_s=self._partial_cost)

@@ -1,0 +1,58 @@
+"""The real server on loopback with the real tiny.en weights: what the model hears."""
+
+import pytest
+
+from audio_fixtures import (SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer,
+                            words_of)
+from conftest import chunks_of, serve_real
+from parley.client.stream import run_stream, stream_url
+from parley.protocol.messages import StreamConfig
+
+
+@pytest.fixture
+async def start(models_dir):
+    """Start real servers on port 0 with the given setting overrides; stop them after."""
+    running = []
+
+    async def _start(token: str | None = None, **sections):
+        server = await serve_real(models_dir, token, **sections)
+        running.append(server)
+        return f"ws://127.0.0.1:{server.port}/v1/stream", server
+
+    yield _start
+    for server in running:
+        await server.stop()
+
+
+async def test_sample_in_real_time_is_transcribed_with_partials(start):
+    """sample.wav streamed in real time: WER ≤ 0.25, partials before finals, sane times."""
+    url, _ = await start()
+    audio = read_wav(SAMPLE_WAV)
+    result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio), 32000)
+    assert result.errors == [] and result.close_code == 1000
+    assert result.started["config"]["encoding"] == "pcm_s16le"
+    hypothesis = " ".join(f["text"] for f in result.finals)
+    assert wer(sample_reference_text(), hypothesis) <= 0.25
+    assert result.ended["audio_duration"] == pytest.approx(30.0, abs=0.01)
+    spoken = [f for f in result.finals if f["end"] - f["start"] > 2.0]
+    partial_ids = {p["segment_id"] for p in result.partials}
+    assert spoken and all(f["segment_id"] in partial_ids for f in spoken)
+    times = [t for f in result.finals for t in (f["start"], f["end"])]
+    assert times == sorted(times) and times[-1] <= 30.0
+    for final in result.finals:
+        assert final["speaker"] is None
+        assert all(final["start"] <= w["start"] <= w["end"] <= final["end"]
+                   for w in final["words"])
+
+
+async def test_fast_streaming_applies_back_pressure_and_loses_nothing(start):
+    """--fast sends as fast as the server reads; every turn still ends in a final."""
+    url, _ = await start(asr={"queue_size": 2})
+    audio, truth = conversation([("en-us", "The cat sat on the mat."),
+                                 ("en-us", "The train leaves from platform number nine."),
+                                 ("en-us", "Good morning, everyone.")], gap_s=0.8)
+    result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio), 32000,
+                              fast=True)
+    assert result.errors == [] and result.ended["segments"] == 3
+    heard = words_of(" ".join(f["text"] for f in result.finals))
+    assert {"mat", "train", "platform", "morning"} <= set(heard)

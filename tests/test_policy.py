@@ -1,0 +1,122 @@
+"""The scheduler's pure parts: cost models learnt from timings, and the choices made from them."""
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
+from parley.core.policy import PartialPacing, draft_budgets, encoder_batch_size
+
+probabilities = st.floats(min_value=0.05, max_value=0.98)
+costs = st.tuples(st.floats(1e-3, 0.05), st.floats(0.0, 0.01), st.floats(1e-5, 5e-3))
+
+
+def linear(c0, c_row, c_token):
+    return lambda rows, tokens: c0 + c_row * rows + c_token * tokens
+
+
+def expected_rate(acceptance, budgets, cost) -> float:
+    """Expected tokens per second of a step under the geometric acceptance model."""
+    gained = sum(1 + sum(a ** k for k in range(1, b + 1)) if a else 1
+                 for a, b in zip(acceptance, budgets))
+    return gained / cost(len(budgets), len(budgets) + sum(budgets))
+
+
+@given(st.lists(st.one_of(st.none(), probabilities), min_size=1, max_size=3), costs)
+@settings(max_examples=60, deadline=None)
+def test_draft_budgets_are_the_best_allocation(acceptance, coefficients):
+    """On small cases, no other allocation of draft tokens has a better expected rate."""
+    cost = linear(*coefficients)
+    budgets = draft_budgets(acceptance, cost, max_draft=4)
+    assert all(b == 0 for a, b in zip(acceptance, budgets) if a is None)
+    choices = [range(5) if a is not None else [0] for a in acceptance]
+    best = max(expected_rate(acceptance, b, cost) for b in itertools.product(*choices))
+    assert expected_rate(acceptance, budgets, cost) >= best * (1 - 1e-9)
+
+
+@given(probabilities, costs)
+@settings(max_examples=60, deadline=None)
+def test_more_rows_never_get_longer_drafts(acceptance, coefficients):
+    """Speculation at low load, plain batches at high load: a row's budget only shrinks
+    as rows with the same acceptance are added."""
+    cost = linear(*coefficients)
+    budgets = [draft_budgets([acceptance] * rows, cost, 15)[0] for rows in (1, 2, 4, 8, 16)]
+    assert budgets == sorted(budgets, reverse=True)
+
+
+def test_free_positions_get_full_drafts_and_dear_ones_none():
+    assert draft_budgets([0.9, None], linear(0.01, 0.0, 0.0), 15) == [15, 0]
+    assert draft_budgets([0.9, 0.9], linear(0.01, 0.0, 1.0), 15) == [0, 0]
+
+
+def test_encoder_batches_only_where_they_finish_clips_sooner():
+    cpu = {1: 0.25, 2: 0.52, 4: 1.1}    # a compute-bound encoder: a batch costs its parts
+    gpu = {1: 0.011, 2: 0.012, 4: 0.014, 8: 0.02}
+    assert [encoder_batch_size(n, cpu) for n in (0, 1, 2, 4, 9)] == [0, 1, 1, 1, 1]
+    assert [encoder_batch_size(n, gpu) for n in (1, 2, 3, 4, 8, 9)] == [1, 2, 2, 4, 8, 4]
+    assert encoder_batch_size(5, {}) == 1  # nothing timed yet: one at a time
+
+
+@given(st.floats(0.2, 3.0), st.integers(0, 64), st.floats(0.0, 2.0), st.floats(0.0, 1.5))
+def test_partial_interval_stretches_with_load_within_bounds(base, streams, cost, final_load):
+    pacing = PartialPacing(target_busy=0.8, max_interval_s=4.0)
+    interval = pacing.interval(base, streams, cost, final_load)
+    assert base <= interval <= max(base, 4.0)
+    assert pacing.interval(base, streams + 1, cost, final_load) >= interval
+    assert pacing.interval(base, streams, cost, final_load + 0.1) >= interval
+
+
+def test_partial_interval_is_the_fair_share_of_the_spare_time():
+    pacing = PartialPacing(target_busy=0.8, max_interval_s=10.0)
+    # finals take half the time; 0.3 s of every second is left for 6 streams of 0.25 s
+    # partials: each may have one every 5 s.
+    assert pacing.interval(1.0, 6, 0.25, 0.5) == pytest.approx(5.0)
+    assert pacing.interval(1.0, 1, 0.25, 0.0) == 1.0  # an idle worker keeps the base pace
+
+
+def test_step_cost_model_learns_its_coefficients():
+    model = StepCostModel(prior=(0.01, 0.001, 0.0005))
+    truth = linear(0.008, 0.003, 0.0006)
+    for rows, tokens in itertools.product(range(1, 9), range(1, 60, 7)):
+        if tokens >= rows:
+            model.observe(rows, tokens, truth(rows, tokens) * (1.02 if tokens % 2 else 0.98))
+    c0, c_row, c_token = model.coefficients
+    assert c0 == pytest.approx(0.008, rel=0.25)
+    assert c_row == pytest.approx(0.003, rel=0.25)
+    assert c_token == pytest.approx(0.0006, rel=0.25)
+
+
+def test_step_cost_model_keeps_its_prior_where_data_says_nothing():
+    """Only one-row, one-token steps: the per-token cost stays at the prior."""
+    model = StepCostModel(prior=(0.01, 0.002, 0.001))
+    for _ in range(50):
+        model.observe(1, 1, 0.013)
+    assert model(1, 1) == pytest.approx(0.013, rel=0.05)
+    assert model.coefficients[2] > 0.0005
+
+
+def test_encoder_costs_keep_batch_ratios_while_single_cost_drifts():
+    costs = EncoderCosts(smoothing=1.0)
+    costs.observe(1, 0.25)
+    costs.observe(2, 0.45)          # 0.9 of two single passes
+    costs.observe(1, 0.30)          # the machine got busier
+    assert costs(2) == pytest.approx(0.9 * 2 * 0.30)
+    assert costs(4) == pytest.approx(4 * 0.30)  # never timed: n single passes
+    assert set(costs.known) == {1, 2}
+
+
+def test_decaying_rate_measures_recent_work():
+    rate = DecayingRate.starting(tau=10.0, now=0.0)
+    for t in range(1, 101):
+        rate = rate.add(0.5, now=float(t))  # half a second of work every second
+    assert rate.rate(100.0) == pytest.approx(0.5, rel=0.1)
+    assert rate.rate(140.0) < 0.05          # forty idle seconds later
+
+
+def test_acceptance_counts_runs_of_kept_draft_tokens():
+    acceptance = Acceptance(prior_kept=0, prior_rejections=0)
+    acceptance.observe(proposed=8, accepted=8)  # all kept: no rejection
+    acceptance.observe(proposed=8, accepted=2)  # kept 2, then one rejected
+    assert acceptance.probability == pytest.approx(10 / 11)

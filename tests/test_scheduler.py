@@ -1,0 +1,214 @@
+"""The step-level scheduler: lossless on real weights, and its rules on the fake engine."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from audio_fixtures import SAMPLE_WAV, read_wav
+from fake_engine import FakeEngine
+from parley.core.asr import AsrRequest
+from parley.runtime.scheduler import AsrScheduler
+
+
+@pytest.fixture(scope="module")
+def clips():
+    audio = read_wav(SAMPLE_WAV)
+    return [audio[int(s * 16000):int(s * 16000) + 4 * 16000] for s in (7, 11, 15, 19, 23)]
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_engine, clips):
+    """Plain greedy decoding of each clip alone: the reference every path must equal."""
+    return [tiny_engine.transcribe(c, budget=0) for c in clips]
+
+
+async def results_of(futures):
+    return [await asyncio.wrap_future(f) for f in futures]
+
+
+# ------------------------------------------------------------------ real weights: lossless
+
+
+def test_rows_joining_and_leaving_mid_decode_change_no_token(tiny_engine, clips, plain):
+    """Decodes join a running batch, leave it, pause while others step, with and without
+    drafts: every row still decodes exactly its plain greedy tokens."""
+    drafts = [tiny_engine.transcribe(c[: len(c) * 2 // 3]).tokens for c in clips]
+    engine = tiny_engine
+    requests = [AsrRequest(c, draft=drafts[i] if i % 2 else None, with_words=i == 0)
+                for i, c in enumerate(clips)]
+    running = engine.start(requests[:2])
+    results = {}
+
+    def step(indices, budget=8):
+        live = [i for i in indices if not running[i].finished]
+        engine.step([running[i] for i in live], [budget] * len(live))
+        for i in live:
+            if running[i].finished:
+                results[i] = engine.finish(running[i])
+
+    step([0, 1])
+    step([0, 1], budget=3)
+    running += engine.start(requests[2:4])      # two join mid-decode
+    step([0, 1, 2, 3])
+    step([2, 3])                                # 0 and 1 pause while 2 and 3 step
+    running += engine.start(requests[4:])       # one more joins
+    while len(results) < len(running):
+        step(range(len(running)), budget=15)    # rows leave as they finish
+    got = [results[i] for i in range(len(running))]
+    assert [r.tokens for r in got] == [p.tokens for p in plain]
+    assert sum(r.stats.accepted for r in got) > 0
+    alone = tiny_engine.transcribe(clips[0], with_words=True, budget=0).words
+    assert [(w.word, w.start, w.end) for w in got[0].words] == \
+        [(w.word, w.start, w.end) for w in alone]
+    assert [w.probability for w in got[0].words] == \
+        pytest.approx([w.probability for w in alone], abs=1e-4)  # float sums in other orders
+    assert engine.decoder.in_flight == 0
+
+
+async def test_scheduled_finals_and_partials_are_plain_greedy(tiny_engine, clips, plain):
+    """Through the scheduler: finals with and without drafts batched together, partials
+    paused and resumed around them: every result equals plain greedy decoding."""
+    drafts = [tiny_engine.transcribe(c[: len(c) * 3 // 4]).tokens for c in clips]
+    scheduler = AsrScheduler(tiny_engine, capacity=16)
+    await scheduler.start()
+    try:
+        partials = [await scheduler.try_submit_partial(AsrRequest(c)) for c in clips[:2]]
+        finals = [await scheduler.submit_final(AsrRequest(c, draft=drafts[i] if i % 2 else None))
+                  for i, c in enumerate(clips)]
+        got = await results_of(finals)
+        partial_results = await results_of(partials)
+    finally:
+        await scheduler.stop()
+    assert [r.tokens for r in got] == [p.tokens for p in plain]
+    assert [r.tokens for r in partial_results] == [p.tokens for p in plain[:2]]
+    stats = scheduler.stats
+    assert stats.rows_stepped > stats.steps  # rows shared steps
+    assert stats.accepted > 0 and stats.jobs_done == 7
+
+
+# ------------------------------------------------------------------ fake engine: the rules
+
+
+@pytest.fixture(scope="module")
+def speech():
+    """Loud noise: the fake engine hears one word per 0.2 s of it."""
+    rng = np.random.default_rng(1)
+    return [(0.3 * rng.standard_normal(int(s * 16000))).astype(np.float32)
+            for s in (3.0, 2.0, 1.0, 4.0)]
+
+
+async def test_a_final_pauses_running_partials_and_overtakes_queued_ones(speech):
+    """While a final decodes, only final rows step; queued partials wait for it."""
+    engine = FakeEngine(step_s=0.002)
+    scheduler = AsrScheduler(engine, capacity=16)
+    await scheduler.start()
+    try:
+        first = await scheduler.try_submit_partial(AsrRequest(speech[3]))
+        await asyncio.sleep(0.02)  # it is decoding now
+        final = await scheduler.submit_final(AsrRequest(speech[0]))
+        done_order = []
+        for name, future in (("partial", first), ("final", final)):
+            future.add_done_callback(lambda _f, n=name: done_order.append(n))
+        await results_of([first, final])
+    finally:
+        await scheduler.stop()
+    assert done_order == ["final", "partial"]
+    # once the final joined, steps carried one row (the final) until it left
+    assert 1 in engine.step_sizes and max(engine.step_sizes) == 1
+
+
+async def test_cancelled_partials_leave_at_the_next_step(speech):
+    """A partial cancelled mid-decode (its final was asked for) stops taking steps."""
+    engine = FakeEngine(step_s=0.005)
+    scheduler = AsrScheduler(engine, capacity=16)
+    await scheduler.start()
+    try:
+        partial = await scheduler.try_submit_partial(AsrRequest(speech[3]))
+        await asyncio.sleep(0.03)
+        assert partial.cancel()  # running, but not finished: it can still be cancelled
+        final = await scheduler.submit_final(AsrRequest(speech[2]))
+        await asyncio.wrap_future(final)
+    finally:
+        await scheduler.stop()
+    assert scheduler.stats.partials_cancelled == 1 and engine.in_flight == []
+    assert sum(engine.step_sizes) < 20 + 5  # the 4 s partial's 20 steps were not all taken
+
+
+async def test_a_final_takes_a_partials_row_when_none_is_free(speech):
+    engine = FakeEngine(max_rows=2, step_s=0.005)
+    scheduler = AsrScheduler(engine, capacity=16)
+    await scheduler.start()
+    try:
+        partials = [await scheduler.try_submit_partial(AsrRequest(s)) for s in speech[:2]]
+        await asyncio.sleep(0.03)
+        final = await scheduler.submit_final(AsrRequest(speech[2]))
+        result = await asyncio.wrap_future(final)
+        await asyncio.gather(*(asyncio.wrap_future(p) for p in partials),
+                             return_exceptions=True)
+    finally:
+        await scheduler.stop()
+    assert result.text and scheduler.stats.partials_evicted == 1
+    assert sum(p.cancelled() for p in partials) == 1
+
+
+async def test_partials_are_not_taken_while_a_final_waits_or_the_queue_is_half_full(speech):
+    engine = FakeEngine(encode_s=0.05)
+    scheduler = AsrScheduler(engine, capacity=4)
+    await scheduler.start()
+    try:
+        finals = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:2]]
+        assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is None
+        await results_of(finals)
+        await asyncio.sleep(0.01)
+        assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is not None
+    finally:
+        await scheduler.stop()
+
+
+async def test_finals_wait_for_room_when_the_queue_is_full(speech):
+    """Back-pressure: the third final of a two-slot queue waits until one is done."""
+    scheduler = AsrScheduler(FakeEngine(encode_s=0.05), capacity=2)
+    await scheduler.start()
+    try:
+        finals = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:2]]
+        third = asyncio.create_task(scheduler.submit_final(AsrRequest(speech[2])))
+        await asyncio.sleep(0.02)
+        assert not third.done()
+        finals.append(await third)
+        assert all(r.text for r in await results_of(finals))
+    finally:
+        await scheduler.stop()
+
+
+async def test_a_failing_request_fails_alone(speech):
+    """The engine refuses one request of a batch: that future gets the error, others results."""
+    engine = FakeEngine(fail=lambda request: len(request.audio) == len(speech[1]))
+    scheduler = AsrScheduler(engine, capacity=8)
+    await scheduler.start()
+    try:
+        futures = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:3]]
+        outcomes = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures),
+                                        return_exceptions=True)
+    finally:
+        await scheduler.stop()
+    assert isinstance(outcomes[1], RuntimeError)
+    assert outcomes[0].text and outcomes[2].text and engine.in_flight == []
+
+
+async def test_partial_interval_stretches_evenly_under_load(speech):
+    """With finals keeping the worker busy, every stream's partial interval grows."""
+    scheduler = AsrScheduler(FakeEngine(encode_s=0.03, step_s=0.003), capacity=16)
+    await scheduler.start()
+    try:
+        idle = scheduler.partial_interval(1.0)
+        scheduler.want_partials(+6)
+        partial = await scheduler.try_submit_partial(AsrRequest(speech[0]))
+        await asyncio.wrap_future(partial)
+        for _ in range(5):
+            await results_of([await scheduler.submit_final(AsrRequest(s)) for s in speech])
+        loaded = scheduler.partial_interval(1.0)
+    finally:
+        await scheduler.stop()
+    assert idle == 1.0 and loaded > 1.0
+    assert scheduler.busy_fraction() > 0.3
