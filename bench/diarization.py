@@ -19,7 +19,7 @@ import torch
 from common import print_table, write_json
 
 from audio_fixtures import SAMPLE_WAV, dialogue, read_wav, sample_dir
-from parley.config import Settings
+from parley.config import DiarizationSettings, Settings
 from parley.core.speakers import ClusteringConfig
 from parley.models.speaker_models import load_speaker_models
 from parley.runtime.diarization import DiarizationConfig, StreamDiarizer
@@ -70,7 +70,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--latencies", type=float, nargs="+", default=[0.5, 1.0, 2.0, 5.0])
     parser.add_argument("--threshold", type=float, default=ClusteringConfig.new_speaker_distance)
+    parser.add_argument("--threads", type=int, default=DiarizationSettings().threads,
+                        help="torch threads, as the server's diarization thread uses")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     models = load_speaker_models("bundle", Settings().models_dir, torch.device("cpu"))
     sample_reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
     corpora = {"sample.wav": (read_wav(SAMPLE_WAV), sample_reference, 2)}

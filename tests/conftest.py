@@ -32,14 +32,12 @@ def tiny_engine(models_dir):
 
 async def serve_real(models_dir: Path, token: str | None = None, **sections):
     """A real server on a free loopback port, with the real models (stop() it after)."""
-    import asyncio
-
-    from parley.app import load_asr, load_diarization, start_server
+    from parley.app import in_passing_thread, load_asr, load_diarization, start_server
 
     settings = Settings(models_dir=models_dir, token=token,
                         server={"port": 0, **sections.pop("server", {})}, **sections)
-    worker, asr = await asyncio.to_thread(load_asr, settings)
-    diarization = await asyncio.to_thread(load_diarization, settings)
+    worker, asr = await in_passing_thread(load_asr, settings)
+    diarization = await in_passing_thread(load_diarization, settings)
     return await start_server(settings, worker, asr, diarization, warm_up=False)
 
 

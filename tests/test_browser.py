@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import async_playwright
 
-from audio_fixtures import SAMPLE_WAV, dialogue, words_of
+from audio_fixtures import SAMPLE_WAV, dialogue, read_wav, words_of, write_wav
 from conftest import serve_real
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -39,11 +39,12 @@ async def launch(playwright, microphone: Path | None = None):
     return await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
 
 
-async def test_page_transcribes_the_microphone_with_speakers(server):
+async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
     """sample.wav as the microphone: the page shows its words as segments, by two speakers."""
     ARTIFACTS.mkdir(exist_ok=True)
+    microphone = write_wav(tmp_path / "sample.wav", read_wav(SAMPLE_WAV)[6 * 16000:])
     async with async_playwright() as playwright:
-        browser = await launch(playwright, SAMPLE_WAV)
+        browser = await launch(playwright, microphone)
         page = await browser.new_page()
         errors = []
         page.on("pageerror", lambda error: errors.append(str(error)))

@@ -20,7 +20,11 @@ from parley.runtime.diarization import DiarizationConfig, StreamDiarizer
 
 @pytest.fixture(scope="module")
 def speaker_models(models_dir):
-    return load_speaker_models("bundle", models_dir, torch.device("cpu"))
+    """The bundled models, on one torch thread as the server's diarization thread runs them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_speaker_models("bundle", models_dir, torch.device("cpu"))
+    torch.set_num_threads(threads)
 
 
 def diarize(models, audio, config=DiarizationConfig(), spy=None):
@@ -65,7 +69,7 @@ def test_sample_two_speakers_and_der_at_default_latency(speaker_models):
 @pytest.mark.parametrize("voices, bound", [(["A", "B"], 0.20), (["A", "B", "C"], 0.30)])
 def test_synthetic_conversations(speaker_models, voices, bound):
     """espeak-ng dialogues with known turns: the right number of speakers, bounded DER."""
-    audio, truth = dialogue(voices)
+    audio, truth = dialogue(voices, turns=6)
     reference = Annotation()
     for u in truth:
         reference[Segment(u.start, u.end)] = u.voice
@@ -129,7 +133,7 @@ async def main():
     settings = Settings(models_dir={str(models_dir)!r}, server={{"port": 0}})
     worker, asr = load_asr(settings)
     assert load_diarization(settings) is None
-    server = await start_server(settings, worker, asr)
+    server = await start_server(settings, worker, asr, warm_up=False)
     async with connect(f"ws://127.0.0.1:{{server.port}}/v1/stream") as ws:
         await ws.recv()
         await ws.send(bytes(32000))

@@ -263,3 +263,4 @@ async def test_health_and_unknown_paths(start):
     with pytest.raises(urllib.error.HTTPError) as caught:
         await asyncio.to_thread(urllib.request.urlopen, base + "/nope")
     assert caught.value.code == 404
+    caught.value.close()  # an open response would hold the connection until its timeout

@@ -72,7 +72,7 @@ async def test_partials_come_before_their_final(worker):
                    "being spoken by the synthetic voice.")
     audio = np.concatenate([silence(0.3), speech, silence(1.0)])
     session = Session(StreamConfig(), worker, SessionOptions(VadConfig(), partial_interval_s=0.5))
-    messages = await drive(session, audio, pace=1.0)
+    messages = await drive(session, audio, pace=0.3)
     kinds = [type(m).__name__ for m in messages]
     assert kinds[0] == "SpeechStarted" and kinds[-2:] == ["Final", "SessionEnded"]
     partials = [m for m in messages if isinstance(m, Partial)]

@@ -79,6 +79,9 @@ class DiarizationSettings(BaseModel):
     max_speakers: int = Field(8, ge=1, le=64)
     new_speaker_distance: float = Field(0.5, gt=0.0, lt=2.0,
                                         description="cosine distance that makes a new speaker")
+    threads: int = Field(1, ge=1, le=256, description="torch CPU threads of the diarization "
+                                                      "thread (its small operations run "
+                                                      "fastest on one)")
 
     @property
     def enabled(self) -> bool:

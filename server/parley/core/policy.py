@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-# The warm-up times ever larger encoder batches while their cost per clip is within
-# this factor of the best so far.
-ENCODER_BATCH_TOLERANCE = 1.05
+# The warm-up times ever larger encoder batches while each one's cost per clip is
+# below this fraction of the best so far (batching still pays for throughput).
+ENCODER_BATCH_GAIN = 0.95
 
 
 def draft_budgets(acceptance: Sequence[float | None], step_cost: Callable[[int, int], float],

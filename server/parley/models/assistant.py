@@ -58,8 +58,10 @@ def check_compatible(main_config, main_tokenizer, assistant_config, assistant_to
             f"{main_config.num_mel_bins}")
 
 
-def load_assistant(source: str, label: str, main_model, main_tokenizer, plan: DevicePlan,
+def load_assistant(source: str, label: str, main_config, main_tokenizer, plan: DevicePlan,
                    languages: frozenset[str] | None) -> Assistant:
+    """Check that ``source`` can draft for the main model (before loading any weights),
+    then load it; raises IncompatibleAssistant with the reason."""
     config = AutoConfig.from_pretrained(source)
     if getattr(config, "model_type", None) != "whisper":
         raise IncompatibleAssistant(f"{label} is not a Whisper model ({config.model_type})")
@@ -67,7 +69,7 @@ def load_assistant(source: str, label: str, main_model, main_tokenizer, plan: De
         tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError):
         tokenizer = None  # a checkpoint without tokenizer files: the vocabulary size must do
-    check_compatible(main_model.config, main_tokenizer, config, tokenizer)
+    check_compatible(main_config, main_tokenizer, config, tokenizer)
     if "WhisperForCausalLM" in (config.architectures or []):
         model = WhisperForCausalLM.from_pretrained(source, dtype=plan.dtype,
                                                    attn_implementation="sdpa")

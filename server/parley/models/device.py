@@ -28,7 +28,13 @@ def plan_device(choice: str) -> DevicePlan:
     return DevicePlan(torch.device("cpu"), torch.float32)
 
 
+# torch's own choice (the physical cores), read before anything changes it.
+DEFAULT_THREADS = torch.get_num_threads()
+
+
 def set_threads(threads: int | None) -> None:
-    """Intra-op threads for torch on CPU; call from the thread that runs the model."""
-    if threads:
-        torch.set_num_threads(threads)
+    """Intra-op threads for torch on CPU (None: torch's default); call it first thing on
+    the thread that runs a model. The count is that thread's own (OpenMP keeps it per
+    thread), so each model thread sets its own: a thread that never set it would take
+    whatever count another thread set last."""
+    torch.set_num_threads(threads or DEFAULT_THREADS)

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from transformers import WhisperForConditionalGeneration, WhisperProcessor
+from transformers import AutoConfig, WhisperForConditionalGeneration, WhisperProcessor
 from transformers.utils import logging as hf_logging
 
 from parley.core.asr import (SAMPLE_RATE, AsrRequest, StepReport, Transcription, transcribe)
@@ -96,13 +96,18 @@ class WhisperEngine:
         self.max_audio_s = MAX_AUDIO_SECONDS
         self.graphs = cuda_graphs and plan.device.type == "cuda"
         self.processor = WhisperProcessor.from_pretrained(source)
+        tokenizer = self.processor.tokenizer
+        self.assistant: Assistant | None = None
+        if assistant_source is not None:  # checked before the main weights load: fail fast
+            self.assistant = load_assistant(assistant_source, assistant_label or assistant_source,
+                                            AutoConfig.from_pretrained(source), tokenizer, plan,
+                                            assistant_languages)
         self.model = WhisperForConditionalGeneration.from_pretrained(
             source, dtype=plan.dtype, attn_implementation="sdpa"
         ).to(plan.device).eval()
         generation = self.model.generation_config
         self.multilingual = bool(getattr(generation, "is_multilingual", False))
         self.languages = {token[2:-2] for token in getattr(generation, "lang_to_id", {}) or {}}
-        tokenizer = self.processor.tokenizer
         self._eot = generation.eos_token_id
         self._sot = generation.decoder_start_token_id
         self._prev = tokenizer.convert_tokens_to_ids("<|startofprev|>")
@@ -114,10 +119,7 @@ class WhisperEngine:
             generation.begin_suppress_tokens or [], self._eot,
             generation.no_timestamps_token_id - 1, self.model.config.vocab_size, plan.device)
         self._alignment_heads = [tuple(pair) for pair in generation.alignment_heads]
-        self.assistant: Assistant | None = None
-        if assistant_source is not None:
-            self.assistant = load_assistant(assistant_source, assistant_label or assistant_source,
-                                            self.model, tokenizer, plan, assistant_languages)
+        if self.assistant is not None:
             self._assistant_decoder = RowDecoder(self.assistant.decoder, capacity=max_rows,
                                                  max_width=max_draft + 1, graphs=self.graphs)
             self._assistant_head = OutputHead(self.assistant.proj_out)

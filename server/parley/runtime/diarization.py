@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -113,10 +114,12 @@ class _Job:
 class DiarizationWorker:
     """One thread runs every session's diarization steps, at most ``capacity`` queued."""
 
-    def __init__(self, models, config: DiarizationConfig, capacity: int = 64):
+    def __init__(self, models, config: DiarizationConfig, capacity: int = 64,
+                 on_thread_start: Callable[[], None] | None = None):
         self.models = models
         self.config = config
         self.stats = DiarizationStats()
+        self._on_thread_start = on_thread_start
         self._queue: queue.Queue = queue.Queue(capacity)
         self._thread = threading.Thread(target=self._run, name="parley-diarization",
                                         daemon=True)
@@ -145,6 +148,8 @@ class DiarizationWorker:
             await asyncio.to_thread(self._thread.join)
 
     def _run(self) -> None:
+        if self._on_thread_start is not None:
+            self._on_thread_start()
         while (job := self._queue.get()) is not None:
             if not job.future.set_running_or_notify_cancel():
                 continue

@@ -34,7 +34,7 @@ import numpy as np
 
 from parley.core.asr import AsrRequest, Decode, Transcriber, transcribe
 from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
-from parley.core.policy import (ENCODER_BATCH_TOLERANCE, PartialPacing, draft_budgets,
+from parley.core.policy import (ENCODER_BATCH_GAIN, PartialPacing, draft_budgets,
                                 encoder_batch_size)
 
 log = logging.getLogger(__name__)
@@ -208,8 +208,8 @@ class AsrScheduler:
         that will decode; benchmarks may call it directly).
 
         First passes pay for lazy initialisation; and the encoder's cost per batch size
-        decides whether admitted clips share a pass: sizes double while a batch is no
-        dearer per clip (on a 2-core CPU a batch of two already costs more).
+        decides whether admitted clips share a pass: sizes double while batching still
+        makes a clip cheaper (on a 2-core CPU a batch of two already costs two clips).
         """
         rng = np.random.default_rng(0)
         noise = (0.01 * rng.standard_normal(int(WARM_UP_SECONDS * 16000))).astype(np.float32)
@@ -229,9 +229,10 @@ class AsrScheduler:
                     self.step_cost.observe(len(running), len(running), self._clock() - began)
                 for decode in decodes:
                     self.engine.drop(decode)
+            best_so_far = min((s / n for n, s in self.encoder_cost.known.items()), default=None)
             self.encoder_cost.observe(clips, min(timings))
-            per_clip = {n: seconds / n for n, seconds in self.encoder_cost.known.items()}
-            if per_clip[clips] > min(per_clip.values()) * ENCODER_BATCH_TOLERANCE:
+            if best_so_far is not None and \
+                    self.encoder_cost(clips) / clips > best_so_far * ENCODER_BATCH_GAIN:
                 break
             clips *= 2
         log.info("encoder seconds by batch size: %s", {
