@@ -212,3 +212,25 @@ async def test_partial_interval_stretches_evenly_under_load(speech):
         await scheduler.stop()
     assert idle == 1.0 and loaded > 1.0
     assert scheduler.busy_fraction() > 0.3
+
+
+async def test_a_final_cancelled_in_the_queue_does_not_block_partials(speech):
+    """A client that leaves with its final still queued: partials are taken again after."""
+    scheduler = AsrScheduler(FakeEngine(encode_s=0.05), capacity=8)
+    await scheduler.start()
+    try:
+        running = await scheduler.submit_final(AsrRequest(speech[0]))
+        queued = await scheduler.submit_final(AsrRequest(speech[1]))
+        assert queued.cancel()  # the session was closed before its final started
+        await asyncio.wrap_future(running)
+        await asyncio.sleep(0.05)
+        assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is not None
+    finally:
+        await scheduler.stop()
+
+
+async def test_an_engine_that_fails_its_warm_up_stops_the_start(speech):
+    """A broken engine is an error at start-up, not a server whose requests never end."""
+    scheduler = AsrScheduler(FakeEngine(fail=lambda request: True), capacity=8)
+    with pytest.raises(RuntimeError, match="warm-up"):
+        await scheduler.start(warm_up=True)

@@ -107,6 +107,7 @@ class AsrScheduler:
         self._thread = threading.Thread(target=self._run, name="parley-asr", daemon=True)
         self._ready = threading.Event()
         self._warm_up = False
+        self._warm_up_error: Exception | None = None
         # Written by the event loop only:
         self._slots: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -114,7 +115,7 @@ class AsrScheduler:
         self._finals_submitted = 0
         self._partial_streams = 0
         # Written by the worker thread only:
-        self._finals_admitted = 0
+        self._finals_taken = 0  # finals taken off the line: started, failed or cancelled
         now = clock()
         self._load = Load(DecayingRate.starting(LOAD_WINDOW_S, now),
                           DecayingRate.starting(LOAD_WINDOW_S, now))
@@ -127,12 +128,16 @@ class AsrScheduler:
     # ================================================================ event-loop side
 
     async def start(self, warm_up: bool = False) -> None:
-        """Start the thread; with ``warm_up``, wait until it has timed the engine."""
+        """Start the thread; with ``warm_up``, wait until it has timed the engine (an
+        engine that fails its warm-up raises here, and the thread ends)."""
         self._loop = asyncio.get_running_loop()
         self._slots = asyncio.Semaphore(self.capacity)
         self._warm_up = warm_up
         self._thread.start()
         await asyncio.to_thread(self._ready.wait)
+        if self._warm_up_error is not None:
+            raise RuntimeError(f"the ASR engine failed its warm-up: {self._warm_up_error}") \
+                from self._warm_up_error
 
     @property
     def backlog(self) -> int:
@@ -162,7 +167,7 @@ class AsrScheduler:
         """Queue a partial if it cannot delay a final: none waits, and half the room is
         kept for finals. Returns None (never waits) otherwise."""
         assert self._slots is not None, "start() the scheduler first"
-        if self._finals_submitted > self._finals_admitted or \
+        if self._finals_submitted > self._finals_taken or \
                 self._in_flight >= self.capacity // 2:
             return None
         await self._slots.acquire()  # cannot wait: fewer than capacity are in flight
@@ -244,13 +249,35 @@ class AsrScheduler:
         try:
             if self._warm_up:
                 self.warm_up()
+        except Exception as exc:
+            log.exception("the ASR engine failed its warm-up")
+            self._warm_up_error = exc
+            return
         finally:
             self._ready.set()
         while self._take(block=not (self._active or self._finals or self._partials)):
-            self._discard_cancelled()
-            self._admit()
-            if self._active:
-                self._step()
+            try:
+                self._discard_cancelled()
+                self._admit()
+                if self._active:
+                    self._step()
+            except Exception as exc:  # a fault of ours: no request may wait forever on it
+                log.exception("the ASR scheduler failed; its requests end with an error")
+                self._fail_everything(exc)
+
+    def _fail_everything(self, exc: Exception) -> None:
+        for job in list(self._active):
+            self._active.remove(job)
+            try:
+                self.engine.drop(job.decode)
+            except Exception:
+                log.exception("could not drop a decode")
+            self._fail(job, exc)
+        for line in (self._finals, self._partials):
+            while line:
+                job = line.popleft()
+                self._finals_taken += job.final
+                self._fail(job, exc)
 
     def _take(self, block: bool) -> bool:
         """Move submitted jobs into the waiting lines; False once stopped and drained."""
@@ -278,6 +305,7 @@ class AsrScheduler:
             for job in [j for j in line if j.future.cancelled()]:
                 line.remove(job)
                 self.stats.partials_cancelled += not job.final
+                self._finals_taken += job.final
         for job in [j for j in self._active if j.future.cancelled()]:
             self._leave(job)
             self.stats.partials_cancelled += not job.final
@@ -291,7 +319,7 @@ class AsrScheduler:
             free = self.engine.max_rows - len(self._active)
             count = encoder_batch_size(min(len(self._finals), free), self.encoder_cost.known)
             self._start([self._finals.popleft() for _ in range(count)])
-            self._finals_admitted += count
+            self._finals_taken += count
             self._take(block=False)  # finals that came meanwhile join this round
         free = self.engine.max_rows - len(self._active)
         if any(j.final for j in self._active):
