@@ -44,6 +44,7 @@ bench: install
 	$(PY) bench/asr.py
 	$(PY) bench/diarization.py
 	$(PY) bench/stream.py
+	$(PY) bench/load.py
 
 # The wheel bench/gpu_check.sh installs on the lent GPU machine, which has no network.
 gpu-wheels: $(VENV)/.installed

@@ -178,6 +178,7 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
     wall = time.perf_counter() - began
     after_health, after_cpu = server.health(), server.cpu_seconds()
     latencies = sorted(t for o in outcomes for t in o.latencies)
+    rates = [o.partials / (len(talks[i].audio) / 16000) for i, o in enumerate(outcomes)]
     audio_s = sum(len(talks[i].audio) for i in range(count)) / 16000
     busy = _asr_busy_seconds(after_health)
     lost = sum(max(0, (o.segments or 0) - o.finals) for o in outcomes)
@@ -192,6 +193,8 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
         "finals_lost": lost,
         "errors": len(errors),
         "partials_per_session_s": sum(o.partials for o in outcomes) / audio_s,
+        # fairness: the least and most partials any one stream got, per second of its audio
+        "partials_min_max": [round(min(rates), 3), round(max(rates), 3)],
         "asr_busy": (busy - _asr_busy_seconds(before_health)) / wall if busy is not None
         else None,
         "server_cpu": (after_cpu - before_cpu) / wall / os.cpu_count(),
@@ -240,7 +243,8 @@ def main() -> None:
             server.stop()
     print()
     print_table(rows, ["streams", "diarization", "finals", "p50_s", "p95_s", "max_s",
-                       "finals_lost", "errors", "partials_per_session_s", "asr_busy",
+                       "finals_lost", "errors", "partials_per_session_s", "partials_min_max",
+                       "asr_busy",
                        "server_cpu", "wer"])
     best = {}
     for mode in args.diarization:

@@ -57,6 +57,21 @@ async def serve_fake(engine=None, token: str | None = None, **sections):
                               warm_up=False)
 
 
+@pytest.fixture
+async def servers():
+    """Keep the servers a test starts; stop them after it. ``await servers(server)``
+    returns the server's stream URL and the server."""
+    running = []
+
+    async def keep(server):
+        running.append(server)
+        return f"ws://127.0.0.1:{server.port}/v1/stream", server
+
+    yield keep
+    for server in running:
+        await server.stop()
+
+
 def pcm16(audio):
     """float32 audio → the PCM16 bytes a client sends."""
     import numpy as np

@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from parley.core.asr import (SAMPLE_RATE, AsrRequest, DecodeStats, StepReport, Transcription,
-                             transcribe)
+from parley.core.asr import AsrRequest, DecodeStats, StepReport, Transcription, transcribe
+from parley.core.audio import SAMPLE_RATE
 from parley.core.words import TimedWord
 
 WORD_SECONDS = 0.2

@@ -10,18 +10,12 @@ from parley.protocol.messages import StreamConfig
 
 
 @pytest.fixture
-async def start(models_dir):
-    """Start real servers on port 0 with the given setting overrides; stop them after."""
-    running = []
-
+def start(models_dir, servers):
+    """Start real servers on port 0 with setting overrides (stopped after)."""
     async def _start(token: str | None = None, **sections):
-        server = await serve_real(models_dir, token, **sections)
-        running.append(server)
-        return f"ws://127.0.0.1:{server.port}/v1/stream", server
+        return await servers(await serve_real(models_dir, token, **sections))
 
-    yield _start
-    for server in running:
-        await server.stop()
+    return _start
 
 
 async def test_sample_in_real_time_is_transcribed_with_partials(start):

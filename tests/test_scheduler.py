@@ -1,6 +1,7 @@
 """The step-level scheduler: lossless on real weights, and its rules on the fake engine."""
 
 import asyncio
+import contextlib
 
 import numpy as np
 import pytest
@@ -25,6 +26,17 @@ def plain(tiny_engine, clips):
 
 async def results_of(futures):
     return [await asyncio.wrap_future(f) for f in futures]
+
+
+@contextlib.asynccontextmanager
+async def running(engine, capacity: int):
+    """A started scheduler over ``engine``, stopped afterwards."""
+    scheduler = AsrScheduler(engine, capacity=capacity)
+    await scheduler.start()
+    try:
+        yield scheduler
+    finally:
+        await scheduler.stop()
 
 
 # ------------------------------------------------------------------ real weights: lossless
@@ -70,16 +82,12 @@ async def test_scheduled_finals_and_partials_are_plain_greedy(tiny_engine, clips
     """Through the scheduler: finals with and without drafts batched together, partials
     paused and resumed around them: every result equals plain greedy decoding."""
     drafts = [tiny_engine.transcribe(c[: len(c) * 3 // 4]).tokens for c in clips]
-    scheduler = AsrScheduler(tiny_engine, capacity=16)
-    await scheduler.start()
-    try:
+    async with running(tiny_engine, 16) as scheduler:
         partials = [await scheduler.try_submit_partial(AsrRequest(c)) for c in clips[:2]]
         finals = [await scheduler.submit_final(AsrRequest(c, draft=drafts[i] if i % 2 else None))
                   for i, c in enumerate(clips)]
         got = await results_of(finals)
         partial_results = await results_of(partials)
-    finally:
-        await scheduler.stop()
     assert [r.tokens for r in got] == [p.tokens for p in plain]
     assert [r.tokens for r in partial_results] == [p.tokens for p in plain[:2]]
     stats = scheduler.stats
@@ -101,9 +109,7 @@ def speech():
 async def test_a_final_pauses_running_partials_and_overtakes_queued_ones(speech):
     """While a final decodes, only final rows step; queued partials wait for it."""
     engine = FakeEngine(step_s=0.002)
-    scheduler = AsrScheduler(engine, capacity=16)
-    await scheduler.start()
-    try:
+    async with running(engine, 16) as scheduler:
         first = await scheduler.try_submit_partial(AsrRequest(speech[3]))
         await asyncio.sleep(0.02)  # it is decoding now
         final = await scheduler.submit_final(AsrRequest(speech[0]))
@@ -111,8 +117,6 @@ async def test_a_final_pauses_running_partials_and_overtakes_queued_ones(speech)
         for name, future in (("partial", first), ("final", final)):
             future.add_done_callback(lambda _f, n=name: done_order.append(n))
         await results_of([first, final])
-    finally:
-        await scheduler.stop()
     assert done_order == ["final", "partial"]
     # once the final joined, steps carried one row (the final) until it left
     assert 1 in engine.step_sizes and max(engine.step_sizes) == 1
@@ -121,86 +125,64 @@ async def test_a_final_pauses_running_partials_and_overtakes_queued_ones(speech)
 async def test_cancelled_partials_leave_at_the_next_step(speech):
     """A partial cancelled mid-decode (its final was asked for) stops taking steps."""
     engine = FakeEngine(step_s=0.005)
-    scheduler = AsrScheduler(engine, capacity=16)
-    await scheduler.start()
-    try:
+    async with running(engine, 16) as scheduler:
         partial = await scheduler.try_submit_partial(AsrRequest(speech[3]))
         await asyncio.sleep(0.03)
         assert partial.cancel()  # running, but not finished: it can still be cancelled
         final = await scheduler.submit_final(AsrRequest(speech[2]))
         await asyncio.wrap_future(final)
-    finally:
-        await scheduler.stop()
     assert scheduler.stats.partials_cancelled == 1 and engine.in_flight == []
     assert sum(engine.step_sizes) < 20 + 5  # the 4 s partial's 20 steps were not all taken
 
 
 async def test_a_final_takes_a_partials_row_when_none_is_free(speech):
     engine = FakeEngine(max_rows=2, step_s=0.005)
-    scheduler = AsrScheduler(engine, capacity=16)
-    await scheduler.start()
-    try:
+    async with running(engine, 16) as scheduler:
         partials = [await scheduler.try_submit_partial(AsrRequest(s)) for s in speech[:2]]
         await asyncio.sleep(0.03)
         final = await scheduler.submit_final(AsrRequest(speech[2]))
         result = await asyncio.wrap_future(final)
         await asyncio.gather(*(asyncio.wrap_future(p) for p in partials),
                              return_exceptions=True)
-    finally:
-        await scheduler.stop()
     assert result.text and scheduler.stats.partials_evicted == 1
     assert sum(p.cancelled() for p in partials) == 1
 
 
 async def test_partials_are_not_taken_while_a_final_waits_or_the_queue_is_half_full(speech):
     engine = FakeEngine(encode_s=0.05)
-    scheduler = AsrScheduler(engine, capacity=4)
-    await scheduler.start()
-    try:
+    async with running(engine, 4) as scheduler:
         finals = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:2]]
         assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is None
         await results_of(finals)
         await asyncio.sleep(0.01)
         assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is not None
-    finally:
-        await scheduler.stop()
 
 
 async def test_finals_wait_for_room_when_the_queue_is_full(speech):
     """Back-pressure: the third final of a two-slot queue waits until one is done."""
-    scheduler = AsrScheduler(FakeEngine(encode_s=0.05), capacity=2)
-    await scheduler.start()
-    try:
+    async with running(FakeEngine(encode_s=0.05), 2) as scheduler:
         finals = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:2]]
         third = asyncio.create_task(scheduler.submit_final(AsrRequest(speech[2])))
         await asyncio.sleep(0.02)
         assert not third.done()
         finals.append(await third)
         assert all(r.text for r in await results_of(finals))
-    finally:
-        await scheduler.stop()
 
 
 async def test_a_failing_request_fails_alone(speech):
     """The engine refuses one request of a batch: that future gets the error, others results."""
     engine = FakeEngine(fail=lambda request: len(request.audio) == len(speech[1]))
-    scheduler = AsrScheduler(engine, capacity=8)
-    await scheduler.start()
-    try:
+    async with running(engine, 8) as scheduler:
         futures = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:3]]
         outcomes = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures),
                                         return_exceptions=True)
-    finally:
-        await scheduler.stop()
     assert isinstance(outcomes[1], RuntimeError)
     assert outcomes[0].text and outcomes[2].text and engine.in_flight == []
 
 
 async def test_partial_interval_stretches_evenly_under_load(speech):
     """With finals keeping the worker busy, every stream's partial interval grows."""
-    scheduler = AsrScheduler(FakeEngine(encode_s=0.03, step_s=0.003), capacity=16)
-    await scheduler.start()
-    try:
+    async with running(FakeEngine(encode_s=0.03, step_s=0.003), 16) as scheduler:
         idle = scheduler.partial_interval(1.0)
         scheduler.want_partials(+6)
         partial = await scheduler.try_submit_partial(AsrRequest(speech[0]))
@@ -208,25 +190,19 @@ async def test_partial_interval_stretches_evenly_under_load(speech):
         for _ in range(5):
             await results_of([await scheduler.submit_final(AsrRequest(s)) for s in speech])
         loaded = scheduler.partial_interval(1.0)
-    finally:
-        await scheduler.stop()
     assert idle == 1.0 and loaded > 1.0
     assert scheduler.busy_fraction() > 0.3
 
 
 async def test_a_final_cancelled_in_the_queue_does_not_block_partials(speech):
     """A client that leaves with its final still queued: partials are taken again after."""
-    scheduler = AsrScheduler(FakeEngine(encode_s=0.05), capacity=8)
-    await scheduler.start()
-    try:
-        running = await scheduler.submit_final(AsrRequest(speech[0]))
+    async with running(FakeEngine(encode_s=0.05), 8) as scheduler:
+        first = await scheduler.submit_final(AsrRequest(speech[0]))
         queued = await scheduler.submit_final(AsrRequest(speech[1]))
         assert queued.cancel()  # the session was closed before its final started
-        await asyncio.wrap_future(running)
+        await asyncio.wrap_future(first)
         await asyncio.sleep(0.05)
         assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is not None
-    finally:
-        await scheduler.stop()
 
 
 async def test_an_engine_that_fails_its_warm_up_stops_the_start(speech):

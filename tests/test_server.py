@@ -22,18 +22,12 @@ from parley.protocol.messages import StreamConfig
 
 
 @pytest.fixture
-async def start():
-    """Start fake-engine servers on port 0 with setting overrides; stop them after."""
-    running = []
-
+def start(servers):
+    """Start fake-engine servers on port 0 with setting overrides (stopped after)."""
     async def _start(engine: FakeEngine | None = None, token: str | None = None, **sections):
-        server = await serve_fake(engine, token, **sections)
-        running.append(server)
-        return f"ws://127.0.0.1:{server.port}/v1/stream", server
+        return await servers(await serve_fake(engine, token, **sections))
 
-    yield _start
-    for server in running:
-        await server.stop()
+    return _start
 
 
 @pytest.fixture(scope="module")

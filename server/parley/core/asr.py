@@ -22,9 +22,8 @@ from typing import Protocol, Sequence, TypeVar
 
 import numpy as np
 
+from parley.core.audio import SAMPLE_RATE
 from parley.core.words import TimedWord
-
-SAMPLE_RATE = 16000  # what every engine reads: mono float32 at 16 kHz
 
 
 @dataclass(frozen=True)

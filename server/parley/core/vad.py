@@ -15,7 +15,8 @@ from enum import Enum
 import numpy as np
 import webrtcvad
 
-SAMPLE_RATE = 16000
+from parley.core.audio import SAMPLE_RATE
+
 
 
 class CloseReason(str, Enum):

@@ -1,7 +1,7 @@
 """Whisper's decoder over fixed key/value buffers, one row per decode in flight.
 
 On a GPU a decoding step costs kernel launches and Python, not arithmetic (README,
-"Decoder cache"); on a CPU it costs reading the weights once per step. Either way
+"Decoder buffers and CUDA graphs"); on a CPU it costs reading the weights once per step. Either way
 the lever is to advance many decodes in one pass, and to make each pass cheap:
 
 - every decode owns a *row* of preallocated buffers: self-attention keys and values

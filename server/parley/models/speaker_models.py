@@ -22,8 +22,9 @@ os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")  # pyannote's telemet
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from parley.core.audio import SAMPLE_RATE  # noqa: E402
+
 log = logging.getLogger(__name__)
-SAMPLE_RATE = 16000
 MIN_EMBEDDING_SECONDS = 0.3
 
 

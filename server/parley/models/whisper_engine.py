@@ -19,7 +19,8 @@ import torch
 from transformers import AutoConfig, WhisperForConditionalGeneration, WhisperProcessor
 from transformers.utils import logging as hf_logging
 
-from parley.core.asr import (SAMPLE_RATE, AsrRequest, StepReport, Transcription, transcribe)
+from parley.core.asr import AsrRequest, StepReport, Transcription, transcribe
+from parley.core.audio import SAMPLE_RATE
 from parley.core.words import TimedWord, group_words
 from parley.models.alignment import token_times
 from parley.models.assistant import Assistant, load_assistant

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
+from parley.core.audio import SAMPLE_RATE as TARGET_RATE
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
 
-TARGET_RATE = 16000
 
 
 def _mulaw_table() -> np.ndarray:

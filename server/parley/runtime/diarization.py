@@ -18,11 +18,11 @@ from typing import Callable
 
 import numpy as np
 
+from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
 from parley.core.speakers import ClusteringConfig, OnlineClustering
 
 log = logging.getLogger(__name__)
-SAMPLE_RATE = 16000
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from parley.core.asr import AsrRequest, Decode, Transcriber, transcribe
+from parley.core.audio import SAMPLE_RATE
 from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
 from parley.core.policy import (ENCODER_BATCH_GAIN, PartialPacing, draft_budgets,
                                 encoder_batch_size)
@@ -40,6 +41,9 @@ from parley.core.policy import (ENCODER_BATCH_GAIN, PartialPacing, draft_budgets
 log = logging.getLogger(__name__)
 
 LOAD_WINDOW_S = 10.0        # how far back the load estimates look
+# Seconds of a step (fixed, per row, per position fed) before any is timed: a small
+# CPU's figures; the warm-up and the first steps replace them.
+STEP_COST_PRIOR = (0.010, 0.001, 0.0005)
 PARTIAL_COST_SMOOTHING = 0.2
 WARM_UP_SECONDS = 2.0       # of synthetic audio the warm-up decodes
 CALIBRATION_REPEATS = 2     # encoder passes the warm-up times per batch size
@@ -99,7 +103,7 @@ class AsrScheduler:
         self.capacity = capacity
         self.pacing = PartialPacing(target_busy=target_busy)
         self.stats = SchedulerStats()
-        self.step_cost = StepCostModel(prior=(0.01, 0.001, 0.0005))
+        self.step_cost = StepCostModel(prior=STEP_COST_PRIOR)
         self.encoder_cost = EncoderCosts()
         self._clock = clock
         self._on_thread_start = on_thread_start
@@ -217,7 +221,8 @@ class AsrScheduler:
         makes a clip cheaper (on a 2-core CPU a batch of two already costs two clips).
         """
         rng = np.random.default_rng(0)
-        noise = (0.01 * rng.standard_normal(int(WARM_UP_SECONDS * 16000))).astype(np.float32)
+        noise = (0.01 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(
+            np.float32)
         request = AsrRequest(noise)
         transcribe(self.engine, request)  # lazy initialisation is not part of any cost
         clips = 1

@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import numpy as np
 
+from parley.core.audio import SAMPLE_RATE
 from parley.core.ring import AudioRing
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.protocol.messages import Final, Partial, SpeakerUpdate
 from parley.runtime.diarization import DiarizationWorker
 
-SAMPLE_RATE = 16000
 
 
 def speaker_label(index: int | None) -> str | None:
