@@ -76,7 +76,6 @@ class FakeEngine:
         self._fail = fail
         self.in_flight: list[FakeDecode] = []
         self.step_sizes: list[int] = []     # rows in each step, in order
-        self.start_sizes: list[int] = []    # clips in each encoder pass
 
     def check_language(self, language: str | None) -> None:
         if language not in (None, "en"):
@@ -92,7 +91,6 @@ class FakeEngine:
         if len(self.in_flight) + len(requests) > self.max_rows:
             raise RuntimeError(f"the engine holds {self.max_rows} rows")
         time.sleep(self.encode_s * len(requests))
-        self.start_sizes.append(len(requests))
         decodes = [FakeDecode(r, hear(r.audio)) for r in requests]
         self.in_flight.extend(decodes)
         return decodes

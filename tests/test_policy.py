@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
-from parley.core.policy import PartialPacing, draft_budgets, encoder_batch_size
+from parley.core.policy import (PartialPacing, draft_budgets, encoder_batch_size,
+                                finish_decoding_first, remaining_steps)
 
 probabilities = st.floats(min_value=0.05, max_value=0.98)
 costs = st.tuples(st.floats(1e-3, 0.05), st.floats(0.0, 0.01), st.floats(1e-5, 5e-3))
@@ -57,6 +58,20 @@ def test_encoder_batches_only_where_they_finish_clips_sooner():
     assert [encoder_batch_size(n, cpu) for n in (0, 1, 2, 4, 9)] == [0, 1, 1, 1, 1]
     assert [encoder_batch_size(n, gpu) for n in (1, 2, 3, 4, 8, 9)] == [1, 2, 2, 4, 8, 4]
     assert encoder_batch_size(5, {}) == 1  # nothing timed yet: one at a time
+
+
+def test_finals_almost_done_finish_before_a_newcomer_is_encoded():
+    assert finish_decoding_first([0.05, 0.2], encoder_seconds=0.3)
+    assert not finish_decoding_first([0.05, 0.5], encoder_seconds=0.3)  # one still has long
+    assert not finish_decoding_first([], encoder_seconds=0.3)            # none decoding
+
+
+def test_remaining_steps_follow_the_pace_kept_so_far():
+    assert remaining_steps(produced=12, steps=3, expected_tokens=20, drafting=True) == 2.0
+    assert remaining_steps(produced=0, steps=0, expected_tokens=20, drafting=False) == 20.0
+    assert remaining_steps(produced=0, steps=0, expected_tokens=20, drafting=True) == 5.0
+    assert remaining_steps(produced=30, steps=10, expected_tokens=20, drafting=True) == \
+        pytest.approx(1 / 3)  # past the estimate: at least end of text is left
 
 
 @given(st.floats(0.2, 3.0), st.integers(0, 64), st.floats(0.0, 2.0), st.floats(0.0, 1.5))

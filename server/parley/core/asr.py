@@ -52,12 +52,6 @@ class DecodeStats:
     def mean_accepted(self) -> float:
         return self.accepted / self.verify_steps if self.verify_steps else 0.0
 
-    def add(self, other: "DecodeStats") -> None:
-        self.passes += other.passes
-        self.drafted += other.drafted
-        self.accepted += other.accepted
-        self.verify_steps += other.verify_steps
-
 
 @dataclass(frozen=True)
 class Transcription:

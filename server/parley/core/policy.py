@@ -5,6 +5,8 @@
   where it shines); as rows are added each extra position costs more relative to
   what it brings, and budgets shrink towards plain batched decoding by themselves.
 - ``encoder_batch_size``: how many newly admitted clips share one encoder pass.
+- ``finish_decoding_first``: whether finals almost done decode on before a waiting
+  final's encoder pass holds them up.
 - ``PartialPacing``: how often each stream may have a partial, so that partials use
   only the time finals leave over, shared evenly among the streams that want them.
 """
@@ -76,6 +78,22 @@ def encoder_batch_size(waiting: int, timed: Mapping[int, float]) -> int:
     def mean_completion(k: int) -> float:
         return sizes[k] * (math.ceil(waiting / k) + 1) / 2
     return min(sorted(sizes), key=mean_completion)
+
+
+def remaining_steps(produced: int, steps: int, expected_tokens: float,
+                    drafting: bool) -> float:
+    """Steps a decode still needs: the tokens it is expected to reach (at least one
+    more, end of text) at the pace it has kept so far (before two steps: a guess of
+    four tokens a step with a draft, one without)."""
+    pace = produced / steps if steps >= 2 else (4.0 if drafting else 1.0)
+    return max(1.0, expected_tokens - produced) / max(pace, 1.0)
+
+
+def finish_decoding_first(remaining_seconds: Sequence[float], encoder_seconds: float) -> bool:
+    """Whether the finals decoding now should finish before a waiting final's encoder
+    pass: when they will all be done within one pass, the newcomer waits less than the
+    pass would hold each of them up (shortest remaining work first, by Smith's rule)."""
+    return bool(remaining_seconds) and max(remaining_seconds) <= encoder_seconds
 
 
 @dataclass(frozen=True)

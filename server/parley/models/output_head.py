@@ -5,13 +5,14 @@ reading the whole vocabulary matrix (80 MB of float32 for tiny.en), and how fast
 BLAS library streams it depends erratically on the number of rows: on this
 project's 2-core machine MKL took 3 ms for one row through a transposed copy but
 11 ms for four, where the untransposed product took 3.4 ms. So the head times both
-layouts for each row count once, at load, and keeps the faster. (numpy's OpenBLAS
-was faster alone, but its spinning threads slowed torch's next operations down.) Every candidate is the same float32
-product; only the order of the additions inside differs.
+layouts for each row count once, at load, and keeps the faster. Both are the same
+float32 product; only the order of the additions inside differs. (numpy's OpenBLAS
+was faster alone, but its spinning threads slowed torch's next operations down.)
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
@@ -20,14 +21,17 @@ import torch
 # Row counts timed at load; a count between two uses the larger one's choice.
 CALIBRATED_ROWS = (*range(1, 9), 12, 16, 32, 64, 128)
 CALIBRATION_REPEATS = 2
+log = logging.getLogger(__name__)
 
 
 class OutputHead:
-    def __init__(self, proj_out: torch.nn.Module, calibrate: bool = True):
+    """Callable: hidden states (rows, d_model) or (d_model,) → float32 logits."""
+
+    def __init__(self, proj_out: torch.nn.Module):
         self._proj_out = proj_out
         self._choice: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
         weight = proj_out.weight
-        if weight.device.type != "cpu" or proj_out.bias is not None or not calibrate:
+        if weight.device.type != "cpu" or proj_out.bias is not None:
             return
         with torch.no_grad():
             transposed = weight.t().contiguous()
@@ -38,7 +42,7 @@ class OutputHead:
         chosen = {rows: self._fastest(candidates, rows, weight.shape[1])
                   for rows in CALIBRATED_ROWS}
         self._choice = {rows: candidates[name] for rows, name in chosen.items()}
-        self.layouts = chosen  # which layout serves each row count (for the curious)
+        log.debug("output projection layout by row count: %s", chosen)
 
     @staticmethod
     def _fastest(candidates: dict, rows: int, width: int) -> str:

@@ -95,10 +95,6 @@ class RowDecoder:
             self._capture()
 
     @property
-    def graphed(self) -> bool:
-        return bool(self._graphs)
-
-    @property
     def in_flight(self) -> int:
         return len(self._rows)
 

@@ -5,8 +5,10 @@ decodes in flight and, between decoder steps, lets new ones join and finished on
 leave (continuous batching):
 
 - **finals first**: waiting finals are admitted before any step or partial (taking a
-  partial's row if none is free); a final never waits for a running partial: at the
-  next step boundary it joins the batch, and partials pause until no final decodes;
+  partial's row if none is free), unless the finals decoding now are about to be done
+  (within one encoder pass: they finish first); a final never waits for a running
+  partial: at the next step boundary it joins the batch, and partials pause until no
+  final decodes;
 - **drafts by cost**: every step, each row's draft budget comes from the measured
   step cost and the row's measured acceptance (``core.policy.draft_budgets``);
 - **shared encoder passes** where they are cheaper per clip (``encoder_batch_size``);
@@ -36,7 +38,7 @@ from parley.core.asr import AsrRequest, Decode, Transcriber, transcribe
 from parley.core.audio import SAMPLE_RATE
 from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
 from parley.core.policy import (ENCODER_BATCH_GAIN, PartialPacing, draft_budgets,
-                                encoder_batch_size)
+                                encoder_batch_size, finish_decoding_first, remaining_steps)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,11 @@ LOAD_WINDOW_S = 10.0        # how far back the load estimates look
 # CPU's figures; the warm-up and the first steps replace them.
 STEP_COST_PRIOR = (0.010, 0.001, 0.0005)
 PARTIAL_COST_SMOOTHING = 0.2
+# A final's tokens per second of audio, and the seconds its finish (word timings) takes,
+# before any is measured; moving averages of finished finals replace them.
+TOKENS_PER_SECOND_PRIOR = 3.0
+FINISH_SECONDS_PRIOR = 0.03
+FINAL_SMOOTHING = 0.1
 WARM_UP_SECONDS = 2.0       # of synthetic audio the warm-up decodes
 CALIBRATION_REPEATS = 2     # encoder passes the warm-up times per batch size
 _STOP = object()
@@ -61,6 +68,7 @@ class _Job:
     cost: float = 0.0  # worker seconds spent on it so far
     admitted: float = 0.0
     steps: int = 0
+    produced: int = 0  # tokens the steps gave it (its first one and end of text aside)
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,8 @@ class AsrScheduler:
         self._active: list[_Job] = []
         self._stopping = False
         self._partial_cost: float | None = None
+        self._tokens_per_second = TOKENS_PER_SECOND_PRIOR
+        self._finish_seconds = FINISH_SECONDS_PRIOR
 
     # ================================================================ event-loop side
 
@@ -316,8 +326,10 @@ class AsrScheduler:
             self.stats.partials_cancelled += not job.final
 
     def _admit(self) -> None:
-        """Every waiting final joins now; partials join only when no final waits."""
-        while self._finals:
+        """Waiting finals join now (unless the finals decoding are about to be done);
+        partials join only when no final waits or decodes."""
+        while self._finals and not finish_decoding_first(
+                self._remaining_seconds(), self.encoder_cost(1)):
             free = self.engine.max_rows - len(self._active)
             if free == 0 and not self._evict_partial():
                 return  # every row decodes a final: the next one joins when one leaves
@@ -332,6 +344,18 @@ class AsrScheduler:
         if self._partials and free > 0:
             count = encoder_batch_size(min(len(self._partials), free), self.encoder_cost.known)
             self._start([self._partials.popleft() for _ in range(count)])
+
+    def _remaining_seconds(self) -> list[float]:
+        """How long each final decoding now still needs, steps and finish, by estimate."""
+        finals = [j for j in self._active if j.final]
+        step = self.step_cost(len(finals), len(finals))
+        remaining = []
+        for job in finals:
+            expected = max(len(job.request.draft or ()),
+                           self._tokens_per_second * job.request.seconds)
+            steps = remaining_steps(job.produced, job.steps, expected, job.decode.drafting)
+            remaining.append(steps * step + self._finish_seconds)
+        return remaining
 
     def _start(self, jobs: list[_Job]) -> None:
         began = self._clock()
@@ -385,6 +409,7 @@ class AsrScheduler:
         for job, report in zip(jobs, reports):
             job.cost += spent * report.width / tokens
             job.steps += 1
+            job.produced += 1 + report.accepted
             job.acceptance.observe(report.proposed, report.accepted)
             stats.drafted += report.proposed
             stats.accepted += report.accepted
@@ -401,8 +426,11 @@ class AsrScheduler:
                 log.exception("a finished decode could not be turned into a result")
                 self._fail(job, exc)
                 continue
-            job.cost += self._work(self._clock() - began)
+            finished_in = self._work(self._clock() - began)
+            job.cost += finished_in
             self._account(job)
+            if job.final:
+                self._learn_final(job, len(result.tokens), finished_in)
             self.stats.jobs_done += 1
             log.debug("%s of %.1f s: waited %.3f s, done after %.3f s, cost %.3f s, %d steps, "
                       "%d in flight", "final" if job.final else "partial", job.request.seconds,
@@ -413,6 +441,12 @@ class AsrScheduler:
                 job.future.set_result(result)
             else:
                 self.stats.partials_cancelled += not job.final
+
+    def _learn_final(self, job: _Job, tokens: int, finish_seconds: float) -> None:
+        if job.request.seconds > 0.5:
+            rate = tokens / job.request.seconds
+            self._tokens_per_second += FINAL_SMOOTHING * (rate - self._tokens_per_second)
+        self._finish_seconds += FINAL_SMOOTHING * (finish_seconds - self._finish_seconds)
 
     def _evict_partial(self) -> bool:
         """Give the least advanced partial's row to a final; False if there is none."""
