@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
-from audio_fixtures import SAMPLE_WAV, read_wav, silence
+from audio_fixtures import SAMPLE_WAV, read_wav, silence, speak
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
@@ -172,3 +172,15 @@ def test_silence_and_noise_give_no_text(tiny_engine):
         result = tiny_engine.transcribe(audio, with_words=True)
         assert result.text == "" and result.words == ()
         assert result.rejected is not None or result.tokens == ()
+
+
+def test_loud_noise_after_silence_is_not_a_word(tiny_engine):
+    """White noise at 0.3 after silence (the segment the VAD cuts from it) decodes to "You"
+    with a doubtful score; the short-text guard drops it, while short spoken answers stay."""
+    rng = np.random.default_rng(0)
+    noise = np.concatenate([silence(0.3), (0.3 * rng.standard_normal(4 * 16000))]).clip(-1, 1)
+    result = tiny_engine.transcribe(noise.astype(np.float32), with_words=True)
+    assert (result.text, result.rejected) == ("", "no_speech") and len(result.tokens) <= 3
+    for answer in ("Yes.", "Okay."):
+        spoken = np.concatenate([silence(0.3), speak(answer), silence(0.3)])
+        assert tiny_engine.transcribe(spoken).text.rstrip(".") == answer.rstrip(".")

@@ -40,18 +40,29 @@ class QualityGuards:
 
     openai keeps a confident decode even when the no-speech probability is high; that
     is how silence becomes " you" or "Thank you.". A no-speech probability above
-    ``certain_no_speech`` drops the text however confident the decode.
+    ``certain_no_speech`` drops the text however confident the decode. And a text of a
+    few tokens needs less doubt to go: loud white noise after silence decoded as "You"
+    (no-speech 0.53 to 0.57, mean log-probability -1.7 to -1.8), while spoken one-word
+    answers ("Yes.", "No.", "Okay.", "Sure.") measured no-speech 0.08 to 0.25 and
+    mean log-probability -0.37 to -0.80.
     """
 
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
     compression_ratio_threshold: float = 2.4
     certain_no_speech: float = 0.9
+    short_text_tokens: int = 3            # a text this short (or shorter) is a "short" one
+    short_no_speech_threshold: float = 0.4
 
-    def rejects(self, no_speech_prob: float, avg_logprob: float, compression: float) -> str | None:
+    def rejects(self, no_speech_prob: float, avg_logprob: float, compression: float,
+                text_tokens: int) -> str | None:
+        """Why a decode's text is not speech (``no_speech``, ``repetition``), or None."""
+        doubtful = avg_logprob < self.logprob_threshold
         if no_speech_prob > self.certain_no_speech or (
-                no_speech_prob > self.no_speech_threshold
-                and avg_logprob < self.logprob_threshold):
+                no_speech_prob > self.no_speech_threshold and doubtful):
+            return "no_speech"
+        if (text_tokens <= self.short_text_tokens and doubtful
+                and no_speech_prob > self.short_no_speech_threshold):
             return "no_speech"
         if compression > self.compression_ratio_threshold:
             return "repetition"
@@ -197,7 +208,8 @@ class WhisperEngine:
         tokens = main.tokens
         text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
         rejected = self.guards.rejects(main.no_speech_prob, main.avg_logprob,
-                                       compression_ratio(text)) if self.guards else None
+                                       compression_ratio(text), len(tokens)) \
+            if self.guards else None
         words: tuple[TimedWord, ...] = ()
         try:
             if rejected:
