@@ -30,7 +30,7 @@ CHUNK_S = 0.1
 
 
 async def stream_once(engine: WhisperEngine, audio, realtime: bool, partial_interval: float):
-    worker = AsrWorker(engine, capacity=16)
+    worker = AsrScheduler(engine, capacity=16)
     await worker.start()
     session = Session(StreamConfig(), worker,
                       SessionOptions(VadConfig(), partial_interval_s=partial_interval))
