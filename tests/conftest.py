@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
@@ -90,3 +93,45 @@ async def chunks_of(audio, seconds: float = 0.1):
     data, step = pcm16(audio), int(16000 * seconds) * 2
     for i in range(0, len(data), step):
         yield data[i:i + step]
+
+
+@pytest.fixture
+def start(servers):
+    """Start fake-engine servers on port 0 with setting overrides (stopped after)."""
+    async def _start(engine: FakeEngine | None = None, token: str | None = None, **sections):
+        return await servers(await serve_fake(engine, token, **sections))
+
+    return _start
+
+
+@pytest.fixture(scope="module")
+def talk():
+    """Three turns with pauses between them, and the audio as the server will decode it."""
+    from audio_fixtures import conversation
+
+    audio, truth = conversation([("en-us", "The cat sat on the mat."),
+                                 ("en-us", "The train leaves from platform number nine."),
+                                 ("en-us", "Good morning, everyone.")], gap_s=0.8)
+    return as_received(audio), truth
+
+
+async def refused(url: str, **connect_args) -> tuple[dict, int]:
+    """Connect, expect an error message then a close; return both."""
+    async with connect(url, **connect_args) as ws:
+        message = json.loads(await ws.recv())
+        with pytest.raises(ConnectionClosed):
+            await ws.recv()
+        return message, ws.close_code
+
+
+def heard_between(audio, start: float, end: float) -> str:
+    """What the fake engine hears between two stream times of ``audio``."""
+    from fake_engine import hear, text_of
+
+    return text_of([token for token, _, _ in hear(audio[round(start * 16000):round(end * 16000)])])
+
+
+def assert_finals_are_their_audio(finals: list[dict], audio) -> None:
+    assert finals
+    for final in finals:
+        assert final["text"] == heard_between(audio, final["start"], final["end"])

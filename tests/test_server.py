@@ -14,48 +14,10 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from audio_fixtures import conversation
-from conftest import as_received, chunks_of, pcm16, serve_fake
-from fake_engine import FakeEngine, hear, text_of
+from conftest import assert_finals_are_their_audio, chunks_of, heard_between, pcm16, refused
+from fake_engine import FakeEngine
 from parley.client.stream import run_stream, stream_url
 from parley.protocol.messages import StreamConfig
-
-
-@pytest.fixture
-def start(servers):
-    """Start fake-engine servers on port 0 with setting overrides (stopped after)."""
-    async def _start(engine: FakeEngine | None = None, token: str | None = None, **sections):
-        return await servers(await serve_fake(engine, token, **sections))
-
-    return _start
-
-
-@pytest.fixture(scope="module")
-def talk():
-    """Three turns with pauses between them, and the audio as the server will decode it."""
-    audio, truth = conversation([("en-us", "The cat sat on the mat."),
-                                 ("en-us", "The train leaves from platform number nine."),
-                                 ("en-us", "Good morning, everyone.")], gap_s=0.8)
-    return as_received(audio), truth
-
-
-def heard_between(audio, start: float, end: float) -> str:
-    return text_of([token for token, _, _ in hear(audio[round(start * 16000):round(end * 16000)])])
-
-
-def assert_finals_are_their_audio(finals: list[dict], audio) -> None:
-    assert finals
-    for final in finals:
-        assert final["text"] == heard_between(audio, final["start"], final["end"])
-
-
-async def refused(url: str, **connect_args) -> tuple[dict, int]:
-    """Connect, expect an error message then a close; return both."""
-    async with connect(url, **connect_args) as ws:
-        message = json.loads(await ws.recv())
-        with pytest.raises(ConnectionClosed):
-            await ws.recv()
-        return message, ws.close_code
 
 
 async def test_each_turn_ends_in_a_final_of_exactly_its_audio(start, talk):

@@ -1,20 +1,28 @@
-"""Composition root: load the model, start its worker, serve, shut down cleanly."""
+"""Composition root: load the model, start its worker, serve, drain and shut down."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import ssl
 import threading
 from dataclasses import dataclass
+from http import HTTPStatus
 
 from websockets.asyncio.server import Server, serve
+from websockets.http11 import Response
 
 from parley.config import Settings
+from parley.runtime.diarization import DiarizationWorker
+from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import SessionOptions
-from parley.transport.http import StaticFiles, make_request_router
-from parley.transport.ws_server import AsrService, StreamEndpoint, StreamLimits
+from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
+from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
+from parley.transport.ws_server import Access, AsrService, StreamEndpoint, StreamLimits
 
 log = logging.getLogger(__name__)
 # Headroom over max_frame_bytes, so an oversize frame reaches our own check and gets
@@ -64,7 +72,7 @@ def load_diarization(settings: Settings):
     from parley.core.speakers import ClusteringConfig
     from parley.models.device import plan_device, set_threads
     from parley.models.speaker_models import load_speaker_models
-    from parley.runtime.diarization import DiarizationConfig, DiarizationWorker
+    from parley.runtime.diarization import DiarizationConfig
 
     d = settings.diarization
     plan = plan_device(settings.asr.device)
@@ -78,18 +86,53 @@ def load_diarization(settings: Settings):
                              on_thread_start=lambda: set_threads(d.threads))
 
 
+def access_of(settings: Settings) -> Access:
+    """The API keys (PARLEY_TOKEN, the key file, PARLEY_API_KEYS) and allowed origins;
+    ValueError on a malformed key file or a name given twice."""
+    named: dict[str, str] = {}
+    sources = [{"token": settings.token.get_secret_value()} if settings.token else {},
+               read_key_file(settings.api_keys_file) if settings.api_keys_file else {},
+               {n: v.get_secret_value() for n, v in settings.api_keys.items()}]
+    for source in sources:
+        for name, value in source.items():
+            if name in named:
+                raise ValueError(f"API key name {name!r} is given twice")
+            named[name] = value
+    return Access(ApiKeys.of(named), OriginPolicy.of(settings.server.allowed_origins))
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """Every secret the process knows, for the log filter that redacts them."""
+    return [*access_of(settings).keys.values, os.environ.get("HF_TOKEN", "")]
+
+
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    server = settings.server
+    if server.ssl_certfile is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(server.ssl_certfile, server.ssl_keyfile)
+    return context
+
+
 @dataclass
 class RunningServer:
-    """A started server: its address, and how to stop it."""
+    """A started server: its address, and how to drain or stop it."""
 
     endpoint: StreamEndpoint
     worker: AsrScheduler
     server: Server
-    diarization: object | None = None
+    metrics: Metrics
+    diarization: DiarizationWorker | None = None
 
     @property
     def port(self) -> int:
         return self.server.sockets[0].getsockname()[1]
+
+    async def drain(self, timeout_s: float) -> None:
+        """Finish every live session's audio (at most ``timeout_s``), then stop."""
+        await self.endpoint.drain(timeout_s)
+        await self.stop()
 
     async def stop(self) -> None:
         self.server.close(close_connections=False)
@@ -100,45 +143,84 @@ class RunningServer:
             await self.diarization.stop()
 
 
+def _limits(settings: Settings, diarized: bool) -> StreamLimits:
+    server = settings.server
+    return StreamLimits(
+        max_sessions=server.max_sessions, max_frame_bytes=server.max_frame_bytes,
+        idle_timeout_s=server.idle_timeout_s, max_segment_s=settings.vad.max_segment_s,
+        max_session_s=server.max_session_s, max_sessions_per_key=server.max_sessions_per_key,
+        diarization_latency_s=settings.diarization.latency_s if diarized else None)
+
+
+def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
+            metrics: Metrics, diarization: DiarizationWorker | None) -> dict:
+    worker = asr.worker
+
+    def readiness() -> dict:
+        return {"asr_worker": worker.alive,
+                "diarization_worker": diarization.alive if diarization else None,
+                "draining": endpoint.draining}
+
+    def ready() -> bool:
+        checks = readiness()
+        return (checks["asr_worker"] and checks["diarization_worker"] is not False
+                and not checks["draining"])
+
+    def readyz() -> Response:
+        status = HTTPStatus.OK if ready() else HTTPStatus.SERVICE_UNAVAILABLE
+        return json_response(status, {"status": "ready" if ready() else "not_ready",
+                                      "checks": readiness()})
+
+    def health() -> Response:
+        return json_response(HTTPStatus.OK, {
+            "status": "ok", "model": asr.model_label, "sessions": endpoint.live_sessions,
+            "draining": endpoint.draining, "asr_backlog": worker.backlog,
+            "asr": {"busy_fraction": round(worker.busy_fraction(), 3),
+                    "partial_interval_s": round(
+                        worker.partial_interval(settings.asr.partial_interval_s), 3),
+                    **worker.stats.to_json(), "costs": worker.costs()},
+            "diarization": settings.diarization.source if diarization else None})
+
+    metrics.watch("parley_ready", "1 while /readyz answers 200", lambda: float(ready()))
+    metrics.watch("parley_draining", "1 while the server drains", lambda: float(endpoint.draining))
+    return {"/healthz": lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
+            "/readyz": readyz, "/health": health,
+            "/metrics": lambda: text_response(HTTPStatus.OK, metrics.render(),
+                                              METRICS_CONTENT_TYPE)}
+
+
 async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService,
-                       diarization=None, warm_up: bool = True) -> RunningServer:
+                       diarization: DiarizationWorker | None = None,
+                       warm_up: bool = True) -> RunningServer:
     """Start the workers (timing the engine first, with ``warm_up``) and serve."""
+    access = access_of(settings)
     await worker.start(warm_up=warm_up)
+    metrics = Metrics()
+    worker.observer = metrics  # after the warm-up, whose decodes are not traffic
+    metrics.watch_asr(worker, settings.asr.partial_interval_s)
     if diarization is not None:
+        diarization.on_step = metrics.diarization_step.observe
         diarization.start()
-    limits = StreamLimits(
-        max_sessions=settings.server.max_sessions,
-        max_frame_bytes=settings.server.max_frame_bytes,
-        idle_timeout_s=settings.server.idle_timeout_s,
-        max_segment_s=settings.vad.max_segment_s,
-        diarization_latency_s=settings.diarization.latency_s if diarization else None,
-    )
     options = SessionOptions(vad=settings.vad.to_config(),
                              partial_interval_s=settings.asr.partial_interval_s,
                              context_tokens=settings.asr.context_tokens,
-                             hypothesis_drafts=settings.asr.hypothesis_drafts)
-    token = settings.token.get_secret_value() if settings.token else None
-    endpoint = StreamEndpoint(asr, options, limits, token, diarization)
-
-    def health() -> dict:
-        return {"status": "ok", "model": asr.model_label, "sessions": endpoint.live_sessions,
-                "asr_backlog": worker.backlog,
-                "asr": {"busy_fraction": round(worker.busy_fraction(), 3),
-                        "partial_interval_s": round(
-                            worker.partial_interval(settings.asr.partial_interval_s), 3),
-                        **worker.stats.to_json(), "costs": worker.costs()},
-                "diarization": settings.diarization.source if diarization else None}
-
+                             hypothesis_drafts=settings.asr.hypothesis_drafts,
+                             final_latency=metrics.final_latency.observe)
+    endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
+                              metrics, diarization)
     server = await serve(
         endpoint.handle,
         settings.server.host,
         settings.server.port,
-        process_request=make_request_router(health, StaticFiles(settings.server.static_dir)),
+        process_request=make_request_router(_routes(settings, asr, endpoint, metrics,
+                                                    diarization),
+                                            StaticFiles(settings.server.static_dir)),
         max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
         compression=None,  # audio does not compress; deflate would only cost CPU
         open_timeout=10,
+        ssl=tls_context(settings),
     )
-    return RunningServer(endpoint, worker, server, diarization)
+    return RunningServer(endpoint, worker, server, metrics, diarization)
 
 
 async def in_passing_thread(function, *args):
@@ -164,18 +246,30 @@ async def in_passing_thread(function, *args):
 
 
 async def serve_forever(settings: Settings) -> None:
+    """Serve until SIGTERM or SIGINT, then drain: live sessions get the finals of all
+    their audio (for at most ``server.drain_timeout_s``). A second signal ends them now."""
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
     running = await start_server(settings, worker, asr, diarization)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    cut_short: list[asyncio.Task] = []
+
+    def on_signal() -> None:
+        if stop.is_set() and not cut_short:
+            log.info("second signal: ending live sessions now")
+            cut_short.append(asyncio.ensure_future(running.endpoint.shutdown()))
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     host = settings.server.host
-    print(f"Parley listening on ws://{host}:{running.port}/v1/stream "
+    scheme = "wss" if settings.server.ssl_certfile else "ws"
+    print(f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
           f"(model {asr.model_label}, diarization {settings.diarization.source}; "
-          f"health at http://{host}:{running.port}/health)",
+          f"probes at /healthz and /readyz, metrics at /metrics)",
           flush=True)
     await stop.wait()
-    log.info("shutting down")
-    await running.stop()
+    log.info("shutting down: draining live sessions")
+    await running.drain(settings.server.drain_timeout_s)
+    log.info("stopped")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from pathlib import Path
 
@@ -14,8 +13,9 @@ from parley.client.formats import FORMATS
 def _serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from parley.app import serve_forever
+    from parley.app import secrets_of, serve_forever
     from parley.config import Settings
+    from parley.logs import configure_logging
 
     overrides: dict = {"server": {}, "asr": {}, "diarization": {}}
     for flag, section, key in [("host", "server", "host"), ("port", "server", "port"),
@@ -26,18 +26,28 @@ def _serve(args: argparse.Namespace) -> int:
                                ("assistant_languages", "asr", "assistant_languages"),
                                ("context_tokens", "asr", "context_tokens"),
                                ("partial_interval", "asr", "partial_interval_s"),
-                               ("diarization", "diarization", "source")]:
+                               ("diarization", "diarization", "source"),
+                               ("max_session_s", "server", "max_session_s"),
+                               ("max_sessions_per_key", "server", "max_sessions_per_key"),
+                               ("drain_timeout", "server", "drain_timeout_s"),
+                               ("allowed_origins", "server", "allowed_origins"),
+                               ("ssl_certfile", "server", "ssl_certfile"),
+                               ("ssl_keyfile", "server", "ssl_keyfile")]:
         value = getattr(args, flag)
         if value is not None:
             overrides[section][key] = value
-    if args.models_dir is not None:
-        overrides["models_dir"] = args.models_dir
+    for flag in ("models_dir", "api_keys_file", "log_level", "log_format"):
+        if getattr(args, flag) is not None:
+            overrides[flag] = getattr(args, flag)
+    if args.allow_anonymous:
+        overrides["allow_anonymous"] = True
     try:
         settings = Settings(**overrides)
-    except ValidationError as exc:
+        secrets = secrets_of(settings)
+    except (ValidationError, ValueError, OSError) as exc:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    _logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format, secrets)
     try:
         asyncio.run(serve_forever(settings))
     except (OSError, RuntimeError, ValueError) as exc:
@@ -86,7 +96,11 @@ def _stream(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
     fatal = [e for e in result.errors if e.get("fatal")]
-    return 1 if fatal or result.ended is None else 0
+    reason = (result.ended or {}).get("reason", "end_of_stream")
+    if reason != "end_of_stream":  # a drain or the duration limit: the rest was not sent
+        print(f"parley: the server ended the session ({reason}) after "
+              f"{result.ended['audio_duration']:.1f} s of audio", file=sys.stderr)
+    return 1 if fatal or result.ended is None or reason != "end_of_stream" else 0
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -95,7 +109,8 @@ def _models(args: argparse.Namespace) -> int:
 
     models_dir = Path(args.models_dir) if args.models_dir else default_models_dir()
     if args.action == "install":
-        _logging("info")
+        from parley.logs import configure_logging
+        configure_logging("info")
         try:
             for path in install_bundle(models_dir, args.names or None, force=args.force):
                 print(f"ok  {path}")
@@ -112,13 +127,6 @@ def _models(args: argparse.Namespace) -> int:
               + ("" if not problems else f"  ({problems[0]})"))
         status |= bool(problems and args.action == "verify")
     return status
-
-
-def _logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: "
-                                                    "%(message)s")
-    if level != "debug":  # websockets logs every HTTP request and close at INFO
-        logging.getLogger("websockets").setLevel(logging.WARNING)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,6 +151,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="speaker labels: the offline bundle, or a pyannote pipeline "
                             "(hub ids read HF_TOKEN from the environment)")
     serve.add_argument("--models-dir")
+    serve.add_argument("--api-keys-file", help="file of name:key lines (or set PARLEY_API_KEYS "
+                                               "to a JSON object of name → key)")
+    serve.add_argument("--allow-anonymous", action="store_true",
+                       help="serve a non-loopback address without API keys")
+    serve.add_argument("--allowed-origins", nargs="+", metavar="ORIGIN",
+                       help="browser origins that may stream (default: this server's own; "
+                            "'*' for any)")
+    serve.add_argument("--ssl-certfile", help="serve wss:// with this certificate chain (PEM)")
+    serve.add_argument("--ssl-keyfile", help="its private key (PEM), if not in the certfile")
+    serve.add_argument("--max-session-s", type=float, help="longest session, in seconds")
+    serve.add_argument("--max-sessions-per-key", type=int)
+    serve.add_argument("--drain-timeout", type=float,
+                       help="on SIGTERM, seconds live sessions may take to finish (default 30)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-format", choices=["text", "json"])
     serve.set_defaults(run=_serve)
 
     stream = commands.add_parser("stream", help="stream a file (or raw PCM16 on stdin)")

@@ -1,8 +1,10 @@
 """Typed settings, built once and validated: defaults ← environment (PARLEY_*) ← flags.
 
-Nested fields read from variables such as ``PARLEY_VAD__MIN_SILENCE_MS=700``. The
-client token is read from ``PARLEY_TOKEN`` only (never a flag: argv is visible to
-every user of the machine) and is never logged.
+Nested fields read from variables such as ``PARLEY_VAD__MIN_SILENCE_MS=700``. API
+keys come from ``PARLEY_API_KEYS`` (a JSON object of name → key), from a file of
+``name:key`` lines (``--api-keys-file``), or as the single key ``PARLEY_TOKEN`` (named
+``token``): never from a flag, because argv is visible to every user of the machine.
+No key value is ever logged.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parley.core.vad import VadConfig
+from parley.transport.auth import is_loopback
 
 
 def default_models_dir() -> Path:
@@ -100,8 +103,28 @@ class ServerSettings(BaseModel):
     max_sessions: int = Field(16, ge=1, le=10000)
     max_frame_bytes: int = Field(256 * 1024, ge=1024, le=16 * 1024 * 1024)
     idle_timeout_s: float = Field(10.0, gt=0, le=3600)
+    max_session_s: float = Field(4 * 3600, ge=1, le=7 * 86400,
+                                 description="a session ends (its audio all transcribed) "
+                                             "after this long")
+    max_sessions_per_key: int | None = Field(None, ge=1, le=10000,
+                                             description="sessions one API key may hold open")
+    drain_timeout_s: float = Field(30.0, ge=0, le=3600,
+                                   description="on SIGTERM, how long live sessions may take to "
+                                               "finish their audio")
+    allowed_origins: list[str] | None = Field(
+        None, description="browser origins that may stream (None: the server's own; "
+                          "[\"*\"]: any)")
+    ssl_certfile: Path | None = Field(None, description="serve TLS (wss://) with this "
+                                                        "certificate chain")
+    ssl_keyfile: Path | None = None
     static_dir: Path | None = Field(default_factory=default_static_dir,
                                     description="the browser client served at / (None: none)")
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> "ServerSettings":
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile needs ssl_certfile")
+        return self
 
 
 class Settings(BaseSettings):
@@ -110,11 +133,28 @@ class Settings(BaseSettings):
 
     models_dir: Path = Field(default_factory=default_models_dir)
     token: SecretStr | None = None
+    api_keys: dict[str, SecretStr] = Field(default_factory=dict)
+    api_keys_file: Path | None = None
+    allow_anonymous: bool = Field(False, description="serve a non-loopback address "
+                                                     "without API keys")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
     server: ServerSettings = ServerSettings()
     asr: AsrSettings = AsrSettings()
     vad: VadSettings = VadSettings()
     diarization: DiarizationSettings = DiarizationSettings()
+
+    @property
+    def has_keys(self) -> bool:
+        return bool(self.token or self.api_keys or self.api_keys_file)
+
+    @model_validator(mode="after")
+    def _not_open_to_everyone(self) -> "Settings":
+        if not is_loopback(self.server.host) and not self.has_keys and not self.allow_anonymous:
+            raise ValueError(
+                f"refusing to serve {self.server.host} without API keys: set PARLEY_API_KEYS "
+                "or --api-keys-file, or pass --allow-anonymous to let anyone stream")
+        return self
 
     @model_validator(mode="after")
     def _partials_fit_segments(self) -> "Settings":

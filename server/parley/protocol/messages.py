@@ -28,6 +28,8 @@ class ErrorCode(str, Enum):
     """Error codes and the close code each one ends the connection with (None: not fatal)."""
 
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN_ORIGIN = "forbidden_origin"
+    TOO_MANY_SESSIONS = "too_many_sessions"
     BAD_CONFIG = "bad_config"
     BAD_MESSAGE = "bad_message"
     BAD_AUDIO = "bad_audio"
@@ -35,6 +37,7 @@ class ErrorCode(str, Enum):
     SERVER_BUSY = "server_busy"
     IDLE_TIMEOUT = "idle_timeout"
     TRANSCRIPTION_FAILED = "transcription_failed"
+    DIARIZATION_FAILED = "diarization_failed"
     SHUTTING_DOWN = "shutting_down"
     INTERNAL_ERROR = "internal_error"
 
@@ -45,6 +48,8 @@ class ErrorCode(str, Enum):
 
 _CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.UNAUTHORIZED: 4401,
+    ErrorCode.FORBIDDEN_ORIGIN: 4403,
+    ErrorCode.TOO_MANY_SESSIONS: 4429,
     ErrorCode.BAD_CONFIG: 4400,
     ErrorCode.FRAME_TOO_LARGE: 1009,
     ErrorCode.SERVER_BUSY: 1013,
@@ -164,7 +169,7 @@ def parse_control(text: str) -> ControlType:
     """A client's text message → its type, or ProtocolError(BAD_MESSAGE)."""
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "text messages must be JSON objects") from None
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         raise ProtocolError(ErrorCode.BAD_MESSAGE,
@@ -256,10 +261,29 @@ class Finalized:
     type: str = "finalized"
 
 
+class EndReason(str, Enum):
+    """Why a session ended without an error; each ends with ``session_ended``, after the
+    finals of all the audio received, and then this close code."""
+
+    END_OF_STREAM = "end_of_stream"  # the client sent end_of_stream
+    SHUTTING_DOWN = "shutting_down"  # the server drained (SIGTERM)
+    MAX_DURATION = "max_duration"    # the session reached limits.max_session_s
+
+    @property
+    def close_code(self) -> int:
+        return {"end_of_stream": 1000, "shutting_down": 1001, "max_duration": 4410}[self.value]
+
+    @property
+    def close_reason(self) -> str:
+        return {"end_of_stream": "end of stream", "shutting_down": "server shutting down",
+                "max_duration": "maximum session duration reached"}[self.value]
+
+
 @dataclass(frozen=True)
 class SessionEnded:
     audio_duration: float
     segments: int
+    reason: EndReason = EndReason.END_OF_STREAM
     type: str = "session_ended"
 
 

@@ -97,8 +97,8 @@ class StreamDiarizer:
 @dataclass
 class DiarizationStats:
     steps: int = 0
+    failures: int = 0
     busy_seconds: float = 0.0
-    step_seconds: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,7 @@ class DiarizationWorker:
         self.models = models
         self.config = config
         self.stats = DiarizationStats()
+        self.on_step: Callable[[float], None] | None = None  # told each step's seconds
         self._on_thread_start = on_thread_start
         self._queue: queue.Queue = queue.Queue(capacity)
         self._thread = threading.Thread(target=self._run, name="parley-diarization",
@@ -126,6 +127,10 @@ class DiarizationWorker:
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def new_stream(self) -> StreamDiarizer:
         return StreamDiarizer(self.models, self.config)
@@ -157,13 +162,15 @@ class DiarizationWorker:
             try:
                 snapshot = job.diarizer.step(job.window, job.window_start, job.now, job.final)
             except Exception as exc:
-                log.exception("diarization step failed")
+                self.stats.failures += 1
+                if self.stats.failures == 1:  # the sessions tell their clients; log it once
+                    log.exception("a diarization step failed (later failures are counted)")
                 job.future.set_exception(exc)
             else:
                 job.future.set_result(snapshot)
             finally:
                 spent = time.perf_counter() - started
+                if self.on_step is not None:
+                    self.on_step(spent)
                 self.stats.steps += 1
                 self.stats.busy_seconds += spent
-                if len(self.stats.step_seconds) < 10000:
-                    self.stats.step_seconds.append(spent)

@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -80,10 +80,19 @@ class Load:
     partial_cost_s: float = 0.0  # worker seconds one partial costs
 
 
+class SchedulerObserver(Protocol):
+    """Told, on the worker thread, what each decode and step took (metrics)."""
+
+    def decoded(self, final: bool, waited_s: float, compute_s: float) -> None: ...
+
+    def stepped(self, rows: int) -> None: ...
+
+
 @dataclass
 class SchedulerStats:
     jobs_done: int = 0
     jobs_failed: int = 0
+    partials_refused: int = 0     # not queued, because a final waited or room was short
     partials_cancelled: int = 0   # the session no longer wanted it
     partials_evicted: int = 0     # gave its row to a final
     steps: int = 0
@@ -111,6 +120,7 @@ class AsrScheduler:
         self.capacity = capacity
         self.pacing = PartialPacing(target_busy=target_busy)
         self.stats = SchedulerStats()
+        self.observer: SchedulerObserver | None = None  # may be set at any time
         self.step_cost = StepCostModel(prior=STEP_COST_PRIOR)
         self.encoder_cost = EncoderCosts()
         self._clock = clock
@@ -154,6 +164,11 @@ class AsrScheduler:
                 from self._warm_up_error
 
     @property
+    def alive(self) -> bool:
+        """The thread runs and takes work (False before start, after stop or a fault)."""
+        return self._thread.is_alive() and not self._stopping
+
+    @property
     def backlog(self) -> int:
         """Requests queued or being decoded."""
         return self._in_flight
@@ -183,6 +198,7 @@ class AsrScheduler:
         assert self._slots is not None, "start() the scheduler first"
         if self._finals_submitted > self._finals_taken or \
                 self._in_flight >= self.capacity // 2:
+            self.stats.partials_refused += 1
             return None
         await self._slots.acquire()  # cannot wait: fewer than capacity are in flight
         return self._enqueue(request, final=False)
@@ -405,6 +421,8 @@ class AsrScheduler:
         stats = self.stats
         stats.steps += 1
         stats.rows_stepped += len(jobs)
+        if self.observer is not None:
+            self.observer.stepped(len(jobs))
         stats.tokens_fed += tokens
         for job, report in zip(jobs, reports):
             job.cost += spent * report.width / tokens
@@ -437,6 +455,9 @@ class AsrScheduler:
                       job.admitted - job.submitted, self._clock() - job.submitted, job.cost,
                       job.steps, len(self._active))
             self.stats.audio_seconds += job.request.seconds
+            if self.observer is not None:
+                self.observer.decoded(job.final, job.admitted - job.submitted,
+                                      self._clock() - job.admitted)
             if job.future.set_running_or_notify_cancel():
                 job.future.set_result(result)
             else:

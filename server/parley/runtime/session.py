@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
@@ -18,18 +19,20 @@ from typing import AsyncIterator, Callable
 import numpy as np
 
 from parley.core.asr import AsrRequest
+from parley.core.audio import SAMPLE_RATE
 from parley.core.vad import (CloseReason, OpenSegment, SegmentClosed, SpeechStart, VadConfig,
                              VadSegmenter)
 from parley.core.words import shift_words
 from parley.protocol.audio import AudioDecoder
-from parley.protocol.messages import (Error, ErrorCode, Final, Finalized, FinalReason, Partial,
-                                      ServerMessage, SessionEnded, SpeechStarted, StreamConfig,
-                                      Word)
+from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Finalized, FinalReason,
+                                      Partial, ServerMessage, SessionEnded, SpeechStarted,
+                                      StreamConfig, Word)
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.speaker_track import SpeakerTrack
 
 log = logging.getLogger(__name__)
 OUTBOX_SIZE = 256
+ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept, to time finals by
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,9 @@ class SessionOptions:
     partial_interval_s: float = 1.0  # when the worker has time; it stretches under load
     context_tokens: int = 0        # tokens of earlier finals given to the model as its prompt
     hypothesis_drafts: bool = True  # re-use the last partial's tokens as a draft
+    # Told, for each final, the seconds from receiving the audio at its end to its
+    # sending (the latency a client sees after the speaker stops); for metrics.
+    final_latency: Callable[[float], None] | None = None
 
 
 @dataclass
@@ -80,6 +86,9 @@ class Session:
         self._wants_partials = False  # counted by the worker while a segment is open
         self._segments = 0
         self._ended = False
+        self._diarization_failed = False
+        # (stream time at the end of an audio message, monotonic time it arrived)
+        self._arrivals: deque[tuple[float, float]] = deque(maxlen=ARRIVALS_KEPT)
 
     # ------------------------------------------------------------------ input
 
@@ -94,6 +103,7 @@ class Session:
     async def feed_audio(self, samples: np.ndarray) -> None:
         """16 kHz mono float32 audio; waits when the ASR worker is full (back-pressure)."""
         self._check_open()
+        self._arrivals.append((self.stream_time + len(samples) / SAMPLE_RATE, time.monotonic()))
         if self._speakers is not None:  # first, so a final closed by this audio is labelled
             for step in await self._speakers.push(samples):  # from windows that include it
                 await self._outbox.put(_DiarizationStep(step))
@@ -108,7 +118,7 @@ class Session:
             await self._on_event(event)
         await self._outbox.put(Finalized(audio_end=self.stream_time))
 
-    async def end(self) -> None:
+    async def end(self, reason: EndReason = EndReason.END_OF_STREAM) -> None:
         """End of stream: decode what is left, then ``session_ended``; messages() then ends."""
         await self.feed_audio(self._decoder.finish())  # what the resampler still held
         for event in self._vad.flush(CloseReason.END_OF_STREAM):
@@ -117,7 +127,7 @@ class Session:
             await self._outbox.put(_DiarizationStep(await self._speakers.finish()))
         self._ended = True
         await self._outbox.put(SessionEnded(audio_duration=self.stream_time,
-                                            segments=self._segments))
+                                            segments=self._segments, reason=reason))
         await self._outbox.put(_END)
 
     async def report(self, error: Error) -> None:
@@ -167,7 +177,18 @@ class Session:
                                 f"segment {item.segment_id} could not be transcribed: {exc}",
                                 segment_id=item.segment_id)
                 continue
-            yield self._with_speakers(item.to_message(result))
+            message = self._with_speakers(item.to_message(result))
+            if isinstance(message, Final):
+                self._time_final(message)
+            yield message
+
+    def _time_final(self, final: Final) -> None:
+        if self._options.final_latency is None:
+            return
+        for stream_time, arrived in self._arrivals:
+            if stream_time >= final.end - 1e-6:
+                self._options.final_latency(time.monotonic() - arrived)
+                return
 
     def _with_speakers(self, message: ServerMessage) -> ServerMessage:
         if self._speakers is None:
@@ -187,9 +208,13 @@ class Session:
             if task is not None and task.cancelling():
                 raise
             return []
-        except Exception:
-            log.exception("diarization step failed; speakers keep their last labels")
-            return []
+        except Exception as exc:
+            if self._diarization_failed:
+                return []
+            self._diarization_failed = True  # told once; the transcript goes on
+            return [Error(ErrorCode.DIARIZATION_FAILED,
+                          f"speaker labels stopped: a diarization step failed ({exc}); "
+                          "transcription goes on, later speakers may be missing or stale")]
         return list(self._speakers.apply(snapshot))
 
     # ------------------------------------------------------------------ internals

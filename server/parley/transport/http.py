@@ -1,4 +1,4 @@
-"""Plain HTTP answers on the WebSocket port: the browser client, health, and 404s."""
+"""Plain HTTP answers on the WebSocket port: the browser client, probes, metrics, 404s."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import re
 from http import HTTPStatus
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from websockets.asyncio.server import ServerConnection
@@ -61,15 +61,20 @@ def json_response(status: HTTPStatus, data: dict) -> Response:
     return _response(status, json.dumps(data).encode(), "application/json")
 
 
-def make_request_router(health: Callable[[], dict], static: StaticFiles):
-    """websockets' process_request hook: answer HTTP paths, let /v1/stream through."""
+def text_response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
+    return _response(status, body, content_type)
+
+
+def make_request_router(routes: Mapping[str, Callable[[], Response]], static: StaticFiles):
+    """websockets' process_request hook: answer ``routes`` (path → answer) and the
+    static files, let /v1/stream through, and 404 the rest."""
 
     def route(connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if path == STREAM_PATH:
             return None  # the WebSocket handshake goes on
-        if path == "/health":
-            return json_response(HTTPStatus.OK, health())
+        if path in routes:
+            return routes[path]()
         page = static.get(path)
         if page is not None:
             return page

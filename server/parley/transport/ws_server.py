@@ -3,31 +3,47 @@
 Reads the stream's settings from the query string, admits or refuses the client,
 then runs two tasks that start and stop together: a reader (client → session) and
 a writer (session → client). Every refusal and failure ends with an ``error``
-message and the close code protocol.md gives it.
+message and the close code protocol.md gives it. A drain (SIGTERM) or the session's
+maximum duration stops the reading, and the session ends as after ``end_of_stream``:
+every piece of audio already received gets its final.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from parley.protocol.messages import (ControlType, Error, ErrorCode, ProtocolError,
-                                      SessionStarted, StreamConfig, encode, parse_control)
-from parley.runtime.scheduler import AsrScheduler
+from parley.protocol.messages import (ControlType, EndReason, Error, ErrorCode, Final, Partial,
+                                      ProtocolError, ServerMessage, SessionStarted, StreamConfig,
+                                      encode, parse_control)
 from parley.runtime.diarization import DiarizationWorker
+from parley.runtime.metrics import Metrics
+from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Session, SessionOptions
 from parley.runtime.speaker_track import SpeakerTrack
+from parley.transport.auth import ApiKeys, OriginPolicy
 
 log = logging.getLogger(__name__)
+MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes
+ANONYMOUS = "anonymous"       # the key name of a session on a server without keys
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to fit a close frame (123 bytes of UTF-8), on a character boundary."""
+    encoded = text.encode("utf-8")
+    if len(encoded) <= MAX_CLOSE_REASON_BYTES:
+        return text
+    cut = encoded[:MAX_CLOSE_REASON_BYTES - len("…".encode())]
+    return cut.decode("utf-8", errors="ignore") + "…"
 
 
 @dataclass(frozen=True)
@@ -36,11 +52,13 @@ class StreamLimits:
     max_frame_bytes: int
     idle_timeout_s: float
     max_segment_s: float
+    max_session_s: float
+    max_sessions_per_key: int | None = None
     diarization_latency_s: float | None = None
 
     def to_json(self) -> dict:
         limits = {"max_frame_bytes": self.max_frame_bytes, "idle_timeout_s": self.idle_timeout_s,
-                  "max_segment_s": self.max_segment_s}
+                  "max_segment_s": self.max_segment_s, "max_session_s": self.max_session_s}
         if self.diarization_latency_s is not None:
             limits["diarization_latency_s"] = self.diarization_latency_s
         return limits
@@ -55,6 +73,24 @@ class AsrService:
     check_language: Callable[[str | None], None]
 
 
+@dataclass(frozen=True)
+class Access:
+    """Who may stream: keys (none: anyone) and the browser origins allowed."""
+
+    keys: ApiKeys = ApiKeys()
+    origins: OriginPolicy = OriginPolicy()
+
+
+@dataclass
+class _Connection:
+    """What one connection's coroutine knows about itself, for its log line."""
+
+    session_id: str
+    key: str
+    outcome: str = "disconnected"
+    error_codes: list[str] = field(default_factory=list)
+
+
 class _Fatal(Exception):
     def __init__(self, error: Error):
         super().__init__(error.message)
@@ -65,21 +101,39 @@ class StreamEndpoint:
     """Serves /v1/stream; counts live sessions for admission (no per-session state here)."""
 
     def __init__(self, asr: AsrService, options: SessionOptions, limits: StreamLimits,
-                 token: str | None, diarization: DiarizationWorker | None = None):
+                 access: Access, metrics: Metrics, diarization: DiarizationWorker | None = None):
         self._asr = asr
         self._diarization = diarization
         self._options = options
         self._limits = limits
-        self._token = token
+        self._access = access
+        self._metrics = metrics
         self._live: set[asyncio.Task] = set()
+        self._per_key: Counter[str] = Counter()
+        self._draining = asyncio.Event()
         self._shutting_down = False
 
     @property
     def live_sessions(self) -> int:
         return len(self._live)
 
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Admit no one; end every live session as after ``end_of_stream`` (each gets the
+        finals of all the audio it sent, then ``session_ended``, then close 1001); after
+        ``timeout_s`` end whatever is left with ``shutting_down``."""
+        self._draining.set()
+        if self._live:
+            log.info("draining %d session(s), for at most %g s", len(self._live), timeout_s)
+            await asyncio.wait(set(self._live), timeout=timeout_s)
+        await self.shutdown()
+
     async def shutdown(self) -> None:
-        """Tell every live client the server is going away, and wait for their handlers."""
+        """End every live session now with ``shutting_down``, and wait for their handlers."""
+        self._draining.set()
         self._shutting_down = True
         for task in list(self._live):
             task.cancel()
@@ -88,53 +142,83 @@ class StreamEndpoint:
     async def handle(self, connection: ServerConnection) -> None:
         task = asyncio.current_task()
         assert task is not None
+        this = _Connection(uuid.uuid4().hex, ANONYMOUS)
         try:
-            config = self._admit(connection)
+            config, this.key = self._admit(connection)
         except _Fatal as refusal:
-            await _close_with(connection, refusal.error)
+            this.outcome = refusal.error.code.value
+            await self._close_with(connection, this, refusal.error)
+            log.info("refused a session: %s", refusal.error.code.value,
+                     extra={"outcome": this.outcome, "key": this.key})
             return
         self._live.add(task)
+        self._per_key[this.key] += 1
+        self._metrics.sessions_live.inc()
         speakers = SpeakerTrack(self._diarization) if config.diarization else None
         session = Session(config, self._asr.worker, self._options, speakers)
-        session_id = uuid.uuid4().hex
-        log.info("session %s started: %s", session_id, config)
+        log.info("session %s started by key %s: %s", this.session_id, this.key, config,
+                 extra={"session_id": this.session_id, "key": this.key})
         try:
             await connection.send(encode(SessionStarted(
-                session_id, config, self._limits.to_json(), self._asr.model_label)))
-            await self._run(connection, session)
+                this.session_id, config, self._limits.to_json(), self._asr.model_label)))
+            ending = await self._run(connection, session, this)
+            this.outcome = "ended"
+            await connection.close(ending.close_code, ending.close_reason)
         except _Fatal as fatal:
-            await _close_with(connection, fatal.error)
+            this.outcome = fatal.error.code.value
+            await self._close_with(connection, this, fatal.error)
         except asyncio.CancelledError:
-            if self._shutting_down:
-                await _close_with(connection, Error(ErrorCode.SHUTTING_DOWN,
-                                                    "the server is shutting down"))
-            else:
+            if not self._shutting_down:
                 raise
+            this.outcome = ErrorCode.SHUTTING_DOWN.value
+            await self._close_with(connection, this, Error(
+                ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
         except ConnectionClosed:
             pass
         except Exception:
-            log.exception("session %s failed", session_id)
-            await _close_with(connection, Error(ErrorCode.INTERNAL_ERROR,
-                                                "internal server error; the session ended"))
+            log.exception("session %s failed", this.session_id)
+            this.outcome = ErrorCode.INTERNAL_ERROR.value
+            await self._close_with(connection, this, Error(
+                ErrorCode.INTERNAL_ERROR, "internal server error; the session ended"))
         finally:
             session.close()
             self._live.discard(task)
-            log.info("session %s ended", session_id)
+            self._per_key[this.key] -= 1
+            self._metrics.sessions_live.dec()
+            self._metrics.sessions.labels(this.outcome).inc()
+            log.info("session %s ended: %s after %.1f s of audio (key %s, errors %s)",
+                     this.session_id, this.outcome, session.stream_time, this.key,
+                     ",".join(this.error_codes) or "none",
+                     extra={"session_id": this.session_id, "key": this.key,
+                            "outcome": this.outcome, "audio_s": round(session.stream_time, 3),
+                            "error_codes": this.error_codes})
 
     # ------------------------------------------------------------------ admission
 
-    def _admit(self, connection: ServerConnection) -> StreamConfig:
+    def _admit(self, connection: ServerConnection) -> tuple[StreamConfig, str]:
+        """The stream's config and the name of the key it came with, or _Fatal."""
         request = connection.request
         assert request is not None
+        headers = request.headers
+        if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
+            raise _Fatal(Error(ErrorCode.FORBIDDEN_ORIGIN,
+                               "pages from this origin may not stream to this server"))
         params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
-        if self._token is not None and not self._authorized(params, request.headers):
-            raise _Fatal(Error(ErrorCode.UNAUTHORIZED, "a valid token is required"))
-        if self._shutting_down:
+        key = ANONYMOUS
+        if self._access.keys.required:
+            key = self._access.keys.identify(_offered_key(params, headers))
+            if key is None:
+                raise _Fatal(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
+        if self._draining.is_set():
             raise _Fatal(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
         if len(self._live) >= self._limits.max_sessions:
             raise _Fatal(Error(ErrorCode.SERVER_BUSY,
                                f"the server is at its limit of {self._limits.max_sessions} "
                                "sessions; try again later"))
+        per_key = self._limits.max_sessions_per_key
+        if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
+            raise _Fatal(Error(ErrorCode.TOO_MANY_SESSIONS,
+                               f"this key has its limit of {per_key} sessions open"))
         try:
             config = StreamConfig.from_query(params)
             self._asr.check_language(config.language)
@@ -146,48 +230,52 @@ class StreamEndpoint:
             raise _Fatal(Error(ErrorCode.BAD_CONFIG,
                                "diarization is not available on this server (start it with "
                                "--diarization bundle)"))
-        return config
-
-    def _authorized(self, params: dict[str, str], headers) -> bool:
-        assert self._token is not None
-        offered = params.get("token")
-        authorization = headers.get("Authorization", "")
-        if offered is None and authorization.lower().startswith("bearer "):
-            offered = authorization[7:].strip()
-        return offered is not None and hmac.compare_digest(offered.encode(), self._token.encode())
+        return config, key
 
     # ------------------------------------------------------------------ the stream
 
-    async def _run(self, connection: ServerConnection, session: Session) -> None:
-        writer = asyncio.create_task(self._write(connection, session))
+    async def _run(self, connection: ServerConnection, session: Session,
+                   this: _Connection) -> EndReason:
+        """Stream until the session ends; why it ended (fatal errors raise _Fatal)."""
+        writer = asyncio.create_task(self._write(connection, session, this))
         reader = asyncio.create_task(self._read(connection, session))
         try:
             await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_EXCEPTION)
             for task in (reader, writer):
                 if task.done() and task.exception() is not None:
                     raise task.exception()
-            # The reader saw end_of_stream (or the writer ended first): the writer
-            # finishes after session_ended.
+            # The reader ended the session: the writer finishes after session_ended.
             await writer
+            return await reader
         finally:
             for task in (reader, writer):
                 task.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
-        await connection.close(1000, "end of stream")
 
-    async def _write(self, connection: ServerConnection, session: Session) -> None:
+    async def _write(self, connection: ServerConnection, session: Session,
+                     this: _Connection) -> None:
         async for message in session.messages():
-            await connection.send(encode(message))
+            await self._send(connection, this, message)
 
-    async def _read(self, connection: ServerConnection, session: Session) -> None:
+    async def _send(self, connection: ServerConnection, this: _Connection,
+                    message: ServerMessage) -> None:
+        if isinstance(message, Error):  # counted even if the client is gone
+            self._metrics.errors.labels(message.code.value).inc()
+            this.error_codes.append(message.code.value)
+        await connection.send(encode(message))
+        if isinstance(message, Final):
+            self._metrics.finals.inc()
+        elif isinstance(message, Partial):
+            self._metrics.partials.inc()
+
+    async def _read(self, connection: ServerConnection, session: Session) -> EndReason:
+        bytes_per_second = session.config.bytes_per_frame * session.config.sample_rate
+        ends_at = asyncio.get_running_loop().time() + self._limits.max_session_s
         while True:
-            try:
-                async with asyncio.timeout(self._limits.idle_timeout_s):
-                    message = await connection.recv()
-            except TimeoutError:
-                raise _Fatal(Error(ErrorCode.IDLE_TIMEOUT,
-                                   f"no audio or keep_alive for {self._limits.idle_timeout_s:g} s"
-                                   )) from None
+            message = await self._next(connection, ends_at)
+            if isinstance(message, EndReason):
+                await session.end(message)
+                return message
             try:
                 if isinstance(message, bytes):
                     if len(message) > self._limits.max_frame_bytes:
@@ -195,6 +283,7 @@ class StreamEndpoint:
                                            f"audio message of {len(message)} bytes exceeds "
                                            f"{self._limits.max_frame_bytes}"))
                     await session.feed(message)
+                    self._metrics.audio_seconds.inc(len(message) / bytes_per_second)
                     continue
                 kind = parse_control(message)
             except ProtocolError as exc:
@@ -203,14 +292,52 @@ class StreamEndpoint:
             if kind is ControlType.FINALIZE:
                 await session.finalize()
             elif kind is ControlType.END_OF_STREAM:
-                await session.end()
-                return
+                await session.end(EndReason.END_OF_STREAM)
+                return EndReason.END_OF_STREAM
+
+    async def _next(self, connection: ServerConnection, ends_at: float) -> str | bytes | EndReason:
+        """The client's next message; or why reading stops (a drain, the session's
+        maximum duration); _Fatal(idle_timeout) if nothing comes in time."""
+        if self._draining.is_set():
+            return EndReason.SHUTTING_DOWN
+        left = ends_at - asyncio.get_running_loop().time()
+        if left <= 0:
+            return EndReason.MAX_DURATION
+        idle = self._limits.idle_timeout_s
+        receive = asyncio.ensure_future(connection.recv())
+        drain = asyncio.ensure_future(self._draining.wait())
+        try:
+            await asyncio.wait({receive, drain}, timeout=min(idle, left),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            drain.cancel()
+            if not receive.done():
+                receive.cancel()  # websockets' recv() loses nothing when cancelled
+                await asyncio.gather(receive, return_exceptions=True)
+        if receive.done() and not receive.cancelled():
+            return receive.result()  # a message that came with the drain is still read
+        if self._draining.is_set():
+            return EndReason.SHUTTING_DOWN
+        if left <= idle:
+            return EndReason.MAX_DURATION
+        raise _Fatal(Error(ErrorCode.IDLE_TIMEOUT,
+                           f"no audio or keep_alive for {idle:g} s"))
+
+    async def _close_with(self, connection: ServerConnection, this: _Connection,
+                          error: Error) -> None:
+        """Send ``error`` and close with its code; the client may already be gone."""
+        with contextlib.suppress(ConnectionClosed):
+            await self._send(connection, this, error)
+        close_code = error.code.close_code or 1011
+        with contextlib.suppress(ConnectionClosed):
+            await connection.close(close_code, close_reason(error.message))
 
 
-async def _close_with(connection: ServerConnection, error: Error) -> None:
-    """Send ``error`` and close with its code; the client may already be gone."""
-    with contextlib.suppress(ConnectionClosed):
-        await connection.send(encode(error))
-    close_code = error.code.close_code or 1011
-    with contextlib.suppress(ConnectionClosed):
-        await connection.close(close_code, error.message[:120])
+def _offered_key(params: dict[str, str], headers) -> str | None:
+    """The key a client offers: ``?token=``, or ``Authorization: Bearer``/``Token``."""
+    offered = params.get("token")
+    authorization = headers.get("Authorization", "")
+    scheme, _, credentials = authorization.partition(" ")
+    if offered is None and scheme.lower() in ("bearer", "token"):
+        offered = credentials.strip()
+    return offered

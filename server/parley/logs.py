@@ -1,0 +1,66 @@
+"""Logging set-up: text or JSON lines, and no secret in any line.
+
+Every record passes a filter that replaces each configured secret (API keys, the
+Hugging Face token) wherever it appears, arguments and tracebacks included. That
+covers lines Parley does not write itself, such as websockets' request lines at
+debug level, which carry the query string and so a ``token=`` parameter.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Literal
+
+from pythonjsonlogger.json import JsonFormatter
+
+REDACTED = "[redacted]"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# Fields Parley adds to its session lines (``extra=``); the text format shows them in
+# the message as well.
+SESSION_FIELDS = ("session_id", "key", "outcome", "audio_s", "error_codes")
+
+
+class RedactSecrets(logging.Filter):
+    def __init__(self, secrets: Iterable[str]):
+        super().__init__()
+        # Longest first, so that a secret containing another is replaced whole.
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._secrets:
+            return True
+        record.msg = self._redact(record.getMessage())
+        record.args = None
+        if record.exc_info:
+            record.exc_text = self._redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        for name in SESSION_FIELDS:
+            value = getattr(record, name, None)
+            if isinstance(value, str):
+                setattr(record, name, self._redact(value))
+        return True
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+
+def configure_logging(level: str, log_format: Literal["text", "json"] = "text",
+                      secrets: Iterable[str] = ()) -> None:
+    """Log to stderr at ``level`` in ``log_format``, with ``secrets`` redacted."""
+    handler = logging.StreamHandler()
+    formatter = (JsonFormatter(JSON_FIELDS, rename_fields={"asctime": "time",
+                                                          "levelname": "level",
+                                                          "name": "logger"})
+                 if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(formatter)
+    handler.addFilter(RedactSecrets(secrets))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    if level != "debug":  # websockets logs every HTTP request and close at INFO
+        logging.getLogger("websockets").setLevel(logging.WARNING)

@@ -1,0 +1,97 @@
+"""Who may stream: named API keys, and which browser pages may open a stream.
+
+A key's *name* is what logs and metrics show; its value is only ever compared, in
+constant time, against what a client offers.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+from urllib.parse import urlsplit
+
+KEY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+@dataclass(frozen=True)
+class ApiKeys:
+    """Named keys; empty means that the server lets anyone stream."""
+
+    keys: tuple[tuple[str, bytes], ...] = ()
+
+    @classmethod
+    def of(cls, named: Mapping[str, str]) -> "ApiKeys":
+        """Keys from a name → value mapping; ValueError on a bad name or an empty value."""
+        for name, value in named.items():
+            if not KEY_NAME.match(name):
+                raise ValueError(f"API key name {name!r} must be 1 to 64 of A-Z a-z 0-9 _ . -")
+            if not value.strip():
+                raise ValueError(f"API key {name!r} is empty")
+        return cls(tuple((name, value.strip().encode()) for name, value in named.items()))
+
+    @property
+    def required(self) -> bool:
+        return bool(self.keys)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The secrets themselves, for the log filter that redacts them."""
+        return tuple(value.decode() for _, value in self.keys)
+
+    def identify(self, offered: str | None) -> str | None:
+        """The name of the key ``offered`` is, or None. Every key is compared, each in
+        constant time, so the time taken does not tell which key nearly matched."""
+        if offered is None:
+            return None
+        candidate = offered.encode()
+        found = None
+        for name, value in self.keys:
+            if hmac.compare_digest(candidate, value) and found is None:
+                found = name
+        return found
+
+
+def read_key_file(path: Path) -> dict[str, str]:
+    """``name:key`` lines (blank lines and ``#`` comments skipped); ValueError if malformed."""
+    named: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise ValueError(f"{path}:{number}: expected name:key")  # the line may be a key
+        if name.strip() in named:
+            raise ValueError(f"{path}:{number}: key name {name.strip()!r} given twice")
+        named[name.strip()] = value
+    return named
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+@dataclass(frozen=True)
+class OriginPolicy:
+    """Which pages may open a stream from a browser (browsers send ``Origin``; other
+    clients do not, and are not concerned). ``allowed`` None: only pages this server
+    served itself (the Origin's host is the Host the request was sent to)."""
+
+    allowed: frozenset[str] | None = None
+
+    def allows(self, origin: str | None, host: str | None) -> bool:
+        if origin is None:
+            return True
+        if self.allowed is not None:
+            return "*" in self.allowed or origin.rstrip("/").lower() in self.allowed
+        return host is not None and urlsplit(origin).netloc.lower() == host.lower()
+
+    @classmethod
+    def of(cls, origins: list[str] | None) -> "OriginPolicy":
+        if origins is None:
+            return cls(None)
+        return cls(frozenset(o.rstrip("/").lower() for o in origins))
