@@ -128,10 +128,11 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
 class Server:
     """`parley serve` in a child process on a free loopback port; its log goes to a file."""
 
-    def __init__(self, model: str, diarization: str, extra: list[str], log_level: str):
+    def __init__(self, model: str, diarization: str, extra: list[str], log_level: str,
+                 log_name: str = "load"):
         env = {**os.environ, "PARLEY_LOG_LEVEL": log_level, "PYANNOTE_METRICS_ENABLED": "false"}
         RESULTS.mkdir(parents=True, exist_ok=True)
-        self.log_path = RESULTS / f"load-server-{diarization}.log"
+        self.log_path = RESULTS / f"{log_name}-server-{diarization}.log"
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "parley", "serve", "--port", "0", "--model", model,
