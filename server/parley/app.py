@@ -101,9 +101,9 @@ def access_of(settings: Settings) -> Access:
     return Access(ApiKeys.of(named), OriginPolicy.of(settings.server.allowed_origins))
 
 
-def secrets_of(settings: Settings) -> list[str]:
+def secrets_of(access: Access) -> list[str]:
     """Every secret the process knows, for the log filter that redacts them."""
-    return [*access_of(settings).keys.values, os.environ.get("HF_TOKEN", "")]
+    return [*access.keys.values, os.environ.get("HF_TOKEN", "")]
 
 
 def tls_context(settings: Settings) -> ssl.SSLContext | None:
@@ -161,15 +161,16 @@ def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
                 "diarization_worker": diarization.alive if diarization else None,
                 "draining": endpoint.draining}
 
-    def ready() -> bool:
-        checks = readiness()
+    def ready(checks: dict) -> bool:
         return (checks["asr_worker"] and checks["diarization_worker"] is not False
                 and not checks["draining"])
 
     def readyz() -> Response:
-        status = HTTPStatus.OK if ready() else HTTPStatus.SERVICE_UNAVAILABLE
-        return json_response(status, {"status": "ready" if ready() else "not_ready",
-                                      "checks": readiness()})
+        checks = readiness()
+        if ready(checks):
+            return json_response(HTTPStatus.OK, {"status": "ready", "checks": checks})
+        return json_response(HTTPStatus.SERVICE_UNAVAILABLE,
+                             {"status": "not_ready", "checks": checks})
 
     def health() -> Response:
         return json_response(HTTPStatus.OK, {
@@ -181,7 +182,8 @@ def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
                     **worker.stats.to_json(), "costs": worker.costs()},
             "diarization": settings.diarization.source if diarization else None})
 
-    metrics.watch("parley_ready", "1 while /readyz answers 200", lambda: float(ready()))
+    metrics.watch("parley_ready", "1 while /readyz answers 200",
+                  lambda: float(ready(readiness())))
     metrics.watch("parley_draining", "1 while the server drains", lambda: float(endpoint.draining))
     return {"/healthz": lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
             "/readyz": readyz, "/health": health,
@@ -191,9 +193,10 @@ def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
 
 async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService,
                        diarization: DiarizationWorker | None = None,
-                       warm_up: bool = True) -> RunningServer:
-    """Start the workers (timing the engine first, with ``warm_up``) and serve."""
-    access = access_of(settings)
+                       warm_up: bool = True, access: Access | None = None) -> RunningServer:
+    """Start the workers (timing the engine first, with ``warm_up``) and serve
+    (``access``: as read from ``settings`` when not given)."""
+    access = access or access_of(settings)
     await worker.start(warm_up=warm_up)
     metrics = Metrics()
     worker.observer = metrics  # after the warm-up, whose decodes are not traffic
@@ -245,12 +248,12 @@ async def in_passing_thread(function, *args):
     return await done
 
 
-async def serve_forever(settings: Settings) -> None:
+async def serve_forever(settings: Settings, access: Access) -> None:
     """Serve until SIGTERM or SIGINT, then drain: live sessions get the finals of all
     their audio (for at most ``server.drain_timeout_s``). A second signal ends them now."""
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
-    running = await start_server(settings, worker, asr, diarization)
+    running = await start_server(settings, worker, asr, diarization, access=access)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     cut_short: list[asyncio.Task] = []

@@ -13,7 +13,7 @@ from parley.client.formats import FORMATS
 def _serve(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from parley.app import secrets_of, serve_forever
+    from parley.app import access_of, secrets_of, serve_forever
     from parley.config import Settings
     from parley.logs import configure_logging
 
@@ -43,13 +43,13 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["allow_anonymous"] = True
     try:
         settings = Settings(**overrides)
-        secrets = secrets_of(settings)
+        access = access_of(settings)  # the key file is read once, here
     except (ValidationError, ValueError, OSError) as exc:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.log_format, secrets)
+    configure_logging(settings.log_level, settings.log_format, secrets_of(access))
     try:
-        asyncio.run(serve_forever(settings))
+        asyncio.run(serve_forever(settings, access))
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return 1

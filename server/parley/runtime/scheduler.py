@@ -30,15 +30,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol
+from typing import Callable
 
-import numpy as np
-
-from parley.core.asr import AsrRequest, Decode, Transcriber, transcribe
-from parley.core.audio import SAMPLE_RATE
+from parley.core.asr import AsrRequest, Decode, Transcriber
 from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
-from parley.core.policy import (ENCODER_BATCH_GAIN, PartialPacing, draft_budgets,
-                                encoder_batch_size, finish_decoding_first, remaining_steps)
+from parley.core.policy import (PartialPacing, draft_budgets, encoder_batch_size,
+                                finish_decoding_first, remaining_steps)
+from parley.runtime.calibration import calibrate
+from parley.runtime.scheduler_stats import SchedulerObserver, SchedulerStats
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +51,6 @@ PARTIAL_COST_SMOOTHING = 0.2
 TOKENS_PER_SECOND_PRIOR = 3.0
 FINISH_SECONDS_PRIOR = 0.03
 FINAL_SMOOTHING = 0.1
-WARM_UP_SECONDS = 2.0       # of synthetic audio the warm-up decodes
-CALIBRATION_REPEATS = 2     # encoder passes the warm-up times per batch size
 _STOP = object()
 
 
@@ -78,36 +75,6 @@ class Load:
     busy: DecayingRate         # worker seconds per second: the busy fraction
     finals: DecayingRate       # worker seconds per second spent on finals
     partial_cost_s: float = 0.0  # worker seconds one partial costs
-
-
-class SchedulerObserver(Protocol):
-    """Told, on the worker thread, what each decode and step took (metrics)."""
-
-    def decoded(self, final: bool, waited_s: float, compute_s: float) -> None: ...
-
-    def stepped(self, rows: int) -> None: ...
-
-
-@dataclass
-class SchedulerStats:
-    jobs_done: int = 0
-    jobs_failed: int = 0
-    partials_refused: int = 0     # not queued, because a final waited or room was short
-    partials_cancelled: int = 0   # the session no longer wanted it
-    partials_evicted: int = 0     # gave its row to a final
-    steps: int = 0
-    rows_stepped: int = 0         # sum over steps of the rows in each
-    tokens_fed: int = 0           # sum over steps of the positions fed
-    encoder_passes: int = 0
-    encoded_clips: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    busy_seconds: float = 0.0
-    audio_seconds: float = 0.0
-
-    def to_json(self) -> dict:
-        return {name: round(value, 3) if isinstance(value, float) else value
-                for name, value in vars(self).items()}
 
 
 class AsrScheduler:
@@ -242,37 +209,8 @@ class AsrScheduler:
         """Time the engine before serving (``start(warm_up=True)`` runs it on the thread
         that will decode; benchmarks may call it directly).
 
-        First passes pay for lazy initialisation; and the encoder's cost per batch size
-        decides whether admitted clips share a pass: sizes double while batching still
-        makes a clip cheaper (on a 2-core CPU a batch of two already costs two clips).
         """
-        rng = np.random.default_rng(0)
-        noise = (0.01 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(
-            np.float32)
-        request = AsrRequest(noise)
-        transcribe(self.engine, request)  # lazy initialisation is not part of any cost
-        clips = 1
-        while clips <= self.engine.max_rows:
-            timings = []
-            for _ in range(CALIBRATION_REPEATS):
-                began = self._clock()
-                decodes = self.engine.start([request] * clips)
-                timings.append(self._clock() - began)
-                running = [d for d in decodes if not d.finished]
-                if running:  # seeds the step cost model with plain steps of this width
-                    began = self._clock()
-                    self.engine.step(running, [0] * len(running))
-                    self.step_cost.observe(len(running), len(running), self._clock() - began)
-                for decode in decodes:
-                    self.engine.drop(decode)
-            best_so_far = min((s / n for n, s in self.encoder_cost.known.items()), default=None)
-            self.encoder_cost.observe(clips, min(timings))
-            if best_so_far is not None and \
-                    self.encoder_cost(clips) / clips > best_so_far * ENCODER_BATCH_GAIN:
-                break
-            clips *= 2
-        log.info("encoder seconds by batch size: %s", {
-            n: round(seconds, 3) for n, seconds in sorted(self.encoder_cost.known.items())})
+        calibrate(self.engine, self.step_cost, self.encoder_cost, self._clock)
 
     def _run(self) -> None:
         if self._on_thread_start is not None:

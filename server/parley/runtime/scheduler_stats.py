@@ -1,0 +1,36 @@
+"""What the ASR scheduler counts, and what it tells an observer (metrics) as it works."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class SchedulerObserver(Protocol):
+    """Told, on the worker thread, what each decode and step took (metrics)."""
+
+    def decoded(self, final: bool, waited_s: float, compute_s: float) -> None: ...
+
+    def stepped(self, rows: int) -> None: ...
+
+
+@dataclass
+class SchedulerStats:
+    jobs_done: int = 0
+    jobs_failed: int = 0
+    partials_refused: int = 0     # not queued, because a final waited or room was short
+    partials_cancelled: int = 0   # the session no longer wanted it
+    partials_evicted: int = 0     # gave its row to a final
+    steps: int = 0
+    rows_stepped: int = 0         # sum over steps of the rows in each
+    tokens_fed: int = 0           # sum over steps of the positions fed
+    encoder_passes: int = 0
+    encoded_clips: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    busy_seconds: float = 0.0
+    audio_seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {name: round(value, 3) if isinstance(value, float) else value
+                for name, value in vars(self).items()}
