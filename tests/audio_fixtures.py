@@ -61,6 +61,15 @@ def speak(text: str, voice: str = "en-us") -> np.ndarray:
         return read_wav(out)
 
 
+def audible_span(speech: np.ndarray, floor: float = 0.01) -> tuple[float, float]:
+    """Seconds from the start of ``speech`` to its first and last sample above ``floor``
+    (espeak-ng pads its output with about 0.4 s of silence, which is not speech)."""
+    loud = np.flatnonzero(np.abs(speech) > floor)
+    if not len(loud):
+        return 0.0, 0.0
+    return loud[0] / SAMPLE_RATE, (loud[-1] + 1) / SAMPLE_RATE
+
+
 def silence(seconds: float) -> np.ndarray:
     return np.zeros(int(seconds * SAMPLE_RATE), dtype=np.float32)
 
@@ -81,7 +90,8 @@ def conversation(lines: list[tuple[str, str]], gap_s: float = 1.0,
     t = lead_s
     for voice, text in lines:
         speech = speak(text, voice)
-        truth.append(Utterance(text, t, t + len(speech) / SAMPLE_RATE, voice))
+        first, last = audible_span(speech)
+        truth.append(Utterance(text, t + first, t + last, voice))
         parts += [speech, silence(gap_s)]
         t += len(speech) / SAMPLE_RATE + gap_s
     return np.concatenate(parts), truth
@@ -117,3 +127,47 @@ def wer(reference: str, hypothesis: str) -> float:
 
 def words_of(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+
+
+MONOLOGUE_LINES = [
+    "Thank you all for coming today.",
+    "I will keep this short.",
+    "First, the new office opens in March.",
+    "Second, we are hiring two more engineers.",
+    "Finally, please send me your questions by Friday.",
+]
+MONOLOGUE_PAUSES_S = [0.6, 1.5, 0.9, 2.2]
+
+
+def monologue(voice: str = "A") -> tuple[np.ndarray, list[Utterance]]:
+    """One speaker, five sentences, pauses of 0.6 to 2.2 s between them."""
+    parts, truth, t = [silence(0.5)], [], 0.5
+    for line, pause in zip(MONOLOGUE_LINES, MONOLOGUE_PAUSES_S + [1.0]):
+        speech = speak(line, SPEAKERS[voice])
+        first, last = audible_span(speech)
+        truth.append(Utterance(line, t + first, t + last, SPEAKERS[voice]))
+        parts += [speech, silence(pause)]
+        t += len(speech) / SAMPLE_RATE + pause
+    return np.concatenate(parts), truth
+
+
+# Stretches of sample.wav where only its first speaker (speaker90) talks, per sample.rttm.
+SAMPLE_SPEAKER90_ALONE_S = [(11.05, 14.45), (18.62, 21.45), (8.35, 9.9)]
+
+
+def recording_and_prompts(rounds: int = 6, gap_s: float = 0.6):
+    """Two speakers: clean espeak-ng prompts (voice A) answered by an old, noisy recording
+    (sample.wav's first speaker), turn by turn."""
+    recording = read_wav(SAMPLE_WAV)
+    parts, truth, t = [silence(0.5)], [], 0.5
+    for k in range(rounds):
+        prompt = speak(DIALOGUE_LINES[k % len(DIALOGUE_LINES)], SPEAKERS["A"])
+        start, end = SAMPLE_SPEAKER90_ALONE_S[k % len(SAMPLE_SPEAKER90_ALONE_S)]
+        answer = recording[int(start * SAMPLE_RATE):int(end * SAMPLE_RATE)]
+        for audio, who in ((prompt, SPEAKERS["A"]), (answer, "speaker90")):
+            first, last = audible_span(audio) if who == SPEAKERS["A"] else (0.0, len(audio) /
+                                                                                 SAMPLE_RATE)
+            truth.append(Utterance("", t + first, t + last, who))
+            parts += [audio, silence(gap_s)]
+            t += len(audio) / SAMPLE_RATE + gap_s
+    return np.concatenate(parts), truth

@@ -31,8 +31,10 @@ from fake_engine import FakeEngine
 from parley.app import start_server
 from parley.client.stream import run_stream, stream_url
 from parley.config import Settings
+from parley.core.speaker_masks import FrameGrid
+from parley.core.stream_diarizer import DiarizationConfig
 from parley.protocol.messages import StreamConfig
-from parley.runtime.diarization import DiarizationConfig, DiarizationWorker
+from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.scheduler import AsrScheduler
 from parley.transport.ws_server import AsrService
 
@@ -295,8 +297,7 @@ async def test_an_engine_fault_on_one_session_leaves_the_others_alone(start, tal
 class BrokenSpeakerModels:
     """Speaker models whose segmentation fails: a fault in the diarization thread."""
 
-    frame_step = 0.016875
-    frame_start = 0.0
+    grid = FrameGrid(step=0.016875, start=0.0)
 
     def segment(self, window):
         raise RuntimeError("segmentation model fault")

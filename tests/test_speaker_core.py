@@ -5,8 +5,7 @@ import pytest
 
 from parley.core.ring import AudioRing
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot, Turn
-from parley.core.speakers import ClusteringConfig, OnlineClustering
-from parley.runtime.speaker_track import smooth_runs
+from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering
 
 
 def unit(*values):
@@ -14,23 +13,29 @@ def unit(*values):
     return v / np.linalg.norm(v)
 
 
+def local(*vectors, alone_s=2.0, fresh_s=2.0, peak=0.9):
+    """A window's local speakers: these embeddings, each heard alone for ``alone_s``."""
+    n = len(vectors)
+    return LocalSpeakers(np.stack(vectors), np.full(n, peak), np.full(n, alone_s),
+                         np.full(n, fresh_s))
+
+
 def test_two_local_speakers_never_share_a_global_speaker():
     """Even when both are closest to the same centroid, the assignment keeps them apart."""
     clustering = OnlineClustering(ClusteringConfig(max_speakers=2, new_speaker_distance=0.5))
-    clustering.assign(np.stack([unit(1, 0, 0)]), np.array([0.9]))
-    clustering.assign(np.stack([unit(0, 1, 0)]), np.array([0.9]))
-    both_near_first = np.stack([unit(1, 0.1, 0), unit(1, 0.2, 0)])
-    mapping = clustering.assign(both_near_first, np.array([0.9, 0.9]))
+    clustering.assign(local(unit(1, 0, 0)))
+    clustering.assign(local(unit(0, 1, 0)))
+    mapping = clustering.assign(local(unit(1, 0.1, 0), unit(1, 0.2, 0)))
     assert sorted(mapping) == [0, 1]
 
 
 def test_new_speaker_when_nobody_is_close_until_the_maximum():
     """A distant embedding starts a new speaker; past max_speakers it joins the closest free one."""
     clustering = OnlineClustering(ClusteringConfig(max_speakers=2, new_speaker_distance=0.3))
-    assert clustering.assign(np.stack([unit(1, 0, 0)]), np.array([1.0])) == [0]
-    assert clustering.assign(np.stack([unit(0.95, 0.05, 0)]), np.array([1.0])) == [0]
-    assert clustering.assign(np.stack([unit(0, 1, 0)]), np.array([1.0])) == [1]
-    assert clustering.assign(np.stack([unit(0, 0, 1)]), np.array([1.0])) in ([0], [1])
+    assert clustering.assign(local(unit(1, 0, 0))) == [0]
+    assert clustering.assign(local(unit(0.95, 0.05, 0))) == [0]
+    assert clustering.assign(local(unit(0, 1, 0))) == [1]
+    assert clustering.assign(local(unit(0, 0, 1))) in ([0], [1])
     assert clustering.speaker_count == 2
 
 
@@ -38,9 +43,54 @@ def test_inactive_or_unembedded_speakers_are_not_assigned():
     """Quiet local speakers and NaN embeddings map to nobody and create nobody."""
     clustering = OnlineClustering(ClusteringConfig())
     nan = np.full(3, np.nan, dtype=np.float32)
-    assert clustering.assign(np.stack([unit(1, 0, 0), nan]), np.array([0.2, 0.9])) == [None,
-                                                                                         None]
-    assert clustering.speaker_count == 0
+    window = LocalSpeakers(np.stack([unit(1, 0, 0), nan]), np.array([0.2, 0.9]),
+                           np.full(2, 2.0), np.full(2, 2.0))
+    assert clustering.assign(window) == [None, None]
+    assert clustering.size == 0
+
+
+def test_short_evidence_joins_someone_close_but_founds_nobody():
+    """A local speaker heard alone for less than min_new_speaker_s never starts a speaker,
+    nor moves a centroid; it may still join a close one."""
+    clustering = OnlineClustering(ClusteringConfig(min_new_speaker_s=1.0))
+    assert clustering.assign(local(unit(1, 0, 0), alone_s=0.5)) == [None]
+    assert clustering.assign(local(unit(1, 0, 0), alone_s=1.5)) == [0]
+    assert clustering.assign(local(unit(0, 1, 0), alone_s=0.5)) == [None]
+    assert clustering.assign(local(unit(1, 0.2, 0), alone_s=0.5)) == [0]
+    np.testing.assert_allclose(clustering.centroids([0])[0], unit(1, 0, 0), atol=1e-6)
+
+
+def test_a_speaker_is_shown_as_the_closest_confirmed_one_until_confirmed():
+    """Until heard alone for min_speaker_s of new audio, a speaker is shown as the
+    closest confirmed speaker; then as itself."""
+    clustering = OnlineClustering(ClusteringConfig(min_speaker_s=2.0))
+    clustering.assign(local(unit(1, 0, 0), fresh_s=3.0))
+    assert clustering.assign(local(unit(0, 1, 0), fresh_s=0.5)) == [1]
+    assert set(clustering.aliases()) == {0} and clustering.speaker_count == 1
+    clustering.assign(local(unit(0, 1, 0), fresh_s=1.0))
+    assert clustering.aliases() == (0, 0)
+    clustering.assign(local(unit(0, 1, 0), fresh_s=0.5))
+    assert clustering.aliases() == (0, 1) and clustering.speaker_count == 2
+
+
+def test_nobody_confirmed_yet_shows_each_speaker_as_itself():
+    """At the start of a stream there is nobody to show a new speaker as."""
+    clustering = OnlineClustering(ClusteringConfig(min_speaker_s=5.0))
+    clustering.assign(local(unit(1, 0, 0), fresh_s=1.0))
+    assert clustering.aliases() == (0,) and clustering.speaker_count == 0
+
+
+def test_speakers_whose_centroids_converge_are_merged_into_the_older():
+    """Two speakers that drift within merge_distance become one, shown as the older."""
+    clustering = OnlineClustering(ClusteringConfig(new_speaker_distance=0.5,
+                                                   merge_distance=0.1, min_speaker_s=0.0))
+    clustering.assign(local(unit(1, 0, 0)))
+    clustering.assign(local(unit(0.4, 1, 0)))          # 0.65 away: someone new
+    assert clustering.aliases() == (0, 1)
+    for _ in range(6):                                  # its later windows sound like speaker 0
+        clustering.assign(local(unit(1, 0, 0), unit(1, 0.15, 0)))
+    assert set(clustering.aliases()) == {0} and clustering.speaker_count == 1
+    assert clustering.assign(local(unit(0.4, 1, 0))) == [clustering.size - 1]  # a new one
 
 
 def test_timeline_averages_windows_and_settles_after_the_latency():
@@ -79,12 +129,3 @@ def test_ring_keeps_the_latest_samples():
     ring.push(np.arange(10, 22, dtype=np.float32))
     np.testing.assert_array_equal(ring.latest(3), [19, 20, 21])
     assert ring.total == 19
-
-
-def test_lone_words_between_one_speakers_turns_are_smoothed():
-    """A one-word flip inside a speaker's run joins it; real turns and edges stay."""
-    assert smooth_runs(["S1", "S1", "S2", "S1", "S1"]) == ["S1"] * 5
-    assert smooth_runs(["S1", "S2", "S2", "S1"]) == ["S1", "S2", "S2", "S1"]
-    assert smooth_runs(["S2", "S1", "S1"]) == ["S2", "S1", "S1"]
-    assert smooth_runs(["S1", None, "S1"]) == ["S1", "S1", "S1"]
-    assert smooth_runs([]) == []

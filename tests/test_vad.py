@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from audio_fixtures import SAMPLE_RATE, conversation, silence, speak
+from audio_fixtures import SAMPLE_RATE, audible_span, conversation, silence, speak
 from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
 
 
@@ -117,3 +117,45 @@ def test_inconsistent_settings_are_refused(bad):
     """Settings that cannot work are refused when built."""
     with pytest.raises(ValueError):
         VadConfig(**bad)
+
+
+def test_voiced_regions_hold_the_speech_not_the_pad(three_turns):
+    """Each segment knows which of its frames were voiced: one region per turn, inside
+    the segment, starting after the pad and covering the audible speech."""
+    audio, truth = three_turns
+    for segment, turn in zip(closed(run(VadSegmenter(VadConfig()), audio)), truth):
+        assert len(segment.voiced) == -(-len(segment.audio) // VadConfig().frame_samples)
+        regions = segment.voiced_regions(bridge_s=0.3)
+        assert len(regions) == 1
+        start, end = (segment.start + t for t in regions[0])
+        assert segment.start + 0.2 <= start <= turn.start + 0.1
+        assert turn.end - 0.15 <= end <= segment.end - 0.2
+
+
+def trimmed(speech):
+    first, last = audible_span(speech)
+    return speech[int(first * SAMPLE_RATE):int(last * SAMPLE_RATE)]
+
+
+def test_a_speaker_change_cut_splits_the_open_segment_without_losing_audio():
+    """cut_at closes the open segment at the quietest frame near the time asked, and the
+    speech goes on in the next segment, voiced flags and all."""
+    turns = [speak("One speaker says this first part of it."),
+             speak("And then another one answers.", "en-gb+f3")]
+    speech = np.concatenate([trimmed(t) for t in turns])  # no pause between them
+    audio = np.concatenate([silence(0.5), speech, silence(1.0)])
+    segmenter = VadSegmenter(VadConfig())
+    events = run(segmenter, audio[:int(4.5 * SAMPLE_RATE)], flush=False)
+    assert segmenter.cut_at(99.0, search_s=0.2) == []  # not inside the open segment
+    cut = segmenter.cut_at(2.5, search_s=0.2)
+    assert [type(e) for e in cut] == [SegmentClosed, SpeechStart]
+    first = cut[0]
+    assert first.reason is CloseReason.SPEAKER_CHANGE and abs(first.end - 2.5) <= 0.2 + 0.03
+    assert cut[1].start == first.end and segmenter.open_span()[0] == first.end
+    events = cut + run(segmenter, audio[int(4.5 * SAMPLE_RATE):])
+    rest = closed(events)[1]
+    joined = np.concatenate([first.audio, rest.audio])
+    start = round(first.start * SAMPLE_RATE)
+    np.testing.assert_array_equal(joined, audio[start:start + len(joined)])
+    assert np.concatenate([first.voiced, rest.voiced]).sum() > 0.6 * len(speech) / (
+        VadConfig().frame_samples)

@@ -69,20 +69,14 @@ def load_diarization(settings: Settings):
     """The diarization worker, or None when it is off (then pyannote is never imported)."""
     if not settings.diarization.enabled:
         return None
-    from parley.core.speakers import ClusteringConfig
     from parley.models.device import plan_device, set_threads
     from parley.models.speaker_models import load_speaker_models
-    from parley.runtime.diarization import DiarizationConfig
 
     d = settings.diarization
     plan = plan_device(settings.asr.device)
     log.info("loading diarization models (%s) on %s", d.source, plan.description)
     models = load_speaker_models(d.source, settings.models_dir, plan.device)
-    config = DiarizationConfig(
-        window_s=d.window_s, step_s=d.step_s, latency_s=d.latency_s,
-        clustering=ClusteringConfig(max_speakers=d.max_speakers,
-                                    new_speaker_distance=d.new_speaker_distance))
-    return DiarizationWorker(models, config, capacity=2 * settings.server.max_sessions,
+    return DiarizationWorker(models, d.to_config(), capacity=2 * settings.server.max_sessions,
                              on_thread_start=lambda: set_threads(d.threads))
 
 

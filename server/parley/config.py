@@ -15,8 +15,14 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from parley.core.speakers import ClusteringConfig
+from parley.core.stream_diarizer import DiarizationConfig
+from parley.core.turns import TurnConfig
 from parley.core.vad import VadConfig
 from parley.transport.auth import is_loopback
+
+
+_DIARIZATION, _CLUSTERING, _TURNS = DiarizationConfig(), ClusteringConfig(), TurnConfig()
 
 
 def default_models_dir() -> Path:
@@ -76,15 +82,35 @@ class AsrSettings(BaseModel):
 class DiarizationSettings(BaseModel):
     source: str = Field("off", description="off, bundle, a pyannote pipeline directory, or a "
                                            "hub id such as pyannote/speaker-diarization-3.1")
-    window_s: float = Field(5.0, ge=1.0, le=10.0, description="audio each step looks at")
-    step_s: float = Field(0.5, ge=0.1, le=5.0, description="how often a step runs")
-    latency_s: float = Field(2.0, ge=0.1, le=30.0, description="how long a label may change")
-    max_speakers: int = Field(8, ge=1, le=64)
-    new_speaker_distance: float = Field(0.5, gt=0.0, lt=2.0,
+    window_s: float = Field(_DIARIZATION.window_s, ge=1.0, le=10.0,
+                            description="audio each step looks at")
+    step_s: float = Field(_DIARIZATION.step_s, ge=0.1, le=5.0,
+                          description="how often a step runs")
+    latency_s: float = Field(_DIARIZATION.latency_s, ge=0.1, le=30.0,
+                             description="how long a label may change")
+    max_speakers: int = Field(_CLUSTERING.max_speakers, ge=1, le=64)
+    new_speaker_distance: float = Field(_CLUSTERING.new_speaker_distance, gt=0.0, lt=2.0,
                                         description="cosine distance that makes a new speaker")
+    merge_distance: float = Field(_CLUSTERING.merge_distance, ge=0.0, lt=2.0,
+                                  description="speakers whose centroids come this close merge")
+    min_speaker_s: float = Field(_CLUSTERING.min_speaker_s, ge=0.0, le=60.0,
+                                 description="seconds heard alone before a speaker is shown")
+    min_turn_s: float = Field(_TURNS.min_turn_s, ge=0.0, le=10.0,
+                              description="shorter runs of words never make a turn of their "
+                                          "own unless pauses set them apart")
     threads: int = Field(1, ge=1, le=256, description="torch CPU threads of the diarization "
                                                       "thread (its small operations run "
                                                       "fastest on one)")
+
+    def to_config(self) -> DiarizationConfig:
+        """The diarizer's config (ValueError if the values contradict each other)."""
+        return DiarizationConfig(
+            window_s=self.window_s, step_s=self.step_s, latency_s=self.latency_s,
+            clustering=ClusteringConfig(max_speakers=self.max_speakers,
+                                        new_speaker_distance=self.new_speaker_distance,
+                                        merge_distance=self.merge_distance,
+                                        min_speaker_s=self.min_speaker_s),
+            turns=TurnConfig(min_turn_s=self.min_turn_s))
 
     @property
     def enabled(self) -> bool:
@@ -92,8 +118,7 @@ class DiarizationSettings(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "DiarizationSettings":
-        if self.step_s > self.window_s or self.latency_s < self.step_s:
-            raise ValueError("diarization needs step_s <= window_s and latency_s >= step_s")
+        self.to_config()  # DiarizationConfig holds the cross-field rules
         return self
 
 

@@ -10,6 +10,7 @@ rolling buffers, which therefore stay the size of one window plus the latency.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -28,17 +29,22 @@ class TimelineSnapshot:
     turns: tuple[Turn, ...]
     settled_until: float
     speaker_count: int
+    aliases: tuple[int, ...] = ()  # diarization's speaker i is shown as aliases[i]
 
     def speaker_of(self, start: float, end: float) -> int | None:
+        """The speaker who overlaps [start, end] the most, else the nearest within a
+        second (None: nobody)."""
+        speaker = self.speaking(start, end)
+        return self._nearest(start, end) if speaker is None else speaker
+
+    def speaking(self, start: float, end: float) -> int | None:
         """The speaker who overlaps [start, end] the most (None: nobody does)."""
         overlap: dict[int, float] = {}
         for turn in self.turns:
             shared = min(end, turn.end) - max(start, turn.start)
             if shared > 0:
                 overlap[turn.speaker] = overlap.get(turn.speaker, 0.0) + shared
-        if not overlap:
-            return self._nearest(start, end)
-        return max(overlap, key=overlap.get)
+        return max(overlap, key=overlap.get) if overlap else None
 
     def _nearest(self, start: float, end: float, reach: float = 1.0) -> int | None:
         # Short words between turns (breaths, "uh") go to the closest turn nearby.
@@ -62,7 +68,6 @@ class SpeakerTimeline:
     _origin: int = 0           # global frame index of _sums[0]
     _settled: list[Turn] = field(default_factory=list)
     _open: dict[int, float] = field(default_factory=dict)  # speaker → start of a running turn
-    _speakers: int = 0
 
     def add_window(self, start: float, activity: np.ndarray) -> None:
         """``activity``: (frames, global speakers) for a window that begins at ``start``."""
@@ -78,7 +83,6 @@ class SpeakerTimeline:
     def _grow(self, end_frame: int, speakers: int) -> None:
         rows = max(end_frame - self._origin, self._sums.shape[0])
         cols = max(speakers, self._sums.shape[1] if self._sums.size else 0)
-        self._speakers = max(self._speakers, cols)
         if (rows, cols) != self._sums.shape:
             grown = np.zeros((rows, cols))
             grown[: self._sums.shape[0], : self._sums.shape[1]] = self._sums
@@ -128,7 +132,9 @@ class SpeakerTimeline:
             elif not row[speaker] and speaker in self._open:
                 self._settled.append(Turn(self._open.pop(speaker), t, speaker))
 
-    def snapshot(self) -> TimelineSnapshot:
+    def snapshot(self, aliases: Sequence[int] = ()) -> TimelineSnapshot:
+        """Turns as they stand, each speaker shown as ``aliases[speaker]`` (as itself when
+        ``aliases`` has no entry for it)."""
         settled_until = self._origin * self.frame_step
         turns = list(self._settled)
         # Running turns and the unsettled frames, as they stand now.
@@ -150,8 +156,11 @@ class SpeakerTimeline:
         else:
             end = settled_until
         turns += [Turn(start, end, speaker) for speaker, start in running.items() if start < end]
-        turns.sort(key=lambda turn: (turn.start, turn.speaker))
-        return TimelineSnapshot(tuple(turns), settled_until, self._speakers)
+        shown = [Turn(t.start, t.end, aliases[t.speaker] if t.speaker < len(aliases)
+                      else t.speaker) for t in turns]
+        shown.sort(key=lambda turn: (turn.start, turn.speaker))
+        return TimelineSnapshot(tuple(shown), settled_until, len({t.speaker for t in shown}),
+                                tuple(aliases))
 
     def settled_turns(self) -> list[Turn]:
         return list(self._settled)

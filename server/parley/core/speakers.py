@@ -3,8 +3,17 @@
 As in diart's online clustering: cosine distances between the window's speaker
 embeddings and the global centroids, a constrained assignment (two local speakers
 never map to one global speaker, Hungarian algorithm), a new global speaker when
-nobody is close enough and there is room, and centroid updates from confident
-local speakers.
+nobody is close enough, and centroid updates from confident local speakers. Three
+additions keep the count right when windows are short of evidence (a new turn's
+first half second, a noisy recording, steps skipped under load):
+
+- only a local speaker heard alone for ``min_new_speaker_s`` in its window may found
+  a new speaker (``min_update_s`` to move a centroid); a shorter one may only join
+  someone close;
+- a speaker is *confirmed* once heard alone for ``min_speaker_s`` of new audio in
+  total; until then it is shown as the closest confirmed speaker;
+- two speakers whose centroids come within ``merge_distance`` are merged, the newer
+  into the older, and shown as one from then on.
 """
 
 from __future__ import annotations
@@ -18,15 +27,30 @@ from scipy.optimize import linear_sum_assignment
 @dataclass(frozen=True)
 class ClusteringConfig:
     max_speakers: int = 8
-    new_speaker_distance: float = 0.5  # cosine distance above which a speaker is someone new
+    new_speaker_distance: float = 0.45  # cosine distance above which a speaker is someone new
+    merge_distance: float = 0.15       # centroids this close are one speaker
     active_threshold: float = 0.5      # peak activity for a local speaker to count at all
-    update_threshold: float = 0.6      # peak activity for it to move a centroid
+    min_new_speaker_s: float = 0.5     # seconds alone in a window to found a speaker
+    min_update_s: float = 1.0          # seconds alone in a window to move a centroid
+    min_speaker_s: float = 2.0         # seconds alone in all, before a speaker is shown
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_speakers <= 64:
             raise ValueError("max_speakers must be between 1 and 64")
         if not 0.0 < self.new_speaker_distance < 2.0:
             raise ValueError("new_speaker_distance is a cosine distance, between 0 and 2")
+        if not 0.0 <= self.merge_distance < self.new_speaker_distance:
+            raise ValueError("merge_distance must be below new_speaker_distance")
+
+
+@dataclass(frozen=True)
+class LocalSpeakers:
+    """One window's local speakers, as the clustering needs them."""
+
+    embeddings: np.ndarray  # (local, dim); NaN rows: too little audio to embed
+    peak_activity: np.ndarray  # (local,) highest segmentation probability in the window
+    alone_s: np.ndarray     # (local,) seconds heard alone in the window
+    fresh_alone_s: np.ndarray  # (local,) of those, seconds in audio no earlier window had
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
@@ -34,49 +58,104 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 
 
 class OnlineClustering:
-    """Global speakers of one stream: their centroids and how many windows built them."""
+    """Global speakers of one stream: centroids, evidence, and who was merged into whom."""
 
     def __init__(self, config: ClusteringConfig):
         self.config = config
         self._sums: list[np.ndarray] = []
+        self._evidence: list[float] = []
+        self._merged_into: list[int | None] = []
+
+    @property
+    def size(self) -> int:
+        """Global speakers ever founded, merged ones included (their indices stay valid)."""
+        return len(self._sums)
 
     @property
     def speaker_count(self) -> int:
-        return len(self._sums)
+        """Confirmed speakers, not merged into another."""
+        return sum(1 for i in self._live() if self.confirmed(i))
 
-    def centroids(self) -> np.ndarray:
-        return _normalise(np.stack(self._sums)) if self._sums else np.zeros((0, 0))
+    def confirmed(self, speaker: int) -> bool:
+        return self._evidence[speaker] >= self.config.min_speaker_s
 
-    def assign(self, embeddings: np.ndarray, peak_activity: np.ndarray) -> list[int | None]:
-        """Global speaker index for each local speaker (None: inactive or no embedding)."""
+    def _live(self) -> list[int]:
+        return [i for i, into in enumerate(self._merged_into) if into is None]
+
+    def centroids(self, speakers: list[int]) -> np.ndarray:
+        return _normalise(np.stack([self._sums[i] for i in speakers]))
+
+    def assign(self, local: LocalSpeakers) -> list[int | None]:
+        """Global speaker index for each local speaker (None: inactive, no embedding, or too
+        little evidence to found a speaker)."""
         config = self.config
-        usable = [i for i in range(len(embeddings))
-                  if peak_activity[i] >= config.active_threshold
-                  and not np.isnan(embeddings[i]).any()]
-        result: list[int | None] = [None] * len(embeddings)
+        usable = [i for i in range(len(local.embeddings))
+                  if local.peak_activity[i] >= config.active_threshold
+                  and not np.isnan(local.embeddings[i]).any()]
+        result: list[int | None] = [None] * len(local.embeddings)
         if not usable:
             return result
-        local = _normalise(embeddings[usable])
-        if self._sums:
-            distances = 1.0 - local @ self.centroids().T
+        vectors = _normalise(local.embeddings[usable])
+        live = self._live()
+        matched: dict[int, int] = {}
+        distances = None
+        if live:
+            distances = 1.0 - vectors @ self.centroids(live).T
             rows, cols = linear_sum_assignment(distances)
-            matched = {r: c for r, c in zip(rows, cols)
+            matched = {r: live[c] for r, c in zip(rows, cols)
                        if distances[r, c] <= config.new_speaker_distance}
-        else:
-            distances, matched = None, {}
         for row, index in enumerate(usable):
+            strong = local.alone_s[index] >= config.min_new_speaker_s
             if row in matched:
-                result[index] = int(matched[row])
-            elif len(self._sums) < config.max_speakers:
-                self._sums.append(local[row].copy())
+                result[index] = matched[row]
+            elif strong and len(live) < config.max_speakers:
+                self._sums.append(np.zeros_like(vectors[row]))
+                self._evidence.append(0.0)
+                self._merged_into.append(None)
                 result[index] = len(self._sums) - 1
-            elif distances is not None:
+            elif strong and distances is not None:
                 # No room for anyone new: the closest speaker not already taken here.
                 taken = {g for g in result if g is not None}
-                free = [c for c in np.argsort(distances[row]) if int(c) not in taken]
-                result[index] = int(free[0]) if free else None
+                free = [live[c] for c in np.argsort(distances[row]) if live[c] not in taken]
+                result[index] = free[0] if free else None
         for row, index in enumerate(usable):
             speaker = result[index]
-            if speaker is not None and peak_activity[index] >= config.update_threshold:
-                self._sums[speaker] = self._sums[speaker] + local[row]
+            if speaker is None:
+                continue
+            self._evidence[speaker] += float(local.fresh_alone_s[index])
+            founded = not self._sums[speaker].any()
+            if founded or local.alone_s[index] >= config.min_update_s:
+                self._sums[speaker] = self._sums[speaker] + vectors[row]
+        self._merge_converged()
         return result
+
+    def _merge_converged(self) -> None:
+        while True:
+            live = self._live()
+            if len(live) < 2:
+                return
+            distances = 1.0 - self.centroids(live) @ self.centroids(live).T
+            np.fill_diagonal(distances, np.inf)
+            a, b = np.unravel_index(int(np.argmin(distances)), distances.shape)
+            if distances[a, b] > self.config.merge_distance:
+                return
+            older, newer = live[min(a, b)], live[max(a, b)]
+            self._sums[older] = self._sums[older] + self._sums[newer]
+            self._evidence[older] += self._evidence[newer]
+            self._merged_into[newer] = older
+
+    def aliases(self) -> tuple[int, ...]:
+        """Who each global speaker is shown as: itself once confirmed; the speaker it was
+        merged into; else the closest confirmed speaker (itself while nobody is confirmed)."""
+        live = self._live()
+        shown = [i for i in live if self.confirmed(i)]
+        out: list[int] = []
+        for speaker in range(len(self._sums)):
+            root = speaker
+            while self._merged_into[root] is not None:
+                root = self._merged_into[root]
+            if root not in shown and shown:
+                distances = 1.0 - self.centroids([root]) @ self.centroids(shown).T
+                root = shown[int(np.argmin(distances[0]))]
+            out.append(root)
+        return tuple(out)

@@ -22,6 +22,7 @@ from parley.core.audio import SAMPLE_RATE
 class CloseReason(str, Enum):
     SILENCE = "silence"
     MAX_LENGTH = "max_length"
+    SPEAKER_CHANGE = "speaker_change"
     FINALIZE = "finalize"
     END_OF_STREAM = "end_of_stream"
 
@@ -71,6 +72,21 @@ class SegmentClosed:
     end: float
     audio: np.ndarray
     reason: CloseReason
+    voiced: np.ndarray  # one flag per VAD frame of ``audio`` (the last frame may be short)
+    frame_s: float
+
+    def voiced_regions(self, bridge_s: float) -> list[tuple[float, float]]:
+        """[start, end) seconds from the segment start of voiced audio, joining runs whose
+        unvoiced gap is at most ``bridge_s``."""
+        regions: list[tuple[float, float]] = []
+        for index in np.flatnonzero(self.voiced):
+            start, end = index * self.frame_s, min((index + 1) * self.frame_s,
+                                                   len(self.audio) / SAMPLE_RATE)
+            if regions and start - regions[-1][1] <= bridge_s + 1e-9:
+                regions[-1] = (regions[-1][0], end)
+            else:
+                regions.append((start, end))
+        return regions
 
 
 @dataclass(frozen=True)
@@ -85,10 +101,13 @@ VadEvent = SpeechStart | SegmentClosed
 
 
 class _SegmentBuffer:
-    """Audio of the segment being spoken, preallocated to its maximum length."""
+    """Audio of the segment being spoken, preallocated to its maximum length, and whether
+    the VAD heard each of its frames as voiced."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, frame: int):
         self._data = np.zeros(capacity, dtype=np.float32)
+        self._voiced = np.zeros(capacity // frame + 1, dtype=bool)
+        self._frame = frame
         self.start_sample = 0
         self.length = 0
         self.last_voiced_end = 0  # in samples from start_sample
@@ -98,12 +117,21 @@ class _SegmentBuffer:
         self.length = 0
         self.last_voiced_end = 0
 
-    def append(self, frame: np.ndarray) -> None:
-        self._data[self.length:self.length + len(frame)] = frame
-        self.length += len(frame)
+    def append(self, audio: np.ndarray, voiced: np.ndarray | bool) -> None:
+        """Whole frames (and at most one short one, last); ``voiced``: one flag per frame."""
+        first = self.length // self._frame
+        frames = -(-len(audio) // self._frame)
+        self._voiced[first:first + frames] = voiced
+        self._data[self.length:self.length + len(audio)] = audio
+        self.length += len(audio)
 
     def view(self, end: int | None = None) -> np.ndarray:
         return self._data[: self.length if end is None else end]
+
+    def voiced(self, start: int = 0, end: int | None = None) -> np.ndarray:
+        """Flags of the frames in samples [start, end) (both on frame boundaries)."""
+        end = self.length if end is None else end
+        return self._voiced[start // self._frame: -(-end // self._frame)].copy()
 
 
 class VadSegmenter:
@@ -130,7 +158,7 @@ class VadSegmenter:
             maxlen=self._pad_frames + self._trigger_window)
         self._pending = np.zeros(self._frame, dtype=np.float32)
         self._pending_len = 0
-        self._segment = _SegmentBuffer(self._max_samples + self._frame)
+        self._segment = _SegmentBuffer(self._max_samples + self._frame, self._frame)
         self._speaking = False
         self._trailing_silence = 0
         self._next_id = 0
@@ -169,6 +197,13 @@ class VadSegmenter:
         return OpenSegment(self._next_id - 1, seg.start_sample / SAMPLE_RATE,
                            (seg.start_sample + seg.length) / SAMPLE_RATE, seg.view().copy())
 
+    def open_span(self) -> tuple[float, float] | None:
+        """Stream times [start, end) of the open segment (None: nobody is speaking)."""
+        if not self._speaking:
+            return None
+        seg = self._segment
+        return seg.start_sample / SAMPLE_RATE, (seg.start_sample + seg.length) / SAMPLE_RATE
+
     def flush(self, reason: CloseReason) -> list[VadEvent]:
         """Close the open segment now, with any partial frame still pending in it."""
         if not self._speaking:
@@ -177,7 +212,7 @@ class VadSegmenter:
             tail = self._pending[:self._pending_len].copy()
             self._samples_seen += self._pending_len
             self._pending_len = 0
-            self._segment.append(tail)
+            self._segment.append(tail, True)  # the client cut it off: count it as speech
             self._segment.last_voiced_end = self._segment.length
         end = self._segment.length  # all of it: the client asked, so keep every sample
         return [self._close(end, reason)]
@@ -211,8 +246,8 @@ class VadSegmenter:
             first_sample += self._frame
             skip += 1
         self._open(first_sample, events)
-        for frame, _ in recent[len(recent) - keep + skip:]:
-            self._segment.append(frame)
+        for frame, voiced in recent[len(recent) - keep + skip:]:
+            self._segment.append(frame, voiced)
         self._segment.last_voiced_end = self._segment.length
         self._recent.clear()
 
@@ -225,7 +260,7 @@ class VadSegmenter:
 
     def _grow(self, frame: np.ndarray, voiced: bool, events: list[VadEvent]) -> None:
         seg = self._segment
-        seg.append(frame)
+        seg.append(frame, voiced)
         if voiced:
             seg.last_voiced_end = seg.length
             self._trailing_silence = 0
@@ -242,25 +277,49 @@ class VadSegmenter:
             self._cut(events)
 
     def _cut(self, events: list[VadEvent]) -> None:
+        search = int(self.config.cut_search_s * SAMPLE_RATE) // self._frame
+        frames = self._segment.length // self._frame
+        self._cut_in(frames - search, frames, CloseReason.MAX_LENGTH, events)
+
+    def _cut_in(self, first: int, last: int, reason: CloseReason,
+                events: list[VadEvent]) -> None:
+        """Close the segment just after its quietest frame in [first, last) and go on
+        with the rest in a new one."""
         seg = self._segment
         audio = seg.view()
-        search = int(self.config.cut_search_s * SAMPLE_RATE) // self._frame
-        frames = audio[len(audio) - search * self._frame:].reshape(search, self._frame)
-        quietest = int(np.argmin((frames ** 2).mean(axis=1)))
-        cut = len(audio) - (search - quietest - 1) * self._frame  # just after the quiet frame
-        rest = audio[cut:].copy()
+        frames = audio[first * self._frame:last * self._frame].reshape(last - first, self._frame)
+        cut = (first + int(np.argmin((frames ** 2).mean(axis=1))) + 1) * self._frame
+        rest, rest_voiced = audio[cut:].copy(), seg.voiced(cut)
         carried_voiced = max(0, seg.last_voiced_end - cut)
-        events.append(self._close(cut, CloseReason.MAX_LENGTH))
+        events.append(self._close(cut, reason))
         self._open(self._last_end_sample, events)
-        self._segment.append(rest)
+        self._segment.append(rest, rest_voiced)
         self._segment.last_voiced_end = carried_voiced
+
+    def cut_at(self, time: float, search_s: float) -> list[VadEvent]:
+        """Close the open segment near stream time ``time`` (at the quietest frame within
+        ``search_s`` of it) because the speaker changed there; the speech goes on in a new
+        segment. Nothing happens unless ``time`` is well inside the open segment."""
+        if not self._speaking:
+            return []
+        seg = self._segment
+        frames = seg.length // self._frame
+        at = int(round((time * SAMPLE_RATE - seg.start_sample) / self._frame))
+        reach = max(1, int(search_s * SAMPLE_RATE) // self._frame)
+        first, last = max(1, at - reach), min(frames - 1, at + reach + 1)
+        if first >= last:
+            return []
+        events: list[VadEvent] = []
+        self._cut_in(first, last, CloseReason.SPEAKER_CHANGE, events)
+        return events
 
     def _close(self, end: int, reason: CloseReason) -> SegmentClosed:
         seg = self._segment
         start_sample = seg.start_sample
         end_sample = start_sample + end
         closed = SegmentClosed(self._next_id - 1, start_sample / SAMPLE_RATE,
-                               end_sample / SAMPLE_RATE, seg.view(end).copy(), reason)
+                               end_sample / SAMPLE_RATE, seg.view(end).copy(), reason,
+                               seg.voiced(0, end), self._frame / SAMPLE_RATE)
         self._last_end_sample = end_sample
         self._speaking = False
         self._trailing_silence = 0

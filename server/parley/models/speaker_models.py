@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from parley.core.audio import SAMPLE_RATE  # noqa: E402
+from parley.core.speaker_masks import FrameGrid  # noqa: E402
 
 log = logging.getLogger(__name__)
 MIN_EMBEDDING_SECONDS = 0.3
@@ -89,13 +90,18 @@ class PyannoteEmbedder:
 
 @dataclass
 class SpeakerModels:
+    """The ``SpeakerModel`` of ``parley.core.stream_diarizer``: numpy in, numpy out."""
+
     segmentation: torch.nn.Module
-    embed: Embedder
+    embedder: Embedder
     label: str
-    frame_step: float      # seconds between segmentation frames
-    frame_duration: float  # seconds each frame covers
-    frame_start: float     # the first frame's start within the window
+    grid: FrameGrid
     device: torch.device
+
+    def embed(self, window: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """(local, dim) embeddings of ``window`` under each (samples,) mask; NaN rows for
+        speakers with too little audio."""
+        return self.embedder(torch.from_numpy(window), torch.from_numpy(masks))
 
     @torch.inference_mode()
     def segment(self, window: np.ndarray) -> np.ndarray:
@@ -111,9 +117,9 @@ class SpeakerModels:
         return output[0].float().cpu().numpy()
 
 
-def _frames_of(model) -> tuple[float, float, float]:
+def _grid_of(model) -> FrameGrid:
     field = model.receptive_field
-    return field.step, field.duration, field.start
+    return FrameGrid(field.step, field.start)
 
 
 def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> SpeakerModels:
@@ -131,13 +137,13 @@ def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> 
         segmentation = Model.from_pretrained(str(directory / "segmentation" /
                                                  "pytorch_model.bin")).to(device).eval()
         embed = CamPlusPlusEmbedder(directory / "campplus", device)
-        return SpeakerModels(segmentation, embed, "bundle", *_frames_of(segmentation), device)
+        return SpeakerModels(segmentation, embed, "bundle", _grid_of(segmentation), device)
     pipeline = _load_pipeline(source)
     segmentation = pipeline._segmentation.model.to(device).eval()
     embedding = pipeline._embedding
     embedding.to(device)
     return SpeakerModels(segmentation, PyannoteEmbedder(embedding), source,
-                         *_frames_of(segmentation), device)
+                         _grid_of(segmentation), device)
 
 
 def _load_pipeline(source: str):

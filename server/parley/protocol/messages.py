@@ -202,6 +202,7 @@ class Word:
 class FinalReason(str, Enum):
     SILENCE = "silence"          # the speaker paused: a natural end of utterance
     MAX_LENGTH = "max_length"    # a long turn was cut; the speech goes on in the next segment
+    SPEAKER_CHANGE = "speaker_change"  # the turn passed to another speaker, without a pause
     FINALIZE = "finalize"        # the client asked for it
     END_OF_STREAM = "end_of_stream"
 

@@ -1,8 +1,8 @@
-"""Incremental diarization: per-session state, stepped by one thread that owns the models.
+"""The diarization thread: one thread owns the speaker models and steps every session.
 
-``StreamDiarizer`` holds one session's global speakers and timeline; only the
-diarization thread touches it. Each step returns an immutable ``TimelineSnapshot``
-that the session reads on the event loop, so no state is shared across threads.
+Each session's ``StreamDiarizer`` (``parley.core.stream_diarizer``) is touched only
+by this thread. Each step returns an immutable ``TimelineSnapshot`` that the session
+reads on the event loop, so no state is shared across threads.
 """
 
 from __future__ import annotations
@@ -13,85 +13,14 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from parley.core.audio import SAMPLE_RATE
-from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
-from parley.core.speakers import ClusteringConfig, OnlineClustering
+from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamDiarizer
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DiarizationConfig:
-    window_s: float = 5.0
-    step_s: float = 0.5
-    latency_s: float = 2.0  # how long a label may still change
-    clustering: ClusteringConfig = ClusteringConfig()
-
-    def __post_init__(self) -> None:
-        if not 0 < self.step_s <= self.window_s:
-            raise ValueError("the diarization step must be positive and at most the window")
-        if self.latency_s < self.step_s:
-            raise ValueError("the diarization latency must be at least one step")
-
-
-class StreamDiarizer:
-    def __init__(self, models, config: DiarizationConfig):
-        self._models = models
-        self.config = config
-        self.clustering = OnlineClustering(config.clustering)
-        self.timeline = SpeakerTimeline(models.frame_step, config.latency_s)
-
-    def step(self, window: np.ndarray, window_start: float, now: float,
-             final: bool = False) -> TimelineSnapshot:
-        if len(window) >= SAMPLE_RATE // 2:
-            self._add(window, window_start)
-        self.timeline.advance(now, final=final)
-        return self.timeline.snapshot()
-
-    def replay(self, audio: np.ndarray) -> list[float]:
-        """Step through a whole recording as the server does (the last ``window_s`` every
-        ``step_s``), then settle every label; returns each step's duration in seconds."""
-        step = int(self.config.step_s * SAMPLE_RATE)
-        window = int(self.config.window_s * SAMPLE_RATE)
-        times = []
-        for end in range(step, len(audio) + 1, step):
-            start = max(0, end - window)
-            began = time.perf_counter()
-            self.step(audio[start:end], start / SAMPLE_RATE, end / SAMPLE_RATE)
-            times.append(time.perf_counter() - began)
-        self.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
-        return times
-
-    def _add(self, window: np.ndarray, window_start: float) -> None:
-        import torch
-
-        models = self._models
-        activity = models.segment(window)
-        frames, local = activity.shape
-        active = activity > 0.5
-        # Embed each speaker from the frames where only they speak, if there are enough.
-        alone = active & (active.sum(axis=1, keepdims=True) == 1)
-        per_sample = np.minimum(
-            ((np.arange(len(window)) / SAMPLE_RATE - models.frame_start)
-             // models.frame_step).astype(int), frames - 1).clip(0)
-        masks = []
-        for s in range(local):
-            frame_mask = alone[:, s] if alone[:, s].sum() * models.frame_step >= 0.5 \
-                else active[:, s]
-            masks.append(frame_mask[per_sample])
-        embeddings = models.embed(torch.from_numpy(window), torch.from_numpy(np.stack(masks)))
-        mapping = self.clustering.assign(embeddings, activity.max(axis=0))
-        speakers = self.clustering.speaker_count
-        global_activity = np.zeros((frames, speakers))
-        for s, g in enumerate(mapping):
-            if g is not None:
-                global_activity[:, g] = np.maximum(global_activity[:, g], activity[:, s])
-        self.timeline.add_window(window_start + models.frame_start, global_activity)
 
 
 @dataclass
@@ -114,7 +43,7 @@ class _Job:
 class DiarizationWorker:
     """One thread runs every session's diarization steps, at most ``capacity`` queued."""
 
-    def __init__(self, models, config: DiarizationConfig, capacity: int = 64,
+    def __init__(self, models: SpeakerModel, config: DiarizationConfig, capacity: int = 64,
                  on_thread_start: Callable[[], None] | None = None):
         self.models = models
         self.config = config

@@ -22,6 +22,7 @@ from parley.core.asr import AsrRequest
 from parley.core.audio import SAMPLE_RATE
 from parley.core.vad import (CloseReason, OpenSegment, SegmentClosed, SpeechStart, VadConfig,
                              VadSegmenter)
+from parley.core.word_timing import WordTimingConfig, fit_words
 from parley.core.words import shift_words
 from parley.protocol.audio import AudioDecoder
 from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Finalized, FinalReason,
@@ -41,6 +42,7 @@ class SessionOptions:
     partial_interval_s: float = 1.0  # when the worker has time; it stretches under load
     context_tokens: int = 0        # tokens of earlier finals given to the model as its prompt
     hypothesis_drafts: bool = True  # re-use the last partial's tokens as a draft
+    word_timing: WordTimingConfig = WordTimingConfig()
     # Told, for each final, the seconds from receiving the audio at its end to its
     # sending (the latency a client sees after the speaker stops); for metrics.
     final_latency: Callable[[float], None] | None = None
@@ -109,7 +111,18 @@ class Session:
                 await self._outbox.put(_DiarizationStep(step))
         for event in self._vad.push(samples):
             await self._on_event(event)
+        await self._end_at_turn_change()
         await self._maybe_partial()
+
+    async def _end_at_turn_change(self) -> None:
+        """With speakers, a segment ends where a settled turn passes to another speaker."""
+        span = self._vad.open_span()
+        if self._speakers is None or span is None:
+            return
+        change = self._speakers.turn_change(*span)
+        if change is not None:
+            for event in self._vad.cut_at(change, self._speakers.cut_search_s):
+                await self._on_event(event)
 
     async def finalize(self) -> None:
         """Close the open segment now; a ``finalized`` message follows its final."""
@@ -279,10 +292,12 @@ class Session:
                 self._finals.popleft()
         self._segments += 1
         reason = FinalReason(segment.reason.value)
+        timing = self._options.word_timing
 
         def to_final(result) -> Final:
+            fitted = fit_words(result.words, segment.voiced_regions(timing.bridge_s), timing)
             words = [Word(w.word, w.start, w.end, w.probability)
-                     for w in shift_words(result.words, segment.start, segment.end)]
+                     for w in shift_words(fitted, segment.start, segment.end)]
             return Final(segment.segment_id, segment.start, segment.end, result.text, reason,
                          words)
 

@@ -16,34 +16,12 @@ import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
 from parley.core.ring import AudioRing
+from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.turns import settled_change, smooth_labels
 from parley.protocol.messages import Final, Partial, SpeakerUpdate
 from parley.runtime.diarization import DiarizationWorker
 
-
-
-def speaker_label(index: int | None) -> str | None:
-    return None if index is None else f"S{index + 1}"
-
-
-def smooth_runs(labels: list[str | None], shortest: int = 2) -> list[str | None]:
-    """A run of fewer than ``shortest`` words between two runs of one speaker joins them.
-
-    Word times from cross-attention are rough at turn boundaries, so a lone word often
-    lands on the other side of a turn; a real one-word interjection ("yes") between two
-    turns of one speaker is rarer than that error.
-    """
-    out = list(labels)
-    runs: list[tuple[int, int]] = []  # [start, end) of equal labels
-    for i, label in enumerate(out):
-        if runs and out[runs[-1][0]] == label:
-            runs[-1] = (runs[-1][0], i + 1)
-        else:
-            runs.append((i, i + 1))
-    for (a, _), (b, c), (d, _) in zip(runs, runs[1:], runs[2:]):
-        if c - b < shortest and out[a] == out[d]:
-            out[b:c] = [out[a]] * (c - b)
-    return out
 
 
 class SpeakerTrack:
@@ -56,7 +34,9 @@ class SpeakerTrack:
         self._ring = AudioRing(self._window)
         self._since_step = 0
         self._pending: concurrent.futures.Future | None = None
-        self._snapshot = TimelineSnapshot((), 0.0, 0)
+        self._snapshot = TimelineSnapshot((), 0.0, 0)  # as applied to the messages sent
+        self._newest = self._snapshot  # the newest finished step's, for cutting at a turn
+        self._labels = SpeakerLabels()
         self._unsettled: dict[int, Final] = {}  # segment id → final as last sent
 
     # ------------------------------------------------------------------ feeding
@@ -92,6 +72,7 @@ class SpeakerTrack:
     async def _step_now(self, final: bool = False) -> concurrent.futures.Future:
         if self._pending is not None and not self._pending.done():
             await asyncio.wait([asyncio.wrap_future(self._pending)])
+        self._note_newest()
         now = self._ring.total / SAMPLE_RATE
         unseen = self._since_step > 0 or not final
         window = self._ring.latest(self._window) if unseen else np.zeros(0, np.float32)
@@ -108,28 +89,54 @@ class SpeakerTrack:
     # ------------------------------------------------------------------ labelling
 
     def label_partial(self, partial: Partial) -> Partial:
-        return replace(partial, speaker=speaker_label(
-            self._snapshot.speaker_of(partial.start, partial.end)))
+        """A partial's speaker, if it already has a label (partials never number anyone)."""
+        speaker = self._snapshot.speaker_of(partial.start, partial.end)
+        return replace(partial, speaker=self._labels.label(speaker, assign=False))
 
     def label_final(self, final: Final) -> Final:
         labelled = self._label(final)
         if labelled.end > self._snapshot.settled_until:
             self._unsettled[final.segment_id] = labelled
+        else:
+            self._settle(labelled)
         return labelled
+
+    @property
+    def cut_search_s(self) -> float:
+        return self._worker.config.turns.cut_search_s
+
+    def turn_change(self, start: float, end: float) -> float | None:
+        """Where, in the open segment [start, end], a settled turn passed to someone else
+        (read from the newest finished step, which the outbox may not have reached yet)."""
+        self._note_newest()
+        return settled_change(self._newest, start, end, self._worker.config.turns)
+
+    def _note_newest(self) -> None:
+        step = self._pending
+        if (step is not None and step.done() and not step.cancelled()
+                and step.exception() is None):
+            self._newest = step.result()
 
     def _label(self, final: Final) -> Final:
         snapshot = self._snapshot
-        labels = smooth_runs([speaker_label(snapshot.speaker_of(w.start, w.end))
-                              for w in final.words])
-        words = [replace(w, speaker=label) for w, label in zip(final.words, labels)]
-        speaker = speaker_label(snapshot.speaker_of(final.start, final.end))
-        if words and speaker is None:
-            speaker = words[0].speaker
+        spans = [(w.start, w.end) for w in final.words]
+        speakers = smooth_labels(spans, [snapshot.speaker_of(a, b) for a, b in spans],
+                                 self._worker.config.turns)
+        words = [replace(w, speaker=self._labels.label(s)) for w, s in zip(final.words, speakers)]
+        spoken: dict[str | None, float] = {}
+        for w in words:
+            spoken[w.speaker] = spoken.get(w.speaker, 0.0) + max(w.end - w.start, 1e-3)
+        speaker = max(spoken, key=spoken.get) if spoken else self._labels.label(
+            snapshot.speaker_of(final.start, final.end))
         return replace(final, speaker=speaker, words=words)
+
+    def _settle(self, final: Final) -> None:
+        self._labels.settle([final.speaker] + [w.speaker for w in final.words])
 
     def apply(self, snapshot: TimelineSnapshot) -> list[SpeakerUpdate]:
         """Take a new snapshot; updates for sent finals whose speakers changed."""
         self._snapshot = snapshot
+        self._labels.follow(snapshot.aliases)
         updates = []
         for segment_id, sent in list(self._unsettled.items()):
             relabelled = self._label(sent)
@@ -139,5 +146,6 @@ class SpeakerTrack:
                 updates.append(SpeakerUpdate(segment_id, relabelled.speaker, relabelled.words))
                 self._unsettled[segment_id] = relabelled
             if sent.end <= snapshot.settled_until:
+                self._settle(relabelled)
                 del self._unsettled[segment_id]  # its labels cannot change any more
         return updates

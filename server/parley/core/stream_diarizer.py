@@ -1,0 +1,98 @@
+"""Incremental diarization of one stream, in blocks as diart composes them.
+
+Each step takes the latest window of audio and runs: segmentation (local speaker
+activity, from the models) → embedding selection (``speaker_masks``) → embeddings
+(the models) → assignment and clustering (``speakers``) → aggregation into the
+rolling timeline (``speaker_timeline``). Thresholds live in the configs here; the
+tensor work lives behind the ``SpeakerModel`` protocol in ``parley.models``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from parley.core.audio import SAMPLE_RATE
+from parley.core.speaker_masks import FrameGrid, SpeakerFrames
+from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
+from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering
+from parley.core.turns import TurnConfig
+
+
+@dataclass(frozen=True)
+class DiarizationConfig:
+    window_s: float = 5.0
+    step_s: float = 0.5
+    latency_s: float = 2.0           # how long a label may still change
+    active_probability: float = 0.5  # segmentation probability of a local speaker speaking
+    min_alone_s: float = 0.5         # seconds alone to embed a speaker from those frames only
+    min_window_s: float = 0.5        # shorter windows are not segmented
+    clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
+    turns: TurnConfig = field(default_factory=TurnConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.step_s <= self.window_s:
+            raise ValueError("the diarization step must be positive and at most the window")
+        if self.latency_s < self.step_s:
+            raise ValueError("the diarization latency must be at least one step")
+
+
+class SpeakerModel(Protocol):
+    """Segmentation and speaker embeddings (``parley.models.speaker_models``)."""
+
+    grid: FrameGrid
+
+    def segment(self, window: np.ndarray) -> np.ndarray:
+        """(samples,) float32 audio → (frames, local speakers) activity in [0, 1]."""
+
+    def embed(self, window: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Audio and (local, samples) bool masks → (local, dim); NaN rows: too little audio."""
+
+
+class StreamDiarizer:
+    """One stream's speakers and timeline; one thread steps it at a time."""
+
+    def __init__(self, models: SpeakerModel, config: DiarizationConfig):
+        self._models = models
+        self.config = config
+        self.clustering = OnlineClustering(config.clustering)
+        self.timeline = SpeakerTimeline(models.grid.step, config.latency_s)
+        self._seen_until = 0.0  # stream time up to which earlier windows heard the audio
+
+    def step(self, window: np.ndarray, window_start: float, now: float,
+             final: bool = False) -> TimelineSnapshot:
+        """Add the window that ends at ``now`` (if long enough), settle what is older than
+        the latency (everything, if ``final``), and return the timeline as it stands."""
+        if len(window) >= self.config.min_window_s * SAMPLE_RATE:
+            self._add(window, window_start)
+        self.timeline.advance(now, final=final)
+        return self.timeline.snapshot(self.clustering.aliases())
+
+    def replay(self, audio: np.ndarray, phase_s: float = 0.0) -> None:
+        """Step through a whole recording as the server does (the last ``window_s`` every
+        ``step_s``, the first step ``phase_s`` early), then settle every label."""
+        step = int(self.config.step_s * SAMPLE_RATE)
+        window = int(self.config.window_s * SAMPLE_RATE)
+        for end in range(step - int(phase_s * SAMPLE_RATE), len(audio) + 1, step):
+            start = max(0, end - window)
+            self.step(audio[start:end], start / SAMPLE_RATE, end / SAMPLE_RATE)
+        self.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
+
+    def _add(self, window: np.ndarray, window_start: float) -> None:
+        config, grid = self.config, self._models.grid
+        activity = self._models.segment(window)
+        frames = SpeakerFrames.of(activity, config.active_probability)
+        masks = frames.embedding_masks(grid, len(window), config.min_alone_s)
+        window_end = window_start + len(window) / SAMPLE_RATE
+        fresh_from = max(0, int((self._seen_until - window_start - grid.start) / grid.step))
+        self._seen_until = max(self._seen_until, window_end)
+        local = LocalSpeakers(self._models.embed(window, masks), activity.max(axis=0),
+                              frames.alone_seconds(grid), frames.alone_seconds(grid, fresh_from))
+        mapping = self.clustering.assign(local)
+        global_activity = np.zeros((len(activity), self.clustering.size))
+        for s, g in enumerate(mapping):
+            if g is not None:
+                global_activity[:, g] = np.maximum(global_activity[:, g], activity[:, s])
+        self.timeline.add_window(window_start + grid.start, global_activity)

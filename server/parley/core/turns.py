@@ -1,0 +1,129 @@
+"""Turns with hysteresis in time: who speaks each word, and where a settled turn changes.
+
+Diarization labels are noisy near turn boundaries and in short stretches, so a run
+shorter than ``min_turn_s`` never makes a turn of its own unless pauses set it apart
+(a lone "Yes." between pauses is a turn; "everyone" in mid-sentence is not). The
+same rule finds where a final should end: at the first change between two runs of
+at least ``min_turn_s`` each, all of it settled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+Span = tuple[float, float]
+CELL_S = 0.1  # the grid on which a snapshot is read to find a change
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    min_turn_s: float = 1.0  # shorter runs join a neighbour unless pauses set them apart
+    pause_s: float = 0.3     # a gap this long between words sets runs apart
+    cut_search_s: float = 0.2  # a speaker-change cut goes to the quietest frame this near
+
+    def __post_init__(self) -> None:
+        if self.min_turn_s < 0 or self.pause_s < 0 or self.cut_search_s < 0:
+            raise ValueError("turn settings are durations: none may be negative")
+
+
+class Speaking(Protocol):
+    settled_until: float
+
+    def speaking(self, start: float, end: float) -> int | None: ...
+
+
+@dataclass
+class _Run:
+    first: int  # index of its first item
+    last: int   # index of its last item
+    label: int | None
+
+
+def _runs(labels: Sequence[int | None]) -> list[_Run]:
+    runs: list[_Run] = []
+    for i, label in enumerate(labels):
+        if runs and runs[-1].label == label:
+            runs[-1].last = i
+        else:
+            runs.append(_Run(i, i, label))
+    return runs
+
+
+def smooth_labels(spans: Sequence[Span], labels: Sequence[int | None],
+                  config: TurnConfig = TurnConfig()) -> list[int | None]:
+    """Labels of consecutive ``spans`` (words), with short runs joined to a neighbour.
+
+    Unlabelled items take the label of the run before them (or after, at the start).
+    Then a run under ``min_turn_s`` that no pause sets apart from a neighbour joins it:
+    first the runs between two runs of one speaker (A b A is A's), shortest first; then
+    the others, to the nearer neighbour.
+    """
+    out = _fill_gaps(list(labels))
+    while True:
+        runs = _runs(out)
+        joins = []
+        for k, run in enumerate(runs):
+            length = spans[run.last][1] - spans[run.first][0]
+            if length < config.min_turn_s:
+                target = _join_target(runs, k, spans, config.pause_s)
+                if target is not None:
+                    joins.append((not _between_one_speaker(runs, k), length, k, target))
+        if not joins:
+            return out
+        *_, k, target = min(joins)
+        out[runs[k].first:runs[k].last + 1] = [target] * (runs[k].last - runs[k].first + 1)
+
+
+def _between_one_speaker(runs: list[_Run], k: int) -> bool:
+    return 0 < k < len(runs) - 1 and runs[k - 1].label == runs[k + 1].label
+
+
+def _fill_gaps(labels: list[int | None]) -> list[int | None]:
+    known = [label for label in labels if label is not None]
+    previous = known[0] if known else None
+    out = []
+    for label in labels:
+        previous = label if label is not None else previous
+        out.append(previous)
+    return out
+
+
+def _join_target(runs: list[_Run], k: int, spans: Sequence[Span],
+                 pause_s: float) -> int | None:
+    run = runs[k]
+    before = runs[k - 1] if k > 0 else None
+    after = runs[k + 1] if k + 1 < len(runs) else None
+    gap_before = spans[run.first][0] - spans[before.last][1] if before else None
+    gap_after = spans[after.first][0] - spans[run.last][1] if after else None
+    near_before = before is not None and gap_before < pause_s
+    near_after = after is not None and gap_after < pause_s
+    if before and after and before.label == after.label and (near_before or near_after):
+        return before.label
+    if near_before and (not near_after or gap_before <= gap_after):
+        return before.label
+    if near_after:
+        return after.label
+    return None
+
+
+def settled_change(snapshot: Speaking, start: float, end: float,
+                   config: TurnConfig = TurnConfig()) -> float | None:
+    """The first time in [start, end] where one speaker's run of at least ``min_turn_s``
+    gives way to another's, both settled (None: no such change yet)."""
+    until = min(end, snapshot.settled_until)
+    cells = int((until - start) / CELL_S)
+    if cells <= 0:
+        return None
+    spans = [(start + i * CELL_S, start + (i + 1) * CELL_S) for i in range(cells)]
+    labels = [snapshot.speaking(a, b) for a, b in spans]
+    voiced = [(span, label) for span, label in zip(spans, labels) if label is not None]
+    if not voiced:
+        return None
+    smoothed = smooth_labels([s for s, _ in voiced], [label for _, label in voiced], config)
+    runs = _runs(smoothed)
+    for previous, run in zip(runs, runs[1:]):
+        lengths = [voiced[r.last][0][1] - voiced[r.first][0][0] for r in (previous, run)]
+        if min(lengths) >= config.min_turn_s:
+            return (voiced[previous.last][0][1] + voiced[run.first][0][0]) / 2
+    return None

@@ -1,0 +1,111 @@
+"""Word times that follow speech: cross-attention times fitted to the VAD's voiced audio.
+
+Whisper's alignment heads place words well inside speech but stretch them over
+pauses and into the pad around a segment, and often end a phrase's last word early.
+Four corrections, all in seconds from the segment start:
+
+1. openai-whisper's duration limit, on the aligner's times: the median word duration
+   (at most ``median_cap_s``) times ``max_duration_factor``. A longer word is shortened
+   from the side that faces a pause or a sentence end: its end if it ends a sentence
+   or precedes a pause, else its start.
+2. Each word is clipped to the voiced region it overlaps most, so no word spans an
+   unvoiced gap longer than ``WordTimingConfig.bridge_s``; a word that overlaps no
+   voiced audio moves to the edge of the nearest region.
+3. The first word of each voiced region starts where the region does, and its last
+   word ends where it does: the VAD, not the aligner, knows where speech begins and ends.
+4. Words stay in order and never overlap.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Sequence
+
+from parley.core.words import TimedWord
+
+SENTENCE_ENDS = tuple(".!?。！？")
+
+
+@dataclass(frozen=True)
+class WordTimingConfig:
+    bridge_s: float = 0.3            # unvoiced gaps up to this long are inside speech
+    median_cap_s: float = 0.7        # openai-whisper: the median word duration, capped
+    max_duration_factor: float = 2.0  # ...and twice it is the longest a word may last
+
+    def __post_init__(self) -> None:
+        if self.bridge_s < 0 or self.median_cap_s <= 0 or self.max_duration_factor < 1:
+            raise ValueError("word timing: bridge_s ≥ 0, median_cap_s > 0, factor ≥ 1")
+
+
+Region = tuple[float, float]
+
+
+def fit_words(words: Sequence[TimedWord], regions: Sequence[Region],
+              config: WordTimingConfig = WordTimingConfig()) -> list[TimedWord]:
+    """``words`` with times fitted to the voiced ``regions`` (sorted, disjoint)."""
+    if not words:
+        return []
+    fitted = _limit_durations(list(words), config)
+    if regions:
+        fitted = _to_region_edges([_into_speech(w, regions) for w in fitted], regions)
+    return _in_order(fitted)
+
+
+def _to_region_edges(words: list[TimedWord], regions: Sequence[Region]) -> list[TimedWord]:
+    out = list(words)
+    for start, end in regions:
+        inside = [i for i, w in enumerate(out) if start <= w.start and w.end <= end]
+        if inside:
+            first, last = inside[0], inside[-1]
+            out[first] = _timed(out[first], start, out[first].end)
+            out[last] = _timed(out[last], out[last].start, end)
+    return out
+
+
+def _into_speech(word: TimedWord, regions: Sequence[Region]) -> TimedWord:
+    overlaps = [min(word.end, end) - max(word.start, start) for start, end in regions]
+    best = max(range(len(regions)), key=overlaps.__getitem__)
+    middle = (word.start + word.end) / 2
+    holding = [r for r in regions if r[0] <= middle <= r[1]]  # zero-length words overlap none
+    start, end = holding[0] if holding else regions[best]
+    if holding or overlaps[best] > 0:
+        return _timed(word, max(word.start, start), min(word.end, end))
+    # In no voiced audio: to the nearest edge of the nearest region, as short as it was.
+    start, end = min(regions, key=lambda r: max(r[0] - middle, middle - r[1], 0.0))
+    length = min(word.end - word.start, end - start)
+    if middle < start:
+        return _timed(word, start, start + length)
+    return _timed(word, end - length, end)
+
+
+def _limit_durations(words: list[TimedWord], config: WordTimingConfig) -> list[TimedWord]:
+    durations = [w.end - w.start for w in words if w.end > w.start]
+    if not durations:
+        return words
+    longest = config.max_duration_factor * min(statistics.median(durations), config.median_cap_s)
+    out = list(words)
+    for i, w in enumerate(out):
+        if w.end - w.start <= longest:
+            continue
+        follows_pause = i == 0 or out[i - 1].word.endswith(SENTENCE_ENDS) \
+            or w.start - out[i - 1].end > config.bridge_s
+        precedes_pause = i == len(out) - 1 or w.word.endswith(SENTENCE_ENDS) \
+            or out[i + 1].start - w.end > config.bridge_s
+        if precedes_pause or not follows_pause:
+            out[i] = _timed(w, w.start, w.start + longest)
+        else:
+            out[i] = _timed(w, w.end - longest, w.end)
+    return out
+
+
+def _in_order(words: list[TimedWord]) -> list[TimedWord]:
+    out: list[TimedWord] = []
+    for w in words:
+        start = max(w.start, out[-1].end) if out else w.start
+        out.append(_timed(w, start, max(w.end, start)))
+    return out
+
+
+def _timed(word: TimedWord, start: float, end: float) -> TimedWord:
+    return TimedWord(word.word, start, end, word.probability)

@@ -1,0 +1,218 @@
+"""Turns, labels and word timing on plain numbers: hysteresis, S1…Sn, speaker_update."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parley.core.speaker_labels import SpeakerLabels
+from parley.core.speaker_timeline import TimelineSnapshot, Turn
+from parley.core.stream_diarizer import DiarizationConfig
+from parley.core.turns import TurnConfig, settled_change, smooth_labels
+from parley.core.word_timing import WordTimingConfig, fit_words
+from parley.core.words import TimedWord
+from parley.protocol.messages import Final, FinalReason, SpeakerUpdate, Word
+from parley.runtime.diarization import DiarizationWorker
+from parley.runtime.speaker_track import SpeakerTrack
+
+
+def spans_of(*durations, gap=0.05):
+    out, t = [], 0.0
+    for d in durations:
+        out.append((t, t + d))
+        t += d + gap
+    return out
+
+
+# ------------------------------------------------------------------ hysteresis
+
+
+def test_a_short_run_in_mid_sentence_joins_the_speaker_around_it():
+    """"S2 Good morning S3 everyone, let's get S2 started": the short S3 run is S2's."""
+    spans = spans_of(0.4, 0.6, 0.4, 0.2, 0.2, 0.6)
+    assert smooth_labels(spans, [1, 1, 2, 2, 2, 1]) == [1] * 6
+
+
+def test_a_long_run_or_one_set_apart_by_pauses_stays_a_turn():
+    """A run of min_turn_s is a turn (a short tail after it is not); so is a short run
+    with pauses on both sides."""
+    long_run = spans_of(0.6, 0.5, 0.6, 0.6, 0.4)
+    assert smooth_labels(long_run, [0, 0, 1, 1, 0]) == [0, 0, 1, 1, 1]
+    yes = [(0.0, 0.5), (0.6, 1.0), (1.6, 1.9), (2.5, 3.0)]  # "Yes." alone between pauses
+    assert smooth_labels(yes, [0, 0, 1, 0]) == [0, 0, 1, 0]
+
+
+def test_an_edge_run_next_to_a_turn_joins_it_and_unlabelled_words_take_their_run():
+    spans = spans_of(0.2, 0.5, 0.5, 0.4)
+    assert smooth_labels(spans, [0, 1, 1, 1]) == [1, 1, 1, 1]
+    assert smooth_labels(spans, [None, 1, None, 1]) == [1, 1, 1, 1]
+    assert smooth_labels([], []) == []
+
+
+@given(st.lists(st.tuples(st.floats(0.01, 1.5), st.floats(0.0, 1.0),
+                          st.one_of(st.none(), st.integers(0, 3))), max_size=30))
+def test_smoothing_never_leaves_a_short_run_without_pauses_around_it(words):
+    """Whatever the labels: after smoothing, every run shorter than min_turn_s is set
+    apart from each neighbour by a pause, and no label is invented."""
+    config = TurnConfig()
+    spans, t = [], 0.0
+    for duration, gap, _ in words:
+        spans.append((t + gap, t + gap + duration))
+        t += gap + duration
+    labels = [label for _, _, label in words]
+    out = smooth_labels(spans, labels, config)
+    assert set(out) - {None} <= set(labels) - {None}
+    runs = []
+    for i, label in enumerate(out):
+        if runs and out[runs[-1][0]] == label:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    for k, (first, last) in enumerate(runs):
+        if spans[last][1] - spans[first][0] >= config.min_turn_s:
+            continue
+        if k > 0:
+            assert spans[first][0] - spans[runs[k - 1][1]][1] >= config.pause_s
+        if k + 1 < len(runs):
+            assert spans[runs[k + 1][0]][0] - spans[last][1] >= config.pause_s
+
+
+def test_a_settled_change_is_found_only_once_both_turns_are_long_enough_and_settled():
+    turns = (Turn(0.0, 3.0, 0), Turn(3.0, 6.0, 1))
+    assert settled_change(TimelineSnapshot(turns, 3.5, 2), 0.0, 6.0) is None  # B not settled
+    assert settled_change(TimelineSnapshot(turns, 4.5, 2), 0.0, 6.0) == pytest.approx(3.0)
+    flicker = (Turn(0.0, 2.0, 0), Turn(2.0, 2.4, 1), Turn(2.4, 5.0, 0))
+    assert settled_change(TimelineSnapshot(flicker, 5.0, 2), 0.0, 5.0) is None
+    assert settled_change(TimelineSnapshot(turns, 6.0, 2), 2.5, 6.0) is None  # A too short here
+
+
+# ------------------------------------------------------------------ labels
+
+
+def test_labels_are_numbered_in_order_of_first_appearance():
+    labels = SpeakerLabels()
+    assert labels.label(5, assign=False) is None  # partials never number anyone
+    assert [labels.label(s) for s in (5, 2, 5, 7)] == ["S1", "S2", "S1", "S3"]
+
+
+def test_a_merged_speaker_hands_its_label_over_or_frees_it():
+    """Shown as someone without a label: it takes the label over. Shown as someone who
+    has one: the label is freed, unless a settled final carries it."""
+    labels = SpeakerLabels()
+    labels.label(0), labels.label(3)
+    labels.follow((0, 1, 2, 1))               # 3 is shown as 1 now (unlabelled): takes S2
+    assert labels.label(1) == "S2" and labels.label(3, assign=False) is None
+    labels.follow((0, 0, 2, 0))               # 1 merged into 0: S2 is free again
+    assert labels.label(2) == "S2"
+    labels.label(4)                           # S3
+    labels.settle(["S3"])
+    labels.follow((0, 0, 2, 0, 2))            # 4 merged into 2: S3 stays taken (settled)
+    assert labels.label(9) == "S4"
+
+
+# ------------------------------------------------------------------ speaker_update
+
+
+class NoModels:
+    from parley.core.speaker_masks import FrameGrid
+    grid = FrameGrid(0.1, 0.0)
+
+
+def track() -> SpeakerTrack:
+    return SpeakerTrack(DiarizationWorker(NoModels(), DiarizationConfig()))
+
+
+def final(segment_id, *words):
+    timed = [Word(text, a, b, 0.9) for text, a, b in words]
+    return Final(segment_id, timed[0].start, timed[-1].end, " ".join(w for w, *_ in words),
+                 FinalReason.SILENCE, timed)
+
+
+def test_a_merge_relabels_unsettled_finals_with_speaker_update():
+    """Two speakers in the first snapshot; a later one merges the second into the first:
+    the unsettled final gets one speaker_update with every word relabelled; a settled
+    final is left alone."""
+    speakers = track()
+    speakers.apply(TimelineSnapshot((Turn(0, 2, 0), Turn(2.2, 5, 1)), 0.0, 2, (0, 1)))
+    sent = speakers.label_final(final(0, ("Hello", 0.2, 1.0), ("there.", 1.0, 1.8),
+                                      ("Hi,", 2.4, 3.0), ("how", 3.1, 3.5), ("are", 3.5, 3.9),
+                                      ("you?", 3.9, 4.6)))
+    assert [w.speaker for w in sent.words] == ["S1", "S1", "S2", "S2", "S2", "S2"]
+    updates = speakers.apply(TimelineSnapshot((Turn(0, 2, 0), Turn(2.2, 5, 0)), 1.0, 1,
+                                              (0, 0)))
+    assert updates == [SpeakerUpdate(0, "S1", [Word(w.word, w.start, w.end, w.probability,
+                                                    "S1") for w in sent.words])]
+    assert speakers.apply(TimelineSnapshot((Turn(0, 5, 0),), 6.0, 1, (0, 0))) == []
+    # Settled now: a later change of mind sends nothing for it.
+    assert speakers.apply(TimelineSnapshot((Turn(0, 5, 1),), 7.0, 1, (0, 1))) == []
+
+
+def test_an_unconfirmed_speaker_confirmed_later_is_announced_within_the_latency():
+    """Words first shown as S1 (the new voice was not confirmed) become S2 by update."""
+    speakers = track()
+    speakers.apply(TimelineSnapshot((Turn(0, 3, 0), Turn(3.2, 6, 0)), 0.0, 1, (0, 0)))
+    sent = speakers.label_final(final(4, ("Yes,", 3.3, 3.8), ("I", 3.9, 4.1),
+                                      ("agree.", 4.1, 4.9)))
+    assert sent.speaker == "S1"
+    updates = speakers.apply(TimelineSnapshot((Turn(0, 3, 0), Turn(3.2, 6, 1)), 3.0, 2,
+                                              (0, 1)))
+    assert [(u.segment_id, u.speaker) for u in updates] == [(4, "S2")]
+    assert {w.speaker for w in updates[0].words} == {"S2"}
+
+
+# ------------------------------------------------------------------ word timing
+
+
+def word(text, start, end):
+    return TimedWord(text, start, end, 0.9)
+
+
+def test_words_follow_voiced_audio_and_never_span_a_pause():
+    """The first word starts where speech does, not in the pad; a word stretched over a
+    0.8 s pause keeps only its voiced side; speech after a pause starts and ends a word."""
+    regions = [(0.3, 1.4), (2.2, 3.0)]
+    fitted = fit_words([word(" Hello", 0.0, 0.7), word(" world.", 0.7, 2.6),
+                        word(" Again.", 2.6, 2.8)], regions)
+    assert [(w.start, w.end) for w in fitted] == [(0.3, 0.7), (0.7, 1.4), (2.2, 3.0)]
+
+
+def test_words_inside_speech_keep_their_times_even_when_they_last_no_time():
+    """The aligner gives some words no duration ("of" between two frames): they stay put."""
+    words = [word(" kind", 1.0, 1.2), word(" of", 1.2, 1.2), word(" thing", 1.2, 1.6)]
+    fitted = fit_words(words, [(0.9, 1.7)])
+    assert [(w.start, w.end) for w in fitted] == [(0.9, 1.2), (1.2, 1.2), (1.2, 1.7)]
+
+
+def test_a_word_in_no_speech_moves_to_the_nearest_speech():
+    fitted = fit_words([word(" a", 0.1, 0.3), word(" b", 1.5, 1.7)], [(0.5, 1.0)])
+    assert [(round(w.start, 3), round(w.end, 3)) for w in fitted] == [(0.5, 0.7), (0.8, 1.0)]
+
+
+def test_overlong_words_are_cut_to_twice_the_median_from_the_pause_side():
+    """openai-whisper's limit: a word after a pause loses its start, one before a pause
+    or a sentence end loses its end."""
+    words = [word(" So", 0.0, 1.5), word(" we", 1.5, 1.7), word(" can", 1.7, 1.9),
+             word(" go", 1.9, 2.1), word(" now.", 2.1, 3.6)]
+    fitted = fit_words(words, [])
+    assert [(round(w.start, 2), round(w.end, 2)) for w in fitted] == [
+        (1.1, 1.5), (1.5, 1.7), (1.7, 1.9), (1.9, 2.1), (2.1, 2.5)]
+
+
+@given(st.lists(st.tuples(st.floats(0, 10), st.floats(0, 3)), max_size=20),
+       st.lists(st.tuples(st.floats(0, 12), st.floats(0.03, 2)), max_size=6))
+def test_fitted_words_stay_in_order_inside_speech_and_span_no_long_gap(raw_words, raw_regions):
+    words = [word(f" w{i}", s, s + d) for i, (s, d) in enumerate(sorted(raw_words))]
+    regions, end = [], -1.0
+    for start, length in sorted(raw_regions):
+        if start > end + WordTimingConfig().bridge_s:
+            regions.append((start, start + length))
+            end = start + length
+    fitted = fit_words(words, regions)
+    assert len(fitted) == len(words)
+    for a, b in zip(fitted, fitted[1:]):
+        assert a.start <= a.end <= b.start + 1e-9
+    for w in fitted:
+        if regions and w.end > w.start:
+            assert any(s - 1e-9 <= w.start and w.end <= e + 1e-9 for s, e in regions)
