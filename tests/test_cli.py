@@ -9,8 +9,13 @@ import time
 
 import pytest
 
-from audio_fixtures import SAMPLE_WAV, conversation, words_of, write_wav
+from pyannote.core import Annotation, Segment
+from pyannote.database.util import load_rttm
+from pyannote.metrics.diarization import DiarizationErrorRate
+
+from audio_fixtures import SAMPLE_WAV, conversation, sample_dir, words_of, write_wav
 from parley.client.formats import render
+from parley.client.transcript import SpeakerTurn, Transcript
 
 PARLEY = [sys.executable, "-m", "parley"]
 
@@ -21,12 +26,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server_url(models_dir):
-    """`parley serve` on the default bundle, as `make run` starts it."""
+def serve(models_dir, *args):
+    """`parley serve` in its own process on a free port; yields its stream URL."""
     port = free_port()
     env = {**os.environ, "PARLEY_MODELS_DIR": str(models_dir)}
-    process = subprocess.Popen([*PARLEY, "serve", "--port", str(port)], env=env,
+    process = subprocess.Popen([*PARLEY, "serve", "--port", str(port), *args], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     for line in process.stdout:
@@ -36,6 +40,17 @@ def server_url(models_dir):
     yield f"ws://127.0.0.1:{port}/v1/stream"
     process.terminate()
     assert process.wait(timeout=30) == 0  # SIGTERM is a clean shutdown
+
+
+@pytest.fixture(scope="module")
+def server_url(models_dir):
+    """`parley serve` on the default bundle, as `make run` starts it."""
+    yield from serve(models_dir)
+
+
+@pytest.fixture(scope="module")
+def diarized_url(models_dir):
+    yield from serve(models_dir, "--diarization", "bundle")
 
 
 def stream(url, *args, stdin=None):
@@ -57,7 +72,7 @@ def test_stream_sample_as_json(server_url):
     finals = json.loads(done.stdout)
     assert len(finals) >= 2 and "chicago" in words_of(" ".join(f["text"] for f in finals))
     for f in finals:
-        assert set(f) == {"segment_id", "start", "end", "text", "speaker", "words"}
+        assert set(f) == {"segment_id", "start", "end", "text", "reason", "speaker", "words"}
         assert 0 <= f["start"] < f["end"] <= 30.0
 
 
@@ -105,11 +120,55 @@ def test_stream_missing_file_is_a_clear_error(server_url):
 
 def test_render_formats():
     """The writers number SRT blocks and use each format's time syntax."""
-    finals = [{"segment_id": 0, "start": 1.5, "end": 3.25, "text": "Hello there.",
-               "speaker": None, "words": []},
-              {"segment_id": 1, "start": 61.0, "end": 62.0, "text": "", "speaker": None,
-               "words": []}]
-    assert render(finals, "srt") == "1\n00:00:01,500 --> 00:00:03,250\nHello there.\n"
-    assert render(finals, "vtt") == "WEBVTT\n\n00:00:01.500 --> 00:00:03.250\nHello there.\n"
-    assert json.loads(render(finals, "json"))[1]["start"] == 61.0
-    assert render(finals, "text") == "[00:00:01.500 --> 00:00:03.250] Hello there.\n"
+    transcript = Transcript()
+    for final in [{"type": "final", "segment_id": 0, "start": 1.5, "end": 3.25,
+                   "text": "Hello there.", "reason": "silence", "speaker": None, "words": []},
+                  {"type": "final", "segment_id": 1, "start": 61.0, "end": 62.0, "text": "",
+                   "reason": "silence", "speaker": None, "words": []}]:
+        transcript.apply(final)
+    assert render(transcript, "srt") == "1\n00:00:01,500 --> 00:00:03,250\nHello there.\n"
+    assert render(transcript, "vtt") == ("WEBVTT\n\n00:00:01.500 --> 00:00:03.250\n"
+                                         "Hello there.\n")
+    assert json.loads(render(transcript, "json"))[1]["start"] == 61.0
+    assert render(transcript, "text") == "[00:00:01.500 --> 00:00:03.250] Hello there.\n"
+    assert render(transcript, "rttm", "talk") == ("SPEAKER talk 1 1.500 1.750 <NA> <NA> "
+                                                  "unknown <NA> <NA>\n")
+
+
+def word(text, start, end, speaker):
+    return {"word": text, "start": start, "end": end, "probability": 0.9, "speaker": speaker}
+
+
+def test_the_transcript_applies_speaker_updates_and_joins_words_into_turns():
+    """A speaker_update replaces the final's speakers; turns split at a new speaker or a
+    pause over 0.5 s; labels are listed in order of first appearance."""
+    transcript = Transcript()
+    transcript.apply({"type": "final", "segment_id": 3, "start": 0.0, "end": 3.0,
+                      "text": "a b c d", "reason": "speaker_change", "speaker": "S1",
+                      "words": [word("a", 0.1, 0.5, "S1"), word("b", 0.6, 1.0, "S1"),
+                                word("c", 1.8, 2.2, "S1"), word("d", 2.3, 2.9, "S1")]})
+    transcript.apply({"type": "speaker_update", "segment_id": 3, "speaker": "S2",
+                      "words": [word("a", 0.1, 0.5, "S2"), word("b", 0.6, 1.0, "S2"),
+                                word("c", 1.8, 2.2, "S1"), word("d", 2.3, 2.9, "S1")]})
+    transcript.apply({"type": "speaker_update", "segment_id": 9, "speaker": "S1", "words": []})
+    assert transcript.speakers() == ["S2", "S1"]
+    assert transcript.turns() == [SpeakerTurn(0.1, 1.0, "S2"), SpeakerTurn(1.8, 2.9, "S1")]
+
+
+def test_stream_with_diarization_writes_speakers_as_json_and_rttm(diarized_url, tmp_path):
+    """`parley stream --diarization --format json` on sample.wav: every word has a speaker,
+    two in all, in order S1, S2; `--format rttm` writes turns that score like the
+    reference (DER with a 0.25 s collar, streamed faster than real time)."""
+    done = stream(diarized_url, "--fast", "--diarization", "--format", "json", str(SAMPLE_WAV))
+    assert done.returncode == 0, done.stderr
+    words = [w for f in json.loads(done.stdout) for w in f["words"]]
+    assert words and all(w["speaker"] in ("S1", "S2") for w in words)
+    assert [w["speaker"] for w in words][0] == "S1" and {w["speaker"] for w in words} == {
+        "S1", "S2"}
+    out = tmp_path / "sample.rttm"
+    done = stream(diarized_url, "--fast", "--format", "rttm", "-o", str(out), str(SAMPLE_WAV))
+    assert done.returncode == 0, done.stderr
+    hypothesis = load_rttm(str(out))["sample"]
+    assert hypothesis.labels() == ["S1", "S2"]
+    reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
+    assert DiarizationErrorRate(collar=0.25, skip_overlap=False)(reference, hypothesis) <= 0.15

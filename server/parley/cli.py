@@ -62,11 +62,13 @@ def _stream(args: argparse.Namespace) -> int:
     from parley.client.formats import render
     from parley.client.stream import (LiveDisplay, ffmpeg_pcm, run_stream, stdin_pcm,
                                       stream_url, token_from_env)
+    from parley.client.transcript import Transcript
     from parley.protocol.messages import StreamConfig
 
     rate = args.sample_rate if args.source == "-" else 16000
     config = StreamConfig(sample_rate=rate, channels=args.channels if args.source == "-" else 1,
-                          language=args.language, partials=not args.no_partials)
+                          language=args.language, partials=not args.no_partials,
+                          diarization=args.diarization or args.format == "rttm")
     bytes_per_second = rate * 2 * config.channels
     if args.source == "-":
         chunks = stdin_pcm(int(bytes_per_second * 0.1) // config.bytes_per_frame
@@ -79,9 +81,15 @@ def _stream(args: argparse.Namespace) -> int:
     url = stream_url(args.url, config, token_from_env())
     live_to_stdout = args.format == "text" and args.output is None
     display = LiveDisplay(sys.stdout if live_to_stdout else sys.stderr, not args.no_partials)
+    transcript = Transcript()
+
+    def on_message(message: dict) -> None:
+        transcript.apply(message)
+        display(message)
+
     try:
         result = asyncio.run(run_stream(url, chunks, bytes_per_second, fast=args.fast,
-                                        on_message=display))
+                                        on_message=on_message))
     except (OSError, RuntimeError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return 1
@@ -90,7 +98,8 @@ def _stream(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     if not live_to_stdout:
-        text = render(result.finals, args.format)
+        uri = "stdin" if args.source == "-" else Path(args.source).stem
+        text = render(transcript, args.format, uri)
         if args.output:
             Path(args.output).write_text(text, encoding="utf-8")
         else:
@@ -173,7 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream")
     stream.add_argument("--fast", action="store_true",
                         help="send as fast as the server accepts, not in real time")
-    stream.add_argument("--format", choices=FORMATS, default="text")
+    stream.add_argument("--format", choices=FORMATS, default="text",
+                        help="json, srt, vtt and rttm are written at the end, with every "
+                             "speaker_update applied; rttm (speaker turns) implies "
+                             "--diarization")
+    stream.add_argument("--diarization", action="store_true",
+                        help="ask for speaker labels (the server must run with diarization)")
     stream.add_argument("--output", "-o", help="write the transcript here, not to stdout")
     stream.add_argument("--language")
     stream.add_argument("--no-partials", action="store_true")

@@ -1,11 +1,14 @@
-"""Writing final results (dicts as protocol.md defines them) as text, JSON, SRT or WebVTT."""
+"""Writing final results (dicts as protocol.md defines them) as text, JSON, SRT, WebVTT, or
+the speakers' turns as RTTM."""
 
 from __future__ import annotations
 
 import json
 from typing import Sequence
 
-FORMATS = ("text", "json", "srt", "vtt")
+from parley.client.transcript import Transcript, rttm
+
+FORMATS = ("text", "json", "srt", "vtt", "rttm")
 
 
 def clock(seconds: float, separator: str = ".") -> str:
@@ -25,12 +28,15 @@ def text_line(final: dict) -> str:
     return f"[{clock(final['start'])} --> {clock(final['end'])}] {_label(final)}{final['text']}"
 
 
-def render(finals: Sequence[dict], fmt: str) -> str:
+def render(transcript: Transcript, fmt: str, uri: str = "stream") -> str:
+    """The finals (their speakers as the last ``speaker_update`` left them) in ``fmt``;
+    ``rttm`` writes the speakers' turns, named ``uri``."""
+    finals = transcript.finals
     spoken = [f for f in finals if f["text"].strip()]
     if fmt == "text":
         return "".join(text_line(f) + "\n" for f in spoken)
     if fmt == "json":
-        keys = ("segment_id", "start", "end", "text", "speaker", "words")
+        keys = ("segment_id", "start", "end", "text", "reason", "speaker", "words")
         return json.dumps([{k: f.get(k) for k in keys} for f in finals], indent=2,
                           ensure_ascii=False) + "\n"
     if fmt == "srt":
@@ -41,4 +47,6 @@ def render(finals: Sequence[dict], fmt: str) -> str:
         blocks = [f"{clock(f['start'])} --> {clock(f['end'])}\n{_label(f)}{f['text']}\n"
                   for f in spoken]
         return "WEBVTT\n\n" + "\n".join(blocks)
+    if fmt == "rttm":
+        return rttm(transcript.turns(), uri)
     raise ValueError(f"format must be one of {', '.join(FORMATS)}")

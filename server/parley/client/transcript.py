@@ -1,0 +1,75 @@
+"""The transcript as a client keeps it: finals in stream order, ``speaker_update`` applied.
+
+Pure: messages are the dicts protocol.md defines. Turns are runs of words of one
+speaker; a pause longer than ``TURN_GAP_S`` between two of the same speaker's words
+starts a new turn, as a reader would see a new line.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+TURN_GAP_S = 0.5
+
+
+@dataclass(frozen=True)
+class SpeakerTurn:
+    start: float
+    end: float
+    speaker: str | None
+
+
+class Transcript:
+    """Finals by segment id, with their speakers as the latest ``speaker_update`` left them."""
+
+    def __init__(self) -> None:
+        self._finals: dict[int, dict] = {}
+
+    def apply(self, message: dict) -> None:
+        """Keep a ``final``; apply a ``speaker_update`` to its final; ignore the rest."""
+        kind = message.get("type")
+        if kind == "final":
+            self._finals[message["segment_id"]] = copy.deepcopy(message)
+        elif kind == "speaker_update":
+            final = self._finals.get(message["segment_id"])
+            if final is not None:  # an update never comes before its final (protocol.md)
+                final["speaker"] = message["speaker"]
+                final["words"] = copy.deepcopy(message["words"])
+
+    @property
+    def finals(self) -> list[dict]:
+        return [self._finals[k] for k in sorted(self._finals)]
+
+    def speakers(self) -> list[str]:
+        """Labels in order of first appearance (by time) in the words and finals."""
+        seen: list[str] = []
+        for final in self.finals:
+            for label in [w.get("speaker") for w in final.get("words") or []] + \
+                    [final.get("speaker")]:
+                if label is not None and label not in seen:
+                    seen.append(label)
+        return seen
+
+    def turns(self, gap_s: float = TURN_GAP_S) -> list[SpeakerTurn]:
+        """Runs of words of one speaker, split where they pause longer than ``gap_s``."""
+        turns: list[SpeakerTurn] = []
+        for final in self.finals:
+            words = final.get("words") or []
+            if not words and final["text"].strip():  # no word times: the final is one turn
+                words = [{"start": final["start"], "end": final["end"],
+                          "speaker": final.get("speaker")}]
+            for w in words:
+                last = turns[-1] if turns else None
+                if last and last.speaker == w["speaker"] and w["start"] - last.end <= gap_s:
+                    turns[-1] = SpeakerTurn(last.start, max(last.end, w["end"]), last.speaker)
+                else:
+                    turns.append(SpeakerTurn(w["start"], w["end"], w["speaker"]))
+        return turns
+
+
+def rttm(turns: list[SpeakerTurn], uri: str) -> str:
+    """NIST RTTM lines (``SPEAKER uri 1 start duration <NA> <NA> label <NA> <NA>``)."""
+    lines = [f"SPEAKER {uri} 1 {t.start:.3f} {t.end - t.start:.3f} <NA> <NA> "
+             f"{t.speaker or 'unknown'} <NA> <NA>" for t in turns if t.end > t.start]
+    return "".join(line + "\n" for line in lines)
