@@ -1,104 +1,182 @@
-"""Streaming diarization accuracy and cost, at several latencies, beside an offline reference.
+"""Speaker accuracy as a client sees it: word-level turns of the finals from a real server.
 
-Diarization error rate (pyannote.metrics, 0.25 s collar, overlap scored) of the
-labels as they settle at each latency, on pyannote's sample.wav (two real speakers)
-and on espeak-ng conversations with 2 and 3 voices and known turns. The offline
-reference clusters whole-file embeddings of the same models (no latency limit: every
-window is seen before any label is decided), which is what streaming gives up.
+A `parley serve --diarization bundle` runs in its own process; each recording is sent
+in real time (100 ms messages paced by the clock) through Parley's own client, which
+applies every ``speaker_update`` to the finals it kept. The finals' words, joined into
+turns (runs of one speaker's words, split at pauses over 0.5 s), are scored against
+the reference with pyannote.metrics: diarization error rate with a 0.25 s collar and
+overlap scored. Also: the number of speakers shown and whether the labels run S1…Sn
+in order of first appearance; single-word flips (a word whose speaker differs from
+the words on both sides of it in one final); finals holding more than one speaker;
+word timing against the reference speech (share of word time outside speech, share
+of speech inside no word); final latency.
 
-Usage: python bench/diarization.py [--latencies 0.5 1 2 5] [--threshold 0.6]
+Recordings: sample.wav (two real speakers), espeak-ng dialogues of 2 and 3 voices, a
+single voice with pauses, and clean prompts answered by an old noisy recording.
+``realtime`` sends them one at a time; ``load`` sends them all at once, sharing the CPU.
+
+Usage: python bench/diarization.py [--modes realtime load] [--server-pythonpath DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
-import torch
 from common import print_table, write_json
+from load import Server
 
-from audio_fixtures import SAMPLE_WAV, dialogue, read_wav, sample_dir
-from parley.config import DiarizationSettings, Settings
-from parley.core.speakers import ClusteringConfig
-from parley.models.speaker_models import load_speaker_models
-from parley.runtime.diarization import DiarizationConfig, StreamDiarizer
+from audio_fixtures import (SAMPLE_WAV, dialogue, monologue, read_wav, recording_and_prompts,
+                            sample_dir, write_wav)
+from parley.client.stream import ffmpeg_pcm, run_stream, stream_url
+from parley.client.transcript import Transcript
+from parley.protocol.messages import StreamConfig
 from pyannote.core import Annotation, Segment
 from pyannote.database.util import load_rttm
 from pyannote.metrics.diarization import DiarizationErrorRate
 
-SAMPLE_RATE = 16000
+COLLAR_S = 0.25
+GRID_S = 0.01  # timing is scored on a 10 ms grid
 
 
-def stream(models, audio: np.ndarray, config: DiarizationConfig):
-    """Feed ``audio`` step by step, as the server does; return settled turns and step times."""
-    diarizer = StreamDiarizer(models, config)
-    times = diarizer.replay(audio)
-    return diarizer.timeline.settled_turns(), diarizer.clustering.speaker_count, times
-
-
-def annotation(turns) -> Annotation:
-    out = Annotation()
-    for turn in turns:
-        out[Segment(turn.start, turn.end)] = f"S{turn.speaker}"
+def corpora(folder: Path) -> dict[str, tuple[Path, Annotation]]:
+    """name → (wav file, reference annotation)."""
+    out = {"sample.wav": (SAMPLE_WAV, load_rttm(str(sample_dir() / "sample.rttm"))["sample"])}
+    made = {"espeak 2 voices": dialogue(["A", "B"]), "espeak 3 voices": dialogue(["A", "B", "C"]),
+            "1 voice, pauses": monologue(), "prompts + recording": recording_and_prompts()}
+    for name, (audio, truth) in made.items():
+        reference = Annotation()
+        for u in truth:
+            reference[Segment(u.start, u.end)] = u.voice
+        out[name] = (write_wav(folder / f"{name.replace(' ', '_')}.wav", audio), reference)
     return out
 
 
-def truth_annotation(utterances) -> Annotation:
+async def stream_file(url: str, path: Path) -> dict:
+    """Send one file in real time; the client's transcript and each final's latency."""
+    transcript = Transcript()
+    latencies: list[float] = []
+    began: list[float] = []
+
+    def on_message(message: dict) -> None:
+        now = time.monotonic()
+        if message["type"] == "session_started":
+            began.append(now)
+        if message["type"] == "final" and message["reason"] != "end_of_stream":
+            latencies.append(now - began[0] - message["end"])
+        transcript.apply(message)
+
+    result = await run_stream(url, ffmpeg_pcm(str(path)), 32000, on_message=on_message)
+    return {"transcript": transcript, "latencies": latencies, "errors": result.errors}
+
+
+def hypothesis(transcript: Transcript) -> Annotation:
     out = Annotation()
-    for u in utterances:
-        out[Segment(u.start, u.end)] = u.voice
+    for k, turn in enumerate(transcript.turns()):
+        if turn.end > turn.start:
+            out[Segment(turn.start, turn.end), k] = turn.speaker or "unlabelled"
     return out
 
 
-def der(reference: Annotation, hypothesis: Annotation) -> float:
-    return DiarizationErrorRate(collar=0.25, skip_overlap=False)(reference, hypothesis)
+def _grid(segments, length: int) -> np.ndarray:
+    mask = np.zeros(length, bool)
+    for start, end in segments:
+        mask[int(round(start / GRID_S)):int(round(end / GRID_S))] = True
+    return mask
 
 
-def offline_reference(models, audio: np.ndarray, config: DiarizationConfig) -> tuple:
-    """Latency unbounded: stream twice, the second pass starting from the first's speakers."""
-    warm = StreamDiarizer(models, config)
-    warm.replay(audio)
-    second = StreamDiarizer(models, DiarizationConfig(
-        config.window_s, config.step_s, config.window_s, config.clustering))
-    second.clustering = warm.clustering  # every speaker already known from the whole file
-    second.replay(audio)
-    return second.timeline.settled_turns(), second.clustering.speaker_count
+def timing(transcript: Transcript, reference: Annotation) -> dict:
+    words = [(w["start"], w["end"]) for f in transcript.finals for w in f.get("words") or []]
+    speech = [(s.start, s.end) for s in reference.get_timeline().support()]
+    length = int(max([e for _, e in words + speech] + [0]) / GRID_S) + 2
+    in_words, in_speech = _grid(words, length), _grid(speech, length)
+    return {"words_outside_speech": float((in_words & ~in_speech).sum() / max(in_words.sum(), 1)),
+            "speech_outside_words": float((in_speech & ~in_words).sum()
+                                          / max(in_speech.sum(), 1))}
+
+
+def flips(transcript: Transcript) -> int:
+    count = 0
+    for final in transcript.finals:
+        labels = [w["speaker"] for w in final.get("words") or []]
+        count += sum(1 for a, b, c in zip(labels, labels[1:], labels[2:]) if b != a and b != c)
+    return count
+
+
+def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
+    transcript: Transcript = outcome["transcript"]
+    shown = transcript.speakers()
+    finals = transcript.finals
+    latencies = sorted(outcome["latencies"])
+    return {
+        "audio": name, "mode": mode,
+        "der": DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
+            reference, hypothesis(transcript)),
+        "speakers": len(shown), "true_speakers": len(reference.labels()),
+        "labels_in_order": shown == [f"S{i + 1}" for i in range(len(shown))],
+        "flips": flips(transcript),
+        "mixed_finals": sum(1 for f in finals
+                            if len({w["speaker"] for w in f.get("words") or []}) > 1),
+        "speaker_change_finals": sum(1 for f in finals if f["reason"] == "speaker_change"),
+        "finals": len(finals),
+        **timing(transcript, reference),
+        "latency_p50_s": statistics.median(latencies) if latencies else None,
+        "latency_max_s": latencies[-1] if latencies else None,
+        "errors": len(outcome["errors"]),
+        "labels": shown,
+    }
+
+
+async def run_mode(url: str, mode: str, files: dict) -> list[dict]:
+    if mode == "realtime":
+        outcomes = [await stream_file(url, path) for path, _ in files.values()]
+    else:
+        outcomes = await asyncio.gather(*(stream_file(url, path) for path, _ in files.values()))
+    return [score(name, mode, outcome, reference)
+            for (name, (_, reference)), outcome in zip(files.items(), outcomes)]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--latencies", type=float, nargs="+", default=[0.5, 1.0, 2.0, 5.0])
-    parser.add_argument("--threshold", type=float, default=ClusteringConfig.new_speaker_distance)
-    parser.add_argument("--threads", type=int, default=DiarizationSettings().threads,
-                        help="torch threads, as the server's diarization thread uses")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--modes", nargs="+", choices=["realtime", "load"],
+                        default=["realtime", "load"])
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--only", nargs="+", help="recordings to send (names as in the table)")
+    parser.add_argument("--server-pythonpath", help="run the server from this source tree "
+                                                    "(e.g. an older checkout, for a before/after)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment of the server, e.g. PARLEY_DIARIZATION__LATENCY_S=3")
+    parser.add_argument("--label", default="")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    models = load_speaker_models("bundle", Settings().models_dir, torch.device("cpu"))
-    sample_reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
-    corpora = {"sample.wav": (read_wav(SAMPLE_WAV), sample_reference, 2)}
-    for voices in (["A", "B"], ["A", "B", "C"]):
-        audio, truth = dialogue(voices)
-        corpora[f"espeak {len(voices)} voices"] = (audio, truth_annotation(truth), len(voices))
-    clustering = ClusteringConfig(new_speaker_distance=args.threshold)
-    stream(models, read_wav(SAMPLE_WAV)[: 6 * SAMPLE_RATE], DiarizationConfig())  # warm-up
+    env = dict(item.split("=", 1) for item in args.server_env)
+    if args.server_pythonpath:
+        env["PYTHONPATH"] = args.server_pythonpath
     rows = []
-    for name, (audio, reference, true_count) in corpora.items():
-        for latency in args.latencies:
-            config = DiarizationConfig(latency_s=latency, clustering=clustering)
-            turns, count, times = stream(models, audio, config)
-            rows.append({"audio": name, "latency_s": latency, "der": der(reference,
-                                                                         annotation(turns)),
-                         "speakers": count, "true_speakers": true_count,
-                         "step_ms_mean": 1000 * statistics.fmean(times),
-                         "step_ms_max": 1000 * max(times), "step_s": config.step_s})
-        turns, count = offline_reference(models, audio, DiarizationConfig(clustering=clustering))
-        rows.append({"audio": name, "latency_s": "offline", "der": der(reference,
-                                                                       annotation(turns)),
-                     "speakers": count, "true_speakers": true_count})
-    print_table(rows, ["audio", "latency_s", "der", "speakers", "true_speakers",
-                       "step_ms_mean", "step_ms_max"])
-    path = write_json("diarization", {"threshold": args.threshold, "rows": rows})
+    with tempfile.TemporaryDirectory() as tmp:
+        files = corpora(Path(tmp))
+        if args.only:
+            files = {k: v for k, v in files.items() if k in args.only}
+        server = Server(args.model, "bundle", [], "warning", log_name="diarization", env=env)
+        try:
+            url = stream_url(server.url, StreamConfig(diarization=True), None)
+            for mode in args.modes:
+                rows += asyncio.run(run_mode(url, mode, files))
+                print(f"{mode}: done", flush=True)
+        finally:
+            server.stop()
+    print()
+    print_table(rows, ["audio", "mode", "der", "speakers", "true_speakers", "labels_in_order",
+                       "flips", "mixed_finals", "speaker_change_finals", "finals",
+                       "words_outside_speech", "speech_outside_words", "latency_p50_s",
+                       "latency_max_s", "errors"])
+    path = write_json("diarization", {"label": args.label, "model": args.model,
+                                      "server_env": env, "rows": rows})
     print(f"\nwrote {path}")
 
 

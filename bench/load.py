@@ -129,8 +129,9 @@ class Server:
     """`parley serve` in a child process on a free loopback port; its log goes to a file."""
 
     def __init__(self, model: str, diarization: str, extra: list[str], log_level: str,
-                 log_name: str = "load"):
-        env = {**os.environ, "PARLEY_LOG_LEVEL": log_level, "PYANNOTE_METRICS_ENABLED": "false"}
+                 log_name: str = "load", env: dict[str, str] | None = None):
+        env = {**os.environ, "PARLEY_LOG_LEVEL": log_level, "PYANNOTE_METRICS_ENABLED": "false",
+               **(env or {})}
         RESULTS.mkdir(parents=True, exist_ok=True)
         self.log_path = RESULTS / f"{log_name}-server-{diarization}.log"
         self._log = open(self.log_path, "w")
