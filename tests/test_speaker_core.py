@@ -129,3 +129,31 @@ def test_ring_keeps_the_latest_samples():
     ring.push(np.arange(10, 22, dtype=np.float32))
     np.testing.assert_array_equal(ring.latest(3), [19, 20, 21])
     assert ring.total == 19
+
+
+def test_speakers_founded_and_merged_away_are_bounded():
+    """Segmentation that splits one voice into two local speakers, window after window,
+    founds a speaker that merges back each time: the founded ones stop at
+    FOUNDED_PER_SPEAKER × max_speakers, and the voice stays one speaker."""
+    from parley.core.speakers import FOUNDED_PER_SPEAKER
+
+    config = ClusteringConfig(max_speakers=2, min_speaker_s=0.0)
+    clustering = OnlineClustering(config)
+    for _ in range(50):
+        clustering.assign(local(unit(1, 0, 0), unit(1, 0.05, 0)))
+    assert clustering.size == FOUNDED_PER_SPEAKER * config.max_speakers  # reached, not passed
+    assert set(clustering.aliases()) == {0}
+
+
+def test_a_stray_speaker_never_confirmed_is_retired_and_frees_its_place():
+    """A voice heard in one window and never again (not confirmed) stops holding one of
+    the max_speakers places after stale_windows, without changing any label."""
+    config = ClusteringConfig(max_speakers=2, min_speaker_s=2.0, stale_windows=5)
+    clustering = OnlineClustering(config)
+    clustering.assign(local(unit(1, 0, 0), fresh_s=3.0))
+    clustering.assign(local(unit(0, 1, 0), fresh_s=0.5))  # a stray: founded, not confirmed
+    assert clustering.aliases() == (0, 0)
+    for _ in range(6):
+        clustering.assign(local(unit(1, 0, 0)))
+    assert clustering.aliases() == (0, 0)
+    assert clustering.assign(local(unit(0, 0, 1))) == [2]  # there is room for a newcomer

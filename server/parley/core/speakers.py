@@ -24,6 +24,12 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 
+# Speakers merged away keep their index (the timeline's columns and earlier snapshots name
+# them), so the founded ones are capped, to bound a long session's memory; past the cap a
+# new voice joins the closest speaker, as when max_speakers are all taken.
+FOUNDED_PER_SPEAKER = 8
+
+
 @dataclass(frozen=True)
 class ClusteringConfig:
     max_speakers: int = 8
@@ -33,6 +39,7 @@ class ClusteringConfig:
     min_new_speaker_s: float = 0.5     # seconds alone in a window to found a speaker
     min_update_s: float = 1.0          # seconds alone in a window to move a centroid
     min_speaker_s: float = 2.0         # seconds alone in all, before a speaker is shown
+    stale_windows: int = 120           # an unconfirmed speaker unheard this long is retired
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_speakers <= 64:
@@ -65,6 +72,8 @@ class OnlineClustering:
         self._sums: list[np.ndarray] = []
         self._evidence: list[float] = []
         self._merged_into: list[int | None] = []
+        self._last_heard: list[int] = []  # the window count when each was last assigned
+        self._windows = 0
 
     @property
     def size(self) -> int:
@@ -104,14 +113,17 @@ class OnlineClustering:
             rows, cols = linear_sum_assignment(distances)
             matched = {r: live[c] for r, c in zip(rows, cols)
                        if distances[r, c] <= config.new_speaker_distance}
+        room = config.max_speakers - len(live)
         for row, index in enumerate(usable):
             strong = local.alone_s[index] >= config.min_new_speaker_s
             if row in matched:
                 result[index] = matched[row]
-            elif strong and len(live) < config.max_speakers:
+            elif strong and room > 0 and self.size < FOUNDED_PER_SPEAKER * config.max_speakers:
+                room -= 1
                 self._sums.append(np.zeros_like(vectors[row]))
                 self._evidence.append(0.0)
                 self._merged_into.append(None)
+                self._last_heard.append(self._windows)
                 result[index] = len(self._sums) - 1
             elif strong and distances is not None:
                 # No room for anyone new: the closest speaker not already taken here.
@@ -123,11 +135,24 @@ class OnlineClustering:
             if speaker is None:
                 continue
             self._evidence[speaker] += float(local.fresh_alone_s[index])
+            self._last_heard[speaker] = self._windows
             founded = not self._sums[speaker].any()
             if founded or local.alone_s[index] >= config.min_update_s:
                 self._sums[speaker] = self._sums[speaker] + vectors[row]
+        self._windows += 1
         self._merge_converged()
+        self._retire_stale()
         return result
+
+    def _retire_stale(self) -> None:
+        """An unconfirmed speaker unheard for ``stale_windows`` was a stray window (noise,
+        a cough, a blend of voices): it is merged into the speaker it is shown as, which
+        changes no label and frees its place for a real newcomer."""
+        shown = self.aliases()
+        for speaker in self._live():
+            if (not self.confirmed(speaker) and shown[speaker] != speaker
+                    and self._windows - self._last_heard[speaker] > self.config.stale_windows):
+                self._merged_into[speaker] = shown[speaker]
 
     def _merge_converged(self) -> None:
         while True:
