@@ -44,16 +44,24 @@ COLLAR_S = 0.25
 GRID_S = 0.01  # timing is scored on a 10 ms grid
 
 
-def corpora(folder: Path) -> dict[str, tuple[Path, Annotation]]:
-    """name → (wav file, reference annotation)."""
-    out = {"sample.wav": (SAMPLE_WAV, load_rttm(str(sample_dir() / "sample.rttm"))["sample"])}
-    made = {"espeak 2 voices": dialogue(["A", "B"]), "espeak 3 voices": dialogue(["A", "B", "C"]),
-            "1 voice, pauses": monologue(), "prompts + recording": recording_and_prompts()}
+def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotation]]:
+    """name → (wav file, reference annotation), each after ``lead_s`` of extra silence (the
+    server's diarization steps fall elsewhere in the speech: it shows how much that moves)."""
+    sample = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
+    made = {"sample.wav": (read_wav(SAMPLE_WAV), [(s.start, s.end, label) for s, _, label
+                                                  in sample.itertracks(yield_label=True)])}
+    for name, (audio, truth) in {"espeak 2 voices": dialogue(["A", "B"]),
+                                 "espeak 3 voices": dialogue(["A", "B", "C"]),
+                                 "1 voice, pauses": monologue(),
+                                 "prompts + recording": recording_and_prompts()}.items():
+        made[name] = (audio, [(u.start, u.end, u.voice) for u in truth])
+    out = {}
     for name, (audio, truth) in made.items():
         reference = Annotation()
-        for u in truth:
-            reference[Segment(u.start, u.end)] = u.voice
-        out[name] = (write_wav(folder / f"{name.replace(' ', '_')}.wav", audio), reference)
+        for k, (start, end, label) in enumerate(truth):
+            reference[Segment(start + lead_s, end + lead_s), k] = label
+        padded = np.concatenate([np.zeros(int(lead_s * 16000), np.float32), audio])
+        out[name] = (write_wav(folder / f"{name.replace(' ', '_')}.wav", padded), reference)
     return out
 
 
@@ -148,6 +156,8 @@ def main() -> None:
                         default=["realtime", "load"])
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--only", nargs="+", help="recordings to send (names as in the table)")
+    parser.add_argument("--lead-s", type=float, default=0.0,
+                        help="silence added before every recording (moves the step grid)")
     parser.add_argument("--server-pythonpath", help="run the server from this source tree "
                                                     "(e.g. an older checkout, for a before/after)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
@@ -159,7 +169,7 @@ def main() -> None:
         env["PYTHONPATH"] = args.server_pythonpath
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = corpora(Path(tmp))
+        files = corpora(Path(tmp), args.lead_s)
         if args.only:
             files = {k: v for k, v in files.items() if k in args.only}
         server = Server(args.model, "bundle", [], "warning", log_name="diarization", env=env)
@@ -176,7 +186,7 @@ def main() -> None:
                        "words_outside_speech", "speech_outside_words", "latency_p50_s",
                        "latency_max_s", "errors"])
     path = write_json("diarization", {"label": args.label, "model": args.model,
-                                      "server_env": env, "rows": rows})
+                                      "lead_s": args.lead_s, "server_env": env, "rows": rows})
     print(f"\nwrote {path}")
 
 
