@@ -46,6 +46,11 @@ class TimelineSnapshot:
                 overlap[turn.speaker] = overlap.get(turn.speaker, 0.0) + shared
         return max(overlap, key=overlap.get) if overlap else None
 
+    def between(self, start: float, end: float) -> TimelineSnapshot:
+        """This snapshot with only the turns that overlap [start, end]."""
+        turns = tuple(t for t in self.turns if t.end > start and t.start < end)
+        return TimelineSnapshot(turns, self.settled_until, self.speaker_count, self.aliases)
+
     def _nearest(self, start: float, end: float, reach: float = 1.0) -> int | None:
         # Short words between turns (breaths, "uh") go to the closest turn nearby.
         middle = (start + end) / 2

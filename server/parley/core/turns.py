@@ -32,6 +32,9 @@ class Speaking(Protocol):
 
     def speaking(self, start: float, end: float) -> int | None: ...
 
+    def between(self, start: float, end: float) -> "Speaking":
+        """The same, keeping only what overlaps [start, end] (to read it many times)."""
+
 
 @dataclass
 class _Run:
@@ -116,7 +119,8 @@ def settled_change(snapshot: Speaking, start: float, end: float,
     if cells <= 0:
         return None
     spans = [(start + i * CELL_S, start + (i + 1) * CELL_S) for i in range(cells)]
-    labels = [snapshot.speaking(a, b) for a, b in spans]
+    view = snapshot.between(start, until)
+    labels = [view.speaking(a, b) for a, b in spans]
     voiced = [(span, label) for span, label in zip(spans, labels) if label is not None]
     if not voiced:
         return None

@@ -1,9 +1,9 @@
 """One session's diarization, seen from the event loop: feeding steps, labelling results.
 
 The diarization thread owns the session's ``StreamDiarizer``; this object only keeps
-the audio window to send it, the latest immutable timeline snapshot, and the finals
-whose speakers may still change, so that a later snapshot can revise them with a
-``speaker_update``.
+the audio window to send it, the latest immutable timeline snapshots, the labels the
+client has seen (``SpeakerLabels``), and the finals whose speakers may still change,
+so that a later snapshot can revise them with a ``speaker_update``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from parley.protocol.messages import Final, Partial, SpeakerUpdate
 from parley.runtime.diarization import DiarizationWorker
 
 
-
 class SpeakerTrack:
+    """A diarized session's speakers: steps fed from its audio, labels on its messages,
+    ``speaker_update`` for finals whose speakers changed, and where its turns change."""
+
     def __init__(self, worker: DiarizationWorker):
         config = worker.config
         self._worker = worker
@@ -36,6 +38,7 @@ class SpeakerTrack:
         self._pending: concurrent.futures.Future | None = None
         self._snapshot = TimelineSnapshot((), 0.0, 0)  # as applied to the messages sent
         self._newest = self._snapshot  # the newest finished step's, for cutting at a turn
+        self._no_change_in: tuple[TimelineSnapshot, float] | None = None  # checked, none
         self._labels = SpeakerLabels()
         self._unsettled: dict[int, Final] = {}  # segment id → final as last sent
 
@@ -109,7 +112,12 @@ class SpeakerTrack:
         """Where, in the open segment [start, end], a settled turn passed to someone else
         (read from the newest finished step, which the outbox may not have reached yet)."""
         self._note_newest()
-        return settled_change(self._newest, start, end, self._worker.config.turns)
+        checked = self._no_change_in
+        if checked is not None and checked[0] is self._newest and checked[1] == start:
+            return None  # nothing new to read: audio arrives far more often than steps
+        change = settled_change(self._newest, start, end, self._worker.config.turns)
+        self._no_change_in = (self._newest, start) if change is None else None
+        return change
 
     def _note_newest(self) -> None:
         step = self._pending
