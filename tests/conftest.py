@@ -6,6 +6,11 @@ import json
 import os
 from pathlib import Path
 
+# Hypothesis imports its optimiser lazily, in the middle of a test, and pytest compiles it
+# there (it rewrites asserts in plugin packages). Python 3.11's compiler can then fail with
+# "AST constructor recursion depth mismatch" (CPython gh-106905, pytest #10763); seen on a
+# clean checkout, where no bytecode is cached. Importing it here compiles it up front.
+import hypothesis.internal.conjecture.optimiser  # noqa: F401
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
