@@ -35,6 +35,7 @@ from audio_fixtures import (SAMPLE_WAV, dialogue, monologue, read_wav, recording
                             sample_dir, write_wav)
 from parley.client.stream import ffmpeg_pcm, run_stream, stream_url
 from parley.client.transcript import Transcript
+from parley.core.audio import SAMPLE_RATE
 from parley.protocol.messages import StreamConfig
 from pyannote.core import Annotation, Segment
 from pyannote.database.util import load_rttm
@@ -60,7 +61,7 @@ def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotati
         reference = Annotation()
         for k, (start, end, label) in enumerate(truth):
             reference[Segment(start + lead_s, end + lead_s), k] = label
-        padded = np.concatenate([np.zeros(int(lead_s * 16000), np.float32), audio])
+        padded = np.concatenate([np.zeros(int(lead_s * SAMPLE_RATE), np.float32), audio])
         out[name] = (write_wav(folder / f"{name.replace(' ', '_')}.wav", padded), reference)
     return out
 
@@ -79,7 +80,8 @@ async def stream_file(url: str, path: Path) -> dict:
             latencies.append(now - began[0] - message["end"])
         transcript.apply(message)
 
-    result = await run_stream(url, ffmpeg_pcm(str(path)), 32000, on_message=on_message)
+    result = await run_stream(url, ffmpeg_pcm(str(path)), 2 * SAMPLE_RATE,  # PCM16 mono
+                              on_message=on_message)
     return {"transcript": transcript, "latencies": latencies, "errors": result.errors}
 
 
