@@ -44,12 +44,7 @@ def serve(models_dir, *args):
 
 @pytest.fixture(scope="module")
 def server_url(models_dir):
-    """`parley serve` on the default bundle, as `make run` starts it."""
-    yield from serve(models_dir)
-
-
-@pytest.fixture(scope="module")
-def diarized_url(models_dir):
+    """`parley serve` on the default bundle with speaker labels, as `make run` starts it."""
     yield from serve(models_dir, "--diarization", "bundle")
 
 
@@ -155,11 +150,11 @@ def test_the_transcript_applies_speaker_updates_and_joins_words_into_turns():
     assert transcript.turns() == [SpeakerTurn(0.1, 1.0, "S2"), SpeakerTurn(1.8, 2.9, "S1")]
 
 
-def test_stream_with_diarization_writes_speakers_that_score_like_the_reference(diarized_url):
+def test_stream_with_diarization_writes_speakers_that_score_like_the_reference(server_url):
     """`parley stream --diarization --format json` on sample.wav: every word has a speaker,
     two in all, S1 first; their turns (the ones `--format rttm` writes) score like the
     reference (DER with a 0.25 s collar, streamed faster than real time)."""
-    done = stream(diarized_url, "--fast", "--diarization", "--format", "json", str(SAMPLE_WAV))
+    done = stream(server_url, "--fast", "--diarization", "--format", "json", str(SAMPLE_WAV))
     assert done.returncode == 0, done.stderr
     transcript = Transcript()
     for final in json.loads(done.stdout):

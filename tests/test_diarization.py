@@ -59,12 +59,11 @@ class MappingSpy:
         self.last = mapping
 
 
-@pytest.mark.parametrize("phase_s", [0.0, 0.3])
-def test_sample_two_speakers_and_der_at_default_latency(speaker_models, phase_s):
+def test_sample_two_speakers_and_der_at_default_latency(speaker_models):
     """sample.wav: two speakers, DER ≤ 0.15 at the default latency, no label used twice,
-    whenever the steps fall (a server's steps start when its client does)."""
+    with steps that do not start at 0 (a server's start when its client does)."""
     spy = MappingSpy()
-    hypothesis, count = diarize(speaker_models, read_wav(SAMPLE_WAV), spy=spy, phase_s=phase_s)
+    hypothesis, count = diarize(speaker_models, read_wav(SAMPLE_WAV), spy=spy, phase_s=0.3)
     reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
     assert count == 2
     assert der(reference, hypothesis) <= 0.15
@@ -76,7 +75,7 @@ def test_sample_two_speakers_and_der_at_default_latency(speaker_models, phase_s)
 @pytest.mark.parametrize("voices, bound", [(["A", "B"], 0.15), (["A", "B", "C"], 0.15)])
 def test_synthetic_conversations(speaker_models, voices, bound):
     """espeak-ng dialogues with known turns: the right number of speakers, bounded DER."""
-    audio, truth = dialogue(voices)
+    audio, truth = dialogue(voices, turns=6)
     reference = Annotation()
     for u in truth:
         reference[Segment(u.start, u.end)] = u.voice
