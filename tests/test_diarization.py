@@ -72,9 +72,10 @@ def test_sample_two_speakers_and_der_at_default_latency(speaker_models):
         assert len(used) == len(set(used))  # two people in one window never share a label
 
 
-@pytest.mark.parametrize("voices, bound", [(["A", "B"], 0.15), (["A", "B", "C"], 0.15)])
+@pytest.mark.parametrize("voices, bound", [(["A", "B", "C"], 0.15)])
 def test_synthetic_conversations(speaker_models, voices, bound):
-    """espeak-ng dialogues with known turns: the right number of speakers, bounded DER."""
+    """An espeak-ng dialogue of three voices with known turns: the right number of speakers,
+    bounded DER (two voices: test_speakers_on_the_wire)."""
     audio, truth = dialogue(voices, turns=6)
     reference = Annotation()
     for u in truth:
@@ -84,9 +85,17 @@ def test_synthetic_conversations(speaker_models, voices, bound):
     assert der(reference, hypothesis) <= bound
 
 
-async def test_speakers_on_the_wire(models_dir):
-    """With diarization=true, finals and words carry S1/S2 and speaker updates are well formed."""
+@pytest.fixture(scope="module")
+async def diarized_url(models_dir):
+    """A real server with the real ASR and speaker models; its stream URL with speakers."""
     server = await serve_real(models_dir, diarization={"source": "bundle"})
+    yield stream_url(f"ws://127.0.0.1:{server.port}/v1/stream", StreamConfig(diarization=True),
+                     None)
+    await server.stop()
+
+
+async def test_speakers_on_the_wire(diarized_url):
+    """With diarization=true, finals and words carry S1/S2 and speaker updates are well formed."""
     audio, truth = dialogue(["A", "B"], turns=4)
     pcm = (audio * 32767).astype("<i2").tobytes()
 
@@ -95,12 +104,8 @@ async def test_speakers_on_the_wire(models_dir):
             yield pcm[i:i + 3200]
 
     messages = []
-    try:
-        url = stream_url(f"ws://127.0.0.1:{server.port}/v1/stream",
-                         StreamConfig(diarization=True), None)
-        result = await run_stream(url, chunks(), 32000, fast=True, on_message=messages.append)
-    finally:
-        await server.stop()
+    result = await run_stream(diarized_url, chunks(), 32000, fast=True,
+                              on_message=messages.append)
     assert result.errors == [] and result.started["config"]["diarization"] is True
     assert "diarization_latency_s" in result.started["limits"]
     finals = {}
@@ -126,7 +131,7 @@ async def test_speakers_on_the_wire(models_dir):
     assert len(set.union(*by_voice.values())) == 2
 
 
-async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(models_dir):
+async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarized_url):
     """Two voices back to back, no pause: once the change has settled, a final ends within
     0.3 s of it with reason speaker_change, each final holds one speaker, S1 before and
     S2 after, and the answer is transcribed (sent at three times real time)."""
@@ -144,14 +149,9 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(models_
             await asyncio.sleep(0.1 / 3)
             yield pcm[i:i + 3200]
 
-    server = await serve_real(models_dir, diarization={"source": "bundle"})
-    try:
-        url = stream_url(f"ws://127.0.0.1:{server.port}/v1/stream",
-                         StreamConfig(diarization=True), None)
-        messages = []
-        result = await run_stream(url, chunks(), 32000, fast=True, on_message=messages.append)
-    finally:
-        await server.stop()
+    messages = []
+    result = await run_stream(diarized_url, chunks(), 32000, fast=True,
+                              on_message=messages.append)
     assert result.errors == []
     transcript = Transcript()
     for message in messages:
