@@ -15,6 +15,7 @@ from websockets.asyncio.server import Server, serve
 from websockets.http11 import Response
 
 from parley.config import Settings
+from parley.core.costs import cost_report
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from parley.runtime.metrics import Metrics
@@ -173,7 +174,8 @@ def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
             "asr": {"busy_fraction": round(worker.busy_fraction(), 3),
                     "partial_interval_s": round(
                         worker.partial_interval(settings.asr.partial_interval_s), 3),
-                    **worker.stats.to_json(), "costs": worker.costs()},
+                    **worker.stats.to_json(),
+                    "costs": cost_report(worker.step_cost, worker.encoder_cost)},
             "diarization": settings.diarization.source if diarization else None})
 
     metrics.watch("parley_ready", "1 while /readyz answers 200",

@@ -146,3 +146,12 @@ class Acceptance:
     def probability(self) -> float:
         total = self.kept + self.rejections
         return self.kept / total if total > 0 else 0.0
+
+
+def cost_report(step: StepCostModel, encoder: EncoderCosts) -> dict:
+    """The measured cost models, in milliseconds (for /health)."""
+    c0, c_row, c_token = step.coefficients
+    return {"step_ms": round(1000 * c0, 2), "step_ms_per_row": round(1000 * c_row, 2),
+            "step_ms_per_token": round(1000 * c_token, 2),
+            "encoder_ms_by_clips": {n: round(1000 * s, 1)
+                                    for n, s in sorted(encoder.known.items())}}

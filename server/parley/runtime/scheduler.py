@@ -29,11 +29,12 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 from parley.core.asr import AsrRequest, Decode, Transcriber
-from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
+from parley.core.costs import Acceptance, EncoderCosts, StepCostModel
+from parley.core.load import LoadLedger
 from parley.core.policy import (PartialPacing, draft_budgets, encoder_batch_size,
                                 finish_decoding_first, remaining_steps)
 from parley.runtime.calibration import calibrate
@@ -41,16 +42,9 @@ from parley.runtime.scheduler_stats import SchedulerObserver, SchedulerStats
 
 log = logging.getLogger(__name__)
 
-LOAD_WINDOW_S = 10.0        # how far back the load estimates look
 # Seconds of a step (fixed, per row, per position fed) before any is timed: a small
 # CPU's figures; the warm-up and the first steps replace them.
 STEP_COST_PRIOR = (0.010, 0.001, 0.0005)
-PARTIAL_COST_SMOOTHING = 0.2
-# A final's tokens per second of audio, and the seconds its finish (word timings) takes,
-# before any is measured; moving averages of finished finals replace them.
-TOKENS_PER_SECOND_PRIOR = 3.0
-FINISH_SECONDS_PRIOR = 0.03
-FINAL_SMOOTHING = 0.1
 _STOP = object()
 
 
@@ -66,15 +60,6 @@ class _Job:
     admitted: float = 0.0
     steps: int = 0
     produced: int = 0  # tokens the steps gave it (its first one and end of text aside)
-
-
-@dataclass(frozen=True)
-class Load:
-    """What the thread has measured lately, published (replaced whole) for the loop."""
-
-    busy: DecayingRate         # worker seconds per second: the busy fraction
-    finals: DecayingRate       # worker seconds per second spent on finals
-    partial_cost_s: float = 0.0  # worker seconds one partial costs
 
 
 class AsrScheduler:
@@ -105,16 +90,11 @@ class AsrScheduler:
         self._partial_streams = 0
         # Written by the worker thread only:
         self._finals_taken = 0  # finals taken off the line: started, failed or cancelled
-        now = clock()
-        self._load = Load(DecayingRate.starting(LOAD_WINDOW_S, now),
-                          DecayingRate.starting(LOAD_WINDOW_S, now))
+        self._ledger = LoadLedger(clock())
         self._finals: deque[_Job] = deque()
         self._partials: deque[_Job] = deque()
         self._active: list[_Job] = []
         self._stopping = False
-        self._partial_cost: float | None = None
-        self._tokens_per_second = TOKENS_PER_SECOND_PRIOR
-        self._finish_seconds = FINISH_SECONDS_PRIOR
 
     # ================================================================ event-loop side
 
@@ -140,17 +120,10 @@ class AsrScheduler:
         """Requests queued or being decoded."""
         return self._in_flight
 
-    def costs(self) -> dict:
-        """The measured cost models, in milliseconds (for /health)."""
-        c0, c_row, c_token = self.step_cost.coefficients
-        return {"step_ms": round(1000 * c0, 2), "step_ms_per_row": round(1000 * c_row, 2),
-                "step_ms_per_token": round(1000 * c_token, 2),
-                "encoder_ms_by_clips": {n: round(1000 * s, 1)
-                                        for n, s in sorted(self.encoder_cost.known.items())}}
-
     def busy_fraction(self) -> float:
-        """Fraction of the last seconds (about ``LOAD_WINDOW_S``) the thread worked."""
-        return self._load.busy.rate(self._clock())
+        """Fraction of the last seconds (about ``core.load.LOAD_WINDOW_S``) the thread
+        worked."""
+        return self._ledger.load.busy.rate(self._clock())
 
     async def submit_final(self, request: AsrRequest) -> concurrent.futures.Future:
         """Queue a final; waits while ``capacity`` requests are in flight."""
@@ -176,7 +149,7 @@ class AsrScheduler:
 
     def partial_interval(self, base_s: float) -> float:
         """Seconds a stream should leave between its partials now (at least ``base_s``)."""
-        load = self._load
+        load = self._ledger.load
         return self.pacing.interval(base_s, self._partial_streams, load.partial_cost_s,
                                     load.finals.rate(self._clock()))
 
@@ -207,9 +180,7 @@ class AsrScheduler:
 
     def warm_up(self) -> None:
         """Time the engine before serving (``start(warm_up=True)`` runs it on the thread
-        that will decode; benchmarks may call it directly).
-
-        """
+        that will decode; benchmarks may call it directly)."""
         calibrate(self.engine, self.step_cost, self.encoder_cost, self._clock)
 
     def _run(self) -> None:
@@ -306,9 +277,9 @@ class AsrScheduler:
         remaining = []
         for job in finals:
             expected = max(len(job.request.draft or ()),
-                           self._tokens_per_second * job.request.seconds)
+                           self._ledger.tokens_per_second * job.request.seconds)
             steps = remaining_steps(job.produced, job.steps, expected, job.decode.drafting)
-            remaining.append(steps * step + self._finish_seconds)
+            remaining.append(steps * step + self._ledger.finish_seconds)
         return remaining
 
     def _start(self, jobs: list[_Job]) -> None:
@@ -384,9 +355,9 @@ class AsrScheduler:
                 continue
             finished_in = self._work(self._clock() - began)
             job.cost += finished_in
-            self._account(job)
+            self._ledger.decoded(job.final, job.cost, self._clock())
             if job.final:
-                self._learn_final(job, len(result.tokens), finished_in)
+                self._ledger.final_done(job.request.seconds, len(result.tokens), finished_in)
             self.stats.jobs_done += 1
             log.debug("%s of %.1f s: waited %.3f s, done after %.3f s, cost %.3f s, %d steps, "
                       "%d in flight", "final" if job.final else "partial", job.request.seconds,
@@ -400,12 +371,6 @@ class AsrScheduler:
                 job.future.set_result(result)
             else:
                 self.stats.partials_cancelled += not job.final
-
-    def _learn_final(self, job: _Job, tokens: int, finish_seconds: float) -> None:
-        if job.request.seconds > 0.5:
-            rate = tokens / job.request.seconds
-            self._tokens_per_second += FINAL_SMOOTHING * (rate - self._tokens_per_second)
-        self._finish_seconds += FINAL_SMOOTHING * (finish_seconds - self._finish_seconds)
 
     def _evict_partial(self) -> bool:
         """Give the least advanced partial's row to a final; False if there is none."""
@@ -422,7 +387,7 @@ class AsrScheduler:
         """Take a decode out of the batch without a result."""
         self._active.remove(job)
         self.engine.drop(job.decode)
-        self._account(job)
+        self._ledger.decoded(job.final, job.cost, self._clock())
 
     def _fail(self, job: _Job, exc: Exception) -> None:
         self.stats.jobs_failed += 1
@@ -431,18 +396,5 @@ class AsrScheduler:
 
     def _work(self, seconds: float) -> float:
         self.stats.busy_seconds += seconds
-        load = self._load
-        self._load = replace(load, busy=load.busy.add(seconds, self._clock()))
+        self._ledger.worked(seconds, self._clock())
         return seconds
-
-    def _account(self, job: _Job) -> None:
-        """Fold a job's cost into the load estimates that pace partials."""
-        load = self._load
-        if job.final:
-            self._load = replace(load, finals=load.finals.add(job.cost, self._clock()))
-            return
-        if self._partial_cost is None:
-            self._partial_cost = job.cost
-        else:
-            self._partial_cost += PARTIAL_COST_SMOOTHING * (job.cost - self._partial_cost)
-        self._load = replace(load, partial_cost_s=self._partial_cost)
