@@ -5,7 +5,8 @@ in real time (100 ms messages paced by the clock) through Parley's own client, w
 applies every ``speaker_update`` to the finals it kept. The finals' words, joined into
 turns (runs of one speaker's words, split at pauses over 0.5 s), are scored against
 the reference with pyannote.metrics: diarization error rate with a 0.25 s collar and
-overlap scored. Also: the number of speakers shown and whether the labels run S1…Sn
+overlap scored, split into confusion, missed and false alarm (shares of scored speech),
+and again with overlapped speech left out (one speaker per word cannot cover it). Also: the number of speakers shown and whether the labels run S1…Sn
 in order of first appearance; single-word flips (a word whose speaker differs from
 the words on both sides of it in one final); finals holding more than one speaker;
 word timing against the reference speech (share of word time outside speech, share
@@ -123,10 +124,18 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
     shown = transcript.speakers()
     finals = transcript.finals
     latencies = sorted(outcome["latencies"])
+    turns = hypothesis(transcript)
+    parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
+        reference, turns, detailed=True)
+    scored = max(parts["total"], 1e-9)
     return {
         "audio": name, "mode": mode,
-        "der": DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
-            reference, hypothesis(transcript)),
+        "der": parts["diarization error rate"],
+        "confusion": parts["confusion"] / scored,
+        "missed": parts["missed detection"] / scored,
+        "false_alarm": parts["false alarm"] / scored,
+        "der_no_overlap": DiarizationErrorRate(collar=COLLAR_S, skip_overlap=True)(
+            reference, turns),
         "speakers": len(shown), "true_speakers": len(reference.labels()),
         "labels_in_order": shown == [f"S{i + 1}" for i in range(len(shown))],
         "flips": flips(transcript),
@@ -139,6 +148,7 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
         "latency_max_s": latencies[-1] if latencies else None,
         "errors": len(outcome["errors"]),
         "labels": shown,
+        "turns_rttm": turns.to_rttm(),
     }
 
 
@@ -183,7 +193,8 @@ def main() -> None:
         finally:
             server.stop()
     print()
-    print_table(rows, ["audio", "mode", "der", "speakers", "true_speakers", "labels_in_order",
+    print_table(rows, ["audio", "mode", "der", "confusion", "missed", "false_alarm",
+                       "der_no_overlap", "speakers", "true_speakers", "labels_in_order",
                        "flips", "mixed_finals", "speaker_change_finals", "finals",
                        "words_outside_speech", "speech_outside_words", "latency_p50_s",
                        "latency_max_s", "errors"])
