@@ -61,6 +61,18 @@ def test_mulaw_8k_decodes_to_the_original_tone():
     assert 0.4 < np.max(np.abs(out)) < 0.6
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # audioop, here only as a reference
+@pytest.mark.parametrize("encoding, expand", [(Encoding.MULAW, "ulaw2lin"),
+                                              (Encoding.ALAW, "alaw2lin")])
+def test_g711_codes_decode_as_the_standard_library_does(encoding, expand):
+    """Every mu-law and A-law code decodes to the value Python's audioop gives it."""
+    audioop = pytest.importorskip("audioop")
+    codes = bytes(range(256))
+    expected = np.frombuffer(getattr(audioop, expand)(codes, 2), dtype="<i2") / 32768.0
+    out = AudioDecoder(StreamConfig(encoding=encoding)).decode(codes)
+    np.testing.assert_array_equal(out, expected.astype(np.float32))
+
+
 @pytest.mark.parametrize("config, size", [(StreamConfig(), 3),
                                           (StreamConfig(encoding=Encoding.PCM_F32LE), 6),
                                           (StreamConfig(channels=2), 6)])

@@ -138,6 +138,13 @@ class RunningServer:
             await self.diarization.stop()
 
 
+def dialects() -> list:
+    """The wires the streaming endpoint speaks: Parley's own, and the compatible ones."""
+    from parley.transport.native import NativeDialect
+
+    return [NativeDialect()]
+
+
 def _limits(settings: Settings, diarized: bool) -> StreamLimits:
     server = settings.server
     return StreamLimits(
@@ -206,14 +213,16 @@ async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService
                              hypothesis_drafts=settings.asr.hypothesis_drafts,
                              final_latency=metrics.final_latency.observe)
     endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
-                              metrics, diarization)
+                              metrics, dialects(), diarization)
     server = await serve(
         endpoint.handle,
         settings.server.host,
         settings.server.port,
         process_request=make_request_router(_routes(settings, asr, endpoint, metrics,
                                                     diarization),
-                                            StaticFiles(settings.server.static_dir)),
+                                            StaticFiles(settings.server.static_dir),
+                                            endpoint.paths, endpoint.check_handshake),
+        select_subprotocol=endpoint.select_subprotocol,
         max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
         compression=None,  # audio does not compress; deflate would only cost CPU
         open_timeout=10,

@@ -21,7 +21,20 @@ def _mulaw_table() -> np.ndarray:
     return (linear / 32768.0).astype(np.float32)
 
 
+def _alaw_table() -> np.ndarray:
+    # ITU-T G.711 A-law expansion of all 256 codes (even bits inverted), scaled to [-1, 1].
+    codes = np.arange(256, dtype=np.uint8) ^ 0x55
+    sign = (codes & 0x80) != 0
+    exponent = (codes >> 4) & 0x07
+    mantissa = (codes & 0x0F).astype(np.int32)
+    magnitude = np.where(exponent == 0, (mantissa << 4) + 8,
+                         ((mantissa << 4) + 0x108) << np.maximum(exponent.astype(np.int32) - 1, 0))
+    linear = np.where(sign, magnitude, -magnitude)
+    return (linear / 32768.0).astype(np.float32)
+
+
 _MULAW = _mulaw_table()
+_ALAW = _alaw_table()
 
 
 class AudioDecoder:
@@ -54,8 +67,10 @@ class AudioDecoder:
                 raise ProtocolError(ErrorCode.BAD_AUDIO,
                                     "float32 audio holds NaN or infinity; the message was dropped")
             samples = np.clip(samples, -1.0, 1.0)
-        else:
+        elif encoding is Encoding.MULAW:
             samples = _MULAW[np.frombuffer(frame, dtype=np.uint8)]
+        else:
+            samples = _ALAW[np.frombuffer(frame, dtype=np.uint8)]
         if self.config.channels > 1:
             samples = samples.reshape(-1, self.config.channels).mean(axis=1, dtype=np.float32)
         return self._resample(samples, last=False)

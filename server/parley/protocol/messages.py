@@ -18,10 +18,11 @@ class Encoding(str, Enum):
     PCM_S16LE = "pcm_s16le"
     PCM_F32LE = "pcm_f32le"
     MULAW = "mulaw"
+    ALAW = "alaw"
 
     @property
     def sample_width(self) -> int:
-        return {"pcm_s16le": 2, "pcm_f32le": 4, "mulaw": 1}[self.value]
+        return {"pcm_s16le": 2, "pcm_f32le": 4, "mulaw": 1, "alaw": 1}[self.value]
 
 
 class ErrorCode(str, Enum):

@@ -26,8 +26,8 @@ from parley.core.word_timing import WordTimingConfig, fit_words
 from parley.core.words import shift_words
 from parley.protocol.audio import AudioDecoder
 from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Finalized, FinalReason,
-                                      Partial, ServerMessage, SessionEnded, SpeechStarted,
-                                      StreamConfig, Word)
+                                      Partial, ProtocolError, ServerMessage, SessionEnded,
+                                      SpeechStarted, StreamConfig, Word)
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.speaker_track import SpeakerTrack
 
@@ -65,6 +65,16 @@ class _DiarizationStep:
     future: concurrent.futures.Future
 
 
+@dataclass(frozen=True)
+class Mark:
+    """Something a transport queued with ``Session.mark``: ``messages()`` hands it back
+    after every message queued before it (e.g. an acknowledgement that must follow the
+    finals of the audio before it)."""
+
+    payload: object
+    stream_time: float
+
+
 _END = object()
 
 
@@ -79,6 +89,7 @@ class Session:
         self._options = options
         self._decoder = AudioDecoder(config)
         self._vad = VadSegmenter(options.vad)
+        self._heard_audio = False
         self._outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
         self._partial: concurrent.futures.Future | None = None
         self._partial_segment = -1  # the segment self._partial decodes
@@ -98,6 +109,30 @@ class Session:
     def stream_time(self) -> float:
         return self._vad.stream_time
 
+    @property
+    def vad(self) -> VadConfig:
+        return self._vad.config
+
+    def reconfigure(self, config: StreamConfig, vad: VadConfig | None = None) -> None:
+        """New settings for what follows: the language and partials at any time; the
+        audio format and the VAD only before the first audio (ProtocolError after)."""
+        self._check_open()
+        vad = vad or self._vad.config
+        audio_changes = (config.encoding, config.sample_rate, config.channels) != (
+            self.config.encoding, self.config.sample_rate, self.config.channels)
+        if self._heard_audio and (audio_changes or vad != self._vad.config):
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "the audio format and turn detection "
+                                "cannot change once audio has been sent")
+        if config.diarization != self.config.diarization:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "diarization is chosen when connecting")
+        if config.partials != self.config.partials:
+            self._stop_wanting_partials()  # the next speech start asks again if wanted
+        self.config = config
+        if audio_changes:
+            self._decoder = AudioDecoder(config)
+        if vad != self._vad.config:
+            self._vad = VadSegmenter(vad)
+
     async def feed(self, frame: bytes) -> None:
         """One binary message from the client (ProtocolError if it is malformed)."""
         await self.feed_audio(self._decoder.decode(frame))
@@ -105,6 +140,7 @@ class Session:
     async def feed_audio(self, samples: np.ndarray) -> None:
         """16 kHz mono float32 audio; waits when the ASR worker is full (back-pressure)."""
         self._check_open()
+        self._heard_audio = True
         self._arrivals.append((self.stream_time + len(samples) / SAMPLE_RATE, time.monotonic()))
         if self._speakers is not None:  # first, so a final closed by this audio is labelled
             for step in await self._speakers.push(samples):  # from windows that include it
@@ -147,6 +183,10 @@ class Session:
         """A non-fatal error, sent in stream order with the results."""
         await self._outbox.put(error)
 
+    async def mark(self, payload: object) -> None:
+        """Queue ``Mark(payload)`` behind everything queued so far (see ``Mark``)."""
+        await self._outbox.put(Mark(payload, self.stream_time))
+
     def close(self) -> None:
         """The client is gone: cancel work that has not finished."""
         self._ended = True
@@ -164,8 +204,9 @@ class Session:
 
     # ------------------------------------------------------------------ output
 
-    async def messages(self) -> AsyncIterator[ServerMessage]:
-        """Server messages in stream order, until (and including) ``session_ended``."""
+    async def messages(self) -> AsyncIterator[ServerMessage | Mark]:
+        """Server messages (and marks) in stream order, until (and including)
+        ``session_ended``."""
         while True:
             item = await self._outbox.get()
             if item is _END:

@@ -13,7 +13,6 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from parley.protocol.messages import STREAM_PATH
 
 
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -65,14 +64,17 @@ def text_response(status: HTTPStatus, body: bytes, content_type: str) -> Respons
     return _response(status, body, content_type)
 
 
-def make_request_router(routes: Mapping[str, Callable[[], Response]], static: StaticFiles):
-    """websockets' process_request hook: answer ``routes`` (path → answer) and the
-    static files, let /v1/stream through, and 404 the rest."""
+def make_request_router(routes: Mapping[str, Callable[[], Response]], static: StaticFiles,
+                        streams: frozenset[str],
+                        check_handshake: Callable[[Request], Response | None]):
+    """websockets' process_request hook: let the ``streams`` paths through to the
+    WebSocket handshake (unless ``check_handshake`` answers instead), answer ``routes``
+    (path → answer) and the static files, and 404 the rest."""
 
     def route(connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
-        if path == STREAM_PATH:
-            return None  # the WebSocket handshake goes on
+        if path in streams:
+            return check_handshake(request)
         if path in routes:
             return routes[path]()
         page = static.get(path)

@@ -1,11 +1,14 @@
-"""The /v1/stream WebSocket endpoint: one coroutine owns each connection.
+"""The streaming WebSocket endpoint: one coroutine owns each connection.
 
-Reads the stream's settings from the query string, admits or refuses the client,
-then runs two tasks that start and stop together: a reader (client → session) and
-a writer (session → client). Every refusal and failure ends with an ``error``
-message and the close code protocol.md gives it. A drain (SIGTERM) or the session's
-maximum duration stops the reading, and the session ends as after ``end_of_stream``:
-every piece of audio already received gets its final.
+Every streaming path (/v1/stream, and the compatible ones) is served here; the path's
+dialect (transport/dialect.py) reads the stream's settings and translates messages.
+The endpoint admits or refuses the client, then runs two tasks that start and stop
+together: a reader (client → session) and a writer (session → client). Every refusal
+and failure ends with an error in the dialect's form and the close code protocol.md
+gives it (or, for dialects that refuse at the handshake, an HTTP error). A drain
+(SIGTERM) or the session's maximum duration stops the reading, and the session ends
+as after the client's end of stream: every piece of audio already received gets its
+final.
 """
 
 from __future__ import annotations
@@ -15,22 +18,23 @@ import contextlib
 import logging
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
 
-from parley.protocol.messages import (ControlType, EndReason, Error, ErrorCode, Final, Partial,
-                                      ProtocolError, ServerMessage, SessionStarted, StreamConfig,
-                                      encode, parse_control)
+from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
+                                      ServerMessage)
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session, SessionOptions
+from parley.runtime.session import Mark, Session, SessionOptions
 from parley.runtime.speaker_track import SpeakerTrack
 from parley.transport.auth import ApiKeys, OriginPolicy
+from parley.transport.dialect import Dialect, Opened, Setup, Translator
 
 log = logging.getLogger(__name__)
 MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes
@@ -87,6 +91,7 @@ class _Connection:
 
     session_id: str
     key: str
+    translator: Translator | None = None  # once admitted
     outcome: str = "disconnected"
     error_codes: list[str] = field(default_factory=list)
 
@@ -98,10 +103,13 @@ class _Fatal(Exception):
 
 
 class StreamEndpoint:
-    """Serves /v1/stream; counts live sessions for admission (no per-session state here)."""
+    """Serves the dialects' paths; counts live sessions for admission (no per-session
+    state here)."""
 
     def __init__(self, asr: AsrService, options: SessionOptions, limits: StreamLimits,
-                 access: Access, metrics: Metrics, diarization: DiarizationWorker | None = None):
+                 access: Access, metrics: Metrics, dialects: list[Dialect],
+                 diarization: DiarizationWorker | None = None):
+        self._dialects = {dialect.path: dialect for dialect in dialects}
         self._asr = asr
         self._diarization = diarization
         self._options = options
@@ -112,6 +120,33 @@ class StreamEndpoint:
         self._per_key: Counter[str] = Counter()
         self._draining = asyncio.Event()
         self._shutting_down = False
+
+    @property
+    def paths(self) -> frozenset[str]:
+        return frozenset(self._dialects)
+
+    def dialect_of(self, request: Request) -> Dialect:
+        return self._dialects[urlsplit(request.path).path]
+
+    def check_handshake(self, request: Request) -> Response | None:
+        """For dialects that refuse at the handshake: their HTTP refusal, or None to go on
+        (the handler admits again: the server may fill up in between)."""
+        dialect = self.dialect_of(request)
+        if not dialect.refuses_at_handshake:
+            return None
+        try:
+            self._admit(request, dialect)
+        except _Fatal as refusal:
+            self._metrics.sessions.labels(refusal.error.code.value).inc()
+            log.info("refused a session at the handshake: %s", refusal.error.code.value,
+                     extra={"outcome": refusal.error.code.value})
+            return dialect.refusal(refusal.error)
+        return None
+
+    def select_subprotocol(self, connection: ServerConnection, offered) -> str | None:
+        """websockets' hook: the subprotocol the path's dialect answers with."""
+        assert connection.request is not None
+        return self.dialect_of(connection.request).subprotocol(list(offered))
 
     @property
     def live_sessions(self) -> int:
@@ -143,8 +178,11 @@ class StreamEndpoint:
         task = asyncio.current_task()
         assert task is not None
         this = _Connection(uuid.uuid4().hex, ANONYMOUS)
+        request = connection.request
+        assert request is not None
+        dialect = self.dialect_of(request)
         try:
-            config, this.key = self._admit(connection)
+            setup, this.key = self._admit(request, dialect)
         except _Fatal as refusal:
             this.outcome = refusal.error.code.value
             await self._close_with(connection, this, refusal.error)
@@ -154,13 +192,18 @@ class StreamEndpoint:
         self._live.add(task)
         self._per_key[this.key] += 1
         self._metrics.sessions_live.inc()
+        config = setup.config
         speakers = SpeakerTrack(self._diarization) if config.diarization else None
-        session = Session(config, self._asr.worker, self._options, speakers)
-        log.info("session %s started by key %s: %s", this.session_id, this.key, config,
-                 extra={"session_id": this.session_id, "key": this.key})
+        options = self._options if setup.vad is None else replace(self._options, vad=setup.vad)
+        session = Session(config, self._asr.worker, options, speakers)
+        this.translator = dialect.translator(Opened(this.session_id, setup,
+                                                    self._asr.model_label,
+                                                    self._limits.to_json()))
+        log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
+                 dialect.path, config, extra={"session_id": this.session_id, "key": this.key})
         try:
-            await connection.send(encode(SessionStarted(
-                this.session_id, config, self._limits.to_json(), self._asr.model_label)))
+            for text in this.translator.opening():
+                await connection.send(text)
             ending = await self._run(connection, session, this)
             this.outcome = "ended"
             await connection.close(ending.close_code, ending.close_reason)
@@ -195,10 +238,8 @@ class StreamEndpoint:
 
     # ------------------------------------------------------------------ admission
 
-    def _admit(self, connection: ServerConnection) -> tuple[StreamConfig, str]:
-        """The stream's config and the name of the key it came with, or _Fatal."""
-        request = connection.request
-        assert request is not None
+    def _admit(self, request: Request, dialect: Dialect) -> tuple[Setup, str]:
+        """The stream's settings and the name of the key it came with, or _Fatal."""
         headers = request.headers
         if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
             raise _Fatal(Error(ErrorCode.FORBIDDEN_ORIGIN,
@@ -206,7 +247,7 @@ class StreamEndpoint:
         params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
         key = ANONYMOUS
         if self._access.keys.required:
-            key = self._access.keys.identify(_offered_key(params, headers))
+            key = self._access.keys.identify(dialect.offered_key(params, headers))
             if key is None:
                 raise _Fatal(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
         if self._draining.is_set():
@@ -220,17 +261,17 @@ class StreamEndpoint:
             raise _Fatal(Error(ErrorCode.TOO_MANY_SESSIONS,
                                f"this key has its limit of {per_key} sessions open"))
         try:
-            config = StreamConfig.from_query(params)
-            self._asr.check_language(config.language)
+            setup = dialect.setup(params, headers)
+            self._asr.check_language(setup.config.language)
         except ProtocolError as exc:
             raise _Fatal(Error(exc.code, exc.message)) from None
         except ValueError as exc:
             raise _Fatal(Error(ErrorCode.BAD_CONFIG, str(exc))) from None
-        if config.diarization and self._diarization is None:
+        if setup.config.diarization and self._diarization is None:
             raise _Fatal(Error(ErrorCode.BAD_CONFIG,
                                "diarization is not available on this server (start it with "
                                "--diarization bundle)"))
-        return config, key
+        return setup, key
 
     # ------------------------------------------------------------------ the stream
 
@@ -238,7 +279,7 @@ class StreamEndpoint:
                    this: _Connection) -> EndReason:
         """Stream until the session ends; why it ended (fatal errors raise _Fatal)."""
         writer = asyncio.create_task(self._write(connection, session, this))
-        reader = asyncio.create_task(self._read(connection, session))
+        reader = asyncio.create_task(self._read(connection, session, this))
         try:
             await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_EXCEPTION)
             for task in (reader, writer):
@@ -258,42 +299,48 @@ class StreamEndpoint:
             await self._send(connection, this, message)
 
     async def _send(self, connection: ServerConnection, this: _Connection,
-                    message: ServerMessage) -> None:
+                    message: ServerMessage | Mark) -> None:
         if isinstance(message, Error):  # counted even if the client is gone
             self._metrics.errors.labels(message.code.value).inc()
             this.error_codes.append(message.code.value)
-        await connection.send(encode(message))
+        assert this.translator is not None
+        for text in this.translator.outbound(message):
+            await connection.send(text)
         if isinstance(message, Final):
             self._metrics.finals.inc()
         elif isinstance(message, Partial):
             self._metrics.partials.inc()
 
-    async def _read(self, connection: ServerConnection, session: Session) -> EndReason:
-        bytes_per_second = session.config.bytes_per_frame * session.config.sample_rate
+    async def _read(self, connection: ServerConnection, session: Session,
+                    this: _Connection) -> EndReason:
+        assert this.translator is not None
         ends_at = asyncio.get_running_loop().time() + self._limits.max_session_s
         while True:
             message = await self._next(connection, ends_at)
             if isinstance(message, EndReason):
                 await session.end(message)
                 return message
+            limit = self._message_limit(message)
+            if len(message) > limit:
+                raise _Fatal(Error(ErrorCode.FRAME_TOO_LARGE,
+                                   f"message of {len(message)} bytes exceeds {limit}"))
+            heard = session.stream_time
             try:
-                if isinstance(message, bytes):
-                    if len(message) > self._limits.max_frame_bytes:
-                        raise _Fatal(Error(ErrorCode.FRAME_TOO_LARGE,
-                                           f"audio message of {len(message)} bytes exceeds "
-                                           f"{self._limits.max_frame_bytes}"))
-                    await session.feed(message)
-                    self._metrics.audio_seconds.inc(len(message) / bytes_per_second)
-                    continue
-                kind = parse_control(message)
+                ends = await this.translator.receive(message, session)
             except ProtocolError as exc:
                 await session.report(Error(exc.code, exc.message))
                 continue
-            if kind is ControlType.FINALIZE:
-                await session.finalize()
-            elif kind is ControlType.END_OF_STREAM:
+            finally:
+                self._metrics.audio_seconds.inc(session.stream_time - heard)
+            if ends:
                 await session.end(EndReason.END_OF_STREAM)
                 return EndReason.END_OF_STREAM
+
+    def _message_limit(self, message: str | bytes) -> int:
+        """Binary messages: max_frame_bytes. Text: room for a maximum frame in base64
+        (dialects that carry audio in JSON) and 4 KiB of JSON around it."""
+        frame = self._limits.max_frame_bytes
+        return frame if isinstance(message, bytes) else -(-frame // 3) * 4 + 4096
 
     async def _next(self, connection: ServerConnection, ends_at: float) -> str | bytes | EndReason:
         """The client's next message; or why reading stops (a drain, the session's
@@ -326,18 +373,12 @@ class StreamEndpoint:
     async def _close_with(self, connection: ServerConnection, this: _Connection,
                           error: Error) -> None:
         """Send ``error`` and close with its code; the client may already be gone."""
+        self._metrics.errors.labels(error.code.value).inc()  # even if the client is gone
+        this.error_codes.append(error.code.value)
+        assert connection.request is not None
         with contextlib.suppress(ConnectionClosed):
-            await self._send(connection, this, error)
+            await connection.send(self.dialect_of(connection.request).error(error))
         close_code = error.code.close_code or 1011
         with contextlib.suppress(ConnectionClosed):
             await connection.close(close_code, close_reason(error.message))
 
-
-def _offered_key(params: dict[str, str], headers) -> str | None:
-    """The key a client offers: ``?token=``, or ``Authorization: Bearer``/``Token``."""
-    offered = params.get("token")
-    authorization = headers.get("Authorization", "")
-    scheme, _, credentials = authorization.partition(" ")
-    if offered is None and scheme.lower() in ("bearer", "token"):
-        offered = credentials.strip()
-    return offered

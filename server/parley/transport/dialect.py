@@ -1,0 +1,81 @@
+"""The seam between the one streaming endpoint and the wires it speaks.
+
+Parley's own protocol, Deepgram's live API and OpenAI's realtime transcription are
+*dialects*: each reads a connection's settings from its handshake, then translates
+that client's messages into calls on one ``Session`` and the session's messages into
+its own. Admission, limits, draining, idle and duration timeouts, metrics and logs are
+the endpoint's, the same for every dialect (transport/ws_server.py).
+
+A ``Dialect`` is shared by all connections on its path and holds no per-connection
+state; ``Dialect.translator`` makes a ``Translator`` for one connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol
+
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+from parley.core.vad import VadConfig
+from parley.protocol.messages import Error, ServerMessage, StreamConfig
+from parley.runtime.session import Mark, Session
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A connection's settings as its dialect read them from the handshake."""
+
+    config: StreamConfig
+    vad: VadConfig | None = None  # None: the server's
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What the endpoint tells a translator about the connection it serves."""
+
+    session_id: str
+    setup: Setup
+    model: str
+    limits: dict
+
+
+class Translator(Protocol):
+    """One connection's translation, both ways (per-connection state lives here)."""
+
+    def opening(self) -> list[str]:
+        """Messages sent once the connection is admitted, before any result."""
+
+    async def receive(self, message: str | bytes, session: Session) -> bool:
+        """Act on one client message (feed audio, finalize, reconfigure, ...); True when
+        the client asked to end the stream (the endpoint then ends the session).
+        ProtocolError for a message it refuses: the endpoint reports it, non-fatal."""
+
+    def outbound(self, message: ServerMessage | Mark) -> list[str]:
+        """The dialect's messages for one session message (none, one or several)."""
+
+
+class Dialect(Protocol):
+    path: str
+    # Refusals before the session (bad key, full server, bad settings) answer the
+    # handshake with an HTTP error, as this wire's vendor does, rather than with a
+    # message and a close after it (Parley's own rule, for browsers).
+    refuses_at_handshake: bool
+
+    def offered_key(self, params: Mapping[str, str], headers: Headers) -> str | None:
+        """The API key the client offers, in this dialect's ways."""
+
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+        """The stream's settings; ProtocolError when they are not acceptable."""
+
+    def subprotocol(self, offered: list[str]) -> str | None:
+        """The WebSocket subprotocol to answer with, of those the client offered."""
+
+    def refusal(self, error: Error) -> Response:
+        """The HTTP answer refusing a handshake (used when ``refuses_at_handshake``)."""
+
+    def error(self, error: Error) -> str:
+        """The dialect's form of a fatal error, sent before the close."""
+
+    def translator(self, opened: Opened) -> Translator: ...
