@@ -138,11 +138,14 @@ class RunningServer:
             await self.diarization.stop()
 
 
-def dialects() -> list:
+def dialects(settings: Settings) -> list:
     """The wires the streaming endpoint speaks: Parley's own, and the compatible ones."""
+    from parley.transport.deepgram import DeepgramDialect
     from parley.transport.native import NativeDialect
+    from parley.transport.openai_realtime import OpenAIRealtimeDialect
 
-    return [NativeDialect()]
+    vad = settings.vad.to_config()
+    return [NativeDialect(), DeepgramDialect(vad), OpenAIRealtimeDialect(vad)]
 
 
 def _limits(settings: Settings, diarized: bool) -> StreamLimits:
@@ -213,7 +216,7 @@ async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService
                              hypothesis_drafts=settings.asr.hypothesis_drafts,
                              final_latency=metrics.final_latency.observe)
     endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
-                              metrics, dialects(), diarization)
+                              metrics, dialects(settings), diarization)
     server = await serve(
         endpoint.handle,
         settings.server.host,

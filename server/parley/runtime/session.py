@@ -98,6 +98,7 @@ class Session:
         self._partial_end = 0.0  # stream time covered by the last partial asked for
         self._wants_partials = False  # counted by the worker while a segment is open
         self._segments = 0
+        self._quiet_since: float | None = None  # end of the last segment, while no speech is open
         self._ended = False
         self._diarization_failed = False
         # (stream time at the end of an audio message, monotonic time it arrived)
@@ -108,6 +109,12 @@ class Session:
     @property
     def stream_time(self) -> float:
         return self._vad.stream_time
+
+    @property
+    def quiet_since(self) -> float | None:
+        """While no speech is open: the stream time the last segment ended (None before the
+        first segment, and during speech)."""
+        return self._quiet_since
 
     @property
     def vad(self) -> VadConfig:
@@ -275,12 +282,14 @@ class Session:
 
     async def _on_event(self, event) -> None:
         if isinstance(event, SpeechStart):
+            self._quiet_since = None
             self._partial_end = event.start
             if self.config.partials and not self._wants_partials:
                 self._wants_partials = True
                 self._worker.want_partials(+1)
             await self._outbox.put(SpeechStarted(event.segment_id, event.start))
         elif isinstance(event, SegmentClosed):
+            self._quiet_since = event.end
             self._stop_wanting_partials()
             await self._submit_final(event)
 

@@ -13,7 +13,7 @@ state; ``Dialect.translator`` makes a ``Translator`` for one connection.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
@@ -23,12 +23,19 @@ from parley.protocol.messages import Error, ServerMessage, StreamConfig
 from parley.runtime.session import Mark, Session
 
 
+# Turn detection asked of a compatible endpoint (Deepgram's endpointing, OpenAI's
+# silence_duration_ms) is raised to this: Whisper needs whole phrases, and shorter
+# pauses would cut them (it is the server's own default).
+MIN_TURN_SILENCE_MS = 300
+
+
 @dataclass(frozen=True)
 class Setup:
     """A connection's settings as its dialect read them from the handshake."""
 
     config: StreamConfig
     vad: VadConfig | None = None  # None: the server's
+    options: object = None        # the dialect's own, for its translator
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,7 @@ class Opened:
     setup: Setup
     model: str
     limits: dict
+    check_language: Callable[[str | None], None]  # ValueError for one the model lacks
 
 
 class Translator(Protocol):

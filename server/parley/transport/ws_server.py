@@ -198,7 +198,8 @@ class StreamEndpoint:
         session = Session(config, self._asr.worker, options, speakers)
         this.translator = dialect.translator(Opened(this.session_id, setup,
                                                     self._asr.model_label,
-                                                    self._limits.to_json()))
+                                                    self._limits.to_json(),
+                                                    self._asr.check_language))
         log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
                  dialect.path, config, extra={"session_id": this.session_id, "key": this.key})
         try:

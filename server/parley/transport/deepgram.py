@@ -1,0 +1,297 @@
+"""/v1/listen: Deepgram's live streaming wire, over the same session as /v1/stream.
+
+A bot built on Deepgram's SDKs (or LiveKit's and Pipecat's Deepgram plugins) moves to
+Parley by changing its base URL. What is honoured, approximated and ignored is listed
+in protocol.md, section 9; this module follows that table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from http import HTTPStatus
+from typing import Mapping
+
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+from parley import __version__
+from parley.core.vad import VadConfig
+from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, FinalReason, Partial,
+                                      ProtocolError, ServerMessage, SessionEnded, SpeechStarted,
+                                      StreamConfig, Word)
+from parley.runtime.session import Mark, Session
+from parley.transport.dialect import MIN_TURN_SILENCE_MS, Opened, Setup
+from parley.transport.http import json_response
+from parley.transport.native import bearer_or_token
+
+LISTEN_PATH = "/v1/listen"
+ENCODINGS = {"linear16": Encoding.PCM_S16LE, "mulaw": Encoding.MULAW, "alaw": Encoding.ALAW}
+CHANNEL = [0, 1]  # channel_index: channel 0 of 1 (several channels are mixed to one)
+_HTTP_STATUS = {ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,
+                ErrorCode.FORBIDDEN_ORIGIN: HTTPStatus.FORBIDDEN,
+                ErrorCode.BAD_CONFIG: HTTPStatus.BAD_REQUEST,
+                ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS,
+                ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
+                ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE}
+
+
+@dataclass(frozen=True)
+class ListenOptions:
+    """What a /v1/listen connection asked for beyond the stream's config."""
+
+    punctuate: bool = False
+    endpointing: bool = True
+    utterance_end_s: float | None = None
+    vad_events: bool = False
+
+
+def _flag(params: Mapping[str, str], name: str, default: bool = False) -> bool:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in ("true", "1"):
+        return True
+    if raw.lower() in ("false", "0"):
+        return False
+    raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be true or false")
+
+
+def _whole(params: Mapping[str, str], name: str) -> int | None:
+    raw = params.get(name)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be an integer") from None
+
+
+def _language(raw: str | None) -> str | None:
+    """Deepgram's BCP-47 tag (en-US) → the base language (en); multi → detect."""
+    if raw is None or raw.lower() == "multi":
+        return None
+    return raw.split("-")[0].lower()
+
+
+class DeepgramDialect:
+    path = LISTEN_PATH
+    refuses_at_handshake = True  # Deepgram's SDKs expect an HTTP 401 for a bad key
+
+    def __init__(self, vad: VadConfig):
+        self._vad = vad
+
+    def offered_key(self, params: Mapping[str, str], headers: Headers) -> str | None:
+        # Browsers cannot set headers: Deepgram's browser SDK offers the subprotocols
+        # ``token, KEY`` instead.
+        offered = [p.strip() for p in headers.get("Sec-WebSocket-Protocol", "").split(",")]
+        if len(offered) >= 2 and offered[0].lower() in ("token", "bearer"):
+            return offered[1]
+        return bearer_or_token(headers)
+
+    def subprotocol(self, offered: list[str]) -> str | None:
+        return offered[0] if offered and offered[0].lower() in ("token", "bearer") else None
+
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+        raw_encoding = params.get("encoding")
+        if raw_encoding is None:
+            raise ProtocolError(ErrorCode.BAD_CONFIG,
+                                "containerised audio is not supported: give encoding "
+                                "(linear16, mulaw or alaw) and sample_rate")
+        encoding = ENCODINGS.get(raw_encoding.lower())
+        if encoding is None:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, f"encoding {raw_encoding!r} is not "
+                                f"supported; use one of {', '.join(ENCODINGS)}")
+        if "sample_rate" not in params:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
+        if _flag(params, "multichannel"):
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "multichannel=true is not supported: "
+                                "send one connection per channel")
+        native = {"encoding": encoding.value, "sample_rate": params["sample_rate"],
+                  "channels": params.get("channels", "1"),
+                  "partials": str(_flag(params, "interim_results")).lower(),
+                  "diarization": str(_flag(params, "diarize") or "diarize_model" in params
+                                     ).lower()}
+        language = _language(params.get("language"))
+        if language is not None:
+            native["language"] = language
+        config = StreamConfig.from_query(native)
+        return Setup(config, self._vad_of(params), self.options(params))
+
+    def _vad_of(self, params: Mapping[str, str]) -> VadConfig | None:
+        if params.get("endpointing", "").lower() in ("", "false", "true"):
+            return None
+        endpointing = _whole(params, "endpointing")
+        assert endpointing is not None
+        if endpointing < 0:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "endpointing must be at least 0")
+        silence = max(endpointing, MIN_TURN_SILENCE_MS)  # Deepgram's default is 10 ms
+        silence -= silence % self._vad.frame_ms
+        return replace(self._vad, min_silence_ms=silence,
+                       speech_pad_ms=min(self._vad.speech_pad_ms, silence))
+
+    @staticmethod
+    def options(params: Mapping[str, str]) -> ListenOptions:
+        utterance_end_ms = _whole(params, "utterance_end_ms")
+        if utterance_end_ms is not None and utterance_end_ms <= 0:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "utterance_end_ms must be positive")
+        endpointing = params.get("endpointing", "").lower() not in ("false", "0")
+        return ListenOptions(
+            punctuate=_flag(params, "punctuate") or _flag(params, "smart_format")
+            or _flag(params, "dictation"),
+            endpointing=endpointing,
+            utterance_end_s=utterance_end_ms / 1000 if utterance_end_ms else None,
+            vad_events=_flag(params, "vad_events"))
+
+    def refusal(self, error: Error) -> Response:
+        status = _HTTP_STATUS.get(error.code, HTTPStatus.BAD_REQUEST)
+        response = json_response(status, {"err_code": error.code.value.upper(),
+                                          "err_msg": error.message,
+                                          "request_id": str(uuid.uuid4())})
+        response.headers["dg-error"] = error.message
+        return response
+
+    def error(self, error: Error) -> str:
+        return json.dumps(_error_message(error))
+
+    def translator(self, opened: Opened) -> "DeepgramTranslator":
+        assert isinstance(opened.setup.options, ListenOptions)
+        return DeepgramTranslator(opened, opened.setup.options)
+
+
+def _error_message(error: Error) -> dict:
+    variant = "SchemaError" if error.code is ErrorCode.BAD_MESSAGE else error.code.value
+    return {"type": "Error", "variant": variant, "description": error.message}
+
+
+def bare(word: str) -> str:
+    """Deepgram's ``word``: lower case, without the punctuation around it."""
+    return word.strip().strip(string.punctuation + "“”‘’¿¡…").lower()
+
+
+class _UtteranceEndDue:
+    """Mark payload: utterance_end_ms of quiet has passed after the last segment."""
+
+
+_UTTERANCE_END_DUE = _UtteranceEndDue()
+
+
+class DeepgramTranslator:
+    def __init__(self, opened: Opened, options: ListenOptions):
+        self._opened = opened
+        self._options = options
+        self._request_id = str(uuid.UUID(hex=opened.session_id))
+        self._created = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        self._model_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"parley:{opened.model}"))
+        self._model_info = {"name": opened.model, "version": __version__, "arch": "whisper"}
+        self._audio_sha256 = hashlib.sha256()
+        self._quiet_marked: float | None = None  # the quiet an UtteranceEnd was queued for
+        self._last_word_end: float | None = None  # of finals since the last UtteranceEnd
+
+    def opening(self) -> list[str]:
+        return []  # Deepgram says nothing until there are results
+
+    async def receive(self, message: str | bytes, session: Session) -> bool:
+        if isinstance(message, bytes):
+            if not message:
+                return True  # Deepgram's older way to say CloseStream
+            await session.feed(message)
+            self._audio_sha256.update(message)
+            await self._maybe_utterance_end(session)
+            return False
+        try:
+            data = json.loads(message)
+        except (ValueError, RecursionError):
+            data = None
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind == "KeepAlive":
+            return False
+        if kind == "Finalize":
+            await session.finalize()
+            return False
+        if kind == "CloseStream":
+            return True
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "expected a JSON message of type KeepAlive, "
+                            f"Finalize or CloseStream; got {message[:100]!r}")
+
+    async def _maybe_utterance_end(self, session: Session) -> None:
+        wait = self._options.utterance_end_s
+        quiet = session.quiet_since
+        if (wait is not None and quiet is not None and quiet != self._quiet_marked
+                and session.stream_time - quiet >= wait):
+            self._quiet_marked = quiet
+            await session.mark(_UTTERANCE_END_DUE)
+
+    def outbound(self, message: ServerMessage | Mark) -> list[str]:
+        out = self._translate(message)
+        return [json.dumps(m, ensure_ascii=False) for m in out]
+
+    def _translate(self, message: ServerMessage | Mark) -> list[dict]:
+        if isinstance(message, Final):
+            if message.words:
+                self._last_word_end = message.words[-1].end
+            return [self._results(message.start, message.end, message.text, message.words,
+                                  is_final=True, reason=message.reason)]
+        if isinstance(message, Partial):
+            if not message.text.strip():
+                return []
+            return [self._results(message.start, message.end, message.text, [],
+                                  is_final=False, reason=None)]
+        if isinstance(message, SpeechStarted):
+            if not self._options.vad_events:
+                return []
+            return [{"type": "SpeechStarted", "channel": CHANNEL,
+                     "timestamp": round(message.start, 3)}]
+        if isinstance(message, Mark) and message.payload is _UTTERANCE_END_DUE:
+            if self._last_word_end is None:
+                return []
+            last, self._last_word_end = self._last_word_end, None
+            return [{"type": "UtteranceEnd", "channel": CHANNEL, "last_word_end": round(last, 3)}]
+        if isinstance(message, SessionEnded):
+            return [self._metadata(message.audio_duration)]
+        if isinstance(message, Error):
+            return [_error_message(message)]
+        return []  # speaker_update (Deepgram cannot revise a result), finalized, marks
+
+    def _results(self, start: float, end: float, text: str, words: list[Word], *,
+                 is_final: bool, reason: FinalReason | None) -> dict:
+        if self._options.punctuate:
+            transcript = text.strip()
+        elif words:
+            transcript = " ".join(filter(None, (bare(w.word) for w in words)))
+        else:
+            transcript = " ".join(filter(None, (bare(w) for w in text.split())))
+        speech_final = self._options.endpointing and reason in (FinalReason.SILENCE,
+                                                                FinalReason.END_OF_STREAM)
+        return {
+            "type": "Results", "channel_index": CHANNEL,
+            "start": round(start, 3), "duration": round(end - start, 3),
+            "is_final": is_final, "speech_final": speech_final,
+            "from_finalize": reason is FinalReason.FINALIZE,
+            "channel": {"alternatives": [{
+                "transcript": transcript,
+                "confidence": round(sum(w.probability for w in words) / len(words), 4)
+                if words else 0.0,
+                "words": [self._word(w) for w in words]}]},
+            "metadata": {"request_id": self._request_id, "model_info": self._model_info,
+                         "model_uuid": self._model_uuid},
+        }
+
+    def _word(self, word: Word) -> dict:
+        out = {"word": bare(word.word), "start": round(word.start, 3),
+               "end": round(word.end, 3), "confidence": round(word.probability, 4),
+               "punctuated_word": word.word.strip()}
+        if word.speaker is not None:
+            out["speaker"] = int(word.speaker.lstrip("S")) - 1  # S1 → 0, as Deepgram counts
+        return out
+
+    def _metadata(self, duration: float) -> dict:
+        return {"type": "Metadata", "transaction_key": "deprecated",
+                "request_id": self._request_id, "sha256": self._audio_sha256.hexdigest(),
+                "created": self._created, "duration": round(duration, 3),
+                "channels": self._opened.setup.config.channels, "models": [self._model_uuid],
+                "model_info": {self._model_uuid: self._model_info}}

@@ -1,0 +1,359 @@
+"""/v1/realtime?intent=transcription: OpenAI's realtime transcription sessions, over the
+same session as /v1/stream.
+
+Audio comes base64 in ``input_audio_buffer.append`` events; each turn becomes an item
+whose transcript arrives as ``delta`` and ``completed`` events. Deltas cannot be taken
+back, so only text that will not change is sent: a final's whole text, never a
+partial's. What is honoured, approximated and ignored is listed in protocol.md,
+section 10; this module follows that table.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+import uuid
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+from parley.core.vad import VadConfig
+from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, Finalized, FinalReason,
+                                      ProtocolError, ServerMessage, SpeechStarted, StreamConfig)
+from parley.runtime.session import Mark, Session
+from parley.transport.dialect import MIN_TURN_SILENCE_MS, Opened, Setup
+from parley.transport.native import bearer_or_token
+
+REALTIME_PATH = "/v1/realtime"
+BROWSER_KEY_PREFIX = "openai-insecure-api-key."  # the subprotocol browsers send a key in
+# (session format type, rate) ↔ Parley encoding; the older session form's names too
+FORMATS = {"audio/pcm": Encoding.PCM_S16LE, "audio/pcmu": Encoding.MULAW,
+           "audio/pcma": Encoding.ALAW}
+OLD_FORMATS = {"pcm16": ("audio/pcm", 24000), "g711_ulaw": ("audio/pcmu", 8000),
+               "g711_alaw": ("audio/pcma", 8000)}
+PCM_RATE = 24000
+
+
+class OpenAIRealtimeDialect:
+    path = REALTIME_PATH
+    refuses_at_handshake = False  # as the native endpoint: an error event, then the close
+
+    def __init__(self, vad: VadConfig):
+        self._vad = vad
+
+    def offered_key(self, params: Mapping[str, str], headers: Headers) -> str | None:
+        for offered in headers.get("Sec-WebSocket-Protocol", "").split(","):
+            if offered.strip().startswith(BROWSER_KEY_PREFIX):
+                return offered.strip()[len(BROWSER_KEY_PREFIX):]
+        return bearer_or_token(headers)
+
+    def subprotocol(self, offered: list[str]) -> str | None:
+        return "realtime" if "realtime" in offered else None
+
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+        if params.get("intent") != "transcription":
+            raise ProtocolError(ErrorCode.BAD_CONFIG,
+                                "Parley serves transcription sessions only: connect with "
+                                "?intent=transcription")
+        config = StreamConfig(encoding=Encoding.PCM_S16LE, sample_rate=PCM_RATE, partials=False)
+        return Setup(config, self._vad, TurnDetection(server_vad=True))
+
+    def refusal(self, error: Error) -> Response:
+        raise NotImplementedError("refusals are error events after the handshake")
+
+    def error(self, error: Error) -> str:
+        return json.dumps(_error_event(f"event_{uuid.uuid4().hex[:20]}", error))
+
+    def translator(self, opened: Opened) -> "OpenAIRealtimeTranslator":
+        return OpenAIRealtimeTranslator(opened, self._vad)
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    server_vad: bool  # False: turn_detection null, the client commits
+
+
+def _error_event(event_id: str, error: Error, client_event: str | None = None) -> dict:
+    kind = ("server_error" if error.code in (ErrorCode.INTERNAL_ERROR,
+                                             ErrorCode.TRANSCRIPTION_FAILED) else
+            "invalid_request_error")
+    return {"type": "error", "event_id": event_id,
+            "error": {"type": kind, "code": error.code.value, "message": error.message,
+                      "param": None, "event_id": client_event}}
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """Mark payload: an event to send once everything before it has gone out."""
+
+    event: dict
+
+
+@dataclass
+class _Item:
+    id: str
+    start: float | None = None  # stream time its speech started (server VAD)
+    texts: list[str] | None = None  # finals collected for a manual commit
+
+
+class OpenAIRealtimeTranslator:
+    def __init__(self, opened: Opened, vad: VadConfig):
+        self._opened = opened
+        self._server_vad_defaults = vad
+        self._session_id = f"sess_{opened.session_id[:24]}"
+        self._events = itertools.count(1)
+        self._items = itertools.count(1)
+        self._turns = TurnDetection(server_vad=True)
+        self._config = opened.setup.config
+        self._vad = opened.setup.vad or vad
+        self._language_hint: str | None = None
+        self._prompt = ""
+        self._previous_item: str | None = None
+        self._open_item: _Item | None = None      # the item its speech or commit builds
+        self._finalizing: deque[str] = deque()    # "commit" or "clear", per finalize asked
+        self._heard_since_commit = False
+
+    # ------------------------------------------------------------------ client → server
+
+    def opening(self) -> list[str]:
+        return [self._send({"type": "session.created", "session": self._session_json()})]
+
+    async def receive(self, message: str | bytes, session: Session) -> bool:
+        if isinstance(message, bytes):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "audio goes in input_audio_buffer.append "
+                                "events (base64 in JSON), not in binary messages")
+        try:
+            event = json.loads(message)
+        except (ValueError, RecursionError):
+            event = None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "events are JSON objects with a "
+                                "string \"type\"")
+        kind = event["type"]
+        if kind == "input_audio_buffer.append":
+            await self._append(event, session)
+        elif kind == "input_audio_buffer.commit":
+            await self._commit(event, session)
+        elif kind == "input_audio_buffer.clear":
+            self._heard_since_commit = False
+            self._finalizing.append("clear")
+            await session.finalize()
+        elif kind in ("session.update", "transcription_session.update"):
+            await self._update(event, session, old_form=kind.startswith("transcription_"))
+        else:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"event type {kind!r} is not supported "
+                                "by a transcription session")
+        return False
+
+    async def _append(self, event: dict, session: Session) -> None:
+        audio = event.get("audio")
+        if not isinstance(audio, str):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "input_audio_buffer.append needs "
+                                "\"audio\": base64 audio")
+        try:
+            data = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProtocolError(ErrorCode.BAD_AUDIO, "audio is not valid base64; the event "
+                                "was dropped") from None
+        await session.feed(data)
+        self._heard_since_commit = self._heard_since_commit or bool(data)
+
+    async def _commit(self, event: dict, session: Session) -> None:
+        if not self._heard_since_commit:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, "input_audio_buffer_commit_empty: no "
+                                "audio was appended since the last commit")
+        self._heard_since_commit = False
+        self._finalizing.append("commit")
+        await session.finalize()
+
+    async def _update(self, event: dict, session: Session, old_form: bool) -> None:
+        fields = event.get("session")
+        if not isinstance(fields, dict):
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "session.update needs a \"session\" object")
+        if old_form:
+            audio_format, transcription, turns = _old_form(fields)
+        else:
+            if fields.get("type", "transcription") != "transcription":
+                raise ProtocolError(ErrorCode.BAD_CONFIG, "only transcription sessions are "
+                                    "served: session.type must be \"transcription\"")
+            audio_in = (fields.get("audio") or {}).get("input") or {}
+            audio_format = audio_in.get("format")
+            transcription = audio_in.get("transcription")
+            turns = audio_in["turn_detection"] if "turn_detection" in audio_in else ...
+        config, vad, detection = self._config, self._vad, self._turns
+        if audio_format is not None:
+            config = replace(config, **_audio_format(audio_format))
+        if isinstance(transcription, dict):
+            language = transcription.get("language") or None
+            if language is not None:
+                language = str(language).split("-")[0].lower()
+            config = replace(config, language=language)
+            try:
+                self._opened.check_language(language)
+            except ValueError as exc:
+                raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
+            self._prompt = str(transcription.get("prompt") or "")
+        if turns is not ...:
+            detection = TurnDetection(server_vad=turns is not None)
+            vad = self._vad_of(turns) if turns is not None else vad
+        session.reconfigure(config, vad)  # ProtocolError (nothing applied) if too late
+        self._config, self._vad, self._turns = config, vad, detection
+        updated = "transcription_session.updated" if old_form else "session.updated"
+        await session.mark(_Reply({"type": updated, "session": self._session_json()}))
+
+    def _vad_of(self, turns: Any) -> VadConfig:
+        if not isinstance(turns, dict) or turns.get("type") not in ("server_vad", "semantic_vad"):
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "turn_detection must be null or of type "
+                                "server_vad or semantic_vad")
+        base = self._server_vad_defaults
+        silence = _ms(turns, "silence_duration_ms", base.min_silence_ms)
+        silence = max(silence, MIN_TURN_SILENCE_MS) // base.frame_ms * base.frame_ms
+        pad = min(_ms(turns, "prefix_padding_ms", base.speech_pad_ms), silence)
+        return replace(base, min_silence_ms=silence, speech_pad_ms=pad)
+
+    # ------------------------------------------------------------------ server → client
+
+    def outbound(self, message: ServerMessage | Mark) -> list[str]:
+        return [self._send(event) for event in self._translate(message)]
+
+    def _translate(self, message: ServerMessage | Mark) -> list[dict]:
+        if isinstance(message, Mark):
+            return [message.payload.event] if isinstance(message.payload, _Reply) else []
+        if isinstance(message, SpeechStarted):
+            return self._speech_started(message)
+        if isinstance(message, Final):
+            return self._final(message)
+        if isinstance(message, Finalized):
+            return self._finalized()
+        if isinstance(message, Error):
+            if message.code is ErrorCode.TRANSCRIPTION_FAILED and self._open_item is not None:
+                item, self._open_item = self._open_item, None
+                return [{"type": "conversation.item.input_audio_transcription.failed",
+                         "item_id": item.id, "content_index": 0,
+                         "error": {"type": "server_error", "code": message.code.value,
+                                   "message": message.message}}]
+            return [_error_event(self._event_id(), message)]
+        return []  # partials (deltas cannot be retracted), speaker updates, session_ended
+
+    def _speech_started(self, message: SpeechStarted) -> list[dict]:
+        if not self._turns.server_vad:
+            return []
+        self._open_item = _Item(self._item_id(), start=message.start)
+        return [{"type": "input_audio_buffer.speech_started",
+                 "audio_start_ms": round(message.start * 1000), "item_id": self._open_item.id}]
+
+    def _final(self, final: Final) -> list[dict]:
+        text = final.text.strip()
+        clearing = bool(self._finalizing) and self._finalizing[0] == "clear"
+        if clearing and (not self._turns.server_vad or final.reason is FinalReason.FINALIZE):
+            self._open_item = None
+            return []  # the client cleared this audio (server VAD committed the rest)
+        if not self._turns.server_vad:
+            item = self._open_item = self._open_item or _Item(self._item_id(), texts=[])
+            if text:
+                assert item.texts is not None
+                item.texts.append(text)
+            return []  # sent when the client commits
+        item = self._open_item or _Item(self._item_id(), start=final.start)
+        self._open_item = None
+        return [{"type": "input_audio_buffer.speech_stopped",
+                 "audio_end_ms": round(final.end * 1000), "item_id": item.id},
+                *self._transcribed(item, [text] if text else [], final.end - final.start)]
+
+    def _finalized(self) -> list[dict]:
+        purpose = self._finalizing.popleft() if self._finalizing else "commit"
+        if purpose == "clear":
+            return [{"type": "input_audio_buffer.cleared"}]
+        if self._turns.server_vad or self._open_item is None:
+            return []  # with server VAD the commit's final was an item of its own
+        item, self._open_item = self._open_item, None
+        return self._transcribed(item, item.texts or [], None)
+
+    def _transcribed(self, item: _Item, texts: list[str], seconds: float | None) -> list[dict]:
+        transcript = " ".join(texts)
+        events = [{"type": "input_audio_buffer.committed", "item_id": item.id,
+                   "previous_item_id": self._previous_item}]
+        self._previous_item = item.id
+        events += [{"type": "conversation.item.input_audio_transcription.delta",
+                    "item_id": item.id, "content_index": 0,
+                    "delta": text if k == 0 else " " + text} for k, text in enumerate(texts)]
+        usage = ({"type": "duration", "seconds": round(seconds, 3)} if seconds is not None
+                 else {"type": "tokens", "input_tokens": 0, "output_tokens": 0,
+                       "total_tokens": 0})
+        events.append({"type": "conversation.item.input_audio_transcription.completed",
+                       "item_id": item.id, "content_index": 0, "transcript": transcript,
+                       "usage": usage})
+        return events
+
+    # ------------------------------------------------------------------ helpers
+
+    def _send(self, event: dict) -> str:
+        return json.dumps({"event_id": self._event_id(), **event}, ensure_ascii=False)
+
+    def _event_id(self) -> str:
+        return f"event_{self._session_id[5:17]}{next(self._events):06d}"
+
+    def _item_id(self) -> str:
+        return f"item_{self._session_id[5:17]}{next(self._items):06d}"
+
+    def _session_json(self) -> dict:
+        config, vad = self._config, self._vad
+        kind = {v: k for k, v in FORMATS.items()}[config.encoding]
+        audio_format: dict = {"type": kind}
+        if config.encoding is Encoding.PCM_S16LE:
+            audio_format["rate"] = config.sample_rate
+        turns = ({"type": "server_vad", "prefix_padding_ms": vad.speech_pad_ms,
+                  "silence_duration_ms": vad.min_silence_ms}
+                 if self._turns.server_vad else None)
+        return {"type": "transcription", "id": self._session_id,
+                "object": "realtime.transcription_session",
+                "audio": {"input": {"format": audio_format,
+                                    "transcription": {"model": self._opened.model,
+                                                      "language": config.language,
+                                                      "prompt": self._prompt},
+                                    "turn_detection": turns, "noise_reduction": None}},
+                "include": None}
+
+
+def _audio_format(value: Any) -> dict:
+    if not isinstance(value, dict) or value.get("type") not in FORMATS:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, "audio.input.format.type must be one of "
+                            f"{', '.join(FORMATS)}")
+    encoding = FORMATS[value["type"]]
+    if encoding is Encoding.PCM_S16LE:
+        rate = value.get("rate", PCM_RATE)
+        if not isinstance(rate, int) or not StreamConfig.MIN_RATE <= rate <= StreamConfig.MAX_RATE:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "audio.input.format.rate must be an "
+                                "integer sample rate (24000)")
+    else:
+        rate = 8000
+    return {"encoding": encoding, "sample_rate": rate, "channels": 1}
+
+
+def _old_form(fields: dict) -> tuple[Any, Any, Any]:
+    """transcription_session.update's fields → (format, transcription, turn_detection)."""
+    audio_format = None
+    if "input_audio_format" in fields:
+        name = fields["input_audio_format"]
+        if name not in OLD_FORMATS:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "input_audio_format must be one of "
+                                f"{', '.join(OLD_FORMATS)}")
+        kind, rate = OLD_FORMATS[name]
+        audio_format = {"type": kind, "rate": rate}
+    turns = fields["turn_detection"] if "turn_detection" in fields else ...
+    return audio_format, fields.get("input_audio_transcription"), turns
+
+
+def _ms(fields: dict, name: str, default: int) -> int:
+    value = fields.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int) or value < 0:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, f"turn_detection.{name} must be a "
+                            "non-negative integer")
+    return value
