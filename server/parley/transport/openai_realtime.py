@@ -87,6 +87,13 @@ def _error_event(event_id: str, error: Error, client_event: str | None = None) -
                       "param": None, "event_id": client_event}}
 
 
+def _commit_empty(client_event: str | None) -> dict:
+    return {"type": "error", "error": {
+        "type": "invalid_request_error", "code": "input_audio_buffer_commit_empty",
+        "message": "the input audio buffer holds no audio that is not committed yet",
+        "param": None, "event_id": client_event}}
+
+
 @dataclass(frozen=True)
 class _Reply:
     """Mark payload: an event to send once everything before it has gone out."""
@@ -111,12 +118,12 @@ class OpenAIRealtimeTranslator:
         self._turns = TurnDetection(server_vad=True)
         self._config = opened.setup.config
         self._vad = opened.setup.vad or vad
-        self._language_hint: str | None = None
         self._prompt = ""
         self._previous_item: str | None = None
         self._open_item: _Item | None = None      # the item its speech or commit builds
         self._finalizing: deque[str] = deque()    # "commit" or "clear", per finalize asked
         self._heard_since_commit = False
+        self._commit_transcribed = False  # whether a commit's finalize closed any speech
 
     # ------------------------------------------------------------------ client → server
 
@@ -165,10 +172,11 @@ class OpenAIRealtimeTranslator:
 
     async def _commit(self, event: dict, session: Session) -> None:
         if not self._heard_since_commit:
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, "input_audio_buffer_commit_empty: no "
-                                "audio was appended since the last commit")
+            await session.mark(_Reply(_commit_empty(event.get("event_id"))))
+            return
         self._heard_since_commit = False
         self._finalizing.append("commit")
+        self._commit_transcribed = False
         await session.finalize()
 
     async def _update(self, event: dict, session: Session, old_form: bool) -> None:
@@ -261,6 +269,8 @@ class OpenAIRealtimeTranslator:
             return []  # sent when the client commits
         item = self._open_item or _Item(self._item_id(), start=final.start)
         self._open_item = None
+        if final.reason is FinalReason.FINALIZE:
+            self._commit_transcribed = True
         return [{"type": "input_audio_buffer.speech_stopped",
                  "audio_end_ms": round(final.end * 1000), "item_id": item.id},
                 *self._transcribed(item, [text] if text else [], final.end - final.start)]
@@ -269,8 +279,12 @@ class OpenAIRealtimeTranslator:
         purpose = self._finalizing.popleft() if self._finalizing else "commit"
         if purpose == "clear":
             return [{"type": "input_audio_buffer.cleared"}]
-        if self._turns.server_vad or self._open_item is None:
-            return []  # with server VAD the commit's final was an item of its own
+        if self._turns.server_vad:
+            # The commit's speech was an item of its own; if server VAD had committed all
+            # of it already, the buffer was empty, as OpenAI then says.
+            return [] if self._commit_transcribed else [_commit_empty(None)]
+        if self._open_item is None:
+            return []
         item, self._open_item = self._open_item, None
         return self._transcribed(item, item.texts or [], None)
 
