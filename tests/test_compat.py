@@ -1,0 +1,316 @@
+"""The compatible wires (/v1/listen as Deepgram's, /v1/realtime as OpenAI's) on loopback,
+driven by the vendors' own SDKs where they can say it and by raw WebSocket clients for
+what an SDK never sends. The fake engine decodes: every result must be exactly its own
+audio's transcription (protocol.md sections 9 and 10)."""
+
+import asyncio
+import base64
+import hashlib
+import json
+
+import pytest
+import soxr
+from deepgram import AsyncDeepgramClient
+from deepgram.core.api_error import ApiError
+from deepgram.environment import DeepgramClientEnvironment
+from openai import AsyncOpenAI
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from audio_fixtures import conversation
+from conftest import heard_between, pcm16, refused
+
+KEY = "s3cret"
+
+
+def deepgram_client(port: int, key: str = KEY) -> AsyncDeepgramClient:
+    local = f"127.0.0.1:{port}"
+    return AsyncDeepgramClient(api_key=key, environment=DeepgramClientEnvironment(
+        base=f"http://{local}", production=f"ws://{local}", agent="", agent_rest=""))
+
+
+async def deepgram_session(port: int, audio, *, pace_s: float = 0.0, finalize: bool = False,
+                           **query) -> list:
+    """Stream ``audio`` through the Deepgram SDK (100 ms messages), then CloseStream; every
+    message the server sent, as the SDK's types."""
+    data = pcm16(audio)
+    query = {"model": "nova-3", "encoding": "linear16", "sample_rate": "16000", **query}
+    async with deepgram_client(port).listen.v1.connect(**query) as dg:
+        async def receive():
+            return [message async for message in dg]
+
+        received = asyncio.create_task(receive())
+        for i in range(0, len(data), 3200):
+            await dg.send_media(data[i:i + 3200])
+            await asyncio.sleep(pace_s)
+        if finalize:
+            await dg.send_finalize()
+        await dg.send_close_stream()
+        return await received
+
+
+@pytest.fixture(scope="module")
+def turns():
+    """Two turns 1.6 s apart (1.2 s between the recordings), and the audio as the server
+    will decode it."""
+    from conftest import as_received
+
+    audio, truth = conversation([("en-us", "The cat sat on the mat."),
+                                 ("en-us", "Good morning, everyone.")], gap_s=1.2)
+    return as_received(audio), truth
+
+
+# ---------------------------------------------------------------- Deepgram
+
+
+async def test_deepgram_sdk_gets_speech_events_results_and_metadata(start, turns):
+    """Per turn: SpeechStarted, then a final Results of exactly its audio (speech_final,
+    timed words), no interims when not asked; UtteranceEnd after the pause; Metadata last,
+    with the duration and sha256 of the audio sent."""
+    audio, truth = turns
+    url, server = await start(token=KEY)
+    got = await deepgram_session(server.port, audio, vad_events="true", punctuate="true",
+                                 utterance_end_ms="1000")
+    kinds = [m.type for m in got]
+    assert kinds == ["SpeechStarted", "Results", "UtteranceEnd"] * 2 + ["Metadata"]
+    results = [m for m in got if m.type == "Results"]
+    for result, said in zip(results, truth):
+        assert result.is_final and result.speech_final and not result.from_finalize
+        assert result.channel_index == [0, 1]
+        alternative = result.channel.alternatives[0]
+        assert alternative.transcript == heard_between(audio, result.start,
+                                                       result.start + result.duration)
+        words = alternative.words
+        assert [w.punctuated_word for w in words] == alternative.transcript.split()
+        assert said.start - 0.3 <= words[0].start and words[-1].end <= said.end + 0.3
+        assert all(w.speaker is None for w in words)
+        assert result.metadata.model_info.name == "fake"
+    ends = [m for m in got if m.type == "UtteranceEnd"]
+    assert [e.last_word_end for e in ends] == [
+        r.channel.alternatives[0].words[-1].end for r in results]
+    metadata = got[-1]
+    assert metadata.request_id == results[0].metadata.request_id
+    assert metadata.duration == pytest.approx(len(audio) / 16000, abs=0.01)
+    assert metadata.sha256 == hashlib.sha256(pcm16(audio)).hexdigest()
+
+
+async def test_deepgram_endpointing_is_the_pause_that_ends_a_final(start, turns):
+    """The default ends a final at the 1.6 s pause; endpointing=2500 keeps both turns in one;
+    endpointing=false still makes finals but never says speech_final."""
+    audio, _ = turns
+    _, server = await start()
+    finals = {}
+    for endpointing in (None, "2500", "false"):
+        query = {"endpointing": endpointing} if endpointing else {}
+        got = await deepgram_session(server.port, audio, **query)
+        finals[endpointing] = [m for m in got if m.type == "Results"]
+    assert len(finals[None]) == 2 and len(finals["2500"]) == 1
+    assert [r.speech_final for r in finals["false"]] == [False, False]
+
+
+async def test_deepgram_finalize_flushes_and_keepalive_and_bad_messages(start, turns):
+    """Finalize mid-turn gives a final with from_finalize; KeepAlive gets nothing back; an
+    unknown message gets an Error (SchemaError) and the stream goes on; CloseStream ends
+    with Metadata and close 1000."""
+    audio, truth = turns
+    url, server = await start()
+    middle = round((truth[0].start + truth[0].end) / 2 * 16000)
+    async with connect(f"ws://127.0.0.1:{server.port}/v1/listen?encoding=linear16"
+                       "&sample_rate=16000&interim_results=false") as ws:
+        await ws.send(pcm16(audio[:middle]))
+        await ws.send(json.dumps({"type": "KeepAlive"}))
+        await ws.send(json.dumps({"type": "Finalize"}))
+        await ws.send('{"type": "Configure_typo"}')
+        await ws.send(pcm16(audio[middle:]))
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        got = [json.loads(m) async for m in ws]
+    assert ws.close_code == 1000
+    assert [m["type"] for m in got] == ["Results", "Error", "Results", "Results", "Metadata"]
+    flushed = got[0]
+    assert flushed["from_finalize"] and flushed["is_final"] and not flushed["speech_final"]
+    assert flushed["start"] + flushed["duration"] == pytest.approx(middle / 16000, abs=0.001)
+    assert got[1]["variant"] == "SchemaError" and "Configure_typo" in got[1]["description"]
+    assert not got[2]["from_finalize"]
+
+
+async def test_deepgram_refusals_are_http_errors_as_deepgram_gives_them(start):
+    """A wrong key is HTTP 401 (the SDK's ApiError); settings Parley cannot honour are 400
+    with Deepgram's error body; the browser's token subprotocol is a key too."""
+    _, server = await start(token=KEY)
+    with pytest.raises(ApiError) as caught:
+        async with deepgram_client(server.port, "wrong").listen.v1.connect(
+                model="nova-3", encoding="linear16", sample_rate="16000"):
+            pass
+    assert caught.value.status_code == 401
+    base = f"ws://127.0.0.1:{server.port}/v1/listen"
+    for query, fragment in (("sample_rate=16000", "containerised"),
+                            ("encoding=opus&sample_rate=16000", "not supported"),
+                            ("encoding=linear16", "sample_rate is required"),
+                            ("encoding=linear16&sample_rate=16000&multichannel=true",
+                             "multichannel"),
+                            ("encoding=linear16&sample_rate=16000&diarize=true",
+                             "diarization is not available")):
+        with pytest.raises(InvalidStatus) as refusal:
+            async with connect(f"{base}?{query}", subprotocols=["token", KEY]):
+                pass
+        response = refusal.value.response
+        body = json.loads(response.body)
+        assert response.status_code == 400 and body["err_code"] == "BAD_CONFIG"
+        assert fragment in body["err_msg"] and body["request_id"]
+    async with connect(f"{base}?encoding=mulaw&sample_rate=8000",
+                       subprotocols=["token", KEY]) as ws:
+        assert ws.subprotocol == "token"
+        await ws.send(bytes([0xFF]) * 800)
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        assert json.loads(await ws.recv())["type"] == "Metadata"
+
+
+# ---------------------------------------------------------------- OpenAI
+
+
+def at_24k(audio):
+    return soxr.resample(audio, 16000, 24000)
+
+
+async def realtime_events(port: int, audio, session: dict, then=(), key: str = KEY) -> list:
+    """A transcription session through the openai SDK: update the session, append
+    ``audio`` (at 24 kHz, 100 ms events), then send ``then``; events until the first
+    error (its end marker), as dicts."""
+    client = AsyncOpenAI(api_key=key, base_url=f"http://127.0.0.1:{port}/v1")
+    events = []
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
+        await rt.session.update(session={"type": "transcription", **session})
+        data = pcm16(at_24k(audio))
+        for i in range(0, len(data), 4800):
+            await rt.input_audio_buffer.append(audio=base64.b64encode(data[i:i + 4800]).decode())
+        for event in then:
+            await rt.send(event)
+        while not events or events[-1]["type"] != "error":
+            event = await asyncio.wait_for(rt.recv(), 30)
+            events.append(event.model_dump(exclude_none=True))
+    return events
+
+
+async def test_openai_server_vad_makes_an_item_per_turn(start, turns):
+    """With server VAD each turn is an item: speech_started, speech_stopped, committed,
+    one delta of the final's whole text and completed, chained by previous_item_id."""
+    audio, truth = turns
+    _, server = await start(token=KEY)
+    events = await realtime_events(server.port, audio, {"audio": {"input": {
+        "transcription": {"language": "en"},
+        "turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}}},
+        then=[{"type": "input_audio_buffer.commit"}])
+    kinds = [e["type"] for e in events]
+    per_item = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
+                "input_audio_buffer.committed",
+                "conversation.item.input_audio_transcription.delta",
+                "conversation.item.input_audio_transcription.completed"]
+    assert kinds == ["session.created", "session.updated", *per_item * 2, "error"]
+    assert events[1]["session"]["audio"]["input"]["turn_detection"]["silence_duration_ms"] == 480
+    assert events[-1]["error"]["code"] == "input_audio_buffer_commit_empty"
+    items = [events[2 + 5 * k:7 + 5 * k] for k in range(2)]
+    previous = None
+    for (started, stopped, committed, delta, completed), said in zip(items, truth):
+        item = started["item_id"]
+        assert {stopped["item_id"], committed["item_id"], delta["item_id"],
+                completed["item_id"]} == {item}
+        assert committed.get("previous_item_id") == previous
+        previous = item
+        assert started["audio_start_ms"] / 1000 <= said.start <= said.end
+        assert said.end <= stopped["audio_end_ms"] / 1000
+        heard = heard_between(audio, started["audio_start_ms"] / 1000,
+                              stopped["audio_end_ms"] / 1000)
+        assert delta["delta"] == completed["transcript"] == heard
+
+
+async def test_openai_manual_commits_clear_and_the_older_session_form(start, turns):
+    """turn_detection null (here in transcription_session.update's older form, in G.711
+    mu-law): no speech events; clear drops what was appended; commit makes one item of
+    everything appended since; an empty commit is OpenAI's error."""
+    audio, truth = turns
+    _, server = await start()
+    split = round((truth[0].end + truth[1].start) / 2 * 16000)
+    first, second = (g711_mulaw(part) for part in (audio[:split], audio[split:]))
+    client = AsyncOpenAI(api_key="none", base_url=f"http://127.0.0.1:{server.port}/v1")
+    events = []
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
+        await rt.send({"type": "transcription_session.update", "session": {
+            "input_audio_format": "g711_ulaw", "turn_detection": None}})
+        await rt.input_audio_buffer.append(audio=base64.b64encode(first).decode())
+        await rt.input_audio_buffer.clear()
+        await rt.send({"type": "transcription_session.update",
+                       "session": {"input_audio_format": "pcm16"}})  # too late: refused
+        await rt.input_audio_buffer.append(audio=base64.b64encode(second).decode())
+        await rt.input_audio_buffer.commit()
+        await rt.input_audio_buffer.commit()
+        while len([e for e in events if e["type"] == "error"]) < 2:
+            events.append((await asyncio.wait_for(rt.recv(), 30)).model_dump(exclude_none=True))
+    kinds = [e["type"] for e in events]
+    assert kinds == ["session.created", "transcription_session.updated",
+                     "input_audio_buffer.cleared", "error",
+                     "input_audio_buffer.committed",
+                     "conversation.item.input_audio_transcription.delta",
+                     "conversation.item.input_audio_transcription.completed", "error"]
+    settings = events[1]["session"]["audio"]["input"]
+    assert settings["format"]["type"] == "audio/pcmu" and settings.get("turn_detection") is None
+    assert "cannot change once audio" in events[3]["error"]["message"]
+    assert events[-1]["error"]["code"] == "input_audio_buffer_commit_empty"
+    transcript = events[6]["transcript"]
+    assert transcript and transcript == events[5]["delta"]
+    said = heard_between(audio[split:], 0, 99).split()
+    assert abs(len(transcript.split()) - len(said)) <= 1  # the second turn only, resampled
+
+
+def g711_mulaw(audio) -> bytes:
+    """16 kHz audio as a telephone sends it: 8 kHz G.711 mu-law (by the formula)."""
+    import numpy as np
+
+    narrow = np.clip(soxr.resample(audio, 16000, 8000), -1, 1)
+    magnitude = np.log1p(255 * np.abs(narrow)) / np.log1p(255)
+    codes = np.round(np.sign(narrow) * magnitude * 127).astype(int)
+    return np.where(codes >= 0, 0xFF - codes, 0x7F + codes).astype(np.uint8).tobytes()
+
+
+async def test_openai_refusals_and_bad_events(start):
+    """No intent, or a wrong key: an error event, then the native close code; binary
+    messages, bad base64 and unsupported events get error events and the session goes on."""
+    url, server = await start(token=KEY)
+    base = f"ws://127.0.0.1:{server.port}/v1/realtime"
+    bearer = {"Authorization": f"Bearer {KEY}"}
+    message, code = await refused(base, additional_headers=bearer)
+    assert (message["type"], message["error"]["code"], code) == ("error", "bad_config", 4400)
+    message, code = await refused(f"{base}?intent=transcription",
+                                  additional_headers={"Authorization": "Bearer wrong"})
+    assert (message["error"]["code"], code) == ("unauthorized", 4401)
+    async with connect(f"{base}?intent=transcription",
+                       subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
+        assert ws.subprotocol == "realtime"
+        assert json.loads(await ws.recv())["type"] == "session.created"
+        await ws.send(bytes(480))
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "%%%"}))
+        await ws.send(json.dumps({"type": "response.create"}))
+        await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                  "audio": base64.b64encode(bytes(4800)).decode()}))
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        codes = [json.loads(await ws.recv())["error"]["code"] for _ in range(4)]
+    assert codes == ["bad_message", "bad_audio", "bad_message", "input_audio_buffer_commit_empty"]
+
+
+async def test_a_compatible_session_is_drained_like_a_native_one(start, turns):
+    """On a drain, a Deepgram session gets the finals of all the audio it sent (here cut
+    in the middle of the second turn), Metadata, then close 1001, as a native one would."""
+    audio, truth = turns
+    _, server = await start()
+    cut = round((truth[1].start + truth[1].end) / 2 * 16000)
+    listen = f"ws://127.0.0.1:{server.port}/v1/listen?encoding=linear16&sample_rate=16000"
+    async with connect(listen) as ws:
+        await ws.send(pcm16(audio[:cut]))
+        got = [json.loads(await ws.recv())]  # so the server has read all the audio
+        draining = asyncio.create_task(server.drain(timeout_s=30))
+        got += [json.loads(m) async for m in ws]
+        await draining
+    assert ws.close_code == 1001
+    assert [m["type"] for m in got] == ["Results", "Results", "Metadata"]
+    last = got[1]
+    assert last["start"] + last["duration"] == pytest.approx(cut / 16000, abs=0.001)
+    assert last["channel"]["alternatives"][0]["words"]
