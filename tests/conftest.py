@@ -65,6 +65,15 @@ async def serve_fake(engine=None, token: str | None = None, **sections):
                               warm_up=False)
 
 
+@pytest.fixture(scope="session")
+async def diarized_server(models_dir):
+    """One real server for the whole run, with the real ASR and speaker models (sessions
+    keep their own speakers, so tests can share it)."""
+    server = await serve_real(models_dir, diarization={"source": "bundle"})
+    yield server
+    await server.stop()
+
+
 @pytest.fixture
 async def servers():
     """Keep the servers a test starts; stop them after it. ``await servers(server)``

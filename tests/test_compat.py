@@ -46,7 +46,7 @@ async def deepgram_session(port: int, audio, *, pace_s: float = 0.0, finalize: b
         if finalize:
             await dg.send_finalize()
         await dg.send_close_stream()
-        return await received
+        return await asyncio.wait_for(received, timeout=300)  # a failure, never a hang
 
 
 @pytest.fixture(scope="module")

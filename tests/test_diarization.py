@@ -85,13 +85,11 @@ def test_synthetic_conversations(speaker_models, voices, bound):
     assert der(reference, hypothesis) <= bound
 
 
-@pytest.fixture(scope="module")
-async def diarized_url(models_dir):
-    """A real server with the real ASR and speaker models; its stream URL with speakers."""
-    server = await serve_real(models_dir, diarization={"source": "bundle"})
-    yield stream_url(f"ws://127.0.0.1:{server.port}/v1/stream", StreamConfig(diarization=True),
-                     None)
-    await server.stop()
+@pytest.fixture
+def diarized_url(diarized_server):
+    """The shared real server's stream URL, with speakers."""
+    return stream_url(f"ws://127.0.0.1:{diarized_server.port}/v1/stream",
+                      StreamConfig(diarization=True), None)
 
 
 async def test_speakers_on_the_wire(diarized_url):

@@ -1,0 +1,115 @@
+"""The vendors' own clients against a real Parley (tiny.en, speaker models): a two-voice
+espeak conversation through deepgram-sdk, the openai package's realtime client and
+livekit-plugins-deepgram's STT stream, each transcribed with WER ≤ 0.10; Deepgram's
+diarize=true tells the two voices apart."""
+
+import asyncio
+import base64
+
+import aiohttp
+import pytest
+from livekit import rtc
+from livekit.agents import stt as agents_stt
+from livekit.plugins import deepgram as livekit_deepgram
+from openai import AsyncOpenAI
+
+from audio_fixtures import DIALOGUE_LINES, PLAIN_VOICES, conversation, wer
+from conftest import pcm16
+from test_compat import at_24k, deepgram_session
+
+MAX_WER = 0.10
+
+
+@pytest.fixture(scope="module")
+def meeting():
+    """Four turns of two espeak voices; the audio, the text said and the turns."""
+    audio, truth = conversation([(PLAIN_VOICES[k % 2], DIALOGUE_LINES[k]) for k in range(4)],
+                                gap_s=0.6)
+    return audio, " ".join(u.text for u in truth), truth
+
+
+async def test_deepgram_sdk_live_client(diarized_server, meeting):
+    """Sent at twice real time with interim results and diarize=true, cut just after the
+    last word and flushed with Finalize: interims come before finals, the finals read the
+    conversation, the flush is from_finalize, and the words carry two speaker ids that
+    follow the voices."""
+    audio, said, truth = meeting
+    cut = round((truth[-1].end + 0.1) * 16000)  # before the pause that would end it
+    got = await deepgram_session(diarized_server.port, audio[:cut], pace_s=0.05, finalize=True,
+                                 interim_results="true", diarize="true", punctuate="true")
+    results = [m for m in got if m.type == "Results"]
+    finals = [r for r in results if r.is_final]
+    assert any(not r.is_final and r.channel.alternatives[0].transcript for r in results)
+    heard = " ".join(r.channel.alternatives[0].transcript for r in finals)
+    assert wer(said, heard) <= MAX_WER, heard
+    assert finals[-1].from_finalize
+    words = [w for r in finals for w in r.channel.alternatives[0].words]
+    assert len({w.speaker for w in words}) >= 2
+    by_turn = []
+    for turn in truth:
+        ids = [w.speaker for w in words if turn.start <= (w.start + w.end) / 2 <= turn.end]
+        by_turn.append(max(set(ids), key=ids.count))
+    assert by_turn[0] == by_turn[2] != by_turn[1] == by_turn[3]
+    assert got[-1].type == "Metadata"
+
+
+async def test_openai_realtime_transcription_session(diarized_server, meeting):
+    """A transcription session with server VAD, audio at 24 kHz in 100 ms appends: the
+    completed transcripts read the conversation."""
+    audio, said, _ = meeting
+    client = AsyncOpenAI(api_key="unused", base_url=f"http://127.0.0.1:{diarized_server.port}/v1")
+    completed = []
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
+        await rt.session.update(session={"type": "transcription", "audio": {"input": {
+            "format": {"type": "audio/pcm", "rate": 24000},
+            "transcription": {"model": "gpt-4o-transcribe", "language": "en"},
+            "turn_detection": {"type": "server_vad"}}}})
+        data = pcm16(at_24k(audio))
+        for i in range(0, len(data), 4800):
+            await rt.input_audio_buffer.append(audio=base64.b64encode(data[i:i + 4800]).decode())
+        await rt.input_audio_buffer.commit()  # all was committed by VAD: its error ends it
+        while True:
+            event = await asyncio.wait_for(rt.recv(), timeout=120)
+            if event.type == "conversation.item.input_audio_transcription.completed":
+                completed.append(event.transcript)
+            elif event.type == "error":
+                assert event.error.code == "input_audio_buffer_commit_empty"
+                break
+    assert wer(said, " ".join(completed)) <= MAX_WER, completed
+
+
+async def test_livekit_deepgram_plugin_stt_stream(diarized_server, meeting):
+    """LiveKit Agents' Deepgram plugin, base_url on Parley, fed 10 ms frames as a room
+    track gives them: start and end of speech around final transcripts that read the
+    conversation, with speaker ids."""
+    audio, said, _ = meeting
+    data = pcm16(audio)
+    events = []
+    async with aiohttp.ClientSession() as http:
+        stt = livekit_deepgram.STT(api_key="unused", http_session=http,
+                                   base_url=f"http://127.0.0.1:{diarized_server.port}/v1/listen",
+                                   sample_rate=16000, enable_diarization=True)
+        stream = stt.stream()
+
+        async def feed():
+            for i in range(0, len(data), 320):
+                frame = data[i:i + 320]
+                stream.push_frame(rtc.AudioFrame(frame, 16000, 1, len(frame) // 2))
+                if i % 3200 == 0:
+                    await asyncio.sleep(0.02)
+            stream.end_input()
+
+        async def receive():
+            async for event in stream:
+                events.append(event)
+
+        feeding = asyncio.create_task(feed())
+        await asyncio.wait_for(receive(), timeout=300)  # a failure, never a hang
+        await feeding
+    kinds = agents_stt.SpeechEventType
+    finals = [e.alternatives[0] for e in events if e.type is kinds.FINAL_TRANSCRIPT]
+    assert wer(said, " ".join(f.text for f in finals)) <= MAX_WER, [f.text for f in finals]
+    assert len({f.speaker_id for f in finals}) == 2
+    starts = [e for e in events if e.type is kinds.START_OF_SPEECH]
+    ends = [e for e in events if e.type is kinds.END_OF_SPEECH]
+    assert len(starts) == len(ends) >= 2
