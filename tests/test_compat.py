@@ -15,7 +15,7 @@ from deepgram.core.api_error import ApiError
 from deepgram.environment import DeepgramClientEnvironment
 from openai import AsyncOpenAI
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import InvalidStatus
 
 from audio_fixtures import conversation
 from conftest import heard_between, pcm16, refused

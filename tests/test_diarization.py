@@ -13,7 +13,6 @@ from pyannote.metrics.diarization import DiarizationErrorRate
 
 from audio_fixtures import (DIALOGUE_LINES, SAMPLE_RATE, SAMPLE_WAV, SPEAKERS, audible_span,
                             dialogue, read_wav, sample_dir, silence, speak, words_of)
-from conftest import serve_real
 from parley.client.stream import run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.stream_diarizer import DiarizationConfig, StreamDiarizer

@@ -25,8 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from conftest import (as_received, assert_finals_are_their_audio, chunks_of, pcm16, refused,
-                      serve_fake)
+from conftest import (assert_finals_are_their_audio, chunks_of, pcm16, refused)
 from fake_engine import FakeEngine
 from parley.app import start_server
 from parley.client.stream import run_stream, stream_url

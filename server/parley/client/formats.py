@@ -4,7 +4,6 @@ the speakers' turns as RTTM."""
 from __future__ import annotations
 
 import json
-from typing import Sequence
 
 from parley.client.transcript import Transcript, rttm
 

@@ -116,10 +116,6 @@ class Session:
         first segment, and during speech)."""
         return self._quiet_since
 
-    @property
-    def vad(self) -> VadConfig:
-        return self._vad.config
-
     def reconfigure(self, config: StreamConfig, vad: VadConfig | None = None) -> None:
         """New settings for what follows: the language and partials at any time; the
         audio format and the VAD only before the first audio (ProtocolError after)."""

@@ -123,6 +123,7 @@ class DeepgramDialect:
         return Setup(config, self._vad_of(params), self.options(params))
 
     def _vad_of(self, params: Mapping[str, str]) -> VadConfig | None:
+        """``endpointing`` in ms as the VAD silence that ends a segment (None: the server's)."""
         if params.get("endpointing", "").lower() in ("", "false", "true"):
             return None
         endpointing = _whole(params, "endpointing")
@@ -136,6 +137,7 @@ class DeepgramDialect:
 
     @staticmethod
     def options(params: Mapping[str, str]) -> ListenOptions:
+        """The connection's ListenOptions; ProtocolError for a malformed value."""
         utterance_end_ms = _whole(params, "utterance_end_ms")
         if utterance_end_ms is not None and utterance_end_ms <= 0:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "utterance_end_ms must be positive")

@@ -16,7 +16,7 @@ import itertools
 import json
 import uuid
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from websockets.datastructures import Headers
@@ -104,8 +104,7 @@ class _Reply:
 @dataclass
 class _Item:
     id: str
-    start: float | None = None  # stream time its speech started (server VAD)
-    texts: list[str] | None = None  # finals collected for a manual commit
+    texts: list[str] = field(default_factory=list)  # finals collected for a manual commit
 
 
 class OpenAIRealtimeTranslator:
@@ -251,7 +250,7 @@ class OpenAIRealtimeTranslator:
     def _speech_started(self, message: SpeechStarted) -> list[dict]:
         if not self._turns.server_vad:
             return []
-        self._open_item = _Item(self._item_id(), start=message.start)
+        self._open_item = _Item(self._item_id())
         return [{"type": "input_audio_buffer.speech_started",
                  "audio_start_ms": round(message.start * 1000), "item_id": self._open_item.id}]
 
@@ -262,12 +261,11 @@ class OpenAIRealtimeTranslator:
             self._open_item = None
             return []  # the client cleared this audio (server VAD committed the rest)
         if not self._turns.server_vad:
-            item = self._open_item = self._open_item or _Item(self._item_id(), texts=[])
+            item = self._open_item = self._open_item or _Item(self._item_id())
             if text:
-                assert item.texts is not None
                 item.texts.append(text)
             return []  # sent when the client commits
-        item = self._open_item or _Item(self._item_id(), start=final.start)
+        item = self._open_item or _Item(self._item_id())
         self._open_item = None
         if final.reason is FinalReason.FINALIZE:
             self._commit_transcribed = True
@@ -286,7 +284,7 @@ class OpenAIRealtimeTranslator:
         if self._open_item is None:
             return []
         item, self._open_item = self._open_item, None
-        return self._transcribed(item, item.texts or [], None)
+        return self._transcribed(item, item.texts, None)
 
     def _transcribed(self, item: _Item, texts: list[str], seconds: float | None) -> list[dict]:
         transcript = " ".join(texts)
