@@ -21,6 +21,7 @@ from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import SessionOptions
+from parley.runtime.webhooks import WebhookConfig, WebhookSender
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
 from parley.transport.ws_server import Access, AsrService, StreamEndpoint, StreamLimits
@@ -96,9 +97,20 @@ def access_of(settings: Settings) -> Access:
     return Access(ApiKeys.of(named), OriginPolicy.of(settings.server.allowed_origins))
 
 
-def secrets_of(access: Access) -> list[str]:
+def secrets_of(access: Access, settings: Settings) -> list[str]:
     """Every secret the process knows, for the log filter that redacts them."""
-    return [*access.keys.values, os.environ.get("HF_TOKEN", "")]
+    webhook = settings.webhooks.secret
+    return [*access.keys.values, os.environ.get("HF_TOKEN", ""),
+            webhook.get_secret_value() if webhook else ""]
+
+
+def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:
+    hooks = settings.webhooks
+    if hooks.url is None or hooks.secret is None:
+        return None
+    config = WebhookConfig(hooks.url, hooks.secret.get_secret_value(),
+                           queue_size=hooks.queue_size, max_attempts=hooks.max_attempts)
+    return WebhookSender(config, lambda outcome: metrics.webhooks.labels(outcome).inc())
 
 
 def tls_context(settings: Settings) -> ssl.SSLContext | None:
@@ -119,6 +131,8 @@ class RunningServer:
     server: Server
     metrics: Metrics
     diarization: DiarizationWorker | None = None
+    webhooks: WebhookSender | None = None
+    webhook_grace_s: float = 10.0  # for deliveries still pending at the stop
 
     @property
     def port(self) -> int:
@@ -136,6 +150,8 @@ class RunningServer:
         await self.worker.stop()
         if self.diarization is not None:
             await self.diarization.stop()
+        if self.webhooks is not None:
+            await self.webhooks.stop(self.webhook_grace_s)
 
 
 def dialects(settings: Settings) -> list:
@@ -215,8 +231,11 @@ async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService
                              context_tokens=settings.asr.context_tokens,
                              hypothesis_drafts=settings.asr.hypothesis_drafts,
                              final_latency=metrics.final_latency.observe)
+    webhooks = webhook_sender(settings, metrics)
+    if webhooks is not None:
+        await webhooks.start()
     endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
-                              metrics, dialects(settings), diarization)
+                              metrics, dialects(settings), diarization, webhooks)
     server = await serve(
         endpoint.handle,
         settings.server.host,
@@ -231,7 +250,7 @@ async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService
         open_timeout=10,
         ssl=tls_context(settings),
     )
-    return RunningServer(endpoint, worker, server, metrics, diarization)
+    return RunningServer(endpoint, worker, server, metrics, diarization, webhooks)
 
 
 async def in_passing_thread(function, *args):

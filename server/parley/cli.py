@@ -47,7 +47,7 @@ def _serve(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError, OSError) as exc:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.log_format, secrets_of(access))
+    configure_logging(settings.log_level, settings.log_format, secrets_of(access, settings))
     try:
         asyncio.run(serve_forever(settings, access))
     except (OSError, RuntimeError, ValueError) as exc:

@@ -152,6 +152,24 @@ class ServerSettings(BaseModel):
         return self
 
 
+class WebhookSettings(BaseModel):
+    url: str | None = Field(None, description="POST each session's lifecycle and finals here "
+                                              "(Standard Webhooks)")
+    secret: SecretStr | None = Field(None, description="the signing secret, whsec_ + base64")
+    queue_size: int = Field(256, ge=1, le=100000, description="events a session may have "
+                                                              "waiting; more are dropped")
+    max_attempts: int = Field(6, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _signed(self) -> "WebhookSettings":
+        if self.url is not None:
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError("webhooks.url must be an http:// or https:// URL")
+            if self.secret is None or not self.secret.get_secret_value().startswith("whsec_"):
+                raise ValueError("webhooks.url needs webhooks.secret, a whsec_ signing secret")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PARLEY_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -168,6 +186,7 @@ class Settings(BaseSettings):
     asr: AsrSettings = AsrSettings()
     vad: VadSettings = VadSettings()
     diarization: DiarizationSettings = DiarizationSettings()
+    webhooks: WebhookSettings = WebhookSettings()
 
     @property
     def has_keys(self) -> bool:

@@ -317,6 +317,11 @@ def _round_times(value: Any) -> Any:
 
 
 def encode(message: ServerMessage) -> str:
+    return json.dumps(as_json(message), ensure_ascii=False)
+
+
+def as_json(message: ServerMessage) -> dict[str, Any]:
+    """A server message as the JSON object protocol.md gives it."""
     data = asdict(message)
     if isinstance(message, SessionStarted):
         data["config"] = message.config.to_json()
@@ -327,7 +332,7 @@ def encode(message: ServerMessage) -> str:
     for key, value in list(data.items()):
         if isinstance(value, Enum):
             data[key] = value.value
-    return json.dumps(_round_times(data), ensure_ascii=False)
+    return _round_times(data)
 
 
 def decode(text: str) -> dict[str, Any]:

@@ -38,6 +38,11 @@ class Metrics:
                               registry=r)
         for code in ErrorCode:  # every code from the start: a rate needs its zero
             self.errors.labels(code.value)
+        self.webhooks = Counter("parley_webhook_events", "Webhook events by outcome "
+                                "(delivered; failed: attempts used up; dropped: the session's "
+                                "queue was full)", ["outcome"], registry=r)
+        for outcome in ("delivered", "failed", "dropped"):
+            self.webhooks.labels(outcome)
         self.final_latency = Histogram(
             "parley_final_latency_seconds", "From receiving the audio at a final's end to "
             "sending that final", buckets=LATENCY_BUCKETS, registry=r)

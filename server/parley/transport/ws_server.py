@@ -27,12 +27,13 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
-                                      ServerMessage)
+                                      ServerMessage, SpeakerUpdate, as_json)
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Mark, Session, SessionOptions
 from parley.runtime.speaker_track import SpeakerTrack
+from parley.runtime.webhooks import WebhookFeed, WebhookSender
 from parley.transport.auth import ApiKeys, OriginPolicy
 from parley.transport.dialect import Dialect, Opened, Setup, Translator
 
@@ -92,6 +93,7 @@ class _Connection:
     session_id: str
     key: str
     translator: Translator | None = None  # once admitted
+    webhooks: WebhookFeed | None = None   # once admitted, on a server with webhooks
     outcome: str = "disconnected"
     error_codes: list[str] = field(default_factory=list)
 
@@ -108,8 +110,10 @@ class StreamEndpoint:
 
     def __init__(self, asr: AsrService, options: SessionOptions, limits: StreamLimits,
                  access: Access, metrics: Metrics, dialects: list[Dialect],
-                 diarization: DiarizationWorker | None = None):
+                 diarization: DiarizationWorker | None = None,
+                 webhooks: WebhookSender | None = None):
         self._dialects = {dialect.path: dialect for dialect in dialects}
+        self._webhooks = webhooks
         self._asr = asr
         self._diarization = diarization
         self._options = options
@@ -202,6 +206,11 @@ class StreamEndpoint:
                                                     self._asr.check_language))
         log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
                  dialect.path, config, extra={"session_id": this.session_id, "key": this.key})
+        if self._webhooks is not None:
+            this.webhooks = self._webhooks.feed(this.session_id)
+            this.webhooks.publish("session.started", {"path": dialect.path,
+                                                      "config": config.to_json(),
+                                                      "model": self._asr.model_label})
         try:
             for text in this.translator.opening():
                 await connection.send(text)
@@ -214,6 +223,8 @@ class StreamEndpoint:
         except asyncio.CancelledError:
             if not self._shutting_down:
                 raise
+            if this.outcome == "ended":
+                return  # stopped while closing a session that had ended: it stays ended
             this.outcome = ErrorCode.SHUTTING_DOWN.value
             await self._close_with(connection, this, Error(
                 ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
@@ -226,6 +237,11 @@ class StreamEndpoint:
                 ErrorCode.INTERNAL_ERROR, "internal server error; the session ended"))
         finally:
             session.close()
+            if this.webhooks is not None:
+                this.webhooks.publish("session.ended", {
+                    "outcome": this.outcome, "audio_duration": round(session.stream_time, 3),
+                    "error_codes": this.error_codes})
+                this.webhooks.close()
             self._live.discard(task)
             self._per_key[this.key] -= 1
             self._metrics.sessions_live.dec()
@@ -305,6 +321,9 @@ class StreamEndpoint:
             self._metrics.errors.labels(message.code.value).inc()
             this.error_codes.append(message.code.value)
         assert this.translator is not None
+        if this.webhooks is not None and isinstance(message, (Final, SpeakerUpdate)):
+            kind = "transcript.final" if isinstance(message, Final) else "transcript.speaker_update"
+            this.webhooks.publish(kind, as_json(message))  # even if the client is gone
         for text in this.translator.outbound(message):
             await connection.send(text)
         if isinstance(message, Final):

@@ -1,0 +1,139 @@
+"""Result webhooks: each session's lifecycle and finals POSTed as signed JSON.
+
+For clients that cannot read results on the connection that carries the audio (a
+phone system, a meeting bot). Deliveries are signed by the Standard Webhooks spec
+(``webhook-id``, ``webhook-timestamp``, ``webhook-signature: v1,<HMAC-SHA256>``) with
+the `standardwebhooks` package, the same code a receiver verifies with.
+
+Each session has a feed: a bounded queue and one task that delivers its events in
+order, retrying with exponential backoff. Publishing never waits, so delivery never
+slows transcription: when a feed's queue is full the event is dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable
+
+import aiohttp
+from standardwebhooks import Webhook
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WebhookConfig:
+    url: str
+    secret: str                  # whsec_ + base64, as Standard Webhooks gives them
+    queue_size: int = 256        # events a session may have waiting
+    max_attempts: int = 6
+    first_retry_s: float = 0.5   # doubled after each failed attempt …
+    max_retry_s: float = 30.0    # … up to this
+    timeout_s: float = 10.0      # per attempt
+
+
+class WebhookSender:
+    """Delivers every session's events to one URL; one HTTP client for all of them.
+
+    ``on_outcome`` is told ``delivered``, ``failed`` (attempts used up) or ``dropped``
+    (queue full) for each event, for metrics."""
+
+    def __init__(self, config: WebhookConfig, on_outcome: Callable[[str], None] = lambda _: None):
+        self.config = config
+        self._signer = Webhook(config.secret)  # ValueError-like errors for a bad secret
+        self._on_outcome = on_outcome
+        self._client: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self._client = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.config.timeout_s))
+
+    def feed(self, session_id: str) -> "WebhookFeed":
+        """A new session's feed; its task runs until the feed is closed and emptied."""
+        feed = WebhookFeed(self, session_id)
+        task = asyncio.create_task(feed.deliver_all(), name=f"webhooks-{session_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return feed
+
+    async def stop(self, grace_s: float) -> None:
+        """Let closed feeds finish delivering for at most ``grace_s``, then give up."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace_s)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._client is not None:
+            await self._client.close()
+
+    async def post(self, message_id: str, body: str) -> bool:
+        """One signed delivery attempt; True on a 2xx answer."""
+        assert self._client is not None, "start() the sender first"
+        now = datetime.now(timezone.utc)
+        headers = {"content-type": "application/json", "webhook-id": message_id,
+                   "webhook-timestamp": str(int(now.timestamp())),
+                   "webhook-signature": self._signer.sign(message_id, now, body)}
+        try:
+            async with self._client.post(self.config.url, data=body.encode(),
+                                         headers=headers) as response:
+                return 200 <= response.status < 300
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
+
+    def outcome(self, outcome: str) -> None:
+        self._on_outcome(outcome)
+
+
+_CLOSED = object()
+
+
+class WebhookFeed:
+    """One session's events, delivered in order (``publish`` never waits)."""
+
+    def __init__(self, sender: WebhookSender, session_id: str):
+        self._sender = sender
+        self._session_id = session_id
+        self._limit = sender.config.queue_size
+        self._queue: asyncio.Queue = asyncio.Queue(self._limit + 1)  # + the end marker
+        self._numbers = itertools.count(1)
+
+    def publish(self, kind: str, data: dict) -> None:
+        """Queue one event (``kind`` such as ``transcript.final``); dropped if full."""
+        event = {"type": kind, "timestamp": datetime.now(timezone.utc).isoformat(),
+                 "data": {"session_id": self._session_id, **data}}
+        message_id = f"msg_{self._session_id}_{next(self._numbers)}"  # the same on retries
+        if self._queue.qsize() < self._limit:
+            self._queue.put_nowait((message_id, json.dumps(event, ensure_ascii=False)))
+        else:
+            self._sender.outcome("dropped")
+            log.warning("webhook queue of session %s is full: dropped %s", self._session_id,
+                        kind, extra={"session_id": self._session_id})
+
+    def close(self) -> None:
+        """No more events: the feed's task ends once the queue is delivered."""
+        self._queue.put_nowait(_CLOSED)  # publish leaves it a place
+
+    async def deliver_all(self) -> None:
+        while (item := await self._queue.get()) is not _CLOSED:
+            await self._deliver(*item)
+
+    async def _deliver(self, message_id: str, body: str) -> None:
+        config = self._sender.config
+        wait = config.first_retry_s
+        for attempt in range(1, config.max_attempts + 1):
+            if await self._sender.post(message_id, body):
+                self._sender.outcome("delivered")
+                return
+            if attempt < config.max_attempts:
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, config.max_retry_s)
+        self._sender.outcome("failed")
+        log.warning("webhook %s of session %s failed after %d attempts", message_id,
+                    self._session_id, config.max_attempts,
+                    extra={"session_id": self._session_id})
