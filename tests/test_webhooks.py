@@ -1,7 +1,6 @@
 """Result webhooks: a real receiver on loopback verifies every delivery with the
 `standardwebhooks` package, as a user's endpoint would."""
 
-import asyncio
 import base64
 import json
 import os

@@ -99,9 +99,9 @@ def access_of(settings: Settings) -> Access:
 
 def secrets_of(access: Access, settings: Settings) -> list[str]:
     """Every secret the process knows, for the log filter that redacts them."""
-    webhook = settings.webhooks.secret
+    others = (settings.webhooks.secret, settings.twilio.auth_token)
     return [*access.keys.values, os.environ.get("HF_TOKEN", ""),
-            webhook.get_secret_value() if webhook else ""]
+            *(secret.get_secret_value() for secret in others if secret is not None)]
 
 
 def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:
@@ -159,9 +159,12 @@ def dialects(settings: Settings) -> list:
     from parley.transport.deepgram import DeepgramDialect
     from parley.transport.native import NativeDialect
     from parley.transport.openai_realtime import OpenAIRealtimeDialect
+    from parley.transport.twilio import TwilioDialect
 
     vad = settings.vad.to_config()
-    return [NativeDialect(), DeepgramDialect(vad), OpenAIRealtimeDialect(vad)]
+    twilio_token = settings.twilio.auth_token
+    return [NativeDialect(), DeepgramDialect(vad), OpenAIRealtimeDialect(vad),
+            TwilioDialect(twilio_token.get_secret_value() if twilio_token else None)]
 
 
 def _limits(settings: Settings, diarized: bool) -> StreamLimits:

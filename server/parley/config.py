@@ -170,6 +170,12 @@ class WebhookSettings(BaseModel):
         return self
 
 
+class TwilioSettings(BaseModel):
+    auth_token: SecretStr | None = Field(None, description="the Twilio account's auth token: "
+                                                           "/v1/twilio then admits only "
+                                                           "connections Twilio signed")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PARLEY_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -187,6 +193,7 @@ class Settings(BaseSettings):
     vad: VadSettings = VadSettings()
     diarization: DiarizationSettings = DiarizationSettings()
     webhooks: WebhookSettings = WebhookSettings()
+    twilio: TwilioSettings = TwilioSettings()
 
     @property
     def has_keys(self) -> bool:

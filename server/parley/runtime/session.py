@@ -13,7 +13,7 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import AsyncIterator, Callable
 
 import numpy as np
@@ -78,13 +78,28 @@ class Mark:
 _END = object()
 
 
+def with_speaker(message: ServerMessage, speaker: str) -> ServerMessage:
+    """A final or partial (and its words) said by ``speaker``; other messages as they are."""
+    if isinstance(message, Final):
+        return replace(message, speaker=speaker,
+                       words=[replace(w, speaker=speaker) for w in message.words])
+    if isinstance(message, Partial):
+        return replace(message, speaker=speaker)
+    return message
+
+
 class Session:
     def __init__(self, config: StreamConfig, worker: AsrScheduler, options: SessionOptions,
-                 speakers: SpeakerTrack | None = None):
+                 speakers: SpeakerTrack | None = None, speaker: str | None = None):
+        """``speakers`` labels a diarized stream; ``speaker`` is the one speaker of a
+        stream that carries one person (a phone line, a meeting participant)."""
         if config.diarization and speakers is None:
             raise ValueError("a diarized session needs a SpeakerTrack")
+        if speakers is not None and speaker is not None:
+            raise ValueError("a session is diarized or has one speaker, not both")
         self.config = config
         self._speakers = speakers
+        self._speaker = speaker
         self._worker = worker
         self._options = options
         self._decoder = AudioDecoder(config)
@@ -109,6 +124,11 @@ class Session:
     @property
     def stream_time(self) -> float:
         return self._vad.stream_time
+
+    @property
+    def segments(self) -> int:
+        """Segments closed so far (each has or will have its final)."""
+        return self._segments
 
     @property
     def quiet_since(self) -> float | None:
@@ -248,6 +268,8 @@ class Session:
                 return
 
     def _with_speakers(self, message: ServerMessage) -> ServerMessage:
+        if self._speaker is not None:
+            return with_speaker(message, self._speaker)
         if self._speakers is None:
             return message
         if isinstance(message, Final):

@@ -17,7 +17,7 @@ from http import HTTPStatus
 from typing import Mapping
 
 from websockets.datastructures import Headers
-from websockets.http11 import Response
+from websockets.http11 import Request, Response
 
 from parley import __version__
 from parley.core.vad import VadConfig
@@ -25,7 +25,8 @@ from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, FinalRe
                                       ProtocolError, ServerMessage, SessionEnded, SpeechStarted,
                                       StreamConfig, Word)
 from parley.runtime.session import Mark, Session
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, Opened, Setup
+from parley.transport.auth import ApiKeys
+from parley.transport.dialect import MIN_TURN_SILENCE_MS, Opened, Setup, Stream, by_key
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
@@ -85,7 +86,11 @@ class DeepgramDialect:
     def __init__(self, vad: VadConfig):
         self._vad = vad
 
-    def offered_key(self, params: Mapping[str, str], headers: Headers) -> str | None:
+    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
+        return by_key(keys, self.offered_key(params, request.headers))
+
+    @staticmethod
+    def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
         # Browsers cannot set headers: Deepgram's browser SDK offers the subprotocols
         # ``token, KEY`` instead.
         offered = [p.strip() for p in headers.get("Sec-WebSocket-Protocol", "").split(",")]
@@ -197,7 +202,8 @@ class DeepgramTranslator:
     def opening(self) -> list[str]:
         return []  # Deepgram says nothing until there are results
 
-    async def receive(self, message: str | bytes, session: Session) -> bool:
+    async def receive(self, message: str | bytes, session: Stream) -> bool:
+        assert isinstance(session, Session)  # this dialect's setup asks for one session
         if isinstance(message, bytes):
             if not message:
                 return True  # Deepgram's older way to say CloseStream

@@ -18,15 +18,28 @@ from typing import Callable, Mapping, Protocol
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
+from websockets.http11 import Request
+
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Error, ServerMessage, StreamConfig
 from parley.runtime.session import Mark, Session
+from parley.runtime.session_group import SessionGroup
+from parley.transport.auth import ApiKeys
+
+ANONYMOUS = "anonymous"  # the key name of a session on a server without keys
+# What a translator drives: one session, or one per track of the connection.
+Stream = Session | SessionGroup
 
 
 # Turn detection asked of a compatible endpoint (Deepgram's endpointing, OpenAI's
 # silence_duration_ms) is raised to this: Whisper needs whole phrases, and shorter
 # pauses would cut them (it is the server's own default).
 MIN_TURN_SILENCE_MS = 300
+
+
+def by_key(keys: ApiKeys, offered: str | None) -> str | None:
+    """Admission by the server's API keys: the key's name, ANONYMOUS, or None."""
+    return keys.identify(offered) if keys.required else ANONYMOUS
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,7 @@ class Setup:
     config: StreamConfig
     vad: VadConfig | None = None  # None: the server's
     options: object = None        # the dialect's own, for its translator
+    tracks: bool = False          # one session per track (a SessionGroup), not one session
 
 
 @dataclass(frozen=True)
@@ -55,7 +69,7 @@ class Translator(Protocol):
     def opening(self) -> list[str]:
         """Messages sent once the connection is admitted, before any result."""
 
-    async def receive(self, message: str | bytes, session: Session) -> bool:
+    async def receive(self, message: str | bytes, session: Stream) -> bool:
         """Act on one client message (feed audio, finalize, reconfigure, ...); True when
         the client asked to end the stream (the endpoint then ends the session).
         ProtocolError for a message it refuses: the endpoint reports it, non-fatal."""
@@ -71,8 +85,9 @@ class Dialect(Protocol):
     # message and a close after it (Parley's own rule, for browsers).
     refuses_at_handshake: bool
 
-    def offered_key(self, params: Mapping[str, str], headers: Headers) -> str | None:
-        """The API key the client offers, in this dialect's ways."""
+    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
+        """The name of the key the client is admitted by (ANONYMOUS on a server without
+        keys), or None: unauthorised."""
 
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
         """The stream's settings; ProtocolError when they are not acceptable."""

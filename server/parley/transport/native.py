@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Mapping
 
 from websockets.datastructures import Headers
-from websockets.http11 import Response
+from websockets.http11 import Request, Response
 
 from parley.protocol.messages import (STREAM_PATH, ControlType, Error, ServerMessage,
                                       SessionStarted, StreamConfig, encode, parse_control)
 from parley.runtime.session import Mark, Session
-from parley.transport.dialect import Opened, Setup
+from parley.transport.auth import ApiKeys
+from parley.transport.dialect import Opened, Setup, Stream, by_key
 
 
 def bearer_or_token(headers: Headers) -> str | None:
@@ -23,7 +24,11 @@ class NativeDialect:
     path = STREAM_PATH
     refuses_at_handshake = False  # browsers cannot read HTTP refusals: see protocol.md §1
 
-    def offered_key(self, params: Mapping[str, str], headers: Headers) -> str | None:
+    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
+        return by_key(keys, self.offered_key(params, request.headers))
+
+    @staticmethod
+    def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
         offered = params.get("token")
         return offered if offered is not None else bearer_or_token(headers)
 
@@ -52,7 +57,8 @@ class NativeTranslator:
         return [encode(SessionStarted(opened.session_id, opened.setup.config, opened.limits,
                                       opened.model))]
 
-    async def receive(self, message: str | bytes, session: Session) -> bool:
+    async def receive(self, message: str | bytes, session: Stream) -> bool:
+        assert isinstance(session, Session)  # this dialect's setup asks for one session
         if isinstance(message, bytes):
             await session.feed(message)
             return False

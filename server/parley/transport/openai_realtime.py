@@ -20,13 +20,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from websockets.datastructures import Headers
-from websockets.http11 import Response
+from websockets.http11 import Request, Response
 
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, Finalized, FinalReason,
                                       ProtocolError, ServerMessage, SpeechStarted, StreamConfig)
 from parley.runtime.session import Mark, Session
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, Opened, Setup
+from parley.transport.auth import ApiKeys
+from parley.transport.dialect import MIN_TURN_SILENCE_MS, Opened, Setup, Stream, by_key
 from parley.transport.native import bearer_or_token
 
 REALTIME_PATH = "/v1/realtime"
@@ -46,7 +47,11 @@ class OpenAIRealtimeDialect:
     def __init__(self, vad: VadConfig):
         self._vad = vad
 
-    def offered_key(self, params: Mapping[str, str], headers: Headers) -> str | None:
+    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
+        return by_key(keys, self.offered_key(params, request.headers))
+
+    @staticmethod
+    def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
         for offered in headers.get("Sec-WebSocket-Protocol", "").split(","):
             if offered.strip().startswith(BROWSER_KEY_PREFIX):
                 return offered.strip()[len(BROWSER_KEY_PREFIX):]
@@ -129,7 +134,8 @@ class OpenAIRealtimeTranslator:
     def opening(self) -> list[str]:
         return [self._send({"type": "session.created", "session": self._session_json()})]
 
-    async def receive(self, message: str | bytes, session: Session) -> bool:
+    async def receive(self, message: str | bytes, session: Stream) -> bool:
+        assert isinstance(session, Session)  # this dialect's setup asks for one session
         if isinstance(message, bytes):
             raise ProtocolError(ErrorCode.BAD_MESSAGE, "audio goes in input_audio_buffer.append "
                                 "events (base64 in JSON), not in binary messages")

@@ -33,13 +33,13 @@ from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Mark, Session, SessionOptions
 from parley.runtime.speaker_track import SpeakerTrack
-from parley.runtime.webhooks import WebhookFeed, WebhookSender
+from parley.runtime.webhooks import WebhookEvent, WebhookFeed, WebhookSender
 from parley.transport.auth import ApiKeys, OriginPolicy
-from parley.transport.dialect import Dialect, Opened, Setup, Translator
+from parley.runtime.session_group import SessionGroup
+from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator
 
 log = logging.getLogger(__name__)
 MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes
-ANONYMOUS = "anonymous"       # the key name of a session on a server without keys
 
 
 def close_reason(text: str) -> str:
@@ -196,10 +196,8 @@ class StreamEndpoint:
         self._live.add(task)
         self._per_key[this.key] += 1
         self._metrics.sessions_live.inc()
+        session = self._stream_for(setup)
         config = setup.config
-        speakers = SpeakerTrack(self._diarization) if config.diarization else None
-        options = self._options if setup.vad is None else replace(self._options, vad=setup.vad)
-        session = Session(config, self._asr.worker, options, speakers)
         this.translator = dialect.translator(Opened(this.session_id, setup,
                                                     self._asr.model_label,
                                                     self._limits.to_json(),
@@ -253,6 +251,14 @@ class StreamEndpoint:
                             "outcome": this.outcome, "audio_s": round(session.stream_time, 3),
                             "error_codes": this.error_codes})
 
+    def _stream_for(self, setup: Setup) -> Stream:
+        options = self._options if setup.vad is None else replace(self._options, vad=setup.vad)
+        if setup.tracks:
+            return SessionGroup(setup.config, lambda config, speaker: Session(
+                config, self._asr.worker, options, speaker=speaker))
+        speakers = SpeakerTrack(self._diarization) if setup.config.diarization else None
+        return Session(setup.config, self._asr.worker, options, speakers)
+
     # ------------------------------------------------------------------ admission
 
     def _admit(self, request: Request, dialect: Dialect) -> tuple[Setup, str]:
@@ -262,11 +268,9 @@ class StreamEndpoint:
             raise _Fatal(Error(ErrorCode.FORBIDDEN_ORIGIN,
                                "pages from this origin may not stream to this server"))
         params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
-        key = ANONYMOUS
-        if self._access.keys.required:
-            key = self._access.keys.identify(dialect.offered_key(params, headers))
-            if key is None:
-                raise _Fatal(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
+        key = dialect.identify(request, params, self._access.keys)
+        if key is None:
+            raise _Fatal(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
         if self._draining.is_set():
             raise _Fatal(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
         if len(self._live) >= self._limits.max_sessions:
@@ -292,7 +296,7 @@ class StreamEndpoint:
 
     # ------------------------------------------------------------------ the stream
 
-    async def _run(self, connection: ServerConnection, session: Session,
+    async def _run(self, connection: ServerConnection, session: Stream,
                    this: _Connection) -> EndReason:
         """Stream until the session ends; why it ended (fatal errors raise _Fatal)."""
         writer = asyncio.create_task(self._write(connection, session, this))
@@ -310,7 +314,7 @@ class StreamEndpoint:
                 task.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
 
-    async def _write(self, connection: ServerConnection, session: Session,
+    async def _write(self, connection: ServerConnection, session: Stream,
                      this: _Connection) -> None:
         async for message in session.messages():
             await self._send(connection, this, message)
@@ -321,9 +325,13 @@ class StreamEndpoint:
             self._metrics.errors.labels(message.code.value).inc()
             this.error_codes.append(message.code.value)
         assert this.translator is not None
-        if this.webhooks is not None and isinstance(message, (Final, SpeakerUpdate)):
-            kind = "transcript.final" if isinstance(message, Final) else "transcript.speaker_update"
-            this.webhooks.publish(kind, as_json(message))  # even if the client is gone
+        if this.webhooks is not None:  # even if the client is gone
+            if isinstance(message, (Final, SpeakerUpdate)):
+                kind = ("transcript.final" if isinstance(message, Final)
+                        else "transcript.speaker_update")
+                this.webhooks.publish(kind, as_json(message))
+            elif isinstance(message, Mark) and isinstance(message.payload, WebhookEvent):
+                this.webhooks.publish(message.payload.kind, message.payload.data)
         for text in this.translator.outbound(message):
             await connection.send(text)
         if isinstance(message, Final):
@@ -331,7 +339,7 @@ class StreamEndpoint:
         elif isinstance(message, Partial):
             self._metrics.partials.inc()
 
-    async def _read(self, connection: ServerConnection, session: Session,
+    async def _read(self, connection: ServerConnection, session: Stream,
                     this: _Connection) -> EndReason:
         assert this.translator is not None
         ends_at = asyncio.get_running_loop().time() + self._limits.max_session_s

@@ -1,0 +1,197 @@
+"""/v1/twilio: Twilio Media Streams, each direction of a call transcribed on its own.
+
+Twilio connects to Parley (a ``<Stream>`` in the call's TwiML) and sends JSON events:
+``connected``, ``start``, ``media`` (base64 8 kHz mu-law, per track), ``mark``,
+``dtmf``, ``stop``. It reads nothing back on that socket, so results leave by the
+result webhooks (and the server's logs and metrics). Each track is a session of its
+own whose speaker is the track's name: ``caller`` (inbound) and ``agent`` (outbound)
+unless the call's customParameters rename them. protocol.md section 11 is the contract.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Mapping
+
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from parley.protocol.messages import (Encoding, Error, ErrorCode, ProtocolError, ServerMessage,
+                                      StreamConfig)
+from parley.runtime.session import Mark
+from parley.runtime.session_group import SessionGroup
+from parley.runtime.webhooks import WebhookEvent
+from parley.transport.auth import ApiKeys
+from parley.transport.dialect import Opened, Setup, Stream, by_key
+from parley.transport.http import json_response
+
+TWILIO_PATH = "/v1/twilio"
+TWILIO_KEY_NAME = "twilio"  # the key name of connections admitted by Twilio's signature
+MULAW_BYTES_PER_MS = 8      # 8 kHz, one byte a sample
+MULAW_SILENCE = b"\xff"
+MAX_GAP_MS = 3_600_000      # a media timestamp further ahead than this is refused
+TRACK_SPEAKERS = {"inbound": "caller", "outbound": "agent"}
+RENAME_PARAMETERS = {"inbound": "inbound_speaker", "outbound": "outbound_speaker"}
+
+
+def twilio_signature(auth_token: str, url: str) -> str:
+    """Twilio's request signature of a URL with no POST parameters (a WebSocket
+    handshake): base64 HMAC-SHA1 of the URL under the account's auth token."""
+    digest = hmac.new(auth_token.encode(), url.encode(), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
+
+
+class TwilioDialect:
+    path = TWILIO_PATH
+    refuses_at_handshake = True  # Twilio reads only the HTTP status of a refusal
+
+    def __init__(self, auth_token: str | None):
+        self._auth_token = auth_token
+
+    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
+        """With an auth token, Twilio's signature of the URL admits (and nothing else
+        does); without one, the server's keys as ``?token=``."""
+        if self._auth_token is None:
+            return by_key(keys, params.get("token"))
+        offered = request.headers.get("X-Twilio-Signature", "")
+        host = request.headers.get("Host", "")
+        # Twilio signs the URL it was given (wss:// in production; ws:// on a test loop).
+        for scheme in ("wss", "ws"):
+            expected = twilio_signature(self._auth_token, f"{scheme}://{host}{request.path}")
+            if offered and hmac.compare_digest(expected, offered):
+                return TWILIO_KEY_NAME
+        return None
+
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+        config = StreamConfig(encoding=Encoding.MULAW, sample_rate=8000, partials=False)
+        return Setup(config, tracks=True)
+
+    def subprotocol(self, offered: list[str]) -> str | None:
+        return None
+
+    def refusal(self, error: Error) -> Response:
+        status = {ErrorCode.UNAUTHORIZED: HTTPStatus.FORBIDDEN,
+                  ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
+                  ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE,
+                  ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS
+                  }.get(error.code, HTTPStatus.BAD_REQUEST)
+        return json_response(status, {"error": error.code.value, "message": error.message})
+
+    def error(self, error: Error) -> str:
+        return json.dumps({"event": "error", "code": error.code.value, "message": error.message})
+
+    def translator(self, opened: Opened) -> "TwilioTranslator":
+        return TwilioTranslator(opened)
+
+
+@dataclass
+class _Track:
+    name: str          # Twilio's: inbound or outbound
+    fed_bytes: int = 0  # audio given to its session (8 bytes a millisecond)
+
+
+class TwilioTranslator:
+    def __init__(self, opened: Opened):
+        self._opened = opened
+        self._config = opened.setup.config
+        self._speakers = dict(TRACK_SPEAKERS)
+        self._tracks: dict[str, _Track] = {}
+        self._started = False
+
+    def opening(self) -> list[str]:
+        return []  # Twilio reads nothing on this socket
+
+    async def receive(self, message: str | bytes, session: Stream) -> bool:
+        assert isinstance(session, SessionGroup)  # this dialect's setup asks for tracks
+        event = _event(message)
+        kind = event.get("event")
+        if kind == "media":
+            await self._media(event, session)
+        elif kind == "start":
+            await self._start(event, session)
+        elif kind == "dtmf":
+            dtmf = event.get("dtmf") or {}
+            await session.mark(WebhookEvent("call.dtmf", {"track": dtmf.get("track"),
+                                                          "digit": dtmf.get("digit")}))
+        elif kind == "stop":
+            return True
+        elif kind not in ("connected", "mark"):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"unknown Twilio event {kind!r}")
+        return False
+
+    async def _start(self, event: dict, session: SessionGroup) -> None:
+        start = event.get("start") or {}
+        media_format = start.get("mediaFormat") or {}
+        if (media_format.get("encoding", "audio/x-mulaw") != "audio/x-mulaw"
+                or int(media_format.get("sampleRate", 8000)) != 8000
+                or int(media_format.get("channels", 1)) != 1):
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "Twilio media must be audio/x-mulaw, "
+                                f"8000 Hz, one channel; got {media_format}")
+        parameters = start.get("customParameters") or {}
+        for track, parameter in RENAME_PARAMETERS.items():
+            if parameters.get(parameter):
+                self._speakers[track] = str(parameters[parameter])
+        language = parameters.get("language")
+        if language:
+            language = str(language).split("-")[0].lower()
+            try:
+                self._opened.check_language(language)
+            except ValueError as exc:
+                raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
+            self._config = StreamConfig.from_query({**self._config.to_query(),
+                                                    "language": language})
+        self._started = True
+        await session.mark(WebhookEvent("call.started", {
+            "call_sid": start.get("callSid"), "stream_sid": start.get("streamSid"),
+            "account_sid": start.get("accountSid"), "tracks": start.get("tracks"),
+            "speakers": {t: self._speakers[t] for t in start.get("tracks") or []
+                         if t in self._speakers},
+            "custom_parameters": parameters}))
+
+    async def _media(self, event: dict, session: SessionGroup) -> None:
+        media = event.get("media") or {}
+        name = media.get("track", "inbound")
+        if name not in TRACK_SPEAKERS:
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"unknown media track {name!r}")
+        try:
+            payload = base64.b64decode(media.get("payload", ""), validate=True)
+            timestamp_ms = int(media.get("timestamp", -1))  # numbers come as strings
+        except (binascii.Error, ValueError):
+            raise ProtocolError(ErrorCode.BAD_AUDIO, "media needs a base64 payload and a "
+                                "numeric timestamp; the chunk was dropped") from None
+        track = self._tracks.setdefault(name, _Track(name))
+        stream = session.track(name, self._config, self._speakers[name])
+        gap = timestamp_ms * MULAW_BYTES_PER_MS - track.fed_bytes
+        if gap > MAX_GAP_MS * MULAW_BYTES_PER_MS:
+            raise ProtocolError(ErrorCode.BAD_AUDIO, f"media timestamp {timestamp_ms} ms is "
+                                "more than an hour ahead of the track; the chunk was dropped")
+        # Timing follows the timestamps: a gap in the media is silence in the track.
+        while gap > 0:
+            piece = min(gap, 1000 * MULAW_BYTES_PER_MS)
+            await stream.feed(MULAW_SILENCE * piece)
+            track.fed_bytes += piece
+            gap -= piece
+        await stream.feed(payload)
+        track.fed_bytes += len(payload)
+
+    def outbound(self, message: ServerMessage | Mark) -> list[str]:
+        return []  # results go to the webhooks; Twilio would not read them here
+
+
+def _event(message: str | bytes) -> dict:
+    if isinstance(message, bytes):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "Twilio sends JSON text messages")
+    try:
+        event = json.loads(message)
+    except (ValueError, RecursionError):
+        event = None
+    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, 'a Twilio message is a JSON object with '
+                            'a string "event"')
+    return event
