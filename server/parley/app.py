@@ -157,6 +157,7 @@ class RunningServer:
 def dialects(settings: Settings) -> list:
     """The wires the streaming endpoint speaks: Parley's own, and the compatible ones."""
     from parley.transport.deepgram import DeepgramDialect
+    from parley.transport.meeting import MeetingDialect
     from parley.transport.native import NativeDialect
     from parley.transport.openai_realtime import OpenAIRealtimeDialect
     from parley.transport.twilio import TwilioDialect
@@ -164,7 +165,8 @@ def dialects(settings: Settings) -> list:
     vad = settings.vad.to_config()
     twilio_token = settings.twilio.auth_token
     return [NativeDialect(), DeepgramDialect(vad), OpenAIRealtimeDialect(vad),
-            TwilioDialect(twilio_token.get_secret_value() if twilio_token else None)]
+            TwilioDialect(twilio_token.get_secret_value() if twilio_token else None),
+            MeetingDialect()]
 
 
 def _limits(settings: Settings, diarized: bool) -> StreamLimits:

@@ -78,6 +78,21 @@ class Mark:
 _END = object()
 
 
+def shifted(message: ServerMessage | Mark, offset_s: float) -> ServerMessage | Mark:
+    """A message with its times ``offset_s`` later."""
+    if isinstance(message, SpeechStarted):
+        return replace(message, start=message.start + offset_s)
+    if isinstance(message, Partial):
+        return replace(message, start=message.start + offset_s, end=message.end + offset_s)
+    if isinstance(message, Final):
+        return replace(message, start=message.start + offset_s, end=message.end + offset_s,
+                       words=[replace(w, start=w.start + offset_s, end=w.end + offset_s)
+                              for w in message.words])
+    if isinstance(message, Finalized):
+        return replace(message, audio_end=message.audio_end + offset_s)
+    return message
+
+
 def with_speaker(message: ServerMessage, speaker: str) -> ServerMessage:
     """A final or partial (and its words) said by ``speaker``; other messages as they are."""
     if isinstance(message, Final):
@@ -90,9 +105,12 @@ def with_speaker(message: ServerMessage, speaker: str) -> ServerMessage:
 
 class Session:
     def __init__(self, config: StreamConfig, worker: AsrScheduler, options: SessionOptions,
-                 speakers: SpeakerTrack | None = None, speaker: str | None = None):
+                 speakers: SpeakerTrack | None = None, speaker: str | None = None,
+                 offset_s: float = 0.0):
         """``speakers`` labels a diarized stream; ``speaker`` is the one speaker of a
-        stream that carries one person (a phone line, a meeting participant)."""
+        stream that carries one person (a phone line, a meeting participant);
+        ``offset_s`` is where the stream starts in the time its messages are told in
+        (a meeting participant who joins late)."""
         if config.diarization and speakers is None:
             raise ValueError("a diarized session needs a SpeakerTrack")
         if speakers is not None and speaker is not None:
@@ -100,6 +118,7 @@ class Session:
         self.config = config
         self._speakers = speakers
         self._speaker = speaker
+        self._offset_s = offset_s
         self._worker = worker
         self._options = options
         self._decoder = AudioDecoder(config)
@@ -230,6 +249,10 @@ class Session:
     async def messages(self) -> AsyncIterator[ServerMessage | Mark]:
         """Server messages (and marks) in stream order, until (and including)
         ``session_ended``."""
+        async for message in self._in_stream_time():
+            yield shifted(message, self._offset_s) if self._offset_s else message
+
+    async def _in_stream_time(self) -> AsyncIterator[ServerMessage | Mark]:
         while True:
             item = await self._outbox.get()
             if item is _END:

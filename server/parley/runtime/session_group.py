@@ -31,7 +31,7 @@ class _Barrier:
 
 class SessionGroup:
     def __init__(self, config: StreamConfig,
-                 make_session: Callable[[StreamConfig, str], Session]):
+                 make_session: Callable[[StreamConfig, str, float], Session]):
         self.config = config  # the connection's (each track may differ)
         self._make_session = make_session
         self._tracks: dict[str, Session] = {}
@@ -48,12 +48,14 @@ class SessionGroup:
     def tracks(self) -> dict[str, Session]:
         return dict(self._tracks)
 
-    def track(self, name: str, config: StreamConfig, speaker: str) -> Session:
-        """The track's session, started on first use with ``config`` and ``speaker``."""
+    def track(self, name: str, config: StreamConfig, speaker: str,
+              offset_s: float = 0.0) -> Session:
+        """The track's session, started on first use with ``config``, ``speaker`` and
+        the time it starts at (``offset_s``)."""
         if name not in self._tracks:
             if self._ended:
                 raise RuntimeError("the session group has ended")
-            session = self._make_session(config, speaker)
+            session = self._make_session(config, speaker, offset_s)
             self._tracks[name] = session
             self._pumps.append(asyncio.create_task(self._pump(session)))
         return self._tracks[name]

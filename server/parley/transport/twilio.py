@@ -15,7 +15,6 @@ import binascii
 import hashlib
 import hmac
 import json
-from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Mapping
 
@@ -30,12 +29,10 @@ from parley.runtime.webhooks import WebhookEvent
 from parley.transport.auth import ApiKeys
 from parley.transport.dialect import Opened, Setup, Stream, by_key
 from parley.transport.http import json_response
+from parley.transport.timed_track import TimedTrack
 
 TWILIO_PATH = "/v1/twilio"
 TWILIO_KEY_NAME = "twilio"  # the key name of connections admitted by Twilio's signature
-MULAW_BYTES_PER_MS = 8      # 8 kHz, one byte a sample
-MULAW_SILENCE = b"\xff"
-MAX_GAP_MS = 3_600_000      # a media timestamp further ahead than this is refused
 TRACK_SPEAKERS = {"inbound": "caller", "outbound": "agent"}
 RENAME_PARAMETERS = {"inbound": "inbound_speaker", "outbound": "outbound_speaker"}
 
@@ -90,18 +87,12 @@ class TwilioDialect:
         return TwilioTranslator(opened)
 
 
-@dataclass
-class _Track:
-    name: str          # Twilio's: inbound or outbound
-    fed_bytes: int = 0  # audio given to its session (8 bytes a millisecond)
-
-
 class TwilioTranslator:
     def __init__(self, opened: Opened):
         self._opened = opened
         self._config = opened.setup.config
         self._speakers = dict(TRACK_SPEAKERS)
-        self._tracks: dict[str, _Track] = {}
+        self._tracks: dict[str, TimedTrack] = {}
         self._started = False
 
     def opening(self) -> list[str]:
@@ -165,20 +156,10 @@ class TwilioTranslator:
         except (binascii.Error, ValueError):
             raise ProtocolError(ErrorCode.BAD_AUDIO, "media needs a base64 payload and a "
                                 "numeric timestamp; the chunk was dropped") from None
-        track = self._tracks.setdefault(name, _Track(name))
+        track = self._tracks.setdefault(name, TimedTrack(self._config))
         stream = session.track(name, self._config, self._speakers[name])
-        gap = timestamp_ms * MULAW_BYTES_PER_MS - track.fed_bytes
-        if gap > MAX_GAP_MS * MULAW_BYTES_PER_MS:
-            raise ProtocolError(ErrorCode.BAD_AUDIO, f"media timestamp {timestamp_ms} ms is "
-                                "more than an hour ahead of the track; the chunk was dropped")
         # Timing follows the timestamps: a gap in the media is silence in the track.
-        while gap > 0:
-            piece = min(gap, 1000 * MULAW_BYTES_PER_MS)
-            await stream.feed(MULAW_SILENCE * piece)
-            track.fed_bytes += piece
-            gap -= piece
-        await stream.feed(payload)
-        track.fed_bytes += len(payload)
+        await track.feed(stream, payload, timestamp_ms / 1000)
 
     def outbound(self, message: ServerMessage | Mark) -> list[str]:
         return []  # results go to the webhooks; Twilio would not read them here

@@ -254,8 +254,8 @@ class StreamEndpoint:
     def _stream_for(self, setup: Setup) -> Stream:
         options = self._options if setup.vad is None else replace(self._options, vad=setup.vad)
         if setup.tracks:
-            return SessionGroup(setup.config, lambda config, speaker: Session(
-                config, self._asr.worker, options, speaker=speaker))
+            return SessionGroup(setup.config, lambda config, speaker, offset_s: Session(
+                config, self._asr.worker, options, speaker=speaker, offset_s=offset_s))
         speakers = SpeakerTrack(self._diarization) if setup.config.diarization else None
         return Session(setup.config, self._asr.worker, options, speakers)
 

@@ -1,0 +1,158 @@
+"""/v1/meeting: one audio stream per meeting participant, as meeting-bot platforms
+deliver them (Recall.ai's ``audio_separate_raw.data``, Zoom RTMS, LiveKit rooms).
+
+Each participant is a session of its own whose speaker is their name, so no
+diarization is needed; results come back on the connection in Parley's own messages
+(section 3 of protocol.md), told in meeting time. protocol.md section 13 is the
+contract; Recall.ai's message shape is accepted as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, Mapping
+
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from parley.protocol.messages import (ControlType, Error, ErrorCode, ProtocolError,
+                                      ServerMessage, SessionStarted, StreamConfig, encode)
+from parley.runtime.session import Mark
+from parley.runtime.session_group import SessionGroup
+from parley.transport.auth import ApiKeys
+from parley.transport.dialect import Opened, Setup, Stream, by_key
+from parley.transport.native import NativeDialect
+from parley.transport.timed_track import TimedTrack
+
+MEETING_PATH = "/v1/meeting"
+RECALL_AUDIO = "audio_separate_raw.data"
+RECALL_LEAVE = "participant_events.leave"
+
+
+class MeetingDialect:
+    path = MEETING_PATH
+    refuses_at_handshake = False  # as /v1/stream: an error message, then the close
+
+    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
+        return by_key(keys, NativeDialect.offered_key(params, request.headers))
+
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+        config = StreamConfig.from_query(params)
+        if config.diarization:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "a meeting session labels each "
+                                "participant by name: diarization is not needed")
+        return Setup(config, tracks=True)
+
+    def subprotocol(self, offered: list[str]) -> str | None:
+        return None
+
+    def refusal(self, error: Error) -> Response:
+        raise NotImplementedError("the meeting endpoint refuses after the handshake")
+
+    def error(self, error: Error) -> str:
+        return encode(error)
+
+    def translator(self, opened: Opened) -> "MeetingTranslator":
+        return MeetingTranslator(opened)
+
+
+class MeetingTranslator:
+    def __init__(self, opened: Opened):
+        self._opened = opened
+        self._tracks: dict[str, TimedTrack] = {}
+        self._names: dict[str, str] = {}  # participant id → the speaker name shown
+
+    def opening(self) -> list[str]:
+        opened = self._opened
+        return [encode(SessionStarted(opened.session_id, opened.setup.config, opened.limits,
+                                      opened.model))]
+
+    async def receive(self, message: str | bytes, session: Stream) -> bool:
+        assert isinstance(session, SessionGroup)  # this dialect's setup asks for tracks
+        data = _json(message)
+        kind = data.get("type") or data.get("event")
+        if kind in ("audio", RECALL_AUDIO):
+            participant, audio, at_s = _audio(data)
+            await self._feed(session, participant, audio, at_s)
+        elif kind in ("participant_left", RECALL_LEAVE):
+            participant = _participant(data)
+            track = session.tracks.get(str(participant.get("id")))
+            if track is not None:
+                await track.finalize()  # what they said last gets its final now
+        elif kind == ControlType.FINALIZE.value:
+            await session.finalize()
+        elif kind == ControlType.END_OF_STREAM.value:
+            return True
+        elif kind != ControlType.KEEP_ALIVE.value and not str(kind).startswith(
+                ("participant_events.", "transcript.", "audio_mixed_raw.")):
+            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"unknown message type {kind!r}")
+        return False
+
+    async def _feed(self, session: SessionGroup, participant: dict, audio: bytes,
+                    at_s: float | None) -> None:
+        key = str(participant["id"])
+        track = self._tracks.get(key)
+        if track is None:
+            # A participant's track starts where their first audio was taken.
+            track = self._tracks[key] = TimedTrack(self._opened.setup.config,
+                                                   start_s=at_s or 0.0)
+        stream = session.track(key, self._opened.setup.config, self._speaker(key, participant),
+                               offset_s=track.start_s)
+        await track.feed(stream, audio, at_s)
+
+    def _speaker(self, key: str, participant: dict) -> str:
+        """Their name, made unique if another participant has it too."""
+        if key not in self._names:
+            name = str(participant.get("name") or key)
+            if name in self._names.values():
+                name = f"{name} ({key})"
+            self._names[key] = name
+        return self._names[key]
+
+    def outbound(self, message: ServerMessage | Mark) -> list[str]:
+        return [] if isinstance(message, Mark) else [encode(message)]
+
+
+def _json(message: str | bytes) -> dict:
+    if isinstance(message, bytes):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a meeting session takes JSON text "
+                            "messages (audio base64 in them), not binary ones")
+    try:
+        data = json.loads(message)
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("type") or data.get("event"), str):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, 'messages are JSON objects with a string '
+                            '"type" (or Recall.ai\'s "event")')
+    return data
+
+
+def _recall_inner(data: dict) -> dict:
+    """Recall.ai nests the payload as data.data."""
+    return ((data.get("data") or {}).get("data") or {}) if "event" in data else data
+
+
+def _participant(data: dict) -> dict:
+    participant = _recall_inner(data).get("participant")
+    if not isinstance(participant, dict) or participant.get("id") in (None, ""):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "the message needs participant.id")
+    return participant
+
+
+def _audio(data: dict) -> tuple[dict, bytes, float | None]:
+    """(participant, audio bytes, the time it was taken at) of a Parley or Recall.ai
+    audio message."""
+    inner = _recall_inner(data)
+    encoded: Any = inner.get("buffer") if "event" in data else inner.get("audio")
+    timestamp: Any = inner.get("timestamp")
+    if isinstance(timestamp, dict):  # Recall.ai: {"relative": seconds, "absolute": ISO}
+        timestamp = timestamp.get("relative")
+    try:
+        audio = base64.b64decode(encoded or "", validate=True)
+        at_s = float(timestamp) if timestamp is not None else None
+    except (binascii.Error, ValueError, TypeError):
+        raise ProtocolError(ErrorCode.BAD_AUDIO, "audio must be base64 and timestamp a number "
+                            "of seconds; the message was dropped") from None
+    return _participant(data), audio, at_s
