@@ -18,7 +18,7 @@ from websockets.exceptions import InvalidStatus
 
 from audio_fixtures import (DIALOGUE_LINES, PLAIN_VOICES, SAMPLE_WAV, conversation, read_wav,
                             sample_dir, wer)
-from conftest import as_received, heard_between, pcm16, serve_real
+from conftest import as_received, heard_between, pcm16, refused, serve_real
 from parley.client.stream import run_stream
 from test_webhooks import SECRET, Receiver
 
@@ -210,3 +210,30 @@ async def native_text(port: int, audio: np.ndarray) -> str:
     await run_stream(f"ws://127.0.0.1:{port}/v1/stream", chunks(), 32000, fast=True,
                      on_message=messages.append)
     return " ".join(m["text"] for m in messages if m["type"] == "final")
+
+
+async def test_a_call_can_be_followed_live(start):
+    """A Twilio call's results, which its own socket never carries, reach a follower of
+    /v1/sessions/{id}/events in Parley's own messages, labelled, until session_ended;
+    a wrong key or an unknown session is refused."""
+    tracks, said = two_tracks(turns=2)
+    receiver = Receiver()
+    async with receiver as hooks:
+        _, server = await start(token="k1", webhooks={"url": hooks, "secret": SECRET})
+        url = f"ws://127.0.0.1:{server.port}/v1/twilio?token=k1"
+        call = asyncio.create_task(twilio_call(url, tracks, signature=None, pace_s=0.002))
+        while not receiver.events:  # session.started tells the session's id
+            await asyncio.sleep(0.01)
+        session_id = receiver.events[0]["data"]["session_id"]
+        follow = f"ws://127.0.0.1:{server.port}/v1/sessions/{session_id}/events"
+        for bad, code in ((follow, 4401), (follow + "?token=wrong", 4401),
+                          (follow.replace(session_id, "0" * 32) + "?token=k1", 4404)):
+            message, close_code = await refused(bad)
+            assert (message["type"], close_code) == ("error", code)
+        async with connect(follow, additional_headers={"Authorization": "Bearer k1"}) as ws:
+            followed = [json.loads(m) async for m in ws]
+        await call
+    assert followed[0] == {"type": "following", "session_id": session_id}
+    assert followed[-1]["type"] == "session_ended" and ws.close_code == 1000
+    finals = [m for m in followed if m["type"] == "final" and m["text"]]
+    assert {f["speaker"] for f in finals} == {"caller", "agent"}

@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from websockets.asyncio.server import Server, serve
+from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Response
 
 from parley.config import Settings
@@ -23,6 +23,7 @@ from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import SessionOptions
 from parley.runtime.webhooks import WebhookConfig, WebhookSender
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
+from parley.transport.followers import Followers
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
 from parley.transport.ws_server import Access, AsrService, StreamEndpoint, StreamLimits
 
@@ -239,16 +240,26 @@ async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService
     webhooks = webhook_sender(settings, metrics)
     if webhooks is not None:
         await webhooks.start()
+    followers = Followers(access.keys)
     endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
-                              metrics, dialects(settings), diarization, webhooks)
+                              metrics, dialects(settings), diarization, webhooks, followers)
+
+    async def handle(connection: ServerConnection) -> None:
+        assert connection.request is not None
+        if followers.matches(connection.request.path):
+            await followers.handle(connection)
+        else:
+            await endpoint.handle(connection)
+
     server = await serve(
-        endpoint.handle,
+        handle,
         settings.server.host,
         settings.server.port,
         process_request=make_request_router(_routes(settings, asr, endpoint, metrics,
                                                     diarization),
                                             StaticFiles(settings.server.static_dir),
-                                            endpoint.paths, endpoint.check_handshake),
+                                            endpoint.paths, followers.matches,
+                                            endpoint.check_handshake),
         select_subprotocol=endpoint.select_subprotocol,
         max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
         compression=None,  # audio does not compress; deflate would only cost CPU

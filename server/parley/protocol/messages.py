@@ -30,6 +30,7 @@ class ErrorCode(str, Enum):
 
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN_ORIGIN = "forbidden_origin"
+    NOT_FOUND = "not_found"
     TOO_MANY_SESSIONS = "too_many_sessions"
     BAD_CONFIG = "bad_config"
     BAD_MESSAGE = "bad_message"
@@ -50,6 +51,7 @@ class ErrorCode(str, Enum):
 _CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.UNAUTHORIZED: 4401,
     ErrorCode.FORBIDDEN_ORIGIN: 4403,
+    ErrorCode.NOT_FOUND: 4404,
     ErrorCode.TOO_MANY_SESSIONS: 4429,
     ErrorCode.BAD_CONFIG: 4400,
     ErrorCode.FRAME_TOO_LARGE: 1009,
@@ -58,6 +60,18 @@ _CLOSE_CODES: dict[ErrorCode, int] = {
     ErrorCode.SHUTTING_DOWN: 1001,
     ErrorCode.INTERNAL_ERROR: 1011,
 }
+
+
+MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to fit a close frame (123 bytes of UTF-8), on a character boundary."""
+    encoded = text.encode("utf-8")
+    if len(encoded) <= MAX_CLOSE_REASON_BYTES:
+        return text
+    cut = encoded[:MAX_CLOSE_REASON_BYTES - len("…".encode())]
+    return cut.decode("utf-8", errors="ignore") + "…"
 
 
 class ProtocolError(Exception):

@@ -38,6 +38,10 @@ class ApiKeys:
         return bool(self.keys)
 
     @property
+    def names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.keys)
+
+    @property
     def values(self) -> tuple[str, ...]:
         """The secrets themselves, for the log filter that redacts them."""
         return tuple(value.decode() for _, value in self.keys)

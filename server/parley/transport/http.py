@@ -65,16 +65,19 @@ def text_response(status: HTTPStatus, body: bytes, content_type: str) -> Respons
 
 
 def make_request_router(routes: Mapping[str, Callable[[], Response]], static: StaticFiles,
-                        streams: frozenset[str],
+                        streams: frozenset[str], follows: Callable[[str], bool],
                         check_handshake: Callable[[Request], Response | None]):
     """websockets' process_request hook: let the ``streams`` paths through to the
-    WebSocket handshake (unless ``check_handshake`` answers instead), answer ``routes``
-    (path → answer) and the static files, and 404 the rest."""
+    WebSocket handshake (unless ``check_handshake`` answers instead), and the paths that
+    ``follows`` a session; answer ``routes`` (path → answer) and the static files, and
+    404 the rest."""
 
     def route(connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if path in streams:
             return check_handshake(request)
+        if follows(path):
+            return None
         if path in routes:
             return routes[path]()
         page = static.get(path)

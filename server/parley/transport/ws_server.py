@@ -27,30 +27,19 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
-                                      ServerMessage, SpeakerUpdate, as_json)
+                                      ServerMessage, SpeakerUpdate, as_json, close_reason)
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Mark, Session, SessionOptions
 from parley.runtime.speaker_track import SpeakerTrack
 from parley.runtime.webhooks import WebhookEvent, WebhookFeed, WebhookSender
+from parley.transport.followers import Followers
 from parley.transport.auth import ApiKeys, OriginPolicy
 from parley.runtime.session_group import SessionGroup
 from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator
 
 log = logging.getLogger(__name__)
-MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is at most 125 bytes
-
-
-def close_reason(text: str) -> str:
-    """``text`` cut to fit a close frame (123 bytes of UTF-8), on a character boundary."""
-    encoded = text.encode("utf-8")
-    if len(encoded) <= MAX_CLOSE_REASON_BYTES:
-        return text
-    cut = encoded[:MAX_CLOSE_REASON_BYTES - len("…".encode())]
-    return cut.decode("utf-8", errors="ignore") + "…"
-
-
 @dataclass(frozen=True)
 class StreamLimits:
     max_sessions: int
@@ -111,9 +100,10 @@ class StreamEndpoint:
     def __init__(self, asr: AsrService, options: SessionOptions, limits: StreamLimits,
                  access: Access, metrics: Metrics, dialects: list[Dialect],
                  diarization: DiarizationWorker | None = None,
-                 webhooks: WebhookSender | None = None):
+                 webhooks: WebhookSender | None = None, followers: Followers | None = None):
         self._dialects = {dialect.path: dialect for dialect in dialects}
         self._webhooks = webhooks
+        self._followers = followers
         self._asr = asr
         self._diarization = diarization
         self._options = options
@@ -150,7 +140,8 @@ class StreamEndpoint:
     def select_subprotocol(self, connection: ServerConnection, offered) -> str | None:
         """websockets' hook: the subprotocol the path's dialect answers with."""
         assert connection.request is not None
-        return self.dialect_of(connection.request).subprotocol(list(offered))
+        dialect = self._dialects.get(urlsplit(connection.request.path).path)
+        return dialect.subprotocol(list(offered)) if dialect is not None else None
 
     @property
     def live_sessions(self) -> int:
@@ -204,6 +195,8 @@ class StreamEndpoint:
                                                     self._asr.check_language))
         log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
                  dialect.path, config, extra={"session_id": this.session_id, "key": this.key})
+        if self._followers is not None:
+            self._followers.opened(this.session_id, this.key)
         if self._webhooks is not None:
             this.webhooks = self._webhooks.feed(this.session_id)
             this.webhooks.publish("session.started", {"path": dialect.path,
@@ -235,6 +228,8 @@ class StreamEndpoint:
                 ErrorCode.INTERNAL_ERROR, "internal server error; the session ended"))
         finally:
             session.close()
+            if self._followers is not None:
+                self._followers.closed(this.session_id)
             if this.webhooks is not None:
                 this.webhooks.publish("session.ended", {
                     "outcome": this.outcome, "audio_duration": round(session.stream_time, 3),
@@ -325,6 +320,8 @@ class StreamEndpoint:
             self._metrics.errors.labels(message.code.value).inc()
             this.error_codes.append(message.code.value)
         assert this.translator is not None
+        if self._followers is not None and not isinstance(message, Mark):
+            self._followers.publish(this.session_id, message)
         if this.webhooks is not None:  # even if the client is gone
             if isinstance(message, (Final, SpeakerUpdate)):
                 kind = ("transcript.final" if isinstance(message, Final)

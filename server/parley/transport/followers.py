@@ -1,0 +1,103 @@
+"""/v1/sessions/{id}/events: follow a live session's results from another connection.
+
+For streams whose own connection cannot carry results back (a Twilio call) or that
+several parties watch (a meeting's dashboard). A follower gets every message the
+session produces, in Parley's own form (protocol.md section 3), from when it joins
+until ``session_ended``; then close 1000. Each follower has a bounded queue: one that
+falls that far behind is closed (``server_busy``, 1013) rather than slowing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from urllib.parse import parse_qsl, urlsplit
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from parley.protocol.messages import Error, ErrorCode, ServerMessage, close_reason, encode
+from parley.transport.auth import ApiKeys
+from parley.transport.dialect import ANONYMOUS, by_key
+from parley.transport.native import NativeDialect
+
+log = logging.getLogger(__name__)
+FOLLOW_PATH = re.compile(r"^/v1/sessions/([0-9a-f]{32})/events$")
+FOLLOWER_QUEUE = 256
+_END, _BEHIND = object(), object()
+
+
+class Followers:
+    """Live sessions that may be followed, and their followers' queues."""
+
+    def __init__(self, keys: ApiKeys):
+        self._keys = keys
+        self._live: dict[str, str] = {}  # session id → the name of the key it started with
+        self._queues: dict[str, set[asyncio.Queue]] = {}
+
+    @staticmethod
+    def matches(path: str) -> bool:
+        return FOLLOW_PATH.match(urlsplit(path).path) is not None
+
+    def opened(self, session_id: str, key: str) -> None:
+        self._live[session_id] = key
+        self._queues[session_id] = set()
+
+    def publish(self, session_id: str, message: ServerMessage) -> None:
+        """Give a session's message to its followers (never waits)."""
+        for queue in self._queues.get(session_id, ()):
+            try:
+                queue.put_nowait(encode(message))
+            except asyncio.QueueFull:
+                while not queue.empty():
+                    queue.get_nowait()
+                queue.put_nowait(_BEHIND)
+
+    def closed(self, session_id: str) -> None:
+        self._live.pop(session_id, None)
+        for queue in self._queues.pop(session_id, ()):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(_END)
+
+    async def handle(self, connection: ServerConnection) -> None:
+        request = connection.request
+        assert request is not None
+        found = FOLLOW_PATH.match(urlsplit(request.path).path)
+        assert found is not None
+        session_id = found[1]
+        params = dict(parse_qsl(urlsplit(request.path).query))
+        key = by_key(self._keys, NativeDialect.offered_key(params, request.headers))
+        if key is None:
+            await _refuse(connection, Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
+            return
+        owner = self._live.get(session_id)
+        # A key follows its own sessions, and those started without a key of the server's.
+        if owner is None or (owner in self._keys.names and owner != key):
+            await _refuse(connection, Error(ErrorCode.NOT_FOUND,
+                                            f"no live session {session_id} to follow"))
+            return
+        queue: asyncio.Queue = asyncio.Queue(FOLLOWER_QUEUE + 1)  # + the end marker
+        self._queues[session_id].add(queue)
+        log.info("key %s follows session %s", key, session_id, extra={"session_id": session_id})
+        try:
+            await connection.send(json.dumps({"type": "following", "session_id": session_id}))
+            while (item := await queue.get()) is not _END:
+                if item is _BEHIND:
+                    await _refuse(connection, Error(ErrorCode.SERVER_BUSY, "this follower fell "
+                                                    f"{FOLLOWER_QUEUE} messages behind"))
+                    return
+                await connection.send(item)
+            await connection.close(1000, "session ended")
+        except ConnectionClosed:
+            pass
+        finally:
+            self._queues.get(session_id, set()).discard(queue)
+
+
+async def _refuse(connection: ServerConnection, error: Error) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        await connection.send(encode(error))
+        await connection.close(error.code.close_code or 1011, close_reason(error.message))
