@@ -73,6 +73,7 @@ async def test_each_participant_is_a_speaker_in_meeting_time(start):
     assert ws.close_code == 1000 and messages[-1]["type"] == "session_ended"
     assert not [m for m in messages if m["type"] == "error"]
     finals = [m for m in messages if m["type"] == "final" and m["text"]]
+    assert len({f["segment_id"] for f in finals}) == len(finals)  # unique across participants
     names = {"p1": "Ada", "p2": "Grace", "3": "Ada (3)"}
     for pid, (track, turns) in own.items():
         speaker = names[pid if pid != "p3" else "3"]

@@ -10,6 +10,8 @@ dialect chooses one or the other without the endpoint knowing.
 from __future__ import annotations
 
 import asyncio
+import itertools
+from dataclasses import replace
 from typing import AsyncIterator, Callable
 
 from parley.protocol.messages import (EndReason, Error, ServerMessage, SessionEnded,
@@ -38,6 +40,9 @@ class SessionGroup:
         self._pumps: list[asyncio.Task] = []
         self._merged: asyncio.Queue = asyncio.Queue(MERGED_SIZE)
         self._ended = False
+        # Each track numbers its segments from 0; the connection's numbers are unique.
+        self._segment_ids: dict[tuple[str, int], int] = {}
+        self._next_segment_id = itertools.count()
 
     @property
     def stream_time(self) -> float:
@@ -57,11 +62,13 @@ class SessionGroup:
                 raise RuntimeError("the session group has ended")
             session = self._make_session(config, speaker, offset_s)
             self._tracks[name] = session
-            self._pumps.append(asyncio.create_task(self._pump(session)))
+            self._pumps.append(asyncio.create_task(self._pump(name, session)))
         return self._tracks[name]
 
-    async def _pump(self, session: Session) -> None:
+    async def _pump(self, name: str, session: Session) -> None:
         async for message in session.messages():
+            if getattr(message, "segment_id", None) is not None:
+                message = replace(message, segment_id=self._connection_id(name, message))
             if isinstance(message, Mark) and isinstance(message.payload, _Barrier):
                 barrier = message.payload
                 barrier.waiting -= 1
@@ -69,6 +76,12 @@ class SessionGroup:
                     await self._merged.put(barrier.mark)
             elif not isinstance(message, SessionEnded):  # one for the group, at its end
                 await self._merged.put(message)
+
+    def _connection_id(self, track: str, message) -> int:
+        key = (track, message.segment_id)
+        if key not in self._segment_ids:
+            self._segment_ids[key] = next(self._next_segment_id)
+        return self._segment_ids[key]
 
     async def finalize(self) -> None:
         for session in self._tracks.values():
