@@ -167,3 +167,27 @@ def test_stream_with_diarization_writes_speakers_that_score_like_the_reference(s
         hypothesis[Segment(turn.start, turn.end), k] = turn.speaker
     reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
     assert DiarizationErrorRate(collar=0.25, skip_overlap=False)(reference, hypothesis) <= 0.15
+
+
+async def test_stream_takes_the_key_from_token_or_the_environment(start, dialogue_wav):
+    """--token (else $PARLEY_TOKEN) is the API key; without one a keyed server refuses."""
+    import asyncio
+
+    url, _ = await start(token="k3y")
+    path, _, _ = dialogue_wav
+
+    async def cli(*args, env_token=None):
+        env = {k: v for k, v in os.environ.items() if k != "PARLEY_TOKEN"}
+        if env_token:
+            env["PARLEY_TOKEN"] = env_token
+        process = await asyncio.create_subprocess_exec(
+            *PARLEY, "stream", "--url", url, "--fast", "--no-partials", *args, str(path),
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await process.communicate()
+        return process.returncode, out.decode(), err.decode()
+
+    code, out, _ = await cli("--token", "k3y")
+    assert code == 0 and out.count("-->") >= 2
+    assert (await cli(env_token="k3y"))[0] == 0
+    code, out, err = await cli()
+    assert code == 1 and "unauthorized" in out + err

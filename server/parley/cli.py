@@ -78,7 +78,7 @@ def _stream(args: argparse.Namespace) -> int:
             print(f"parley: no such file: {args.source}", file=sys.stderr)
             return 2
         chunks = ffmpeg_pcm(args.source, rate)
-    url = stream_url(args.url, config, token_from_env())
+    url = stream_url(args.url, config, args.token or token_from_env())
     live_to_stdout = args.format == "text" and args.output is None
     display = LiveDisplay(sys.stdout if live_to_stdout else sys.stderr, not args.no_partials)
     transcript = Transcript()
@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ask for speaker labels (the server must run with diarization)")
     stream.add_argument("--output", "-o", help="write the transcript here, not to stdout")
     stream.add_argument("--language")
+    stream.add_argument("--token", help="the server's API key (default: $PARLEY_TOKEN)")
     stream.add_argument("--no-partials", action="store_true")
     stream.add_argument("--sample-rate", type=int, default=16000, help="of raw stdin PCM")
     stream.add_argument("--channels", type=int, default=1, help="of raw stdin PCM")

@@ -14,19 +14,13 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, TextIO
-from urllib.parse import urlencode
 
-from websockets.asyncio.client import connect
+from parley.client.live import LiveStream, ServerError, send_paced, stream_url
 
-from parley.protocol.messages import ControlType, StreamConfig, control_message, decode
+__all__ = ["StreamResult", "run_stream", "ffmpeg_pcm", "stdin_pcm", "stream_url",
+           "LiveDisplay", "token_from_env", "ServerError"]
 
 CHUNK_SECONDS = 0.1
-
-
-class ServerError(Exception):
-    def __init__(self, message: dict):
-        super().__init__(f"{message.get('code')}: {message.get('message')}")
-        self.message = message
 
 
 @dataclass
@@ -37,13 +31,6 @@ class StreamResult:
     errors: list[dict] = field(default_factory=list)
     ended: dict | None = None
     close_code: int | None = None
-
-
-def stream_url(base: str, config: StreamConfig, token: str | None) -> str:
-    query = config.to_query()
-    if token:
-        query["token"] = token
-    return f"{base.rstrip('/')}?{urlencode(query)}"
 
 
 async def ffmpeg_pcm(path: str, sample_rate: int = 16000) -> AsyncIterator[bytes]:
@@ -86,45 +73,29 @@ async def stdin_pcm(bytes_per_chunk: int) -> AsyncIterator[bytes]:
 async def run_stream(url: str, chunks: AsyncIterator[bytes], bytes_per_second: int, *,
                      fast: bool = False, on_message: Callable[[dict], None] | None = None
                      ) -> StreamResult:
-    """Send ``chunks`` to ``url``, then end_of_stream; return everything the server said."""
+    """Send ``chunks`` to ``url`` (a full stream URL, query included), then end_of_stream;
+    return everything the server said (a refusal or fatal error is in ``errors``)."""
     result = StreamResult()
-    async with connect(url, max_size=None, compression=None, open_timeout=30) as ws:
-        first = decode(await ws.recv())
-        _collect(result, first, on_message)
-        if first["type"] == "error":
-            await ws.wait_closed()
-            result.close_code = ws.close_code
-            return result
-
-        async def send_audio() -> None:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            sent = 0
-            async for chunk in chunks:
-                if not fast:
-                    # Pace by the clock, not by sleeps that drift: chunk n leaves at n × its length.
-                    delay = started + sent / bytes_per_second - loop.time()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                await ws.send(chunk)
-                sent += len(chunk)
-            await ws.send(control_message(ControlType.END_OF_STREAM))
-
-        sender = asyncio.create_task(send_audio())
-        try:
-            async for raw in ws:
-                message = decode(raw)
-                _collect(result, message, on_message)
-                if message["type"] == "session_ended":
-                    break
-        finally:
-            if not sender.done():
-                sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
-        if result.ended:
-            await ws.wait_closed()  # the server closes with 1000 right after session_ended
-        result.close_code = ws.close_code
+    try:
+        live = await LiveStream.open(url)
+    except ServerError as refused:
+        _collect(result, refused.message, on_message)
+        result.close_code = refused.close_code
+        return result
+    _collect(result, live.started, on_message)
+    sender = asyncio.create_task(send_paced(live, chunks, bytes_per_second, fast))
+    try:
+        async for message in live.raw():
+            _collect(result, message, on_message)
+    except ServerError:
+        pass  # collected above: the caller reads result.errors
+    finally:
+        if not sender.done():
+            sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await sender
+        await live.close()
+    result.close_code = live.close_code
     return result
 
 

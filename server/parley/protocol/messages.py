@@ -349,6 +349,30 @@ def as_json(message: ServerMessage) -> dict[str, Any]:
     return _round_times(data)
 
 
+def parse(data: Mapping[str, Any]) -> ServerMessage | None:
+    """A server message's JSON object as its typed message (None for a type this
+    version does not know: clients ignore those, section 8)."""
+    fields = {k: v for k, v in data.items() if k != "type"}
+    kind = data.get("type")
+    if kind == "session_started":
+        config = dict(fields.pop("config"))
+        config["encoding"] = Encoding(config["encoding"])
+        return SessionStarted(config=StreamConfig(**config), **fields)
+    if kind in ("final", "speaker_update"):
+        fields["words"] = [Word(**w) for w in fields.get("words") or []]
+        if kind == "speaker_update":
+            return SpeakerUpdate(**fields)
+        return Final(**{**fields, "reason": FinalReason(fields["reason"])})
+    if kind == "session_ended":
+        return SessionEnded(**{**fields, "reason": EndReason(fields.get("reason",
+                                                                        "end_of_stream"))})
+    if kind == "error":
+        fields.pop("fatal", None)
+        return Error(**{**fields, "code": ErrorCode(fields["code"])})
+    simple = {"speech_started": SpeechStarted, "partial": Partial, "finalized": Finalized}
+    return simple[kind](**fields) if kind in simple else None
+
+
 def decode(text: str) -> dict[str, Any]:
     """A server message as a dict (clients work on dicts; the type field says which)."""
     data = json.loads(text)

@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from parley.protocol.messages import Error, ErrorCode, ServerMessage, close_reason, encode
 from parley.transport.auth import ApiKeys
-from parley.transport.dialect import ANONYMOUS, by_key
+from parley.transport.dialect import by_key
 from parley.transport.native import NativeDialect
 
 log = logging.getLogger(__name__)
