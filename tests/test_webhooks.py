@@ -135,3 +135,40 @@ def test_webhooks_need_a_whsec_secret():
     for secret in (None, "plain-text"):
         with pytest.raises(ValidationError, match="whsec_"):
             Settings(webhooks={"url": "https://example.com/hooks", "secret": secret})
+
+
+async def test_a_session_may_name_an_allowed_target(start, talk):
+    """With webhooks.allowed_targets and no server-wide URL, a session that names an
+    allowed URL (?webhook_url=, or Deepgram's callback=) gets its events there; another
+    URL is refused (bad_config, 4400); a session that names none sends none."""
+    from urllib.parse import quote
+
+    from conftest import refused
+
+    audio, _ = talk
+    receiver = Receiver()
+    async with receiver as url:
+        _, server = await start(webhooks={"allowed_targets": [url.rsplit("/", 1)[0] + "/"],
+                                          "secret": SECRET})
+        base = f"ws://127.0.0.1:{server.port}"
+        message, code = await refused(f"{base}/v1/stream?webhook_url="
+                                      + quote("https://elsewhere.example/hooks"))
+        assert (message["code"], code) == ("bad_config", 4400)
+        for path in (f"/v1/stream?webhook_url={quote(url)}",
+                     f"/v1/listen?encoding=linear16&sample_rate=16000&callback={quote(url)}",
+                     "/v1/stream"):
+            async with connect(base + path) as ws:
+                async for chunk in chunks_of(audio[:16000 * 3]):
+                    await ws.send(chunk)
+                await ws.send(json.dumps({"type": "end_of_stream" if "stream" in path
+                                          else "CloseStream"}))
+                async for _ in ws:
+                    pass
+        await server.stop()
+    sessions = {}
+    for event in receiver.events:
+        sessions.setdefault(event["data"]["session_id"], []).append(event["type"])
+    assert len(sessions) == 2  # the two that named it; the refused one never started
+    for kinds in sessions.values():
+        assert kinds[0] == "session.started" and kinds[-1] == "session.ended"
+        assert "transcript.final" in kinds

@@ -107,9 +107,10 @@ def secrets_of(access: Access, settings: Settings) -> list[str]:
 
 def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:
     hooks = settings.webhooks
-    if hooks.url is None or hooks.secret is None:
+    if not hooks.enabled or hooks.secret is None:
         return None
     config = WebhookConfig(hooks.url, hooks.secret.get_secret_value(),
+                           allowed_targets=tuple(hooks.allowed_targets),
                            queue_size=hooks.queue_size, max_attempts=hooks.max_attempts)
     return WebhookSender(config, lambda outcome: metrics.webhooks.labels(outcome).inc())
 

@@ -156,17 +156,24 @@ class WebhookSettings(BaseModel):
     url: str | None = Field(None, description="POST each session's lifecycle and finals here "
                                               "(Standard Webhooks)")
     secret: SecretStr | None = Field(None, description="the signing secret, whsec_ + base64")
+    allowed_targets: list[str] = Field(default_factory=list, description="URL prefixes a "
+                                       "session may name as its own webhook target")
     queue_size: int = Field(256, ge=1, le=100000, description="events a session may have "
                                                               "waiting; more are dropped")
     max_attempts: int = Field(6, ge=1, le=100)
 
+    @property
+    def enabled(self) -> bool:
+        return self.url is not None or bool(self.allowed_targets)
+
     @model_validator(mode="after")
     def _signed(self) -> "WebhookSettings":
-        if self.url is not None:
-            if not self.url.startswith(("http://", "https://")):
-                raise ValueError("webhooks.url must be an http:// or https:// URL")
-            if self.secret is None or not self.secret.get_secret_value().startswith("whsec_"):
-                raise ValueError("webhooks.url needs webhooks.secret, a whsec_ signing secret")
+        for url in [self.url or "http://", *self.allowed_targets]:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError("webhook URLs must be http:// or https:// URLs")
+        if self.enabled and (self.secret is None
+                             or not self.secret.get_secret_value().startswith("whsec_")):
+            raise ValueError("webhooks need webhooks.secret, a whsec_ signing secret")
         return self
 
 

@@ -119,7 +119,7 @@ class StreamConfig:
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> "StreamConfig":
         known = {"encoding", "sample_rate", "channels", "language", "partials", "diarization",
-                 "token"}
+                 "token", "webhook_url"}
         unknown = sorted(set(params) - known)
         if unknown:
             raise ProtocolError(ErrorCode.BAD_CONFIG, f"unknown parameter(s): {', '.join(unknown)}")

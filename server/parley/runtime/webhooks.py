@@ -37,8 +37,9 @@ class WebhookEvent:
 
 @dataclass(frozen=True)
 class WebhookConfig:
-    url: str
+    url: str | None              # where sessions' events go unless a session names its own
     secret: str                  # whsec_ + base64, as Standard Webhooks gives them
+    allowed_targets: tuple[str, ...] = ()  # URL prefixes a session may name as its own
     queue_size: int = 256        # events a session may have waiting
     max_attempts: int = 6
     first_retry_s: float = 0.5   # doubled after each failed attempt …
@@ -63,9 +64,17 @@ class WebhookSender:
         self._client = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.config.timeout_s))
 
-    def feed(self, session_id: str) -> "WebhookFeed":
-        """A new session's feed; its task runs until the feed is closed and emptied."""
-        feed = WebhookFeed(self, session_id)
+    def allows(self, url: str) -> bool:
+        """Whether a session may have its events sent to ``url``."""
+        return any(url.startswith(prefix) for prefix in self.config.allowed_targets)
+
+    def feed(self, session_id: str, url: str | None = None) -> "WebhookFeed | None":
+        """A new session's feed, to ``url`` (allowed by the caller) or the server's URL;
+        None when there is neither. Its task runs until the feed is closed and emptied."""
+        url = url or self.config.url
+        if url is None:
+            return None
+        feed = WebhookFeed(self, session_id, url)
         task = asyncio.create_task(feed.deliver_all(), name=f"webhooks-{session_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -81,7 +90,7 @@ class WebhookSender:
         if self._client is not None:
             await self._client.close()
 
-    async def post(self, message_id: str, body: str) -> bool:
+    async def post(self, url: str, message_id: str, body: str) -> bool:
         """One signed delivery attempt; True on a 2xx answer."""
         assert self._client is not None, "start() the sender first"
         now = datetime.now(timezone.utc)
@@ -89,7 +98,7 @@ class WebhookSender:
                    "webhook-timestamp": str(int(now.timestamp())),
                    "webhook-signature": self._signer.sign(message_id, now, body)}
         try:
-            async with self._client.post(self.config.url, data=body.encode(),
+            async with self._client.post(url, data=body.encode(),
                                          headers=headers) as response:
                 return 200 <= response.status < 300
         except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -105,9 +114,10 @@ _CLOSED = object()
 class WebhookFeed:
     """One session's events, delivered in order (``publish`` never waits)."""
 
-    def __init__(self, sender: WebhookSender, session_id: str):
+    def __init__(self, sender: WebhookSender, session_id: str, url: str):
         self._sender = sender
         self._session_id = session_id
+        self._url = url
         self._limit = sender.config.queue_size
         self._queue: asyncio.Queue = asyncio.Queue(self._limit + 1)  # + the end marker
         self._numbers = itertools.count(1)
@@ -136,7 +146,7 @@ class WebhookFeed:
         config = self._sender.config
         wait = config.first_retry_s
         for attempt in range(1, config.max_attempts + 1):
-            if await self._sender.post(message_id, body):
+            if await self._sender.post(self._url, message_id, body):
                 self._sender.outcome("delivered")
                 return
             if attempt < config.max_attempts:

@@ -125,7 +125,9 @@ class DeepgramDialect:
         if language is not None:
             native["language"] = language
         config = StreamConfig.from_query(native)
-        return Setup(config, self._vad_of(params), self.options(params))
+        # Deepgram's callback: results also POSTed there (Parley signs them as webhooks).
+        return Setup(config, self._vad_of(params), self.options(params),
+                     webhook_url=params.get("callback"))
 
     def _vad_of(self, params: Mapping[str, str]) -> VadConfig | None:
         """``endpointing`` in ms as the VAD silence that ends a segment (None: the server's)."""

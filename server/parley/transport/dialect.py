@@ -50,6 +50,7 @@ class Setup:
     vad: VadConfig | None = None  # None: the server's
     options: object = None        # the dialect's own, for its translator
     tracks: bool = False          # one session per track (a SessionGroup), not one session
+    webhook_url: str | None = None  # the session's own webhook target, if it names one
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ class MeetingDialect:
         if config.diarization:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "a meeting session labels each "
                                 "participant by name: diarization is not needed")
-        return Setup(config, tracks=True)
+        return Setup(config, tracks=True, webhook_url=params.get("webhook_url"))
 
     def subprotocol(self, offered: list[str]) -> str | None:
         return None

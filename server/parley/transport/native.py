@@ -33,7 +33,7 @@ class NativeDialect:
         return offered if offered is not None else bearer_or_token(headers)
 
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
-        return Setup(StreamConfig.from_query(params))
+        return Setup(StreamConfig.from_query(params), webhook_url=params.get("webhook_url"))
 
     def subprotocol(self, offered: list[str]) -> str | None:
         return None

@@ -198,7 +198,8 @@ class StreamEndpoint:
         if self._followers is not None:
             self._followers.opened(this.session_id, this.key)
         if self._webhooks is not None:
-            this.webhooks = self._webhooks.feed(this.session_id)
+            this.webhooks = self._webhooks.feed(this.session_id, setup.webhook_url)
+        if this.webhooks is not None:
             this.webhooks.publish("session.started", {"path": dialect.path,
                                                       "config": config.to_json(),
                                                       "model": self._asr.model_label})
@@ -283,6 +284,10 @@ class StreamEndpoint:
             raise _Fatal(Error(exc.code, exc.message)) from None
         except ValueError as exc:
             raise _Fatal(Error(ErrorCode.BAD_CONFIG, str(exc))) from None
+        if setup.webhook_url is not None and (self._webhooks is None
+                                               or not self._webhooks.allows(setup.webhook_url)):
+            raise _Fatal(Error(ErrorCode.BAD_CONFIG, "this server does not send webhooks to "
+                               "that URL (see webhooks.allowed_targets)"))
         if setup.config.diarization and self._diarization is None:
             raise _Fatal(Error(ErrorCode.BAD_CONFIG,
                                "diarization is not available on this server (start it with "
