@@ -21,7 +21,7 @@ from websockets.http11 import Response
 from websockets.http11 import Request
 
 from parley.core.vad import VadConfig
-from parley.protocol.messages import Error, ServerMessage, StreamConfig
+from parley.protocol.messages import Error, ErrorCode, ProtocolError, ServerMessage, StreamConfig
 from parley.runtime.session import Mark, Session
 from parley.runtime.session_group import SessionGroup
 from parley.transport.auth import ApiKeys
@@ -35,6 +35,16 @@ Stream = Session | SessionGroup
 # silence_duration_ms) is raised to this: Whisper needs whole phrases, and shorter
 # pauses would cut them (it is the server's own default).
 MIN_TURN_SILENCE_MS = 300
+
+
+def json_object(value: object, name: str) -> dict:
+    """A client's JSON field that must be an object (absent or null: empty);
+    ProtocolError(bad_message) for anything else."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"{name} must be a JSON object")
+    return value
 
 
 def by_key(keys: ApiKeys, offered: str | None) -> str | None:

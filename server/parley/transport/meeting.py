@@ -10,6 +10,7 @@ contract; Recall.ai's message shape is accepted as it is.
 from __future__ import annotations
 
 import base64
+import math
 import binascii
 import json
 from typing import Any, Mapping
@@ -22,7 +23,7 @@ from parley.protocol.messages import (ControlType, Error, ErrorCode, ProtocolErr
 from parley.runtime.session import Mark
 from parley.runtime.session_group import SessionGroup
 from parley.transport.auth import ApiKeys
-from parley.transport.dialect import Opened, Setup, Stream, by_key
+from parley.transport.dialect import Opened, Setup, Stream, by_key, json_object
 from parley.transport.native import NativeDialect
 from parley.transport.timed_track import TimedTrack
 
@@ -131,12 +132,15 @@ def _json(message: str | bytes) -> dict:
 
 def _recall_inner(data: dict) -> dict:
     """Recall.ai nests the payload as data.data."""
-    return ((data.get("data") or {}).get("data") or {}) if "event" in data else data
+    if "event" not in data:
+        return data
+    return json_object(json_object(data.get("data"), "data").get("data"), "data.data")
 
 
 def _participant(data: dict) -> dict:
     participant = _recall_inner(data).get("participant")
-    if not isinstance(participant, dict) or participant.get("id") in (None, ""):
+    if (not isinstance(participant, dict) or participant.get("id") in (None, "")
+            or isinstance(participant.get("id"), (dict, list))):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "the message needs participant.id")
     return participant
 
@@ -150,8 +154,10 @@ def _audio(data: dict) -> tuple[dict, bytes, float | None]:
     if isinstance(timestamp, dict):  # Recall.ai: {"relative": seconds, "absolute": ISO}
         timestamp = timestamp.get("relative")
     try:
-        audio = base64.b64decode(encoded or "", validate=True)
+        audio = base64.b64decode(encoded if isinstance(encoded, str) else "", validate=True)
         at_s = float(timestamp) if timestamp is not None else None
+        if at_s is not None and not math.isfinite(at_s):
+            raise ValueError("timestamp must be finite")
     except (binascii.Error, ValueError, TypeError):
         raise ProtocolError(ErrorCode.BAD_AUDIO, "audio must be base64 and timestamp a number "
                             "of seconds; the message was dropped") from None

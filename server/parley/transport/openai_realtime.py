@@ -27,7 +27,8 @@ from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, Finaliz
                                       ProtocolError, ServerMessage, SpeechStarted, StreamConfig)
 from parley.runtime.session import Mark, Session
 from parley.transport.auth import ApiKeys
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, Opened, Setup, Stream, by_key
+from parley.transport.dialect import (MIN_TURN_SILENCE_MS, Opened, Setup, Stream, by_key,
+                                      json_object)
 from parley.transport.native import bearer_or_token
 
 REALTIME_PATH = "/v1/realtime"
@@ -194,28 +195,32 @@ class OpenAIRealtimeTranslator:
             if fields.get("type", "transcription") != "transcription":
                 raise ProtocolError(ErrorCode.BAD_CONFIG, "only transcription sessions are "
                                     "served: session.type must be \"transcription\"")
-            audio_in = (fields.get("audio") or {}).get("input") or {}
+            audio = json_object(fields.get("audio"), "session.audio")
+            audio_in = json_object(audio.get("input"), "session.audio.input")
             audio_format = audio_in.get("format")
             transcription = audio_in.get("transcription")
             turns = audio_in["turn_detection"] if "turn_detection" in audio_in else ...
-        config, vad, detection = self._config, self._vad, self._turns
+        config, vad, detection, prompt = self._config, self._vad, self._turns, self._prompt
         if audio_format is not None:
             config = replace(config, **_audio_format(audio_format))
-        if isinstance(transcription, dict):
+        if transcription is not None:
+            transcription = json_object(transcription, "transcription")
             language = transcription.get("language") or None
-            if language is not None:
-                language = str(language).split("-")[0].lower()
-            config = replace(config, language=language)
+            if language is not None and not isinstance(language, str):
+                raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.language must be a "
+                                    "language code such as \"en\"")
+            config = replace(config, language=language.split("-")[0].lower()
+                             if language else None)
             try:
-                self._opened.check_language(language)
+                self._opened.check_language(config.language)
             except ValueError as exc:
                 raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
-            self._prompt = str(transcription.get("prompt") or "")
+            prompt = str(transcription.get("prompt") or "")
         if turns is not ...:
             detection = TurnDetection(server_vad=turns is not None)
             vad = self._vad_of(turns) if turns is not None else vad
         session.reconfigure(config, vad)  # ProtocolError (nothing applied) if too late
-        self._config, self._vad, self._turns = config, vad, detection
+        self._config, self._vad, self._turns, self._prompt = config, vad, detection, prompt
         updated = "transcription_session.updated" if old_form else "session.updated"
         await session.mark(_Reply({"type": updated, "session": self._session_json()}))
 
@@ -339,7 +344,8 @@ class OpenAIRealtimeTranslator:
 
 
 def _audio_format(value: Any) -> dict:
-    if not isinstance(value, dict) or value.get("type") not in FORMATS:
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str) \
+            or value["type"] not in FORMATS:
         raise ProtocolError(ErrorCode.BAD_CONFIG, "audio.input.format.type must be one of "
                             f"{', '.join(FORMATS)}")
     encoding = FORMATS[value["type"]]
@@ -358,7 +364,7 @@ def _old_form(fields: dict) -> tuple[Any, Any, Any]:
     audio_format = None
     if "input_audio_format" in fields:
         name = fields["input_audio_format"]
-        if name not in OLD_FORMATS:
+        if not isinstance(name, str) or name not in OLD_FORMATS:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "input_audio_format must be one of "
                                 f"{', '.join(OLD_FORMATS)}")
         kind, rate = OLD_FORMATS[name]

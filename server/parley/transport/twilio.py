@@ -27,7 +27,7 @@ from parley.runtime.session import Mark
 from parley.runtime.session_group import SessionGroup
 from parley.runtime.webhooks import WebhookEvent
 from parley.transport.auth import ApiKeys
-from parley.transport.dialect import Opened, Setup, Stream, by_key
+from parley.transport.dialect import Opened, Setup, Stream, by_key, json_object
 from parley.transport.http import json_response
 from parley.transport.timed_track import TimedTrack
 
@@ -107,7 +107,7 @@ class TwilioTranslator:
         elif kind == "start":
             await self._start(event, session)
         elif kind == "dtmf":
-            dtmf = event.get("dtmf") or {}
+            dtmf = json_object(event.get("dtmf"), "dtmf")
             await session.mark(WebhookEvent("call.dtmf", {"track": dtmf.get("track"),
                                                           "digit": dtmf.get("digit")}))
         elif kind == "stop":
@@ -117,14 +117,14 @@ class TwilioTranslator:
         return False
 
     async def _start(self, event: dict, session: SessionGroup) -> None:
-        start = event.get("start") or {}
-        media_format = start.get("mediaFormat") or {}
+        start = json_object(event.get("start"), "start")
+        media_format = json_object(start.get("mediaFormat"), "start.mediaFormat")
         if (media_format.get("encoding", "audio/x-mulaw") != "audio/x-mulaw"
-                or int(media_format.get("sampleRate", 8000)) != 8000
-                or int(media_format.get("channels", 1)) != 1):
+                or str(media_format.get("sampleRate", 8000)) != "8000"
+                or str(media_format.get("channels", 1)) != "1"):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "Twilio media must be audio/x-mulaw, "
                                 f"8000 Hz, one channel; got {media_format}")
-        parameters = start.get("customParameters") or {}
+        parameters = json_object(start.get("customParameters"), "start.customParameters")
         for track, parameter in RENAME_PARAMETERS.items():
             if parameters.get(parameter):
                 self._speakers[track] = str(parameters[parameter])
@@ -141,18 +141,17 @@ class TwilioTranslator:
         await session.mark(WebhookEvent("call.started", {
             "call_sid": start.get("callSid"), "stream_sid": start.get("streamSid"),
             "account_sid": start.get("accountSid"), "tracks": start.get("tracks"),
-            "speakers": {t: self._speakers[t] for t in start.get("tracks") or []
-                         if t in self._speakers},
+            "speakers": {t: self._speakers[t] for t in _names(start.get("tracks"))},
             "custom_parameters": parameters}))
 
     async def _media(self, event: dict, session: SessionGroup) -> None:
-        media = event.get("media") or {}
+        media = json_object(event.get("media"), "media")
         name = media.get("track", "inbound")
-        if name not in TRACK_SPEAKERS:
+        if not isinstance(name, str) or name not in TRACK_SPEAKERS:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, f"unknown media track {name!r}")
         try:
-            payload = base64.b64decode(media.get("payload", ""), validate=True)
-            timestamp_ms = int(media.get("timestamp", -1))  # numbers come as strings
+            payload = base64.b64decode(str(media.get("payload", "")), validate=True)
+            timestamp_ms = int(str(media.get("timestamp", 0)))  # numbers come as strings
         except (binascii.Error, ValueError):
             raise ProtocolError(ErrorCode.BAD_AUDIO, "media needs a base64 payload and a "
                                 "numeric timestamp; the chunk was dropped") from None
@@ -163,6 +162,13 @@ class TwilioTranslator:
 
     def outbound(self, message: ServerMessage | Mark) -> list[str]:
         return []  # results go to the webhooks; Twilio would not read them here
+
+
+def _names(tracks: object) -> list[str]:
+    """The tracks a start names that Parley knows (others are Twilio's business)."""
+    if not isinstance(tracks, list):
+        return []
+    return [t for t in tracks if isinstance(t, str) and t in TRACK_SPEAKERS]
 
 
 def _event(message: str | bytes) -> dict:
