@@ -48,7 +48,8 @@ async def test_each_participant_is_a_speaker_in_meeting_time(start):
     """Three participants, one of them in Recall.ai's shape and one joining only when they
     first speak; one leaves (their last words get a final at once). Every final carries
     its participant's name (made unique when two share it), is exactly that
-    participant's audio, and is timed in meeting time."""
+    participant's audio, and is timed in meeting time; finals come in the order they
+    ended, across participants."""
     own, length = meeting()
     step = int(CHUNK_S * 16000)
     first = {pid: int(max(0.0, turns[0].start - 0.5) * 16000)
@@ -72,6 +73,8 @@ async def test_each_participant_is_a_speaker_in_meeting_time(start):
         messages = [json.loads(m) async for m in ws]
     assert ws.close_code == 1000 and messages[-1]["type"] == "session_ended"
     assert not [m for m in messages if m["type"] == "error"]
+    ends = [m["end"] for m in messages if m["type"] == "final"]
+    assert ends == sorted(ends)  # merged in time order across participants
     finals = [m for m in messages if m["type"] == "final" and m["text"]]
     assert len({f["segment_id"] for f in finals}) == len(finals)  # unique across participants
     names = {"p1": "Ada", "p2": "Grace", "3": "Ada (3)"}

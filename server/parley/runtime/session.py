@@ -133,6 +133,8 @@ class Session:
         self._wants_partials = False  # counted by the worker while a segment is open
         self._segments = 0
         self._quiet_since: float | None = None  # end of the last segment, while no speech is open
+        self._unsent_ends: deque[float] = deque()  # ends of closed segments whose final is due
+        self.last_audio_at = time.monotonic()  # when audio last came (for merging tracks)
         self._ended = False
         self._diarization_failed = False
         # (stream time at the end of an audio message, monotonic time it arrived)
@@ -143,6 +145,17 @@ class Session:
     @property
     def stream_time(self) -> float:
         return self._vad.stream_time
+
+    @property
+    def decoding(self) -> bool:
+        """Whether a closed segment's final is still to be sent."""
+        return bool(self._unsent_ends)
+
+    def settled_until(self) -> float:
+        """The time (in message time) before which this stream has no final left to send:
+        the end of its oldest closed segment still decoding, else the audio received."""
+        until = self._unsent_ends[0] if self._unsent_ends else self.stream_time
+        return until + self._offset_s
 
     @property
     def segments(self) -> int:
@@ -183,6 +196,7 @@ class Session:
         """16 kHz mono float32 audio; waits when the ASR worker is full (back-pressure)."""
         self._check_open()
         self._heard_audio = True
+        self.last_audio_at = time.monotonic()
         self._arrivals.append((self.stream_time + len(samples) / SAMPLE_RATE, time.monotonic()))
         if self._speakers is not None:  # first, so a final closed by this audio is labelled
             for step in await self._speakers.push(samples):  # from windows that include it
@@ -273,14 +287,20 @@ class Session:
                 continue  # a partial overtaken by its final
             except Exception as exc:
                 if item.is_final:
+                    self._final_sent()
                     yield Error(ErrorCode.TRANSCRIPTION_FAILED,
                                 f"segment {item.segment_id} could not be transcribed: {exc}",
                                 segment_id=item.segment_id)
                 continue
             message = self._with_speakers(item.to_message(result))
             if isinstance(message, Final):
+                self._final_sent()
                 self._time_final(message)
             yield message
+
+    def _final_sent(self) -> None:
+        if self._unsent_ends:
+            self._unsent_ends.popleft()
 
     def _time_final(self, final: Final) -> None:
         if self._options.final_latency is None:
@@ -366,6 +386,7 @@ class Session:
         return tuple(tokens[-limit:]) if limit else ()
 
     async def _submit_final(self, segment: SegmentClosed) -> None:
+        self._unsent_ends.append(segment.end)  # first: the submit below may wait
         if self._speakers is not None:
             step = await self._speakers.catch_up()
             if step is not None:

@@ -78,10 +78,7 @@ class MeetingTranslator:
             participant, audio, at_s = _audio(data)
             await self._feed(session, participant, audio, at_s)
         elif kind in ("participant_left", RECALL_LEAVE):
-            participant = _participant(data)
-            track = session.tracks.get(str(participant.get("id")))
-            if track is not None:
-                await track.finalize()  # what they said last gets its final now
+            await session.rest(str(_participant(data)["id"]))  # their last words: a final now
         elif kind == ControlType.FINALIZE.value:
             await session.finalize()
         elif kind == ControlType.END_OF_STREAM.value:
