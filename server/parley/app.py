@@ -220,6 +220,18 @@ def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
                                               METRICS_CONTENT_TYPE)}
 
 
+def _handler(endpoint: StreamEndpoint, followers: Followers):
+    """The WebSocket handler: followers of a session, else the streaming endpoint."""
+    async def handle(connection: ServerConnection) -> None:
+        assert connection.request is not None
+        if followers.matches(connection.request.path):
+            await followers.handle(connection)
+        else:
+            await endpoint.handle(connection)
+
+    return handle
+
+
 async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService,
                        diarization: DiarizationWorker | None = None,
                        warm_up: bool = True, access: Access | None = None) -> RunningServer:
@@ -245,15 +257,8 @@ async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService
     endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
                               metrics, dialects(settings), diarization, webhooks, followers)
 
-    async def handle(connection: ServerConnection) -> None:
-        assert connection.request is not None
-        if followers.matches(connection.request.path):
-            await followers.handle(connection)
-        else:
-            await endpoint.handle(connection)
-
     server = await serve(
-        handle,
+        _handler(endpoint, followers),
         settings.server.host,
         settings.server.port,
         process_request=make_request_router(_routes(settings, asr, endpoint, metrics,

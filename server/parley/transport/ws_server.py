@@ -187,22 +187,39 @@ class StreamEndpoint:
         self._live.add(task)
         self._per_key[this.key] += 1
         self._metrics.sessions_live.inc()
+        session = self._open(this, dialect, setup)
+        try:
+            await self._serve(connection, session, this)
+        finally:
+            self._live.discard(task)
+            self._per_key[this.key] -= 1
+            self._metrics.sessions_live.dec()
+            self._closed(this, session)
+
+    def _open(self, this: _Connection, dialect: Dialect, setup: Setup) -> Stream:
+        """An admitted connection's session, translator, followers and webhook feed."""
         session = self._stream_for(setup)
-        config = setup.config
         this.translator = dialect.translator(Opened(this.session_id, setup,
                                                     self._asr.model_label,
                                                     self._limits.to_json(),
                                                     self._asr.check_language))
         log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
-                 dialect.path, config, extra={"session_id": this.session_id, "key": this.key})
+                 dialect.path, setup.config,
+                 extra={"session_id": this.session_id, "key": this.key})
         if self._followers is not None:
             self._followers.opened(this.session_id, this.key)
         if self._webhooks is not None:
             this.webhooks = self._webhooks.feed(this.session_id, setup.webhook_url)
         if this.webhooks is not None:
             this.webhooks.publish("session.started", {"path": dialect.path,
-                                                      "config": config.to_json(),
+                                                      "config": setup.config.to_json(),
                                                       "model": self._asr.model_label})
+        return session
+
+    async def _serve(self, connection: ServerConnection, session: Stream,
+                     this: _Connection) -> None:
+        """Stream until the session ends, and close with the code its ending gives."""
+        assert this.translator is not None
         try:
             for text in this.translator.opening():
                 await connection.send(text)
@@ -227,25 +244,25 @@ class StreamEndpoint:
             this.outcome = ErrorCode.INTERNAL_ERROR.value
             await self._close_with(connection, this, Error(
                 ErrorCode.INTERNAL_ERROR, "internal server error; the session ended"))
-        finally:
-            session.close()
-            if self._followers is not None:
-                self._followers.closed(this.session_id)
-            if this.webhooks is not None:
-                this.webhooks.publish("session.ended", {
-                    "outcome": this.outcome, "audio_duration": round(session.stream_time, 3),
-                    "error_codes": this.error_codes})
-                this.webhooks.close()
-            self._live.discard(task)
-            self._per_key[this.key] -= 1
-            self._metrics.sessions_live.dec()
-            self._metrics.sessions.labels(this.outcome).inc()
-            log.info("session %s ended: %s after %.1f s of audio (key %s, errors %s)",
-                     this.session_id, this.outcome, session.stream_time, this.key,
-                     ",".join(this.error_codes) or "none",
-                     extra={"session_id": this.session_id, "key": this.key,
-                            "outcome": this.outcome, "audio_s": round(session.stream_time, 3),
-                            "error_codes": this.error_codes})
+
+    def _closed(self, this: _Connection, session: Stream) -> None:
+        """A session's end, told to its followers, webhooks, metrics and log."""
+        session.close()
+        audio_s = round(session.stream_time, 3)
+        if self._followers is not None:
+            self._followers.closed(this.session_id)
+        if this.webhooks is not None:
+            this.webhooks.publish("session.ended", {"outcome": this.outcome,
+                                                    "audio_duration": audio_s,
+                                                    "error_codes": this.error_codes})
+            this.webhooks.close()
+        self._metrics.sessions.labels(this.outcome).inc()
+        log.info("session %s ended: %s after %.1f s of audio (key %s, errors %s)",
+                 this.session_id, this.outcome, audio_s, this.key,
+                 ",".join(this.error_codes) or "none",
+                 extra={"session_id": this.session_id, "key": this.key,
+                        "outcome": this.outcome, "audio_s": audio_s,
+                        "error_codes": this.error_codes})
 
     def _stream_for(self, setup: Setup) -> Stream:
         options = self._options if setup.vad is None else replace(self._options, vad=setup.vad)
