@@ -101,7 +101,8 @@ def signed(url: str) -> str:
 
 async def test_only_calls_twilio_signed_are_admitted(start):
     """With the auth token set: no signature, or a signature of another URL or under
-    another token, is refused with HTTP 403 before any audio."""
+    another token, is refused with HTTP 403 before any audio; with a public URL set,
+    the signature of that URL admits."""
     _, server = await start(twilio={"auth_token": AUTH_TOKEN})
     url = f"ws://127.0.0.1:{server.port}/v1/twilio"
     for signature in (None, signed(url + "x"),
@@ -110,6 +111,14 @@ async def test_only_calls_twilio_signed_are_admitted(start):
             await twilio_call(url, {"inbound": np.zeros(1600, np.float32)}, signature=signature)
         assert refused.value.response.status_code == 403
     await twilio_call(url, {"inbound": np.zeros(1600, np.float32)}, signature=signed(url))
+    # Behind a proxy, Twilio signs the public URL, not the one the request reached.
+    _, proxied = await start(twilio={"auth_token": AUTH_TOKEN,
+                                     "public_url": "wss://voice.example.com"})
+    url = f"ws://127.0.0.1:{proxied.port}/v1/twilio"
+    await twilio_call(url, {"inbound": np.zeros(1600, np.float32)},
+                      signature=signed("wss://voice.example.com/v1/twilio"))
+    with pytest.raises(InvalidStatus):
+        await twilio_call(url, {"inbound": np.zeros(1600, np.float32)}, signature=signed(url))
 
 
 async def test_each_track_is_transcribed_as_its_speaker_with_timestamps_and_gaps(start):

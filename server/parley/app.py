@@ -167,7 +167,8 @@ def dialects(settings: Settings) -> list:
     vad = settings.vad.to_config()
     twilio_token = settings.twilio.auth_token
     return [NativeDialect(), DeepgramDialect(vad), OpenAIRealtimeDialect(vad),
-            TwilioDialect(twilio_token.get_secret_value() if twilio_token else None),
+            TwilioDialect(twilio_token.get_secret_value() if twilio_token else None,
+                          settings.twilio.public_url),
             MeetingDialect()]
 
 

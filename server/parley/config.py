@@ -181,6 +181,15 @@ class TwilioSettings(BaseModel):
     auth_token: SecretStr | None = Field(None, description="the Twilio account's auth token: "
                                                            "/v1/twilio then admits only "
                                                            "connections Twilio signed")
+    public_url: str | None = Field(None, description="the scheme and host Twilio connects to "
+                                                     "(e.g. wss://voice.example.com), when a "
+                                                     "proxy in front changes the Host header")
+
+    @model_validator(mode="after")
+    def _public_url(self) -> "TwilioSettings":
+        if self.public_url is not None and not self.public_url.startswith(("wss://", "ws://")):
+            raise ValueError("twilio.public_url must start with wss:// or ws://")
+        return self
 
 
 class Settings(BaseSettings):

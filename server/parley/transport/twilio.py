@@ -48,8 +48,9 @@ class TwilioDialect:
     path = TWILIO_PATH
     refuses_at_handshake = True  # Twilio reads only the HTTP status of a refusal
 
-    def __init__(self, auth_token: str | None):
+    def __init__(self, auth_token: str | None, public_url: str | None = None):
         self._auth_token = auth_token
+        self._public_url = public_url.rstrip("/") if public_url else None
 
     def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
         """With an auth token, Twilio's signature of the URL admits (and nothing else
@@ -58,9 +59,12 @@ class TwilioDialect:
             return by_key(keys, params.get("token"))
         offered = request.headers.get("X-Twilio-Signature", "")
         host = request.headers.get("Host", "")
-        # Twilio signs the URL it was given (wss:// in production; ws:// on a test loop).
-        for scheme in ("wss", "ws"):
-            expected = twilio_signature(self._auth_token, f"{scheme}://{host}{request.path}")
+        # Twilio signs the URL it was given: the configured public one, else wss:// (or
+        # ws://, on a test loop) and the Host the request came to.
+        bases = ([self._public_url] if self._public_url
+                 else [f"wss://{host}", f"ws://{host}"])
+        for base in bases:
+            expected = twilio_signature(self._auth_token, base + request.path)
             if offered and hmac.compare_digest(expected, offered):
                 return TWILIO_KEY_NAME
         return None
