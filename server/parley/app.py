@@ -318,9 +318,10 @@ async def serve_forever(settings: Settings, access: Access) -> None:
         loop.add_signal_handler(sig, on_signal)
     host = settings.server.host
     scheme = "wss" if settings.server.ssl_certfile else "ws"
+    others = ", ".join(sorted(running.endpoint.paths - {"/v1/stream"}))
     print(f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
           f"(model {asr.model_label}, diarization {settings.diarization.source}; "
-          f"probes at /healthz and /readyz, metrics at /metrics)",
+          f"also {others}; probes at /healthz and /readyz, metrics at /metrics)",
           flush=True)
     await stop.wait()
     log.info("shutting down: draining live sessions")
