@@ -314,3 +314,32 @@ async def test_a_compatible_session_is_drained_like_a_native_one(start, turns):
     last = got[1]
     assert last["start"] + last["duration"] == pytest.approx(cut / 16000, abs=0.001)
     assert last["channel"]["alternatives"][0]["words"]
+
+
+async def test_openai_commits_at_the_end_of_speech_not_after_the_decode(start, turns):
+    """speech_stopped and committed come when the VAD closes the segment, while its
+    decode is still held back (here by the engine itself); delta and completed follow
+    once the decode is done."""
+    import threading
+
+    from fake_engine import FakeEngine
+
+    audio, truth = turns
+    release = threading.Event()
+    engine = FakeEngine(fail=lambda request: not release.wait(30))  # holds every decode
+    _, server = await start(engine)
+    client = AsyncOpenAI(api_key="none", base_url=f"http://127.0.0.1:{server.port}/v1")
+    first_turn = audio[:int((truth[0].end + 1.0) * 16000)]  # then 1 s of silence
+    seen = []
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
+        data = pcm16(at_24k(first_turn))
+        await rt.input_audio_buffer.append(audio=base64.b64encode(data).decode())
+        while not seen or seen[-1] != "input_audio_buffer.committed":
+            seen.append((await asyncio.wait_for(rt.recv(), 30)).type)
+        release.set()  # only now may the decode finish
+        while seen[-1] != "conversation.item.input_audio_transcription.completed":
+            seen.append((await asyncio.wait_for(rt.recv(), 30)).type)
+    assert seen == ["session.created", "input_audio_buffer.speech_started",
+                    "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
+                    "conversation.item.input_audio_transcription.delta",
+                    "conversation.item.input_audio_transcription.completed"]

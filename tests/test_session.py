@@ -8,8 +8,8 @@ import pytest
 from audio_fixtures import SAMPLE_RATE, conversation, silence, speak
 from fake_engine import FakeEngine, hear, text_of
 from parley.core.vad import VadConfig
-from parley.protocol.messages import (Final, Finalized, FinalReason, Partial, SessionEnded,
-                                      SpeechStarted, StreamConfig)
+from parley.protocol.messages import (Final, Finalized, FinalReason, Partial, SegmentEnded,
+                                      SessionEnded, SpeechStarted, StreamConfig)
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Session, SessionOptions
 
@@ -84,7 +84,8 @@ async def test_partials_come_before_their_final(worker):
 
 
 async def test_finalize_flushes_mid_speech(worker):
-    """finalize closes the open segment: its final comes before the finalized message."""
+    """finalize closes the open segment: segment_ended at once, then its final, then the
+    finalized message."""
     speech = speak("Flush this sentence before it is over, please.")
     session = Session(StreamConfig(partials=False), worker, SessionOptions(VadConfig()))
     reader = asyncio.create_task(collect(session))
@@ -94,11 +95,13 @@ async def test_finalize_flushes_mid_speech(worker):
     await session.end()
     messages = await reader
     types = [type(m) for m in messages]
-    assert types == [SpeechStarted, Final, Finalized, SessionEnded]
-    assert messages[1].reason is FinalReason.FINALIZE
-    assert messages[1].end == pytest.approx(messages[2].audio_end, abs=0.001)
+    assert types == [SpeechStarted, SegmentEnded, Final, Finalized, SessionEnded]
+    ended, final = messages[1], messages[2]
+    assert ended.reason is final.reason is FinalReason.FINALIZE
+    assert ended.segment_id == final.segment_id and ended.end == final.end
+    assert final.end == pytest.approx(messages[3].audio_end, abs=0.001)
     fed = np.concatenate([silence(0.3), speech[: len(speech) * 2 // 3]])
-    assert messages[1].text == heard(fed, messages[1].start, messages[1].end) != ""
+    assert final.text == heard(fed, final.start, final.end) != ""
 
 
 async def test_speech_cut_off_by_end_of_stream_is_still_transcribed(worker):

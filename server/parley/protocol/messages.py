@@ -240,6 +240,16 @@ class SpeechStarted:
 
 
 @dataclass(frozen=True)
+class SegmentEnded:
+    """The segment's audio is complete; its final follows once decoded."""
+
+    segment_id: int
+    end: float
+    reason: "FinalReason"
+    type: str = "segment_ended"
+
+
+@dataclass(frozen=True)
 class Partial:
     segment_id: int
     start: float
@@ -315,8 +325,8 @@ class Error:
         return self.code.close_code is not None
 
 
-ServerMessage = (SessionStarted | SpeechStarted | Partial | Final | SpeakerUpdate | Finalized
-                 | SessionEnded | Error)
+ServerMessage = (SessionStarted | SpeechStarted | SegmentEnded | Partial | Final
+                 | SpeakerUpdate | Finalized | SessionEnded | Error)
 
 
 def _round_times(value: Any) -> Any:
@@ -363,6 +373,8 @@ def parse(data: Mapping[str, Any]) -> ServerMessage | None:
         if kind == "speaker_update":
             return SpeakerUpdate(**fields)
         return Final(**{**fields, "reason": FinalReason(fields["reason"])})
+    if kind == "segment_ended":
+        return SegmentEnded(**{**fields, "reason": FinalReason(fields["reason"])})
     if kind == "session_ended":
         return SessionEnded(**{**fields, "reason": EndReason(fields.get("reason",
                                                                         "end_of_stream"))})

@@ -27,7 +27,7 @@ from parley.core.words import shift_words
 from parley.protocol.audio import AudioDecoder
 from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Finalized, FinalReason,
                                       Partial, ProtocolError, ServerMessage, SessionEnded,
-                                      SpeechStarted, StreamConfig, Word)
+                                      SegmentEnded, SpeechStarted, StreamConfig, Word)
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.speaker_track import SpeakerTrack
 
@@ -90,6 +90,8 @@ def shifted(message: ServerMessage | Mark, offset_s: float) -> ServerMessage | M
                               for w in message.words])
     if isinstance(message, Finalized):
         return replace(message, audio_end=message.audio_end + offset_s)
+    if isinstance(message, SegmentEnded):
+        return replace(message, end=message.end + offset_s)
     return message
 
 
@@ -352,6 +354,8 @@ class Session:
         elif isinstance(event, SegmentClosed):
             self._quiet_since = event.end
             self._stop_wanting_partials()
+            await self._outbox.put(SegmentEnded(event.segment_id, event.end,
+                                               FinalReason(event.reason.value)))
             await self._submit_final(event)
 
     def _stop_wanting_partials(self) -> None:

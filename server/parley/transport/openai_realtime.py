@@ -24,7 +24,8 @@ from websockets.http11 import Request, Response
 
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, Finalized, FinalReason,
-                                      ProtocolError, ServerMessage, SpeechStarted, StreamConfig)
+                                      ProtocolError, SegmentEnded, ServerMessage, SpeechStarted,
+                                      StreamConfig)
 from parley.runtime.session import Mark, Session
 from parley.transport.auth import ApiKeys
 from parley.transport.dialect import (MIN_TURN_SILENCE_MS, Opened, Setup, Stream, by_key,
@@ -125,7 +126,8 @@ class OpenAIRealtimeTranslator:
         self._vad = opened.setup.vad or vad
         self._prompt = ""
         self._previous_item: str | None = None
-        self._open_item: _Item | None = None      # the item its speech or commit builds
+        self._segments: dict[int, _Item] = {}     # server VAD: each segment's item
+        self._manual_item: _Item | None = None    # without: the item the next commit makes
         self._finalizing: deque[str] = deque()    # "commit" or "clear", per finalize asked
         self._heard_since_commit = False
         self._commit_transcribed = False  # whether a commit's finalize closed any speech
@@ -244,13 +246,16 @@ class OpenAIRealtimeTranslator:
             return [message.payload.event] if isinstance(message.payload, _Reply) else []
         if isinstance(message, SpeechStarted):
             return self._speech_started(message)
+        if isinstance(message, SegmentEnded):
+            return self._segment_ended(message)
         if isinstance(message, Final):
             return self._final(message)
         if isinstance(message, Finalized):
             return self._finalized()
         if isinstance(message, Error):
-            if message.code is ErrorCode.TRANSCRIPTION_FAILED and self._open_item is not None:
-                item, self._open_item = self._open_item, None
+            item = self._segments.pop(message.segment_id, None) \
+                if message.segment_id is not None else None
+            if message.code is ErrorCode.TRANSCRIPTION_FAILED and item is not None:
                 return [{"type": "conversation.item.input_audio_transcription.failed",
                          "item_id": item.id, "content_index": 0,
                          "error": {"type": "server_error", "code": message.code.value,
@@ -261,28 +266,44 @@ class OpenAIRealtimeTranslator:
     def _speech_started(self, message: SpeechStarted) -> list[dict]:
         if not self._turns.server_vad:
             return []
-        self._open_item = _Item(self._item_id())
+        item = self._segments[message.segment_id] = _Item(self._item_id())
         return [{"type": "input_audio_buffer.speech_started",
-                 "audio_start_ms": round(message.start * 1000), "item_id": self._open_item.id}]
+                 "audio_start_ms": round(message.start * 1000), "item_id": item.id}]
+
+    def _clearing(self, reason: FinalReason) -> bool:
+        """Whether this segment's audio is what the client asked to clear (with server VAD
+        only the segment the clear closed; without, everything since the last commit)."""
+        clearing = bool(self._finalizing) and self._finalizing[0] == "clear"
+        return clearing and (not self._turns.server_vad or reason is FinalReason.FINALIZE)
+
+    def _segment_ended(self, ended: SegmentEnded) -> list[dict]:
+        """Server VAD: the speech stopped and its item is committed now, not once decoded."""
+        if not self._turns.server_vad:
+            return []
+        if self._clearing(ended.reason):
+            self._segments.pop(ended.segment_id, None)
+            return []
+        item = self._segments.setdefault(ended.segment_id, _Item(self._item_id()))
+        if ended.reason is FinalReason.FINALIZE:
+            self._commit_transcribed = True
+        return [{"type": "input_audio_buffer.speech_stopped",
+                 "audio_end_ms": round(ended.end * 1000), "item_id": item.id},
+                self._committed(item)]
 
     def _final(self, final: Final) -> list[dict]:
         text = final.text.strip()
-        clearing = bool(self._finalizing) and self._finalizing[0] == "clear"
-        if clearing and (not self._turns.server_vad or final.reason is FinalReason.FINALIZE):
-            self._open_item = None
-            return []  # the client cleared this audio (server VAD committed the rest)
         if not self._turns.server_vad:
-            item = self._open_item = self._open_item or _Item(self._item_id())
+            if self._clearing(final.reason):
+                self._manual_item = None
+                return []
+            item = self._manual_item = self._manual_item or _Item(self._item_id())
             if text:
                 item.texts.append(text)
             return []  # sent when the client commits
-        item = self._open_item or _Item(self._item_id())
-        self._open_item = None
-        if final.reason is FinalReason.FINALIZE:
-            self._commit_transcribed = True
-        return [{"type": "input_audio_buffer.speech_stopped",
-                 "audio_end_ms": round(final.end * 1000), "item_id": item.id},
-                *self._transcribed(item, [text] if text else [], final.end - final.start)]
+        item = self._segments.pop(final.segment_id, None)
+        if item is None:
+            return []  # cleared
+        return self._completed(item, [text] if text else [], final.end - final.start)
 
     def _finalized(self) -> list[dict]:
         purpose = self._finalizing.popleft() if self._finalizing else "commit"
@@ -292,24 +313,26 @@ class OpenAIRealtimeTranslator:
             # The commit's speech was an item of its own; if server VAD had committed all
             # of it already, the buffer was empty, as OpenAI then says.
             return [] if self._commit_transcribed else [_commit_empty(None)]
-        if self._open_item is None:
+        if self._manual_item is None:
             return []
-        item, self._open_item = self._open_item, None
-        return self._transcribed(item, item.texts, None)
+        item, self._manual_item = self._manual_item, None
+        return [self._committed(item), *self._completed(item, item.texts, None)]
 
-    def _transcribed(self, item: _Item, texts: list[str], seconds: float | None) -> list[dict]:
-        transcript = " ".join(texts)
-        events = [{"type": "input_audio_buffer.committed", "item_id": item.id,
-                   "previous_item_id": self._previous_item}]
+    def _committed(self, item: _Item) -> dict:
+        event = {"type": "input_audio_buffer.committed", "item_id": item.id,
+                 "previous_item_id": self._previous_item}
         self._previous_item = item.id
-        events += [{"type": "conversation.item.input_audio_transcription.delta",
-                    "item_id": item.id, "content_index": 0,
-                    "delta": text if k == 0 else " " + text} for k, text in enumerate(texts)]
+        return event
+
+    def _completed(self, item: _Item, texts: list[str], seconds: float | None) -> list[dict]:
+        events = [{"type": "conversation.item.input_audio_transcription.delta",
+                   "item_id": item.id, "content_index": 0,
+                   "delta": text if k == 0 else " " + text} for k, text in enumerate(texts)]
         usage = ({"type": "duration", "seconds": round(seconds, 3)} if seconds is not None
                  else {"type": "tokens", "input_tokens": 0, "output_tokens": 0,
                        "total_tokens": 0})
         events.append({"type": "conversation.item.input_audio_transcription.completed",
-                       "item_id": item.id, "content_index": 0, "transcript": transcript,
+                       "item_id": item.id, "content_index": 0, "transcript": " ".join(texts),
                        "usage": usage})
         return events
 
