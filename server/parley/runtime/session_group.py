@@ -5,9 +5,11 @@ track's name); the group merges their messages into one stream for the connectio
 ends them together. Finals go out in the order their segments ended, across tracks: a
 final waits until no other track can still send one that ended earlier (none of its
 closed segments is still decoding, and its audio has reached that time), unless that
-track's audio has stopped coming (a muted participant must not hold up the others). It offers the endpoint what a single
-``Session`` does (``end``, ``close``, ``report``, ``mark``, ``messages``), so a
-dialect chooses one or the other without the endpoint knowing.
+track's audio has stopped coming (a muted participant must not hold up the others).
+
+It offers the endpoint what a single ``Session`` does (``end``, ``close``, ``report``,
+``mark``, ``messages``), so a dialect chooses one or the other without the endpoint
+knowing.
 """
 
 from __future__ import annotations
