@@ -288,12 +288,14 @@ async def test_openai_refusals_and_bad_events(start):
         assert json.loads(await ws.recv())["type"] == "session.created"
         await ws.send(bytes(480))
         await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "%%%"}))
-        await ws.send(json.dumps({"type": "response.create"}))
+        await ws.send(json.dumps({"type": "response.create", "event_id": "evt_7"}))
         await ws.send(json.dumps({"type": "input_audio_buffer.append",
                                   "audio": base64.b64encode(bytes(4800)).decode()}))
         await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
-        codes = [json.loads(await ws.recv())["error"]["code"] for _ in range(4)]
-    assert codes == ["bad_message", "bad_audio", "bad_message", "input_audio_buffer_commit_empty"]
+        errors = [json.loads(await ws.recv())["error"] for _ in range(4)]
+    assert [e["code"] for e in errors] == ["bad_message", "bad_audio", "bad_message",
+                                           "input_audio_buffer_commit_empty"]
+    assert [e.get("event_id") for e in errors[:3]] == [None, None, "evt_7"]
 
 
 async def test_a_compatible_session_is_drained_like_a_native_one(start, turns):

@@ -85,7 +85,23 @@ class TurnDetection:
     server_vad: bool  # False: turn_detection null, the client commits
 
 
-def _error_event(event_id: str, error: Error, client_event: str | None = None) -> dict:
+def _event(message: str | bytes) -> dict:
+    """A client message as an event: a JSON object with a string type (else bad_message;
+    the error names no client event, there being none to name)."""
+    if isinstance(message, bytes):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "audio goes in input_audio_buffer.append "
+                            "events (base64 in JSON), not in binary messages")
+    try:
+        event = json.loads(message)
+    except (ValueError, RecursionError):
+        event = None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, "events are JSON objects with a "
+                            "string \"type\"")
+    return event
+
+
+def _error_event(event_id: str, error: Error, client_event: object = None) -> dict:
     kind = ("server_error" if error.code in (ErrorCode.INTERNAL_ERROR,
                                              ErrorCode.TRANSCRIPTION_FAILED) else
             "invalid_request_error")
@@ -131,6 +147,7 @@ class OpenAIRealtimeTranslator:
         self._finalizing: deque[str] = deque()    # "commit" or "clear", per finalize asked
         self._heard_since_commit = False
         self._commit_transcribed = False  # whether a commit's finalize closed any speech
+        self._refused_events: deque = deque()  # client event ids of refused events, in order
 
     # ------------------------------------------------------------------ client → server
 
@@ -139,16 +156,17 @@ class OpenAIRealtimeTranslator:
 
     async def receive(self, message: str | bytes, session: Stream) -> bool:
         assert isinstance(session, Session)  # this dialect's setup asks for one session
-        if isinstance(message, bytes):
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, "audio goes in input_audio_buffer.append "
-                                "events (base64 in JSON), not in binary messages")
+        event: dict = {}
         try:
-            event = json.loads(message)
-        except (ValueError, RecursionError):
-            event = None
-        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, "events are JSON objects with a "
-                                "string \"type\"")
+            event = _event(message)
+            await self._dispatch(event, session)
+        except ProtocolError:
+            # The endpoint reports it in stream order; its error event names the client's.
+            self._refused_events.append(event.get("event_id"))
+            raise
+        return False
+
+    async def _dispatch(self, event: dict, session: Session) -> None:
         kind = event["type"]
         if kind == "input_audio_buffer.append":
             await self._append(event, session)
@@ -163,7 +181,6 @@ class OpenAIRealtimeTranslator:
         else:
             raise ProtocolError(ErrorCode.BAD_MESSAGE, f"event type {kind!r} is not supported "
                                 "by a transcription session")
-        return False
 
     async def _append(self, event: dict, session: Session) -> None:
         audio = event.get("audio")
@@ -260,7 +277,9 @@ class OpenAIRealtimeTranslator:
                          "item_id": item.id, "content_index": 0,
                          "error": {"type": "server_error", "code": message.code.value,
                                    "message": message.message}}]
-            return [_error_event(self._event_id(), message)]
+            client_event = (self._refused_events.popleft()
+                            if message.segment_id is None and self._refused_events else None)
+            return [_error_event(self._event_id(), message, client_event)]
         return []  # partials (deltas cannot be retracted), speaker updates, session_ended
 
     def _speech_started(self, message: SpeechStarted) -> list[dict]:
