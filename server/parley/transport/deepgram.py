@@ -17,7 +17,7 @@ from http import HTTPStatus
 from typing import Mapping
 
 from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
+from websockets.http11 import Response
 
 from parley import __version__
 from parley.core.vad import VadConfig
@@ -25,8 +25,7 @@ from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, FinalRe
                                       ProtocolError, ServerMessage, SessionEnded, SpeechStarted,
                                       StreamConfig, Word)
 from parley.runtime.session import Mark, Session
-from parley.transport.auth import ApiKeys
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, Opened, Setup, Stream, by_key
+from parley.transport.dialect import MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
@@ -79,15 +78,12 @@ def _language(raw: str | None) -> str | None:
     return raw.split("-")[0].lower()
 
 
-class DeepgramDialect:
+class DeepgramDialect(KeyOffered):
     path = LISTEN_PATH
     refuses_at_handshake = True  # Deepgram's SDKs expect an HTTP 401 for a bad key
 
     def __init__(self, vad: VadConfig):
         self._vad = vad
-
-    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
-        return by_key(keys, self.offered_key(params, request.headers))
 
     @staticmethod
     def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:

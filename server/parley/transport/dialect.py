@@ -12,6 +12,7 @@ state; ``Dialect.translator`` makes a ``Translator`` for one connection.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol
 
@@ -50,6 +51,30 @@ def json_object(value: object, name: str) -> dict:
 def by_key(keys: ApiKeys, offered: str | None) -> str | None:
     """Admission by the server's API keys: the key's name, ANONYMOUS, or None."""
     return keys.identify(offered) if keys.required else ANONYMOUS
+
+
+class KeyOffered:
+    """For dialects whose clients offer one of the server's API keys: ``identify`` by the
+    key their ``offered_key`` finds."""
+
+    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
+        return by_key(keys, self.offered_key(params, request.headers))  # type: ignore[attr-defined]
+
+
+def json_event(message: str | bytes, kinds: tuple[str, ...], wrong: str) -> dict:
+    """A client's text message as a JSON object naming its kind as a string in the first
+    of ``kinds`` it has; ProtocolError(bad_message) saying ``wrong`` for anything else
+    (a binary message included)."""
+    data = None
+    if isinstance(message, str):
+        try:
+            data = json.loads(message)
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
+            pass
+    if not isinstance(data, dict) or not isinstance(
+            next((data[k] for k in kinds if data.get(k)), None), str):
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, wrong)
+    return data
 
 
 @dataclass(frozen=True)

@@ -10,21 +10,16 @@ contract; Recall.ai's message shape is accepted as it is.
 from __future__ import annotations
 
 import base64
-import math
 import binascii
-import json
+import math
 from typing import Any, Mapping
 
 from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
 
-from parley.protocol.messages import (ControlType, Error, ErrorCode, ProtocolError,
-                                      ServerMessage, SessionStarted, StreamConfig, encode)
-from parley.runtime.session import Mark
+from parley.protocol.messages import ControlType, ErrorCode, ProtocolError, StreamConfig
 from parley.runtime.session_group import SessionGroup
-from parley.transport.auth import ApiKeys
-from parley.transport.dialect import Opened, Setup, Stream, by_key, json_object
-from parley.transport.native import NativeDialect
+from parley.transport.dialect import Opened, Setup, Stream, json_event, json_object
+from parley.transport.native import NativeDialect, NativeTranslator
 from parley.transport.timed_track import TimedTrack
 
 MEETING_PATH = "/v1/meeting"
@@ -32,12 +27,10 @@ RECALL_AUDIO = "audio_separate_raw.data"
 RECALL_LEAVE = "participant_events.leave"
 
 
-class MeetingDialect:
-    path = MEETING_PATH
-    refuses_at_handshake = False  # as /v1/stream: an error message, then the close
+class MeetingDialect(NativeDialect):
+    """Parley's own wire (keys, refusals, results), one session per participant."""
 
-    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
-        return by_key(keys, NativeDialect.offered_key(params, request.headers))
+    path = MEETING_PATH
 
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
         config = StreamConfig.from_query(params)
@@ -46,33 +39,22 @@ class MeetingDialect:
                                 "participant by name: diarization is not needed")
         return Setup(config, tracks=True, webhook_url=params.get("webhook_url"))
 
-    def subprotocol(self, offered: list[str]) -> str | None:
-        return None
-
-    def refusal(self, error: Error) -> Response:
-        raise NotImplementedError("the meeting endpoint refuses after the handshake")
-
-    def error(self, error: Error) -> str:
-        return encode(error)
-
     def translator(self, opened: Opened) -> "MeetingTranslator":
         return MeetingTranslator(opened)
 
 
-class MeetingTranslator:
+class MeetingTranslator(NativeTranslator):
+    """session_started and results as on /v1/stream; participants' audio in."""
+
     def __init__(self, opened: Opened):
-        self._opened = opened
+        super().__init__(opened)
         self._tracks: dict[str, TimedTrack] = {}
         self._names: dict[str, str] = {}  # participant id → the speaker name shown
 
-    def opening(self) -> list[str]:
-        opened = self._opened
-        return [encode(SessionStarted(opened.session_id, opened.setup.config, opened.limits,
-                                      opened.model))]
-
     async def receive(self, message: str | bytes, session: Stream) -> bool:
         assert isinstance(session, SessionGroup)  # this dialect's setup asks for tracks
-        data = _json(message)
+        data = json_event(message, ("type", "event"), "messages are JSON text objects (audio "
+                          "base64 in them) with a string \"type\" (or Recall.ai's \"event\")")
         kind = data.get("type") or data.get("event")
         if kind in ("audio", RECALL_AUDIO):
             participant, audio, at_s = _audio(data)
@@ -109,22 +91,6 @@ class MeetingTranslator:
             self._names[key] = name
         return self._names[key]
 
-    def outbound(self, message: ServerMessage | Mark) -> list[str]:
-        return [] if isinstance(message, Mark) else [encode(message)]
-
-
-def _json(message: str | bytes) -> dict:
-    if isinstance(message, bytes):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, "a meeting session takes JSON text "
-                            "messages (audio base64 in them), not binary ones")
-    try:
-        data = json.loads(message)
-    except (ValueError, RecursionError):
-        data = None
-    if not isinstance(data, dict) or not isinstance(data.get("type") or data.get("event"), str):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, 'messages are JSON objects with a string '
-                            '"type" (or Recall.ai\'s "event")')
-    return data
 
 
 def _recall_inner(data: dict) -> dict:

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Mapping
 
 from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
+from websockets.http11 import Response
 
 from parley.protocol.messages import (STREAM_PATH, ControlType, Error, ServerMessage,
                                       SessionStarted, StreamConfig, encode, parse_control)
 from parley.runtime.session import Mark, Session
-from parley.transport.auth import ApiKeys
-from parley.transport.dialect import Opened, Setup, Stream, by_key
+from parley.transport.dialect import KeyOffered, Opened, Setup, Stream
 
 
 def bearer_or_token(headers: Headers) -> str | None:
@@ -20,12 +19,9 @@ def bearer_or_token(headers: Headers) -> str | None:
     return credentials.strip() if scheme.lower() in ("bearer", "token") else None
 
 
-class NativeDialect:
+class NativeDialect(KeyOffered):
     path = STREAM_PATH
     refuses_at_handshake = False  # browsers cannot read HTTP refusals: see protocol.md §1
-
-    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
-        return by_key(keys, self.offered_key(params, request.headers))
 
     @staticmethod
     def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
@@ -39,7 +35,7 @@ class NativeDialect:
         return None
 
     def refusal(self, error: Error) -> Response:
-        raise NotImplementedError("the native endpoint refuses after the handshake")
+        raise NotImplementedError(f"{self.path} refuses after the handshake")
 
     def error(self, error: Error) -> str:
         return encode(error)

@@ -20,16 +20,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from websockets.datastructures import Headers
-from websockets.http11 import Request, Response
+from websockets.http11 import Response
 
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, Finalized, FinalReason,
                                       ProtocolError, SegmentEnded, ServerMessage, SpeechStarted,
                                       StreamConfig)
 from parley.runtime.session import Mark, Session
-from parley.transport.auth import ApiKeys
-from parley.transport.dialect import (MIN_TURN_SILENCE_MS, Opened, Setup, Stream, by_key,
-                                      json_object)
+from parley.transport.dialect import (MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream,
+                                      json_event, json_object)
 from parley.transport.native import bearer_or_token
 
 REALTIME_PATH = "/v1/realtime"
@@ -42,15 +41,12 @@ OLD_FORMATS = {"pcm16": ("audio/pcm", 24000), "g711_ulaw": ("audio/pcmu", 8000),
 PCM_RATE = 24000
 
 
-class OpenAIRealtimeDialect:
+class OpenAIRealtimeDialect(KeyOffered):
     path = REALTIME_PATH
     refuses_at_handshake = False  # as the native endpoint: an error event, then the close
 
     def __init__(self, vad: VadConfig):
         self._vad = vad
-
-    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
-        return by_key(keys, self.offered_key(params, request.headers))
 
     @staticmethod
     def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
@@ -83,22 +79,6 @@ class OpenAIRealtimeDialect:
 @dataclass(frozen=True)
 class TurnDetection:
     server_vad: bool  # False: turn_detection null, the client commits
-
-
-def _event(message: str | bytes) -> dict:
-    """A client message as an event: a JSON object with a string type (else bad_message;
-    the error names no client event, there being none to name)."""
-    if isinstance(message, bytes):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, "audio goes in input_audio_buffer.append "
-                            "events (base64 in JSON), not in binary messages")
-    try:
-        event = json.loads(message)
-    except (ValueError, RecursionError):
-        event = None
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, "events are JSON objects with a "
-                            "string \"type\"")
-    return event
 
 
 def _error_event(event_id: str, error: Error, client_event: object = None) -> dict:
@@ -158,7 +138,9 @@ class OpenAIRealtimeTranslator:
         assert isinstance(session, Session)  # this dialect's setup asks for one session
         event: dict = {}
         try:
-            event = _event(message)
+            event = json_event(message, ("type",), "events are JSON text objects with a "
+                               "string \"type\" (audio goes base64 in "
+                               "input_audio_buffer.append)")
             await self._dispatch(event, session)
         except ProtocolError:
             # The endpoint reports it in stream order; its error event names the client's.

@@ -27,7 +27,7 @@ from parley.runtime.session import Mark
 from parley.runtime.session_group import SessionGroup
 from parley.runtime.webhooks import WebhookEvent
 from parley.transport.auth import ApiKeys
-from parley.transport.dialect import Opened, Setup, Stream, by_key, json_object
+from parley.transport.dialect import Opened, Setup, Stream, by_key, json_event, json_object
 from parley.transport.http import json_response
 from parley.transport.timed_track import TimedTrack
 
@@ -104,7 +104,8 @@ class TwilioTranslator:
 
     async def receive(self, message: str | bytes, session: Stream) -> bool:
         assert isinstance(session, SessionGroup)  # this dialect's setup asks for tracks
-        event = _event(message)
+        event = json_event(message, ("event",), "Twilio sends JSON text objects with a "
+                           "string \"event\"")
         kind = event.get("event")
         if kind == "media":
             await self._media(event, session)
@@ -173,16 +174,3 @@ def _names(tracks: object) -> list[str]:
     if not isinstance(tracks, list):
         return []
     return [t for t in tracks if isinstance(t, str) and t in TRACK_SPEAKERS]
-
-
-def _event(message: str | bytes) -> dict:
-    if isinstance(message, bytes):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, "Twilio sends JSON text messages")
-    try:
-        event = json.loads(message)
-    except (ValueError, RecursionError):
-        event = None
-    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, 'a Twilio message is a JSON object with '
-                            'a string "event"')
-    return event
