@@ -20,11 +20,9 @@ import os
 from common import print_table, write_json
 
 from audio_fixtures import sample_dir, wer
-from conftest import serve_real
 from parley.config import Settings
 from pyannote.database.util import load_rttm
-from test_twilio import AUTH_TOKEN, CHUNK_MS, native_text, sample_call, signed, twilio_call
-from test_webhooks import SECRET, Receiver
+from test_twilio import call_then_native, sample_call
 
 SPEAKERS = {"inbound": ("caller", "Diane", "speaker90"), "outbound": ("agent", "Sheila",
                                                                       "speaker91")}
@@ -50,23 +48,8 @@ def talked_over() -> dict[str, float]:
 
 async def run(model: str, speed: float) -> list[dict]:
     tracks, said = sample_call()
-    receiver = Receiver()
     models_dir = os.environ.get("PARLEY_MODELS_DIR", str(Settings().models_dir))
-    async with receiver as hooks:
-        server = await serve_real(models_dir, asr={"model": model},
-                                  twilio={"auth_token": AUTH_TOKEN},
-                                  webhooks={"url": hooks, "secret": SECRET})
-        try:
-            url = f"ws://127.0.0.1:{server.port}/v1/twilio"
-            await twilio_call(url, tracks, signature=signed(url),
-                              pace_s=CHUNK_MS / 1000 / speed)
-            native = {track: await native_text(server.port, audio)
-                      for track, audio in tracks.items()}
-        finally:
-            await server.stop()
-    call = next(e["data"]["session_id"] for e in receiver.events if e["type"] == "call.started")
-    finals = [e["data"] for e in receiver.events
-              if e["type"] == "transcript.final" and e["data"]["session_id"] == call]
+    finals, native = await call_then_native(models_dir, tracks, speed, asr={"model": model})
     over = talked_over()
     rows = []
     for track, (speaker, name, _) in SPEAKERS.items():

@@ -186,13 +186,28 @@ async def test_a_real_two_track_call_is_transcribed_per_speaker(models_dir):
     /v1/stream at 16 kHz does (the phone path loses nothing; tiny.en's own WER on
     Sheila's side is 0.27 at 16 kHz, so the absolute bound is the model's)."""
     tracks, said = sample_call()
+    finals, native = await call_then_native(models_dir, tracks, speed=4)
+    assert {f["speaker"] for f in finals} == {"caller", "agent"}
+    for track, speaker in (("inbound", "caller"), ("outbound", "agent")):
+        heard = " ".join(f["text"] for f in finals if f["speaker"] == speaker)
+        error = wer(said[track], heard)
+        assert error <= wer(said[track], native[track]) + 0.05, heard
+        assert error <= 0.30, heard
+
+
+async def call_then_native(models_dir, tracks: dict[str, np.ndarray], speed: float,
+                           **settings) -> tuple[list[dict], dict[str, str]]:
+    """On one real server (with ``settings``): ``tracks`` as a signed Twilio call at
+    ``speed`` times real time, then each track alone on /v1/stream at 16 kHz. The
+    call's finals as its webhooks delivered them, and each track's native text."""
     receiver = Receiver()
     async with receiver as hooks:
         server = await serve_real(models_dir, twilio={"auth_token": AUTH_TOKEN},
-                                  webhooks={"url": hooks, "secret": SECRET})
+                                  webhooks={"url": hooks, "secret": SECRET}, **settings)
         try:
             url = f"ws://127.0.0.1:{server.port}/v1/twilio"
-            await twilio_call(url, tracks, signature=signed(url), pace_s=CHUNK_MS / 1000 / 4)
+            await twilio_call(url, tracks, signature=signed(url),
+                              pace_s=CHUNK_MS / 1000 / speed)
             native = {track: await native_text(server.port, audio)
                       for track, audio in tracks.items()}
         finally:
@@ -200,12 +215,7 @@ async def test_a_real_two_track_call_is_transcribed_per_speaker(models_dir):
     call = next(e["data"]["session_id"] for e in receiver.events if e["type"] == "call.started")
     finals = [e["data"] for e in receiver.events
               if e["type"] == "transcript.final" and e["data"]["session_id"] == call]
-    assert {f["speaker"] for f in finals} == {"caller", "agent"}
-    for track, speaker in (("inbound", "caller"), ("outbound", "agent")):
-        heard = " ".join(f["text"] for f in finals if f["speaker"] == speaker)
-        error = wer(said[track], heard)
-        assert error <= wer(said[track], native[track]) + 0.05, heard
-        assert error <= 0.30, heard
+    return finals, native
 
 
 async def native_text(port: int, audio: np.ndarray) -> str:
