@@ -16,29 +16,23 @@ import itertools
 import json
 import uuid
 from collections import deque
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from parley.core.vad import VadConfig
-from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, Finalized, FinalReason,
-                                      ProtocolError, SegmentEnded, ServerMessage, SpeechStarted,
-                                      StreamConfig)
+from parley.protocol.messages import (Error, ErrorCode, Final, Finalized, FinalReason,
+                                      ProtocolError, SegmentEnded, ServerMessage, SpeechStarted)
 from parley.runtime.session import Mark, Session
-from parley.transport.dialect import (MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream,
-                                      json_event, json_object)
+from parley.transport.dialect import KeyOffered, Opened, Setup, Stream, json_event
 from parley.transport.native import bearer_or_token
+from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
 
 REALTIME_PATH = "/v1/realtime"
 BROWSER_KEY_PREFIX = "openai-insecure-api-key."  # the subprotocol browsers send a key in
 # (session format type, rate) ↔ Parley encoding; the older session form's names too
-FORMATS = {"audio/pcm": Encoding.PCM_S16LE, "audio/pcmu": Encoding.MULAW,
-           "audio/pcma": Encoding.ALAW}
-OLD_FORMATS = {"pcm16": ("audio/pcm", 24000), "g711_ulaw": ("audio/pcmu", 8000),
-               "g711_alaw": ("audio/pcma", 8000)}
-PCM_RATE = 24000
 
 
 class OpenAIRealtimeDialect(KeyOffered):
@@ -63,8 +57,7 @@ class OpenAIRealtimeDialect(KeyOffered):
             raise ProtocolError(ErrorCode.BAD_CONFIG,
                                 "Parley serves transcription sessions only: connect with "
                                 "?intent=transcription")
-        config = StreamConfig(encoding=Encoding.PCM_S16LE, sample_rate=PCM_RATE, partials=False)
-        return Setup(config, self._vad, TurnDetection(server_vad=True))
+        return Setup(DEFAULT_CONFIG, self._vad)
 
     def refusal(self, error: Error) -> Response:
         raise NotImplementedError("refusals are error events after the handshake")
@@ -74,11 +67,6 @@ class OpenAIRealtimeDialect(KeyOffered):
 
     def translator(self, opened: Opened) -> "OpenAIRealtimeTranslator":
         return OpenAIRealtimeTranslator(opened, self._vad)
-
-
-@dataclass(frozen=True)
-class TurnDetection:
-    server_vad: bool  # False: turn_detection null, the client commits
 
 
 def _error_event(event_id: str, error: Error, client_event: object = None) -> dict:
@@ -117,10 +105,7 @@ class OpenAIRealtimeTranslator:
         self._session_id = f"sess_{opened.session_id[:24]}"
         self._events = itertools.count(1)
         self._items = itertools.count(1)
-        self._turns = TurnDetection(server_vad=True)
-        self._config = opened.setup.config
-        self._vad = opened.setup.vad or vad
-        self._prompt = ""
+        self._settings = SessionSettings(opened.setup.config, opened.setup.vad or vad)
         self._previous_item: str | None = None
         self._segments: dict[int, _Item] = {}     # server VAD: each segment's item
         self._manual_item: _Item | None = None    # without: the item the next commit makes
@@ -190,50 +175,12 @@ class OpenAIRealtimeTranslator:
         fields = event.get("session")
         if not isinstance(fields, dict):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "session.update needs a \"session\" object")
-        if old_form:
-            audio_format, transcription, turns = _old_form(fields)
-        else:
-            if fields.get("type", "transcription") != "transcription":
-                raise ProtocolError(ErrorCode.BAD_CONFIG, "only transcription sessions are "
-                                    "served: session.type must be \"transcription\"")
-            audio = json_object(fields.get("audio"), "session.audio")
-            audio_in = json_object(audio.get("input"), "session.audio.input")
-            audio_format = audio_in.get("format")
-            transcription = audio_in.get("transcription")
-            turns = audio_in["turn_detection"] if "turn_detection" in audio_in else ...
-        config, vad, detection, prompt = self._config, self._vad, self._turns, self._prompt
-        if audio_format is not None:
-            config = replace(config, **_audio_format(audio_format))
-        if transcription is not None:
-            transcription = json_object(transcription, "transcription")
-            language = transcription.get("language") or None
-            if language is not None and not isinstance(language, str):
-                raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.language must be a "
-                                    "language code such as \"en\"")
-            config = replace(config, language=language.split("-")[0].lower()
-                             if language else None)
-            try:
-                self._opened.check_language(config.language)
-            except ValueError as exc:
-                raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
-            prompt = str(transcription.get("prompt") or "")
-        if turns is not ...:
-            detection = TurnDetection(server_vad=turns is not None)
-            vad = self._vad_of(turns) if turns is not None else vad
-        session.reconfigure(config, vad)  # ProtocolError (nothing applied) if too late
-        self._config, self._vad, self._turns, self._prompt = config, vad, detection, prompt
+        new = self._settings.updated(fields, old_form, self._server_vad_defaults,
+                                     self._opened.check_language)
+        session.reconfigure(new.config, new.vad)  # ProtocolError (nothing applied) if too late
+        self._settings = new
         updated = "transcription_session.updated" if old_form else "session.updated"
         await session.mark(_Reply({"type": updated, "session": self._session_json()}))
-
-    def _vad_of(self, turns: Any) -> VadConfig:
-        if not isinstance(turns, dict) or turns.get("type") not in ("server_vad", "semantic_vad"):
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "turn_detection must be null or of type "
-                                "server_vad or semantic_vad")
-        base = self._server_vad_defaults
-        silence = _ms(turns, "silence_duration_ms", base.min_silence_ms)
-        silence = max(silence, MIN_TURN_SILENCE_MS) // base.frame_ms * base.frame_ms
-        pad = min(_ms(turns, "prefix_padding_ms", base.speech_pad_ms), silence)
-        return replace(base, min_silence_ms=silence, speech_pad_ms=pad)
 
     # ------------------------------------------------------------------ server → client
 
@@ -265,7 +212,7 @@ class OpenAIRealtimeTranslator:
         return []  # partials (deltas cannot be retracted), speaker updates, session_ended
 
     def _speech_started(self, message: SpeechStarted) -> list[dict]:
-        if not self._turns.server_vad:
+        if not self._settings.server_vad:
             return []
         item = self._segments[message.segment_id] = _Item(self._item_id())
         return [{"type": "input_audio_buffer.speech_started",
@@ -275,11 +222,11 @@ class OpenAIRealtimeTranslator:
         """Whether this segment's audio is what the client asked to clear (with server VAD
         only the segment the clear closed; without, everything since the last commit)."""
         clearing = bool(self._finalizing) and self._finalizing[0] == "clear"
-        return clearing and (not self._turns.server_vad or reason is FinalReason.FINALIZE)
+        return clearing and (not self._settings.server_vad or reason is FinalReason.FINALIZE)
 
     def _segment_ended(self, ended: SegmentEnded) -> list[dict]:
         """Server VAD: the speech stopped and its item is committed now, not once decoded."""
-        if not self._turns.server_vad:
+        if not self._settings.server_vad:
             return []
         if self._clearing(ended.reason):
             self._segments.pop(ended.segment_id, None)
@@ -293,7 +240,7 @@ class OpenAIRealtimeTranslator:
 
     def _final(self, final: Final) -> list[dict]:
         text = final.text.strip()
-        if not self._turns.server_vad:
+        if not self._settings.server_vad:
             if self._clearing(final.reason):
                 self._manual_item = None
                 return []
@@ -310,7 +257,7 @@ class OpenAIRealtimeTranslator:
         purpose = self._finalizing.popleft() if self._finalizing else "commit"
         if purpose == "clear":
             return [{"type": "input_audio_buffer.cleared"}]
-        if self._turns.server_vad:
+        if self._settings.server_vad:
             # The commit's speech was an item of its own; if server VAD had committed all
             # of it already, the buffer was empty, as OpenAI then says.
             return [] if self._commit_transcribed else [_commit_empty(None)]
@@ -349,59 +296,4 @@ class OpenAIRealtimeTranslator:
         return f"item_{self._session_id[5:17]}{next(self._items):06d}"
 
     def _session_json(self) -> dict:
-        config, vad = self._config, self._vad
-        kind = {v: k for k, v in FORMATS.items()}[config.encoding]
-        audio_format: dict = {"type": kind}
-        if config.encoding is Encoding.PCM_S16LE:
-            audio_format["rate"] = config.sample_rate
-        turns = ({"type": "server_vad", "prefix_padding_ms": vad.speech_pad_ms,
-                  "silence_duration_ms": vad.min_silence_ms}
-                 if self._turns.server_vad else None)
-        return {"type": "transcription", "id": self._session_id,
-                "object": "realtime.transcription_session",
-                "audio": {"input": {"format": audio_format,
-                                    "transcription": {"model": self._opened.model,
-                                                      "language": config.language,
-                                                      "prompt": self._prompt},
-                                    "turn_detection": turns, "noise_reduction": None}},
-                "include": None}
-
-
-def _audio_format(value: Any) -> dict:
-    if not isinstance(value, dict) or not isinstance(value.get("type"), str) \
-            or value["type"] not in FORMATS:
-        raise ProtocolError(ErrorCode.BAD_CONFIG, "audio.input.format.type must be one of "
-                            f"{', '.join(FORMATS)}")
-    encoding = FORMATS[value["type"]]
-    if encoding is Encoding.PCM_S16LE:
-        rate = value.get("rate", PCM_RATE)
-        if not isinstance(rate, int) or not StreamConfig.MIN_RATE <= rate <= StreamConfig.MAX_RATE:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "audio.input.format.rate must be an "
-                                "integer sample rate (24000)")
-    else:
-        rate = 8000
-    return {"encoding": encoding, "sample_rate": rate, "channels": 1}
-
-
-def _old_form(fields: dict) -> tuple[Any, Any, Any]:
-    """transcription_session.update's fields → (format, transcription, turn_detection)."""
-    audio_format = None
-    if "input_audio_format" in fields:
-        name = fields["input_audio_format"]
-        if not isinstance(name, str) or name not in OLD_FORMATS:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "input_audio_format must be one of "
-                                f"{', '.join(OLD_FORMATS)}")
-        kind, rate = OLD_FORMATS[name]
-        audio_format = {"type": kind, "rate": rate}
-    turns = fields["turn_detection"] if "turn_detection" in fields else ...
-    return audio_format, fields.get("input_audio_transcription"), turns
-
-
-def _ms(fields: dict, name: str, default: int) -> int:
-    value = fields.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, int) or value < 0:
-        raise ProtocolError(ErrorCode.BAD_CONFIG, f"turn_detection.{name} must be a "
-                            "non-negative integer")
-    return value
+        return self._settings.to_json(self._session_id, self._opened.model)
