@@ -25,7 +25,8 @@ from parley.runtime.webhooks import WebhookConfig, WebhookSender
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
 from parley.transport.followers import Followers
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
-from parley.transport.ws_server import Access, AsrService, StreamEndpoint, StreamLimits
+from parley.transport.admission import Access, StreamLimits
+from parley.transport.ws_server import AsrService, StreamEndpoint
 
 log = logging.getLogger(__name__)
 # Headroom over max_frame_bytes, so an oversize frame reaches our own check and gets

@@ -17,10 +17,9 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
@@ -33,31 +32,13 @@ from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Mark, Session, SessionOptions
 from parley.runtime.speaker_track import SpeakerTrack
-from parley.runtime.webhooks import WebhookEvent, WebhookFeed, WebhookSender
-from parley.transport.followers import Followers
-from parley.transport.auth import ApiKeys, OriginPolicy
 from parley.runtime.session_group import SessionGroup
+from parley.runtime.webhooks import WebhookEvent, WebhookFeed, WebhookSender
+from parley.transport.admission import Access, Admission, Refused, StreamLimits
 from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator
+from parley.transport.followers import Followers
 
 log = logging.getLogger(__name__)
-@dataclass(frozen=True)
-class StreamLimits:
-    max_sessions: int
-    max_frame_bytes: int
-    idle_timeout_s: float
-    max_segment_s: float
-    max_session_s: float
-    max_sessions_per_key: int | None = None
-    diarization_latency_s: float | None = None
-
-    def to_json(self) -> dict:
-        limits = {"max_frame_bytes": self.max_frame_bytes, "idle_timeout_s": self.idle_timeout_s,
-                  "max_segment_s": self.max_segment_s, "max_session_s": self.max_session_s}
-        if self.diarization_latency_s is not None:
-            limits["diarization_latency_s"] = self.diarization_latency_s
-        return limits
-
-
 @dataclass(frozen=True)
 class AsrService:
     """What the transport may know of ASR: the worker, a label and a language check."""
@@ -65,14 +46,6 @@ class AsrService:
     worker: AsrScheduler
     model_label: str
     check_language: Callable[[str | None], None]
-
-
-@dataclass(frozen=True)
-class Access:
-    """Who may stream: keys (none: anyone) and the browser origins allowed."""
-
-    keys: ApiKeys = ApiKeys()
-    origins: OriginPolicy = OriginPolicy()
 
 
 @dataclass
@@ -85,12 +58,6 @@ class _Connection:
     webhooks: WebhookFeed | None = None   # once admitted, on a server with webhooks
     outcome: str = "disconnected"
     error_codes: list[str] = field(default_factory=list)
-
-
-class _Fatal(Exception):
-    def __init__(self, error: Error):
-        super().__init__(error.message)
-        self.error = error
 
 
 class StreamEndpoint:
@@ -108,10 +75,10 @@ class StreamEndpoint:
         self._diarization = diarization
         self._options = options
         self._limits = limits
-        self._access = access
+        self._admission = Admission(access, limits, asr.check_language, diarization is not None,
+                                    lambda url: webhooks is not None and webhooks.allows(url))
         self._metrics = metrics
         self._live: set[asyncio.Task] = set()
-        self._per_key: Counter[str] = Counter()
         self._draining = asyncio.Event()
         self._shutting_down = False
 
@@ -130,7 +97,7 @@ class StreamEndpoint:
             return None
         try:
             self._admit(request, dialect)
-        except _Fatal as refusal:
+        except Refused as refusal:
             self._metrics.sessions.labels(refusal.error.code.value).inc()
             log.info("refused a session at the handshake: %s", refusal.error.code.value,
                      extra={"outcome": refusal.error.code.value})
@@ -178,21 +145,21 @@ class StreamEndpoint:
         dialect = self.dialect_of(request)
         try:
             setup, this.key = self._admit(request, dialect)
-        except _Fatal as refusal:
+        except Refused as refusal:
             this.outcome = refusal.error.code.value
             await self._close_with(connection, this, refusal.error)
             log.info("refused a session: %s", refusal.error.code.value,
                      extra={"outcome": this.outcome, "key": this.key})
             return
         self._live.add(task)
-        self._per_key[this.key] += 1
+        self._admission.opened(this.key)
         self._metrics.sessions_live.inc()
         session = self._open(this, dialect, setup)
         try:
             await self._serve(connection, session, this)
         finally:
             self._live.discard(task)
-            self._per_key[this.key] -= 1
+            self._admission.closed(this.key)
             self._metrics.sessions_live.dec()
             self._closed(this, session)
 
@@ -226,7 +193,7 @@ class StreamEndpoint:
             ending = await self._run(connection, session, this)
             this.outcome = "ended"
             await connection.close(ending.close_code, ending.close_reason)
-        except _Fatal as fatal:
+        except Refused as fatal:
             this.outcome = fatal.error.code.value
             await self._close_with(connection, this, fatal.error)
         except asyncio.CancelledError:
@@ -272,50 +239,14 @@ class StreamEndpoint:
         speakers = SpeakerTrack(self._diarization) if setup.config.diarization else None
         return Session(setup.config, self._asr.worker, options, speakers)
 
-    # ------------------------------------------------------------------ admission
-
     def _admit(self, request: Request, dialect: Dialect) -> tuple[Setup, str]:
-        """The stream's settings and the name of the key it came with, or _Fatal."""
-        headers = request.headers
-        if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
-            raise _Fatal(Error(ErrorCode.FORBIDDEN_ORIGIN,
-                               "pages from this origin may not stream to this server"))
-        params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
-        key = dialect.identify(request, params, self._access.keys)
-        if key is None:
-            raise _Fatal(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
-        if self._draining.is_set():
-            raise _Fatal(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
-        if len(self._live) >= self._limits.max_sessions:
-            raise _Fatal(Error(ErrorCode.SERVER_BUSY,
-                               f"the server is at its limit of {self._limits.max_sessions} "
-                               "sessions; try again later"))
-        per_key = self._limits.max_sessions_per_key
-        if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
-            raise _Fatal(Error(ErrorCode.TOO_MANY_SESSIONS,
-                               f"this key has its limit of {per_key} sessions open"))
-        try:
-            setup = dialect.setup(params, headers)
-            self._asr.check_language(setup.config.language)
-        except ProtocolError as exc:
-            raise _Fatal(Error(exc.code, exc.message)) from None
-        except ValueError as exc:
-            raise _Fatal(Error(ErrorCode.BAD_CONFIG, str(exc))) from None
-        if setup.webhook_url is not None and (self._webhooks is None
-                                               or not self._webhooks.allows(setup.webhook_url)):
-            raise _Fatal(Error(ErrorCode.BAD_CONFIG, "this server does not send webhooks to "
-                               "that URL (see webhooks.allowed_targets)"))
-        if setup.config.diarization and self._diarization is None:
-            raise _Fatal(Error(ErrorCode.BAD_CONFIG,
-                               "diarization is not available on this server (start it with "
-                               "--diarization bundle)"))
-        return setup, key
+        return self._admission.admit(request, dialect, len(self._live), self._draining.is_set())
 
     # ------------------------------------------------------------------ the stream
 
     async def _run(self, connection: ServerConnection, session: Stream,
                    this: _Connection) -> EndReason:
-        """Stream until the session ends; why it ended (fatal errors raise _Fatal)."""
+        """Stream until the session ends; why it ended (fatal errors raise Refused)."""
         writer = asyncio.create_task(self._write(connection, session, this))
         reader = asyncio.create_task(self._read(connection, session, this))
         try:
@@ -369,7 +300,7 @@ class StreamEndpoint:
                 return message
             limit = self._message_limit(message)
             if len(message) > limit:
-                raise _Fatal(Error(ErrorCode.FRAME_TOO_LARGE,
+                raise Refused(Error(ErrorCode.FRAME_TOO_LARGE,
                                    f"message of {len(message)} bytes exceeds {limit}"))
             heard = session.stream_time
             try:
@@ -391,7 +322,7 @@ class StreamEndpoint:
 
     async def _next(self, connection: ServerConnection, ends_at: float) -> str | bytes | EndReason:
         """The client's next message; or why reading stops (a drain, the session's
-        maximum duration); _Fatal(idle_timeout) if nothing comes in time."""
+        maximum duration); Refused(idle_timeout) if nothing comes in time."""
         if self._draining.is_set():
             return EndReason.SHUTTING_DOWN
         left = ends_at - asyncio.get_running_loop().time()
@@ -414,7 +345,7 @@ class StreamEndpoint:
             return EndReason.SHUTTING_DOWN
         if left <= idle:
             return EndReason.MAX_DURATION
-        raise _Fatal(Error(ErrorCode.IDLE_TIMEOUT,
+        raise Refused(Error(ErrorCode.IDLE_TIMEOUT,
                            f"no audio or keep_alive for {idle:g} s"))
 
     async def _close_with(self, connection: ServerConnection, this: _Connection,

@@ -1,0 +1,110 @@
+"""Who may stream: the checks every endpoint path makes before a session starts, in
+the order protocol.md gives their errors (origin, key, drain, capacity, per-key limit,
+settings), and the open sessions counted per key."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+from urllib.parse import parse_qsl, urlsplit
+
+from websockets.http11 import Request
+
+from parley.protocol.messages import Error, ErrorCode, ProtocolError
+from parley.transport.auth import ApiKeys, OriginPolicy
+from parley.transport.dialect import ANONYMOUS, Dialect, Setup
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    max_sessions: int
+    max_frame_bytes: int
+    idle_timeout_s: float
+    max_segment_s: float
+    max_session_s: float
+    max_sessions_per_key: int | None = None
+    diarization_latency_s: float | None = None
+
+    def to_json(self) -> dict:
+        limits = {"max_frame_bytes": self.max_frame_bytes, "idle_timeout_s": self.idle_timeout_s,
+                  "max_segment_s": self.max_segment_s, "max_session_s": self.max_session_s}
+        if self.diarization_latency_s is not None:
+            limits["diarization_latency_s"] = self.diarization_latency_s
+        return limits
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may stream: keys (none: anyone) and the browser origins allowed."""
+
+    keys: ApiKeys = ApiKeys()
+    origins: OriginPolicy = OriginPolicy()
+
+
+class Refused(Exception):
+    """A connection that may not stream (or a session that must end): its error."""
+
+    def __init__(self, error: Error):
+        super().__init__(error.message)
+        self.error = error
+
+
+class Admission:
+    """Admits or refuses; counts each key's open sessions (``opened``/``closed``)."""
+
+    def __init__(self, access: Access, limits: StreamLimits,
+                 check_language: Callable[[str | None], None], diarization: bool,
+                 allows_webhook: Callable[[str], bool]):
+        self._access = access
+        self._limits = limits
+        self._check_language = check_language
+        self._diarization = diarization
+        self._allows_webhook = allows_webhook
+        self._per_key: Counter[str] = Counter()
+
+    def opened(self, key: str) -> None:
+        self._per_key[key] += 1
+
+    def closed(self, key: str) -> None:
+        self._per_key[key] -= 1
+
+    def admit(self, request: Request, dialect: Dialect, live: int,
+              draining: bool) -> tuple[Setup, str]:
+        """The stream's settings and the name of the key it came with, or Refused."""
+        headers = request.headers
+        if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
+            raise Refused(Error(ErrorCode.FORBIDDEN_ORIGIN,
+                                "pages from this origin may not stream to this server"))
+        params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
+        key = dialect.identify(request, params, self._access.keys)
+        if key is None:
+            raise Refused(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
+        if draining:
+            raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
+        if live >= self._limits.max_sessions:
+            raise Refused(Error(ErrorCode.SERVER_BUSY,
+                                f"the server is at its limit of {self._limits.max_sessions} "
+                                "sessions; try again later"))
+        per_key = self._limits.max_sessions_per_key
+        if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
+            raise Refused(Error(ErrorCode.TOO_MANY_SESSIONS,
+                                f"this key has its limit of {per_key} sessions open"))
+        return self._setup(request, dialect, params), key
+
+    def _setup(self, request: Request, dialect: Dialect, params: dict[str, str]) -> Setup:
+        try:
+            setup = dialect.setup(params, request.headers)
+            self._check_language(setup.config.language)
+        except ProtocolError as exc:
+            raise Refused(Error(exc.code, exc.message)) from None
+        except ValueError as exc:
+            raise Refused(Error(ErrorCode.BAD_CONFIG, str(exc))) from None
+        if setup.webhook_url is not None and not self._allows_webhook(setup.webhook_url):
+            raise Refused(Error(ErrorCode.BAD_CONFIG, "this server does not send webhooks to "
+                                "that URL (see webhooks.allowed_targets)"))
+        if setup.config.diarization and not self._diarization:
+            raise Refused(Error(ErrorCode.BAD_CONFIG,
+                                "diarization is not available on this server (start it with "
+                                "--diarization bundle)"))
+        return setup
