@@ -13,7 +13,7 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 import numpy as np
@@ -28,6 +28,8 @@ from parley.protocol.audio import AudioDecoder
 from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Finalized, FinalReason,
                                       Partial, ProtocolError, ServerMessage, SessionEnded,
                                       SegmentEnded, SpeechStarted, StreamConfig, Word)
+from parley.protocol.recast import shifted, with_speaker
+from parley.runtime.decode_hints import DecodeHints
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.speaker_track import SpeakerTrack
 
@@ -78,33 +80,6 @@ class Mark:
 _END = object()
 
 
-def shifted(message: ServerMessage | Mark, offset_s: float) -> ServerMessage | Mark:
-    """A message with its times ``offset_s`` later."""
-    if isinstance(message, SpeechStarted):
-        return replace(message, start=message.start + offset_s)
-    if isinstance(message, Partial):
-        return replace(message, start=message.start + offset_s, end=message.end + offset_s)
-    if isinstance(message, Final):
-        return replace(message, start=message.start + offset_s, end=message.end + offset_s,
-                       words=[replace(w, start=w.start + offset_s, end=w.end + offset_s)
-                              for w in message.words])
-    if isinstance(message, Finalized):
-        return replace(message, audio_end=message.audio_end + offset_s)
-    if isinstance(message, SegmentEnded):
-        return replace(message, end=message.end + offset_s)
-    return message
-
-
-def with_speaker(message: ServerMessage, speaker: str) -> ServerMessage:
-    """A final or partial (and its words) said by ``speaker``; other messages as they are."""
-    if isinstance(message, Final):
-        return replace(message, speaker=speaker,
-                       words=[replace(w, speaker=speaker) for w in message.words])
-    if isinstance(message, Partial):
-        return replace(message, speaker=speaker)
-    return message
-
-
 class Session:
     def __init__(self, config: StreamConfig, worker: AsrScheduler, options: SessionOptions,
                  speakers: SpeakerTrack | None = None, speaker: str | None = None,
@@ -128,9 +103,7 @@ class Session:
         self._heard_audio = False
         self._outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
         self._partial: concurrent.futures.Future | None = None
-        self._partial_segment = -1  # the segment self._partial decodes
-        self._hypothesis: tuple[int, tuple[int, ...]] | None = None  # (segment, latest tokens)
-        self._finals: deque[concurrent.futures.Future] = deque()  # for the context prompt
+        self._hints = DecodeHints(options.hypothesis_drafts, options.context_tokens)
         self._partial_end = 0.0  # stream time covered by the last partial asked for
         self._wants_partials = False  # counted by the worker while a segment is open
         self._segments = 0
@@ -363,49 +336,20 @@ class Session:
             self._wants_partials = False
             self._worker.want_partials(-1)
 
-    def _draft_for(self, segment_id: int) -> tuple[int, ...] | None:
-        """The tokens of the latest finished partial of this segment, if any."""
-        self._note_hypothesis()
-        if not self._options.hypothesis_drafts or self._hypothesis is None:
-            return None
-        segment, tokens = self._hypothesis
-        return tokens if segment == segment_id else None
-
-    def _note_hypothesis(self) -> None:
-        """Keep the last partial's tokens once it is done, before it is replaced."""
-        partial = self._partial
-        if (partial is not None and partial.done() and not partial.cancelled()
-                and partial.exception() is None and partial.result().tokens):
-            self._hypothesis = (self._partial_segment, partial.result().tokens)
-
-    def _context(self) -> tuple[int, ...]:
-        """Tokens of the latest finished finals, at most ``context_tokens`` of them."""
-        limit = self._options.context_tokens
-        tokens: list[int] = []
-        for future in reversed(self._finals):
-            if len(tokens) >= limit:
-                break
-            if future.done() and not future.cancelled() and future.exception() is None:
-                tokens[:0] = future.result().tokens
-        return tuple(tokens[-limit:]) if limit else ()
-
     async def _submit_final(self, segment: SegmentClosed) -> None:
         self._unsent_ends.append(segment.end)  # first: the submit below may wait
         if self._speakers is not None:
             step = await self._speakers.catch_up()
             if step is not None:
                 await self._outbox.put(_DiarizationStep(step))
-        draft = self._draft_for(segment.segment_id)
+        draft = self._hints.draft_for(segment.segment_id)
         if self._partial is not None:
             self._partial.cancel()  # queued or mid-decode: it leaves at the next step
             self._partial = None
         request = AsrRequest(segment.audio, self.config.language, with_words=True, draft=draft,
-                             context=self._context())
+                             context=self._hints.context())
         future = await self._worker.submit_final(request)
-        if self._options.context_tokens:
-            self._finals.append(future)
-            while len(self._finals) > 8:
-                self._finals.popleft()
+        self._hints.final(future)
         self._segments += 1
         reason = FinalReason(segment.reason.value)
         timing = self._options.word_timing
@@ -429,12 +373,13 @@ class Session:
         if segment is None or segment.end - self._partial_end < interval:
             return
         request = AsrRequest(segment.audio, self.config.language, with_words=False,
-                             draft=self._draft_for(segment.segment_id), context=self._context())
+                             draft=self._hints.draft_for(segment.segment_id),
+                             context=self._hints.context())
         future = await self._worker.try_submit_partial(request)
         if future is None:
             return  # a final waits: skip this partial, never a final
         self._partial = future
-        self._partial_segment = segment.segment_id
+        self._hints.partial(future, segment.segment_id)
         self._partial_end = segment.end
 
         def to_partial(result) -> Partial:
