@@ -47,10 +47,14 @@ class Followers:
         self._queues[session_id] = set()
 
     def publish(self, session_id: str, message: ServerMessage) -> None:
-        """Give a session's message to its followers (never waits)."""
-        for queue in self._queues.get(session_id, ()):
+        """Give a session's message to its followers (never waits; encoded only if any)."""
+        queues = self._queues.get(session_id)
+        if not queues:
+            return
+        text = encode(message)
+        for queue in queues:
             try:
-                queue.put_nowait(encode(message))
+                queue.put_nowait(text)
             except asyncio.QueueFull:
                 while not queue.empty():
                     queue.get_nowait()
