@@ -4,6 +4,7 @@ the track's results are told in the call's or meeting's time."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
@@ -40,5 +41,6 @@ class TimedTrack:
                 await session.feed(silence * (piece // frame))
                 self.fed_bytes += piece
                 gap -= piece
+                await asyncio.sleep(0)  # a long gap must not hold the event loop at once
         await session.feed(payload)
         self.fed_bytes += len(payload)
