@@ -1,4 +1,5 @@
-"""Composition root: load the model, start its worker, serve, drain and shut down."""
+"""Composition root of ``parley serve``: load the models, start the pipeline
+(service.py) behind a websockets server, drain and shut down."""
 
 from __future__ import annotations
 
@@ -9,23 +10,16 @@ import signal
 import ssl
 import threading
 from dataclasses import dataclass
-from http import HTTPStatus
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.http11 import Response
+from websockets.asyncio.server import Server, serve
 
 from parley.config import Settings
-from parley.core.costs import cost_report
 from parley.runtime.diarization import DiarizationWorker
-from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import SessionOptions
-from parley.runtime.webhooks import WebhookConfig, WebhookSender
+from parley.service import Service, start_service
+from parley.transport.admission import Access
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
-from parley.transport.followers import Followers
-from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
-from parley.transport.admission import Access, StreamLimits
 from parley.transport.ws_server import AsrService, StreamEndpoint
 
 log = logging.getLogger(__name__)
@@ -106,16 +100,6 @@ def secrets_of(access: Access, settings: Settings) -> list[str]:
             *(secret.get_secret_value() for secret in others if secret is not None)]
 
 
-def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:
-    hooks = settings.webhooks
-    if not hooks.enabled or hooks.secret is None:
-        return None
-    config = WebhookConfig(hooks.url, hooks.secret.get_secret_value(),
-                           allowed_targets=tuple(hooks.allowed_targets),
-                           queue_size=hooks.queue_size, max_attempts=hooks.max_attempts)
-    return WebhookSender(config, lambda outcome: metrics.webhooks.labels(outcome).inc())
-
-
 def tls_context(settings: Settings) -> ssl.SSLContext | None:
     server = settings.server
     if server.ssl_certfile is None:
@@ -129,17 +113,20 @@ def tls_context(settings: Settings) -> ssl.SSLContext | None:
 class RunningServer:
     """A started server: its address, and how to drain or stop it."""
 
-    endpoint: StreamEndpoint
-    worker: AsrScheduler
+    service: Service
     server: Server
-    metrics: Metrics
-    diarization: DiarizationWorker | None = None
-    webhooks: WebhookSender | None = None
-    webhook_grace_s: float = 10.0  # for deliveries still pending at the stop
 
     @property
     def port(self) -> int:
         return self.server.sockets[0].getsockname()[1]
+
+    @property
+    def endpoint(self) -> StreamEndpoint:
+        return self.service.endpoint
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.service.metrics
 
     async def drain(self, timeout_s: float) -> None:
         """Finish every live session's audio (at most ``timeout_s``), then stop."""
@@ -150,131 +137,28 @@ class RunningServer:
         self.server.close(close_connections=False)
         await self.endpoint.shutdown()
         await self.server.wait_closed()
-        await self.worker.stop()
-        if self.diarization is not None:
-            await self.diarization.stop()
-        if self.webhooks is not None:
-            await self.webhooks.stop(self.webhook_grace_s)
-
-
-def dialects(settings: Settings) -> list:
-    """The wires the streaming endpoint speaks: Parley's own, and the compatible ones."""
-    from parley.transport.deepgram import DeepgramDialect
-    from parley.transport.meeting import MeetingDialect
-    from parley.transport.native import NativeDialect
-    from parley.transport.openai_realtime import OpenAIRealtimeDialect
-    from parley.transport.twilio import TwilioDialect
-
-    vad = settings.vad.to_config()
-    twilio_token = settings.twilio.auth_token
-    return [NativeDialect(), DeepgramDialect(vad), OpenAIRealtimeDialect(vad),
-            TwilioDialect(twilio_token.get_secret_value() if twilio_token else None,
-                          settings.twilio.public_url),
-            MeetingDialect()]
-
-
-def _limits(settings: Settings, diarized: bool) -> StreamLimits:
-    server = settings.server
-    return StreamLimits(
-        max_sessions=server.max_sessions, max_frame_bytes=server.max_frame_bytes,
-        idle_timeout_s=server.idle_timeout_s, max_segment_s=settings.vad.max_segment_s,
-        max_session_s=server.max_session_s, max_sessions_per_key=server.max_sessions_per_key,
-        diarization_latency_s=settings.diarization.latency_s if diarized else None)
-
-
-def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
-            metrics: Metrics, diarization: DiarizationWorker | None) -> dict:
-    worker = asr.worker
-
-    def readiness() -> dict:
-        return {"asr_worker": worker.alive,
-                "diarization_worker": diarization.alive if diarization else None,
-                "draining": endpoint.draining}
-
-    def ready(checks: dict) -> bool:
-        return (checks["asr_worker"] and checks["diarization_worker"] is not False
-                and not checks["draining"])
-
-    def readyz() -> Response:
-        checks = readiness()
-        if ready(checks):
-            return json_response(HTTPStatus.OK, {"status": "ready", "checks": checks})
-        return json_response(HTTPStatus.SERVICE_UNAVAILABLE,
-                             {"status": "not_ready", "checks": checks})
-
-    def health() -> Response:
-        return json_response(HTTPStatus.OK, {
-            "status": "ok", "model": asr.model_label, "sessions": endpoint.live_sessions,
-            "draining": endpoint.draining, "asr_backlog": worker.backlog,
-            "asr": {"busy_fraction": round(worker.busy_fraction(), 3),
-                    "partial_interval_s": round(
-                        worker.partial_interval(settings.asr.partial_interval_s), 3),
-                    **worker.stats.to_json(),
-                    "costs": cost_report(worker.step_cost, worker.encoder_cost)},
-            "diarization": settings.diarization.source if diarization else None})
-
-    metrics.watch("parley_ready", "1 while /readyz answers 200",
-                  lambda: float(ready(readiness())))
-    metrics.watch("parley_draining", "1 while the server drains", lambda: float(endpoint.draining))
-    return {"/healthz": lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
-            "/readyz": readyz, "/health": health,
-            "/metrics": lambda: text_response(HTTPStatus.OK, metrics.render(),
-                                              METRICS_CONTENT_TYPE)}
-
-
-def _handler(endpoint: StreamEndpoint, followers: Followers):
-    """The WebSocket handler: followers of a session, else the streaming endpoint."""
-    async def handle(connection: ServerConnection) -> None:
-        assert connection.request is not None
-        if followers.matches(connection.request.path):
-            await followers.handle(connection)
-        else:
-            await endpoint.handle(connection)
-
-    return handle
+        await self.service.stop()
 
 
 async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService,
                        diarization: DiarizationWorker | None = None,
                        warm_up: bool = True, access: Access | None = None) -> RunningServer:
-    """Start the workers (timing the engine first, with ``warm_up``) and serve
+    """Start the pipeline (timing the engine first, with ``warm_up``) and serve it
     (``access``: as read from ``settings`` when not given)."""
-    access = access or access_of(settings)
-    await worker.start(warm_up=warm_up)
-    metrics = Metrics()
-    worker.observer = metrics  # after the warm-up, whose decodes are not traffic
-    metrics.watch_asr(worker, settings.asr.partial_interval_s)
-    if diarization is not None:
-        diarization.on_step = metrics.diarization_step.observe
-        diarization.start()
-    options = SessionOptions(vad=settings.vad.to_config(),
-                             partial_interval_s=settings.asr.partial_interval_s,
-                             context_tokens=settings.asr.context_tokens,
-                             hypothesis_drafts=settings.asr.hypothesis_drafts,
-                             final_latency=metrics.final_latency.observe)
-    webhooks = webhook_sender(settings, metrics)
-    if webhooks is not None:
-        await webhooks.start()
-    followers = Followers(access.keys)
-    endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
-                              metrics, dialects(settings), diarization, webhooks, followers)
-
+    service = await start_service(settings, worker, asr, access or access_of(settings),
+                                  diarization, warm_up)
     server = await serve(
-        _handler(endpoint, followers),
+        service.handle,
         settings.server.host,
         settings.server.port,
-        process_request=make_request_router(_routes(settings, asr, endpoint, metrics,
-                                                    diarization),
-                                            StaticFiles(settings.server.static_dir),
-                                            endpoint.paths, followers.matches,
-                                            endpoint.check_handshake),
-        select_subprotocol=endpoint.select_subprotocol,
+        process_request=service.route,
+        select_subprotocol=service.endpoint.select_subprotocol,
         max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
         compression=None,  # audio does not compress; deflate would only cost CPU
         open_timeout=10,
         ssl=tls_context(settings),
     )
-    return RunningServer(endpoint, worker, server, metrics, diarization, webhooks)
+    return RunningServer(service, server)
 
 
 async def in_passing_thread(function, *args):

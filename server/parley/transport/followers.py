@@ -16,11 +16,11 @@ import logging
 import re
 from urllib.parse import parse_qsl, urlsplit
 
-from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from parley.protocol.messages import Error, ErrorCode, ServerMessage, close_reason, encode
 from parley.transport.auth import ApiKeys
+from parley.transport.connection import Connection
 from parley.transport.dialect import by_key
 from parley.transport.native import NativeDialect
 
@@ -66,7 +66,7 @@ class Followers:
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(_END)
 
-    async def handle(self, connection: ServerConnection) -> None:
+    async def handle(self, connection: Connection) -> None:
         request = connection.request
         assert request is not None
         found = FOLLOW_PATH.match(urlsplit(request.path).path)
@@ -101,7 +101,7 @@ class Followers:
             self._queues.get(session_id, set()).discard(queue)
 
 
-async def _refuse(connection: ServerConnection, error: Error) -> None:
+async def _refuse(connection: Connection, error: Error) -> None:
     with contextlib.suppress(ConnectionClosed):
         await connection.send(encode(error))
         await connection.close(error.code.close_code or 1011, close_reason(error.message))

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
-from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
@@ -72,7 +71,7 @@ def make_request_router(routes: Mapping[str, Callable[[], Response]], static: St
     ``follows`` a session; answer ``routes`` (path → answer) and the static files, and
     404 the rest."""
 
-    def route(connection: ServerConnection, request: Request) -> Response | None:
+    def route(connection: object, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if path in streams:
             return check_handshake(request)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 from urllib.parse import urlsplit
 
-from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
@@ -35,6 +34,7 @@ from parley.runtime.speaker_track import SpeakerTrack
 from parley.runtime.session_group import SessionGroup
 from parley.runtime.webhooks import WebhookEvent, WebhookFeed, WebhookSender
 from parley.transport.admission import Access, Admission, Refused, StreamLimits
+from parley.transport.connection import Connection
 from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator
 from parley.transport.followers import Followers
 
@@ -104,11 +104,15 @@ class StreamEndpoint:
             return dialect.refusal(refusal.error)
         return None
 
-    def select_subprotocol(self, connection: ServerConnection, offered) -> str | None:
-        """websockets' hook: the subprotocol the path's dialect answers with."""
+    def subprotocol(self, request: Request, offered: list[str]) -> str | None:
+        """The subprotocol the path's dialect answers with, of those the client offered."""
+        dialect = self._dialects.get(urlsplit(request.path).path)
+        return dialect.subprotocol(offered) if dialect is not None else None
+
+    def select_subprotocol(self, connection: Connection, offered) -> str | None:
+        """websockets' hook for ``subprotocol``."""
         assert connection.request is not None
-        dialect = self._dialects.get(urlsplit(connection.request.path).path)
-        return dialect.subprotocol(list(offered)) if dialect is not None else None
+        return self.subprotocol(connection.request, list(offered))
 
     @property
     def live_sessions(self) -> int:
@@ -136,7 +140,7 @@ class StreamEndpoint:
             task.cancel()
         await asyncio.gather(*self._live, return_exceptions=True)
 
-    async def handle(self, connection: ServerConnection) -> None:
+    async def handle(self, connection: Connection) -> None:
         task = asyncio.current_task()
         assert task is not None
         this = _Connection(uuid.uuid4().hex, ANONYMOUS)
@@ -183,7 +187,7 @@ class StreamEndpoint:
                                                       "model": self._asr.model_label})
         return session
 
-    async def _serve(self, connection: ServerConnection, session: Stream,
+    async def _serve(self, connection: Connection, session: Stream,
                      this: _Connection) -> None:
         """Stream until the session ends, and close with the code its ending gives."""
         assert this.translator is not None
@@ -244,7 +248,7 @@ class StreamEndpoint:
 
     # ------------------------------------------------------------------ the stream
 
-    async def _run(self, connection: ServerConnection, session: Stream,
+    async def _run(self, connection: Connection, session: Stream,
                    this: _Connection) -> EndReason:
         """Stream until the session ends; why it ended (fatal errors raise Refused)."""
         writer = asyncio.create_task(self._write(connection, session, this))
@@ -262,12 +266,12 @@ class StreamEndpoint:
                 task.cancel()
             await asyncio.gather(reader, writer, return_exceptions=True)
 
-    async def _write(self, connection: ServerConnection, session: Stream,
+    async def _write(self, connection: Connection, session: Stream,
                      this: _Connection) -> None:
         async for message in session.messages():
             await self._send(connection, this, message)
 
-    async def _send(self, connection: ServerConnection, this: _Connection,
+    async def _send(self, connection: Connection, this: _Connection,
                     message: ServerMessage | Mark) -> None:
         if isinstance(message, Error):  # counted even if the client is gone
             self._metrics.errors.labels(message.code.value).inc()
@@ -289,7 +293,7 @@ class StreamEndpoint:
         elif isinstance(message, Partial):
             self._metrics.partials.inc()
 
-    async def _read(self, connection: ServerConnection, session: Stream,
+    async def _read(self, connection: Connection, session: Stream,
                     this: _Connection) -> EndReason:
         assert this.translator is not None
         ends_at = asyncio.get_running_loop().time() + self._limits.max_session_s
@@ -320,7 +324,7 @@ class StreamEndpoint:
         frame = self._limits.max_frame_bytes
         return frame if isinstance(message, bytes) else -(-frame // 3) * 4 + 4096
 
-    async def _next(self, connection: ServerConnection, ends_at: float) -> str | bytes | EndReason:
+    async def _next(self, connection: Connection, ends_at: float) -> str | bytes | EndReason:
         """The client's next message; or why reading stops (a drain, the session's
         maximum duration); Refused(idle_timeout) if nothing comes in time."""
         if self._draining.is_set():
@@ -348,7 +352,7 @@ class StreamEndpoint:
         raise Refused(Error(ErrorCode.IDLE_TIMEOUT,
                            f"no audio or keep_alive for {idle:g} s"))
 
-    async def _close_with(self, connection: ServerConnection, this: _Connection,
+    async def _close_with(self, connection: Connection, this: _Connection,
                           error: Error) -> None:
         """Send ``error`` and close with its code; the client may already be gone."""
         self._metrics.errors.labels(error.code.value).inc()  # even if the client is gone

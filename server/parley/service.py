@@ -1,0 +1,168 @@
+"""The pipeline behind every front door: the started workers, the streaming endpoint and
+the HTTP answers (probes, metrics, the browser page).
+
+``parley serve`` puts it behind a websockets server (app.py); a Ray Serve replica puts
+it behind an ASGI adapter (cluster/asgi.py). Both hand it the same connections.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Callable
+
+from websockets.http11 import Request, Response
+
+from parley.config import Settings
+from parley.core.costs import cost_report
+from parley.runtime.diarization import DiarizationWorker
+from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from parley.runtime.metrics import Metrics
+from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.session import SessionOptions
+from parley.runtime.webhooks import WebhookConfig, WebhookSender
+from parley.transport.admission import Access, StreamLimits
+from parley.transport.connection import Connection
+from parley.transport.followers import Followers
+from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
+from parley.transport.ws_server import AsrService, StreamEndpoint
+
+log = logging.getLogger(__name__)
+
+
+def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:
+    hooks = settings.webhooks
+    if not hooks.enabled or hooks.secret is None:
+        return None
+    config = WebhookConfig(hooks.url, hooks.secret.get_secret_value(),
+                           allowed_targets=tuple(hooks.allowed_targets),
+                           queue_size=hooks.queue_size, max_attempts=hooks.max_attempts)
+    return WebhookSender(config, lambda outcome: metrics.webhooks.labels(outcome).inc())
+
+
+def dialects(settings: Settings) -> list:
+    """The wires the streaming endpoint speaks: Parley's own, and the compatible ones."""
+    from parley.transport.deepgram import DeepgramDialect
+    from parley.transport.meeting import MeetingDialect
+    from parley.transport.native import NativeDialect
+    from parley.transport.openai_realtime import OpenAIRealtimeDialect
+    from parley.transport.twilio import TwilioDialect
+
+    vad = settings.vad.to_config()
+    twilio_token = settings.twilio.auth_token
+    return [NativeDialect(), DeepgramDialect(vad), OpenAIRealtimeDialect(vad),
+            TwilioDialect(twilio_token.get_secret_value() if twilio_token else None,
+                          settings.twilio.public_url),
+            MeetingDialect()]
+
+
+def _limits(settings: Settings, diarized: bool) -> StreamLimits:
+    server = settings.server
+    return StreamLimits(
+        max_sessions=server.max_sessions, max_frame_bytes=server.max_frame_bytes,
+        idle_timeout_s=server.idle_timeout_s, max_segment_s=settings.vad.max_segment_s,
+        max_session_s=server.max_session_s, max_sessions_per_key=server.max_sessions_per_key,
+        diarization_latency_s=settings.diarization.latency_s if diarized else None)
+
+
+def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
+            metrics: Metrics, diarization: DiarizationWorker | None) -> dict:
+    worker = asr.worker
+
+    def readiness() -> dict:
+        return {"asr_worker": worker.alive,
+                "diarization_worker": diarization.alive if diarization else None,
+                "draining": endpoint.draining}
+
+    def ready(checks: dict) -> bool:
+        return (checks["asr_worker"] and checks["diarization_worker"] is not False
+                and not checks["draining"])
+
+    def readyz() -> Response:
+        checks = readiness()
+        if ready(checks):
+            return json_response(HTTPStatus.OK, {"status": "ready", "checks": checks})
+        return json_response(HTTPStatus.SERVICE_UNAVAILABLE,
+                             {"status": "not_ready", "checks": checks})
+
+    def health() -> Response:
+        return json_response(HTTPStatus.OK, {
+            "status": "ok", "model": asr.model_label, "sessions": endpoint.live_sessions,
+            "draining": endpoint.draining, "asr_backlog": worker.backlog,
+            "asr": {"busy_fraction": round(worker.busy_fraction(), 3),
+                    "partial_interval_s": round(
+                        worker.partial_interval(settings.asr.partial_interval_s), 3),
+                    **worker.stats.to_json(),
+                    "costs": cost_report(worker.step_cost, worker.encoder_cost)},
+            "diarization": settings.diarization.source if diarization else None})
+
+    metrics.watch("parley_ready", "1 while /readyz answers 200",
+                  lambda: float(ready(readiness())))
+    metrics.watch("parley_draining", "1 while the server drains", lambda: float(endpoint.draining))
+    return {"/healthz": lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
+            "/readyz": readyz, "/health": health,
+            "/metrics": lambda: text_response(HTTPStatus.OK, metrics.render(),
+                                              METRICS_CONTENT_TYPE)}
+
+
+@dataclass
+class Service:
+    """A started pipeline: what its front door hands connections and requests to, and
+    how to drain or stop it."""
+
+    endpoint: StreamEndpoint
+    worker: AsrScheduler
+    metrics: Metrics
+    followers: Followers
+    # process_request-shaped: the HTTP answer to a request, or None to let a WebSocket
+    # handshake through on this path
+    route: Callable[[object, Request], Response | None]
+    diarization: DiarizationWorker | None = None
+    webhooks: WebhookSender | None = None
+    webhook_grace_s: float = 10.0  # for deliveries still pending at the stop
+
+    async def handle(self, connection: Connection) -> None:
+        """A WebSocket connection: a session's followers, else a stream."""
+        if self.followers.matches(connection.request.path):
+            await self.followers.handle(connection)
+        else:
+            await self.endpoint.handle(connection)
+
+    async def stop(self) -> None:
+        """End live sessions now (shutting_down) and stop the workers."""
+        await self.endpoint.shutdown()
+        await self.worker.stop()
+        if self.diarization is not None:
+            await self.diarization.stop()
+        if self.webhooks is not None:
+            await self.webhooks.stop(self.webhook_grace_s)
+
+
+async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrService,
+                        access: Access, diarization: DiarizationWorker | None = None,
+                        warm_up: bool = True) -> Service:
+    """Start the workers (timing the engine first, with ``warm_up``) and build the
+    endpoint and the HTTP answers."""
+    await worker.start(warm_up=warm_up)
+    metrics = Metrics()
+    worker.observer = metrics  # after the warm-up, whose decodes are not traffic
+    metrics.watch_asr(worker, settings.asr.partial_interval_s)
+    if diarization is not None:
+        diarization.on_step = metrics.diarization_step.observe
+        diarization.start()
+    options = SessionOptions(vad=settings.vad.to_config(),
+                             partial_interval_s=settings.asr.partial_interval_s,
+                             context_tokens=settings.asr.context_tokens,
+                             hypothesis_drafts=settings.asr.hypothesis_drafts,
+                             final_latency=metrics.final_latency.observe)
+    webhooks = webhook_sender(settings, metrics)
+    if webhooks is not None:
+        await webhooks.start()
+    followers = Followers(access.keys)
+    endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
+                              metrics, dialects(settings), diarization, webhooks, followers)
+    route = make_request_router(_routes(settings, asr, endpoint, metrics, diarization),
+                                StaticFiles(settings.server.static_dir), endpoint.paths,
+                                followers.matches, endpoint.check_handshake)
+    return Service(endpoint, worker, metrics, followers, route, diarization, webhooks)
