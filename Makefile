@@ -10,7 +10,7 @@ APT_PACKAGES := ffmpeg espeak-ng sox chromium
 export PYANNOTE_METRICS_ENABLED := false
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: install system-packages venv models run test bench gpu-wheels clean
+.PHONY: install system-packages venv models run cluster test bench gpu-wheels clean
 
 install: system-packages $(VENV)/.installed models
 
@@ -26,7 +26,7 @@ system-packages:
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PIP) install --quiet -e '.[dev,diarization]'
+	$(PIP) install --quiet -e '.[dev,diarization,cluster]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -36,6 +36,11 @@ models: $(VENV)/.installed
 
 run: install
 	$(VENV)/bin/parley serve --host $(HOST) --port $(PORT) --models-dir "$(MODELS_DIR)" --diarization bundle
+
+# A local Ray cluster serving 2 replicas behind Ray Serve's proxy, in the foreground
+# (Ctrl-C drains and stops it); README "Scaling out" joins other machines to it.
+cluster: install
+	$(VENV)/bin/parley cluster --host $(HOST) --port 8000 --replicas 2 --models-dir "$(MODELS_DIR)" --diarization bundle
 
 test: install
 	$(PY) -m pytest -q

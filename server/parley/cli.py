@@ -10,29 +10,40 @@ from pathlib import Path
 from parley.client.formats import FORMATS
 
 
-def _serve(args: argparse.Namespace) -> int:
+SERVE_FLAGS = [("host", "server", "host"), ("port", "server", "port"),
+               ("max_sessions", "server", "max_sessions"),
+               ("model", "asr", "model"), ("device", "asr", "device"),
+               ("threads", "asr", "threads"),
+               ("assistant", "asr", "assistant"),
+               ("assistant_languages", "asr", "assistant_languages"),
+               ("context_tokens", "asr", "context_tokens"),
+               ("partial_interval", "asr", "partial_interval_s"),
+               ("diarization", "diarization", "source"),
+               ("max_session_s", "server", "max_session_s"),
+               ("max_sessions_per_key", "server", "max_sessions_per_key"),
+               ("drain_timeout", "server", "drain_timeout_s"),
+               ("allowed_origins", "server", "allowed_origins"),
+               ("ssl_certfile", "server", "ssl_certfile"),
+               ("ssl_keyfile", "server", "ssl_keyfile")]
+CLUSTER_FLAGS = [("address", "cluster", "address"), ("host", "cluster", "host"),
+                 ("port", "cluster", "port"), ("replicas", "cluster", "replicas"),
+                 ("max_replicas", "cluster", "max_replicas"),
+                 ("num_gpus", "cluster", "num_gpus"), ("num_cpus", "cluster", "num_cpus"),
+                 *[flag for flag in SERVE_FLAGS
+                   if flag[0] not in ("host", "port", "ssl_certfile", "ssl_keyfile")]]
+
+
+def _settings(args: argparse.Namespace, flags: list[tuple[str, str, str]]):
+    """Settings from the environment and these flags, the access they give, and the
+    process's logging; or None (after saying why) when they are not valid."""
     from pydantic import ValidationError
 
-    from parley.app import access_of, secrets_of, serve_forever
+    from parley.app import access_of, secrets_of
     from parley.config import Settings
     from parley.logs import configure_logging
 
-    overrides: dict = {"server": {}, "asr": {}, "diarization": {}}
-    for flag, section, key in [("host", "server", "host"), ("port", "server", "port"),
-                               ("max_sessions", "server", "max_sessions"),
-                               ("model", "asr", "model"), ("device", "asr", "device"),
-                               ("threads", "asr", "threads"),
-                               ("assistant", "asr", "assistant"),
-                               ("assistant_languages", "asr", "assistant_languages"),
-                               ("context_tokens", "asr", "context_tokens"),
-                               ("partial_interval", "asr", "partial_interval_s"),
-                               ("diarization", "diarization", "source"),
-                               ("max_session_s", "server", "max_session_s"),
-                               ("max_sessions_per_key", "server", "max_sessions_per_key"),
-                               ("drain_timeout", "server", "drain_timeout_s"),
-                               ("allowed_origins", "server", "allowed_origins"),
-                               ("ssl_certfile", "server", "ssl_certfile"),
-                               ("ssl_keyfile", "server", "ssl_keyfile")]:
+    overrides: dict = {section: {} for _, section, _ in flags}
+    for flag, section, key in flags:
         value = getattr(args, flag)
         if value is not None:
             overrides[section][key] = value
@@ -46,18 +57,37 @@ def _serve(args: argparse.Namespace) -> int:
         access = access_of(settings)  # the key file is read once, here
     except (ValidationError, ValueError, OSError) as exc:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
-        return 2
+        return None
     configure_logging(settings.log_level, settings.log_format, secrets_of(access, settings))
+    return settings, access
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from parley.app import serve_forever
+
+    valid = _settings(args, SERVE_FLAGS)
+    if valid is None:
+        return 2
     try:
-        asyncio.run(serve_forever(settings, access))
+        asyncio.run(serve_forever(*valid))
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    from parley.cluster.run import serve_cluster
+
+    valid = _settings(args, CLUSTER_FLAGS)
+    if valid is None:
+        return 2
+    serve_cluster(valid[0])
+    return 0
+
+
 def _stream(args: argparse.Namespace) -> int:
-    from websockets.exceptions import InvalidHandshake, InvalidURI
+    from websockets.exceptions import ConnectionClosedError, InvalidHandshake, InvalidURI
 
     from parley.client.formats import render
     from parley.client.stream import (LiveDisplay, ffmpeg_pcm, run_stream, stdin_pcm,
@@ -92,6 +122,10 @@ def _stream(args: argparse.Namespace) -> int:
                                         on_message=on_message))
     except (OSError, RuntimeError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
+        return 1
+    except ConnectionClosedError as exc:  # no session_ended: the server or network went
+        print(f"parley: the connection was lost before the session ended ({exc})",
+              file=sys.stderr)
         return 1
     except (InvalidHandshake, InvalidURI) as exc:  # not a Parley stream endpoint
         print(f"parley: {exc} (a Parley server streams at ws://HOST:PORT/v1/stream)",
@@ -138,6 +172,38 @@ def _models(args: argparse.Namespace) -> int:
     return status
 
 
+def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """The model, session and access flags of `parley serve` and `parley cluster`."""
+    parser.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--assistant", help="draft model for speculative decoding (same "
+                                            "tokenizer as --model)")
+    parser.add_argument("--assistant-languages", nargs="+", metavar="LANG",
+                        help="use the assistant only for these languages (e.g. en)")
+    parser.add_argument("--context-tokens", type=int,
+                        help="tokens of earlier finals given to the model as its prompt")
+    parser.add_argument("--partial-interval", type=float, help="seconds between partials")
+    parser.add_argument("--max-sessions", type=int)
+    parser.add_argument("--diarization", metavar="off|bundle|HUB_ID|PATH",
+                        help="speaker labels: the offline bundle, or a pyannote pipeline "
+                             "(hub ids read HF_TOKEN from the environment)")
+    parser.add_argument("--models-dir")
+    parser.add_argument("--api-keys-file", help="file of name:key lines (or set PARLEY_API_KEYS "
+                                                "to a JSON object of name → key)")
+    parser.add_argument("--allow-anonymous", action="store_true",
+                        help="serve a non-loopback address without API keys")
+    parser.add_argument("--allowed-origins", nargs="+", metavar="ORIGIN",
+                        help="browser origins that may stream (default: this server's own; "
+                             "'*' for any)")
+    parser.add_argument("--max-session-s", type=float, help="longest session, in seconds")
+    parser.add_argument("--max-sessions-per-key", type=int)
+    parser.add_argument("--drain-timeout", type=float,
+                        help="on SIGTERM, seconds live sessions may take to finish (default 30)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["text", "json"])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description="Real-time transcription server")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -145,37 +211,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the server (settings also from PARLEY_*)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
-    serve.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
-    serve.add_argument("--device", choices=["auto", "cpu", "cuda"])
-    serve.add_argument("--threads", type=int)
-    serve.add_argument("--assistant", help="draft model for speculative decoding (same "
-                                           "tokenizer as --model)")
-    serve.add_argument("--assistant-languages", nargs="+", metavar="LANG",
-                       help="use the assistant only for these languages (e.g. en)")
-    serve.add_argument("--context-tokens", type=int,
-                       help="tokens of earlier finals given to the model as its prompt")
-    serve.add_argument("--partial-interval", type=float, help="seconds between partials")
-    serve.add_argument("--max-sessions", type=int)
-    serve.add_argument("--diarization", metavar="off|bundle|HUB_ID|PATH",
-                       help="speaker labels: the offline bundle, or a pyannote pipeline "
-                            "(hub ids read HF_TOKEN from the environment)")
-    serve.add_argument("--models-dir")
-    serve.add_argument("--api-keys-file", help="file of name:key lines (or set PARLEY_API_KEYS "
-                                               "to a JSON object of name → key)")
-    serve.add_argument("--allow-anonymous", action="store_true",
-                       help="serve a non-loopback address without API keys")
-    serve.add_argument("--allowed-origins", nargs="+", metavar="ORIGIN",
-                       help="browser origins that may stream (default: this server's own; "
-                            "'*' for any)")
     serve.add_argument("--ssl-certfile", help="serve wss:// with this certificate chain (PEM)")
     serve.add_argument("--ssl-keyfile", help="its private key (PEM), if not in the certfile")
-    serve.add_argument("--max-session-s", type=float, help="longest session, in seconds")
-    serve.add_argument("--max-sessions-per-key", type=int)
-    serve.add_argument("--drain-timeout", type=float,
-                       help="on SIGTERM, seconds live sessions may take to finish (default 30)")
-    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    serve.add_argument("--log-format", choices=["text", "json"])
+    _add_server_flags(serve)
     serve.set_defaults(run=_serve)
+
+    cluster = commands.add_parser("cluster", help="serve on a Ray cluster (started here, or "
+                                                  "joined with --address) until Ctrl-C")
+    cluster.add_argument("--address", help="the Ray cluster to join (auto: the one `ray "
+                                           "start` made here); default: start one")
+    cluster.add_argument("--host", help="where Ray Serve's proxy listens (default 127.0.0.1)")
+    cluster.add_argument("--port", type=int, help="default 8000")
+    cluster.add_argument("--replicas", type=int, help="replicas (default 2)")
+    cluster.add_argument("--max-replicas", type=int,
+                         help="autoscale on live sessions up to this many replicas")
+    cluster.add_argument("--num-gpus", type=float, help="GPUs per replica (1: one each)")
+    cluster.add_argument("--num-cpus", type=float, help="CPUs per replica (default 1)")
+    _add_server_flags(cluster)
+    cluster.set_defaults(run=_cluster)
 
     stream = commands.add_parser("stream", help="stream a file (or raw PCM16 on stdin)")
     stream.add_argument("source", help="audio file ffmpeg can read, or - for raw PCM16 LE")

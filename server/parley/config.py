@@ -192,6 +192,35 @@ class TwilioSettings(BaseModel):
         return self
 
 
+class ClusterSettings(BaseModel):
+    """``parley cluster``: the server as a Ray Serve application (cluster/)."""
+
+    address: str | None = Field(None, description="Ray cluster to join (e.g. auto, or "
+                                                  "ray://head:10001); None: start one here")
+    host: str = Field("127.0.0.1", description="where Ray Serve's HTTP proxy listens")
+    port: int = Field(8000, ge=1, le=65535)
+    proxy_location: Literal["EveryNode", "HeadOnly"] = "EveryNode"
+    replicas: int = Field(2, ge=1, le=1000, description="replicas at the start (and the "
+                                                         "fewest, when autoscaling)")
+    max_replicas: int | None = Field(None, ge=1, le=1000,
+                                     description="autoscale up to this many replicas")
+    target_sessions: float | None = Field(None, gt=0, description="sessions per replica the "
+                                          "autoscaler aims at (default: 3/4 of the cap)")
+    upscale_delay_s: float = Field(10.0, ge=0)
+    downscale_delay_s: float = Field(300.0, ge=0, description="downscaling drains sessions, "
+                                                              "so it waits longer")
+    max_queued_sessions: int = Field(16, ge=0, description="sessions waiting at the proxy "
+                                     "for a free replica; beyond them: HTTP 503")
+    num_cpus: float = Field(1.0, ge=0, description="CPUs each replica reserves")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs each replica reserves (1: its own)")
+
+    @model_validator(mode="after")
+    def _replica_range(self) -> "ClusterSettings":
+        if self.max_replicas is not None and self.max_replicas < self.replicas:
+            raise ValueError("cluster.max_replicas must be at least cluster.replicas")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PARLEY_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -210,6 +239,7 @@ class Settings(BaseSettings):
     diarization: DiarizationSettings = DiarizationSettings()
     webhooks: WebhookSettings = WebhookSettings()
     twilio: TwilioSettings = TwilioSettings()
+    cluster: ClusterSettings = ClusterSettings()
 
     @property
     def has_keys(self) -> bool:
@@ -217,10 +247,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _not_open_to_everyone(self) -> "Settings":
-        if not is_loopback(self.server.host) and not self.has_keys and not self.allow_anonymous:
-            raise ValueError(
-                f"refusing to serve {self.server.host} without API keys: set PARLEY_API_KEYS "
-                "or --api-keys-file, or pass --allow-anonymous to let anyone stream")
+        for host in (self.server.host, self.cluster.host):  # parley serve's; parley cluster's
+            if not is_loopback(host) and not self.has_keys and not self.allow_anonymous:
+                raise ValueError(
+                    f"refusing to serve {host} without API keys: set PARLEY_API_KEYS "
+                    "or --api-keys-file, or pass --allow-anonymous to let anyone stream")
         return self
 
     @model_validator(mode="after")

@@ -7,7 +7,6 @@ it behind an ASGI adapter (cluster/asgi.py). Both hand it the same connections.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Callable
@@ -27,8 +26,6 @@ from parley.transport.connection import Connection
 from parley.transport.followers import Followers
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
 from parley.transport.ws_server import AsrService, StreamEndpoint
-
-log = logging.getLogger(__name__)
 
 
 def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:
@@ -141,9 +138,10 @@ class Service:
 
 async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrService,
                         access: Access, diarization: DiarizationWorker | None = None,
-                        warm_up: bool = True) -> Service:
+                        warm_up: bool = True, server_name: str | None = None) -> Service:
     """Start the workers (timing the engine first, with ``warm_up``) and build the
-    endpoint and the HTTP answers."""
+    endpoint and the HTTP answers (``server_name``: a cluster replica's, told to its
+    sessions)."""
     await worker.start(warm_up=warm_up)
     metrics = Metrics()
     worker.observer = metrics  # after the warm-up, whose decodes are not traffic
@@ -161,7 +159,8 @@ async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrServic
         await webhooks.start()
     followers = Followers(access.keys)
     endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
-                              metrics, dialects(settings), diarization, webhooks, followers)
+                              metrics, dialects(settings), diarization, webhooks, followers,
+                              server_name)
     route = make_request_router(_routes(settings, asr, endpoint, metrics, diarization),
                                 StaticFiles(settings.server.static_dir), endpoint.paths,
                                 followers.matches, endpoint.check_handshake)

@@ -50,6 +50,9 @@ async def ffmpeg_pcm(path: str, sample_rate: int = 16000) -> AsyncIterator[bytes
     finally:
         with contextlib.suppress(ProcessLookupError):
             process.kill()
+        # Read what is left to the end: before Python 3.12, wait() never returns while a
+        # pipe whose reader paused (its buffer full) is still open.
+        await process.stdout.read()
         stderr = (await process.stderr.read()).decode(errors="replace").strip()
         code = await process.wait()
     if code not in (0, -9) and stderr:
@@ -94,6 +97,10 @@ async def run_stream(url: str, chunks: AsyncIterator[bytes], bytes_per_second: i
             sender.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await sender
+        close = getattr(chunks, "aclose", None)
+        if close is not None:  # the session ended before the audio did: stop its source now,
+            with contextlib.suppress(Exception):  # not at the event loop's close
+                await close()
         await live.close()
     result.close_code = live.close_code
     return result

@@ -228,6 +228,7 @@ class SessionStarted:
     config: StreamConfig
     limits: dict[str, Any]
     model: str
+    server: str | None = None  # on a cluster: the replica serving the session
     type: str = "session_started"
     protocol: int = PROTOCOL_VERSION
 
@@ -349,6 +350,8 @@ def as_json(message: ServerMessage) -> dict[str, Any]:
     data = asdict(message)
     if isinstance(message, SessionStarted):
         data["config"] = message.config.to_json()
+        if message.server is None:
+            del data["server"]
     if isinstance(message, Error):
         data["fatal"] = message.fatal
         if message.segment_id is None:

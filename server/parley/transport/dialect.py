@@ -97,6 +97,7 @@ class Opened:
     model: str
     limits: dict
     check_language: Callable[[str | None], None]  # ValueError for one the model lacks
+    server: str | None = None  # the serving replica's name, on a cluster
 
 
 class Translator(Protocol):

@@ -51,7 +51,7 @@ class NativeTranslator:
     def opening(self) -> list[str]:
         opened = self._opened
         return [encode(SessionStarted(opened.session_id, opened.setup.config, opened.limits,
-                                      opened.model))]
+                                      opened.model, opened.server))]
 
     async def receive(self, message: str | bytes, session: Stream) -> bool:
         assert isinstance(session, Session)  # this dialect's setup asks for one session

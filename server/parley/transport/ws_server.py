@@ -67,7 +67,9 @@ class StreamEndpoint:
     def __init__(self, asr: AsrService, options: SessionOptions, limits: StreamLimits,
                  access: Access, metrics: Metrics, dialects: list[Dialect],
                  diarization: DiarizationWorker | None = None,
-                 webhooks: WebhookSender | None = None, followers: Followers | None = None):
+                 webhooks: WebhookSender | None = None, followers: Followers | None = None,
+                 server_name: str | None = None):
+        self._server_name = server_name
         self._dialects = {dialect.path: dialect for dialect in dialects}
         self._webhooks = webhooks
         self._followers = followers
@@ -173,7 +175,8 @@ class StreamEndpoint:
         this.translator = dialect.translator(Opened(this.session_id, setup,
                                                     self._asr.model_label,
                                                     self._limits.to_json(),
-                                                    self._asr.check_language))
+                                                    self._asr.check_language,
+                                                    self._server_name))
         log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
                  dialect.path, setup.config,
                  extra={"session_id": this.session_id, "key": this.key})
