@@ -51,18 +51,19 @@ async def serve_real(models_dir: Path, token: str | None = None, **sections):
 
 async def serve_fake(engine=None, token: str | None = None, **sections):
     """A real server on a free loopback port, decoding with the fake engine (no model)."""
-    from fake_engine import FakeEngine
+    from fake_engine import load_fake_asr
     from parley.app import start_server
     from parley.runtime.scheduler import AsrScheduler
     from parley.transport.ws_server import AsrService
 
-    engine = engine or FakeEngine()
     settings = Settings(token=token, server={"port": 0, **sections.pop("server", {})},
                         **sections)
-    scheduler = AsrScheduler(engine, settings.asr.queue_size)
-    return await start_server(settings, scheduler, AsrService(scheduler, engine.label,
-                                                              engine.check_language),
-                              warm_up=False)
+    if engine is None:
+        scheduler, asr = load_fake_asr(settings)
+    else:
+        scheduler = AsrScheduler(engine, settings.asr.queue_size)
+        asr = AsrService(scheduler, engine.label, engine.check_language)
+    return await start_server(settings, scheduler, asr, warm_up=False)
 
 
 @pytest.fixture(scope="session")

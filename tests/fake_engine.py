@@ -137,3 +137,14 @@ class FakeEngine:
 
     def transcribe(self, audio: np.ndarray, with_words: bool = False) -> Transcription:
         return transcribe(self, AsrRequest(audio, with_words=with_words))
+
+
+def load_fake_asr(settings):
+    """``parley.app.load_asr``'s contract, with the fake engine: how the cluster tests'
+    replicas load ASR (they import this module by name, from tests/ on PYTHONPATH)."""
+    from parley.runtime.scheduler import AsrScheduler
+    from parley.transport.ws_server import AsrService
+
+    engine = FakeEngine()
+    scheduler = AsrScheduler(engine, settings.asr.queue_size)
+    return scheduler, AsrService(scheduler, engine.label, engine.check_language)

@@ -209,6 +209,8 @@ class ClusterSettings(BaseModel):
     upscale_delay_s: float = Field(10.0, ge=0)
     downscale_delay_s: float = Field(300.0, ge=0, description="downscaling drains sessions, "
                                                               "so it waits longer")
+    look_back_s: float = Field(30.0, gt=0, description="the autoscaler's window over "
+                                                      "ongoing sessions")
     max_queued_sessions: int = Field(16, ge=0, description="sessions waiting at the proxy "
                                      "for a free replica; beyond them: HTTP 503")
     num_cpus: float = Field(1.0, ge=0, description="CPUs each replica reserves")

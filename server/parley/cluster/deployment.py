@@ -113,7 +113,8 @@ def deployment_options(settings: Settings) -> dict:
             "min_replicas": cluster.replicas, "initial_replicas": cluster.replicas,
             "max_replicas": cluster.max_replicas, "target_ongoing_requests": target,
             "upscale_delay_s": cluster.upscale_delay_s,
-            "downscale_delay_s": cluster.downscale_delay_s}
+            "downscale_delay_s": cluster.downscale_delay_s,
+            "look_back_period_s": cluster.look_back_s}
     else:
         options["num_replicas"] = cluster.replicas
     return options
