@@ -125,3 +125,10 @@ def application(settings: Settings, load: AsrLoader | None = None):
     settings name by default)."""
     return ParleyReplica.options(**deployment_options(settings)).bind(
         replica_settings(settings), load)
+
+
+def build(args: dict):
+    """The application builder a Ray Serve config names (``import_path:
+    parley.cluster.deployment:build``, as in deploy/kubernetes/rayservice.yaml): ``args``
+    are settings (nested as in ``Settings``), read over the environment's PARLEY_*."""
+    return application(Settings(**args))
