@@ -51,7 +51,9 @@ def free_port() -> int:
 
 
 def cluster_settings(port: int, **cluster) -> Settings:
-    return Settings(server={"max_sessions": 1, "drain_timeout_s": 15},
+    # A session waits while the autoscaler starts a replica: longer than the default
+    # idle timeout, and these sessions say nothing meanwhile.
+    return Settings(server={"max_sessions": 1, "drain_timeout_s": 15, "idle_timeout_s": 120},
                     cluster={"port": port, "proxy_location": "HeadOnly", "num_cpus": 0,
                              "num_gpus": 1, "max_queued_sessions": 4, **cluster})
 

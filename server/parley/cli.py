@@ -252,7 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="the offline model bundle")
     models.add_argument("action", choices=["install", "list", "verify"])
     models.add_argument("names", nargs="*", help="bundle models to install (default: all)")
-    models.add_argument("--models-dir", help="default ~/.cache/parley/models")
+    models.add_argument("--models-dir", help="default $PARLEY_MODELS_DIR, else "
+                                               "~/.cache/parley/models")
     models.add_argument("--force", action="store_true", help="import again even if verified")
     models.set_defaults(run=_models)
     return parser

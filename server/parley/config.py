@@ -9,6 +9,7 @@ No key value is ever logged.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +27,10 @@ _DIARIZATION, _CLUSTERING, _TURNS = DiarizationConfig(), ClusteringConfig(), Tur
 
 
 def default_models_dir() -> Path:
-    return Path.home() / ".cache" / "parley" / "models"
+    """$PARLEY_MODELS_DIR (as Settings reads it), else ~/.cache/parley/models; also for
+    `parley models`, which reads no other setting."""
+    return Path(os.environ.get("PARLEY_MODELS_DIR") or Path.home() / ".cache" / "parley"
+                / "models")
 
 
 def default_static_dir() -> Path | None:
