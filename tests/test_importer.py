@@ -105,3 +105,27 @@ def test_a_truncated_model_bin_is_refused(sources, tmp_path):
     (tmp_path / "model.bin").write_bytes(data[: len(data) // 3])
     with pytest.raises(Ct2FormatError):
         read_ct2_model(tmp_path / "model.bin")
+
+
+def test_an_installed_model_is_readable_by_other_users(tmp_path):
+    """Staged private (the staging directory, safetensors' 0600 file), installed as the
+    umask allows: a service user reads what root installed."""
+    import os
+    import stat
+
+    from parley.models.bundle import _permit_as_umask_allows
+
+    (tmp_path / "tiny.en" / "sub").mkdir(parents=True)
+    weights = tmp_path / "tiny.en" / "model.safetensors"
+    weights.write_bytes(b"weights")
+    for path, mode in ((weights, 0o600), (tmp_path / "tiny.en" / "sub", 0o700),
+                       (tmp_path / "tiny.en", 0o700)):
+        path.chmod(mode)
+    previous = os.umask(0o022)
+    try:
+        _permit_as_umask_allows(tmp_path / "tiny.en")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(weights.stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "tiny.en").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "tiny.en" / "sub").stat().st_mode) == 0o755

