@@ -120,30 +120,11 @@ def deployment_options(settings: Settings) -> dict:
     return options
 
 
-def replica_version(settings: dict, load: AsrLoader | None) -> str:
-    """What a replica is built from: Parley's version, its settings and ASR loader.
-
-    Ray Serve restarts every replica (draining each) when this changes, and only
-    scales when the rest of the options do: without it each deploy would count as new
-    code, and raising ``max_replicas`` would restart every live session."""
-    import hashlib
-    import json
-
-    from parley import __version__
-
-    loader = "" if load is None else f"{load.__module__}.{load.__qualname__}"
-    built_from = json.dumps([__version__, settings, loader], sort_keys=True)
-    return hashlib.sha256(built_from.encode()).hexdigest()[:16]
-
-
 def application(settings: Settings, load: AsrLoader | None = None):
     """The bound Ray Serve application (``load``: how replicas load ASR; the model the
     settings name by default)."""
-    built_from = replica_settings(settings)
-    # The cluster section shapes the deployment (options), not what a replica is.
-    version = replica_version({k: v for k, v in built_from.items() if k != "cluster"}, load)
-    return ParleyReplica.options(version=version, **deployment_options(settings)).bind(
-        built_from, load)
+    return ParleyReplica.options(**deployment_options(settings)).bind(
+        replica_settings(settings), load)
 
 
 def build(args: dict):
