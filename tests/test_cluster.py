@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from ray import serve  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 KEY = "cluster-test-key"
+OBJECT_STORE = 100 * 2**20  # sessions pass no objects through it; Ray's default is 30 % of RAM
 # Read by Ray's processes when they start: the proxy and replicas push autoscaling
 # metrics every half second, not every ten, so the autoscaler sees sessions at once.
 RAY_ENV = {"RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
@@ -66,10 +68,10 @@ def cluster():
 
     saved = {name: os.environ.get(name) for name in RAY_ENV}
     os.environ.update(RAY_ENV)
-    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 2,
-                                                          "include_dashboard": False})
+    nodes = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "include_dashboard": False, "object_store_memory": OBJECT_STORE})
     for _ in range(2):
-        nodes.add_node(num_cpus=1, num_gpus=1)
+        nodes.add_node(num_cpus=1, num_gpus=1, object_store_memory=OBJECT_STORE)
     try:
         ray.init(address=nodes.address, logging_level="warning")
         port = free_port()
@@ -224,3 +226,31 @@ def test_probes_and_the_page_through_the_proxy(cluster):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/") as page:
         assert page.headers["Content-Type"].startswith("text/html")
         assert b"<html" in page.read().lower()
+
+
+async def test_a_drained_node_hands_its_sessions_over_finalized(cluster, audio,
+                                                                single_server_finals):
+    """What a KubeRay worker pod's preStop does (deploy/kubernetes/rayservice.yaml):
+    `ray drain-node` on the node of a live session. Serve starts a replica elsewhere
+    and stops this one, which finalizes the session; a new session lands on the other
+    node."""
+    base, _ = cluster
+    session = await asyncio.wait_for(open_session(base), 30)
+    clip = cut_mid_turn(audio)
+    await stream_all(session, clip, end=False)
+    finals = asyncio.ensure_future(results(session))
+    await asyncio.sleep(2)
+    node = next(n["NodeID"] for n in ray.nodes()
+                if n["Alive"] and n["NodeID"].startswith(node_of(session)))
+    drain = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ray.scripts.scripts", "drain-node", "--address",
+        ray.get_runtime_context().gcs_address, "--node-id", node,
+        "--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "test",
+        "--deadline-remaining-seconds", "60")
+    assert await drain.wait() == 0
+    assert spans(await asyncio.wait_for(finals, 60)) == single_server_finals["cut"]
+    assert session.ended["reason"] == "shutting_down" and session.close_code == 1001
+    successor = await asyncio.wait_for(open_session(base), 60)
+    assert node_of(successor) != node_of(session)
+    await successor.end()
+    await results(successor)
