@@ -52,6 +52,7 @@ bench: install
 	$(PY) bench/load.py
 	$(PY) bench/compat.py
 	$(PY) bench/telephony.py
+	$(PY) bench/cluster.py
 
 # The wheel bench/gpu_check.sh installs on the lent GPU machine, which has no network.
 gpu-wheels: $(VENV)/.installed
