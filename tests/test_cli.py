@@ -191,3 +191,16 @@ async def test_stream_takes_the_key_from_token_or_the_environment(start, dialogu
     assert (await cli(env_token="k3y"))[0] == 0
     code, out, err = await cli()
     assert code == 1 and "unauthorized" in out + err
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--host", "0.0.0.0"], "refusing to serve 0.0.0.0 without API keys"),
+    (["--replicas", "2", "--max-replicas", "1"],
+     "cluster.max_replicas must be at least cluster.replicas")])
+def test_cluster_checks_its_settings_before_starting_ray(args, why):
+    """`parley cluster` refuses bad settings like `serve`, before it starts any Ray."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PARLEY_TOKEN", "PARLEY_API_KEYS", "PARLEY_ALLOW_ANONYMOUS")}
+    run = subprocess.run([*PARLEY, "cluster", *args], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2 and why in run.stderr, run.stderr
