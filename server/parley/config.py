@@ -216,7 +216,8 @@ class ClusterSettings(BaseModel):
     look_back_s: float = Field(30.0, gt=0, description="the autoscaler's window over "
                                                       "ongoing sessions")
     max_queued_sessions: int = Field(16, ge=0, description="sessions waiting at the proxy "
-                                     "for a free replica; beyond them: HTTP 503")
+                                     "for a free replica; beyond them Ray refuses the "
+                                     "handshake (HTTP 500 for WebSockets in Ray 2.60)")
     num_cpus: float = Field(1.0, ge=0, description="CPUs each replica reserves")
     num_gpus: float = Field(0.0, ge=0, description="GPUs each replica reserves (1: its own)")
 
