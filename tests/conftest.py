@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Hypothesis imports its optimiser lazily, in the middle of a test, and pytest compiles it
 # there (it rewrites asserts in plugin packages). Python 3.11's compiler can then fail with
@@ -19,6 +20,9 @@ os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
 from parley.config import Settings  # noqa: E402
 from parley.models.bundle import resolve_model  # noqa: E402
+
+if TYPE_CHECKING:
+    from fake_engine import FakeEngine
 
 
 @pytest.fixture(scope="session")
