@@ -93,6 +93,8 @@ class ParleyReplica:
             raise RuntimeError("the diarization worker has stopped")
 
     async def __del__(self) -> None:
+        if not hasattr(self, "_service"):
+            return  # the constructor failed (a model that would not load): nothing runs
         self._watch.cancel()
         await self._service.stop()
 
