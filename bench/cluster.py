@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,16 +29,11 @@ import time
 import urllib.request
 
 from common import RESULTS, print_table, write_json
+from conftest import free_port
 from load import Server
 from websockets.asyncio.client import connect
 
 PROBE = json.dumps({"type": "bench_probe"})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ClusterProcess:

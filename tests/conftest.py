@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,13 @@ from parley.models.bundle import resolve_model  # noqa: E402
 
 if TYPE_CHECKING:
     from fake_engine import FakeEngine
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import urllib.error
 import urllib.request
 
@@ -15,7 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from conftest import assert_finals_are_their_audio, chunks_of
+from conftest import assert_finals_are_their_audio, chunks_of, free_port
 from fake_engine import load_fake_asr
 from parley.client.stream import run_stream, stream_url
 from parley.config import Settings
@@ -44,9 +43,7 @@ async def served():
     worker, asr = load_fake_asr(settings)
     access = Access(ApiKeys.of({"test": KEY}), OriginPolicy.of(None))
     service = await start_service(settings, worker, asr, access, warm_up=False)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = Uvicorn(uvicorn.Config(AsgiApp(service), host="127.0.0.1", port=port,
                                     lifespan="on", log_level="warning"))
     serving = asyncio.ensure_future(server.serve())

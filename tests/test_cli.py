@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,11 @@ from pyannote.database.util import load_rttm
 from pyannote.metrics.diarization import DiarizationErrorRate
 
 from audio_fixtures import SAMPLE_WAV, conversation, sample_dir, words_of, write_wav
+from conftest import free_port
 from parley.client.formats import render
 from parley.client.transcript import SpeakerTurn, Transcript
 
 PARLEY = [sys.executable, "-m", "parley"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve(models_dir, *args):

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from conftest import chunks_of, serve_fake
+from conftest import chunks_of, free_port, serve_fake
 from fake_engine import load_fake_asr
 from parley.client.live import LiveStream
 from parley.client.stream import run_stream, stream_url
@@ -44,12 +43,6 @@ RAY_ENV = {"RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
            "PARLEY_API_KEYS": json.dumps({"test": KEY}),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
                                           os.environ.get("PYTHONPATH", "")])}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cluster_settings(port: int, **cluster) -> Settings:

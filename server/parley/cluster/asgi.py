@@ -78,6 +78,7 @@ class AsgiConnection:
                 await self._inbox.put(data if data is not None else message.get("text", ""))
 
     async def recv(self) -> str | bytes:
+        """The client's next message; ConnectionClosed once either side closed."""
         if self._closed is not None:
             raise ConnectionClosedOK(None, self._closed)
         message = await self._inbox.get()
@@ -87,6 +88,7 @@ class AsgiConnection:
         return message
 
     async def send(self, message: str | bytes) -> None:
+        """Send one message; ConnectionClosed if the connection is closed or the send fails."""
         if self._closed is not None:
             raise ConnectionClosedOK(None, self._closed)
         key = "text" if isinstance(message, str) else "bytes"
@@ -97,6 +99,7 @@ class AsgiConnection:
             raise ConnectionClosedError(None, None) from exc
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Close with ``code`` (once; the client may be gone) and stop reading."""
         if self._closed is None:
             self._closed = Close(code, reason)
             with contextlib.suppress(Exception):  # the client may be gone already
@@ -104,6 +107,7 @@ class AsgiConnection:
         await self.stop_reading()
 
     async def stop_reading(self) -> None:
+        """Stop the reader task (the connection is done with)."""
         self._reader.cancel()
         await asyncio.gather(self._reader, return_exceptions=True)
 

@@ -43,6 +43,8 @@ def stop() -> None:
 
 
 def serve_cluster(settings: Settings) -> None:
+    """`parley cluster`: start, say where it serves, wait for Ctrl-C or SIGTERM (a second
+    one stops at once), then drain and stop."""
     import ray
 
     stopping = threading.Event()
