@@ -20,15 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import re
+import signal
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
 
-from common import RESULTS, print_table, write_json
+from common import LoggedProcess, print_table, write_json
 from conftest import free_port
 from load import Server
 from websockets.asyncio.client import connect
@@ -36,30 +34,19 @@ from websockets.asyncio.client import connect
 PROBE = json.dumps({"type": "bench_probe"})
 
 
-class ClusterProcess:
+class ClusterProcess(LoggedProcess):
     """`parley cluster` in a child process, timed from launch to "listening"."""
 
     def __init__(self, model: str, diarization: str, replicas: int = 2):
         self.port = free_port()
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        self.log_path = RESULTS / f"cluster-{diarization}.log"
-        self._log = open(self.log_path, "w")
         began = time.perf_counter()
-        self.process = subprocess.Popen(
+        super().__init__(
             [sys.executable, "-m", "parley", "cluster", "--port", str(self.port),
              "--replicas", str(replicas), "--model", model, "--diarization", diarization],
-            stdout=self._log, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYANNOTE_METRICS_ENABLED": "false"}, start_new_session=True)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and self.process.poll() is None:
-            found = re.search(r"listening on .* \(ready in ([\d.]+) s", self.log_path.read_text())
-            if found:
-                self.launch_to_ready_s = time.perf_counter() - began
-                self.reported_ready_s = float(found[1])
-                return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"the cluster did not start; see {self.log_path}")
+            f"cluster-{diarization}", r"listening on .* \(ready in ([\d.]+) s", 600,
+            start_new_session=True)
+        self.launch_to_ready_s = time.perf_counter() - began
+        self.reported_ready_s = float(self.ready[1])
 
     @property
     def url(self) -> str:
@@ -70,12 +57,7 @@ class ClusterProcess:
             return json.loads(r.read())
 
     def stop(self) -> None:
-        self.process.send_signal(2)  # Ctrl-C: drain, then stop
-        try:
-            self.process.wait(120)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._log.close()
+        super().stop(signal.SIGINT, 120)  # Ctrl-C: drain, then stop
 
 
 async def round_trips(direct: str, proxied: str, messages: int) -> dict[str, list[float]]:

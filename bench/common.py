@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,3 +46,35 @@ def write_json(name: str, payload: dict) -> Path:
     path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
     return path
+
+
+class LoggedProcess:
+    """A child process whose output goes to bench/results/<name>.log; the constructor
+    returns once that log matches ``ready`` (kept as ``self.ready``), and raises if the
+    process exits or ``timeout_s`` passes first."""
+
+    def __init__(self, argv: list[str], name: str, ready: str, timeout_s: float,
+                 env: dict[str, str] | None = None, **popen):
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        self.log_path = RESULTS / f"{name}.log"
+        self._log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYANNOTE_METRICS_ENABLED": "false", **(env or {})}, **popen)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.process.poll() is None:
+            found = re.search(ready, self.log_path.read_text())
+            if found:
+                self.ready = found
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{name} did not start; see {self.log_path}")
+
+    def stop(self, sig: int = signal.SIGTERM, wait_s: float = 30) -> None:
+        self.process.send_signal(sig)
+        try:
+            self.process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()

@@ -22,16 +22,14 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
 
 import numpy as np
-from common import RESULTS, print_table, write_json
+from common import LoggedProcess, print_table, write_json
 from websockets.asyncio.client import connect
 
 from audio_fixtures import (DIALOGUE_LINES, SAMPLE_WAV, SPEAKERS, conversation, read_wav,
@@ -125,29 +123,17 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
     return outcome
 
 
-class Server:
+class Server(LoggedProcess):
     """`parley serve` in a child process on a free loopback port; its log goes to a file."""
 
     def __init__(self, model: str, diarization: str, extra: list[str], log_level: str,
                  log_name: str = "load", env: dict[str, str] | None = None):
-        env = {**os.environ, "PARLEY_LOG_LEVEL": log_level, "PYANNOTE_METRICS_ENABLED": "false",
-               **(env or {})}
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        self.log_path = RESULTS / f"{log_name}-server-{diarization}.log"
-        self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen(
+        super().__init__(
             [sys.executable, "-m", "parley", "serve", "--port", "0", "--model", model,
              "--diarization", diarization, "--max-sessions", "64", *extra],
-            stdout=self._log, stderr=subprocess.STDOUT, text=True, env=env)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and self.process.poll() is None:
-            found = re.search(r"ws://([\d.]+):(\d+)/v1/stream", self.log_path.read_text())
-            if found:
-                self.base = f"{found[1]}:{found[2]}"
-                return
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"the server did not start; see {self.log_path}")
+            f"{log_name}-server-{diarization}", r"ws://([\d.]+):(\d+)/v1/stream", 300,
+            {"PARLEY_LOG_LEVEL": log_level, **(env or {})})
+        self.base = f"{self.ready[1]}:{self.ready[2]}"
 
     @property
     def url(self) -> str:
@@ -161,10 +147,6 @@ class Server:
         fields = open(f"/proc/{self.process.pid}/stat").read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
-        self._log.close()
 
 
 def _asr_busy_seconds(health: dict) -> float | None:

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import uvicorn
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -22,8 +23,6 @@ from parley.protocol.messages import StreamConfig
 from parley.service import start_service
 from parley.transport.admission import Access
 from parley.transport.auth import ApiKeys, OriginPolicy
-
-uvicorn = pytest.importorskip("uvicorn")  # with Ray Serve: the extra "cluster"
 
 KEY = "asgi-test-key"
 

@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import ray
+from ray import serve
+from ray.cluster_utils import Cluster
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -27,10 +30,6 @@ from parley.client.live import LiveStream
 from parley.client.stream import run_stream, stream_url
 from parley.config import Settings
 from parley.protocol.messages import StreamConfig
-
-ray = pytest.importorskip("ray")  # in make test it is installed: the extra "cluster"
-from ray import serve  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 
 KEY = "cluster-test-key"
 OBJECT_STORE = 100 * 2**20  # sessions pass no objects through it; Ray's default is 30 % of RAM

@@ -10,7 +10,6 @@ import time
 
 from parley.config import Settings
 
-log = logging.getLogger(__name__)
 APP_NAME = "parley"
 
 
