@@ -105,6 +105,7 @@ def test_timeline_averages_windows_and_settles_after_the_latency():
     assert settled == [Turn(0.0, 1.0, 0)]
     snapshot = timeline.snapshot()
     assert snapshot.settled_until == pytest.approx(1.1)
+    assert snapshot.heard_until == pytest.approx(2.0)  # the end of the frames heard
     assert snapshot.speaker_of(1.2, 1.8) == 1
     timeline.advance(now=5.0, final=True)
     assert timeline.settled_turns()[-1] == Turn(1.0, pytest.approx(2.0), 1)

@@ -87,6 +87,16 @@ def test_a_settled_change_is_found_only_once_both_turns_are_long_enough_and_sett
     assert settled_change(TimelineSnapshot(turns, 6.0, 2), 2.5, 6.0) is None  # A too short here
 
 
+def test_a_change_is_cut_once_it_is_change_latency_old_though_labels_may_still_change():
+    """Labels settle 4 s after the audio; a final is cut at a change 2 s old (default)."""
+    turns = (Turn(0.0, 3.0, 0), Turn(3.0, 6.5, 1))
+    heard = TimelineSnapshot(turns, settled_until=2.5, speaker_count=2, heard_until=6.5)
+    assert settled_change(heard, 0.0, 6.5) == pytest.approx(3.0)  # B heard until 4.5 > 4.0
+    early = TimelineSnapshot(turns, settled_until=1.5, speaker_count=2, heard_until=5.5)
+    assert settled_change(early, 0.0, 5.5) is None  # B's first second is not 2 s old yet
+    assert settled_change(heard, 0.0, 6.5, TurnConfig(change_latency_s=4.0)) is None
+
+
 # ------------------------------------------------------------------ labels
 
 

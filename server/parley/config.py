@@ -92,6 +92,9 @@ class DiarizationSettings(BaseModel):
                           description="how often a step runs")
     latency_s: float = Field(_DIARIZATION.latency_s, ge=0.1, le=30.0,
                              description="how long a label may change")
+    change_latency_s: float = Field(_TURNS.change_latency_s, ge=0.0, le=30.0,
+                                    description="how old a speaker change must be before "
+                                                "a final is cut there")
     max_speakers: int = Field(_CLUSTERING.max_speakers, ge=1, le=64)
     new_speaker_distance: float = Field(_CLUSTERING.new_speaker_distance, gt=0.0, lt=2.0,
                                         description="cosine distance that makes a new speaker")
@@ -114,7 +117,8 @@ class DiarizationSettings(BaseModel):
                                         new_speaker_distance=self.new_speaker_distance,
                                         merge_distance=self.merge_distance,
                                         min_speaker_s=self.min_speaker_s),
-            turns=TurnConfig(min_turn_s=self.min_turn_s))
+            turns=TurnConfig(min_turn_s=self.min_turn_s,
+                             change_latency_s=self.change_latency_s))
 
     @property
     def enabled(self) -> bool:

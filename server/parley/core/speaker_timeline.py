@@ -24,12 +24,14 @@ class Turn:
 
 @dataclass(frozen=True)
 class TimelineSnapshot:
-    """Who spoke when: settled turns up to ``settled_until``, provisional ones after it."""
+    """Who spoke when: settled turns up to ``settled_until``, provisional ones after it,
+    up to ``heard_until`` (the end of the audio the windows have heard)."""
 
     turns: tuple[Turn, ...]
     settled_until: float
     speaker_count: int
     aliases: tuple[int, ...] = ()  # diarization's speaker i is shown as aliases[i]
+    heard_until: float = 0.0
 
     def speaker_of(self, start: float, end: float) -> int | None:
         """The speaker who overlaps [start, end] the most, else the nearest within a
@@ -49,7 +51,8 @@ class TimelineSnapshot:
     def between(self, start: float, end: float) -> TimelineSnapshot:
         """This snapshot with only the turns that overlap [start, end]."""
         turns = tuple(t for t in self.turns if t.end > start and t.start < end)
-        return TimelineSnapshot(turns, self.settled_until, self.speaker_count, self.aliases)
+        return TimelineSnapshot(turns, self.settled_until, self.speaker_count, self.aliases,
+                                self.heard_until)
 
     def _nearest(self, start: float, end: float, reach: float = 1.0) -> int | None:
         # Short words between turns (breaths, "uh") go to the closest turn nearby.
@@ -165,7 +168,7 @@ class SpeakerTimeline:
                       else t.speaker) for t in turns]
         shown.sort(key=lambda turn: (turn.start, turn.speaker))
         return TimelineSnapshot(tuple(shown), settled_until, len({t.speaker for t in shown}),
-                                tuple(aliases))
+                                tuple(aliases), end)
 
     def settled_turns(self) -> list[Turn]:
         return list(self._settled)

@@ -25,7 +25,7 @@ from parley.core.turns import TurnConfig
 class DiarizationConfig:
     window_s: float = 5.0
     step_s: float = 0.5
-    latency_s: float = 2.0           # how long a label may still change
+    latency_s: float = 4.0           # how long a label may still change (see TurnConfig)
     active_probability: float = 0.5  # segmentation probability of a local speaker speaking
     min_alone_s: float = 0.5         # seconds alone to embed a speaker from those frames only
     min_window_s: float = 0.5        # shorter windows are not segmented

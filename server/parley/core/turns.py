@@ -4,7 +4,10 @@ Diarization labels are noisy near turn boundaries and in short stretches, so a r
 shorter than ``min_turn_s`` never makes a turn of its own unless pauses set it apart
 (a lone "Yes." between pauses is a turn; "everyone" in mid-sentence is not). The
 same rule finds where a final should end: at the first change between two runs of
-at least ``min_turn_s`` each, all of it settled.
+at least ``min_turn_s`` each, all of it at least ``change_latency_s`` old. That is
+shorter than the diarization latency (how long labels may still change), so a final
+is cut as soon as windows enough have heard the change, and later windows may still
+correct who said its words (with a ``speaker_update``).
 """
 
 from __future__ import annotations
@@ -21,14 +24,16 @@ class TurnConfig:
     min_turn_s: float = 1.0  # shorter runs join a neighbour unless pauses set them apart
     pause_s: float = 0.3     # a gap this long between words sets runs apart
     cut_search_s: float = 0.2  # a speaker-change cut goes to the quietest frame this near
+    change_latency_s: float = 2.0  # how old a change must be before a final is cut there
 
     def __post_init__(self) -> None:
-        if self.min_turn_s < 0 or self.pause_s < 0 or self.cut_search_s < 0:
+        if min(self.min_turn_s, self.pause_s, self.cut_search_s, self.change_latency_s) < 0:
             raise ValueError("turn settings are durations: none may be negative")
 
 
 class Speaking(Protocol):
-    settled_until: float
+    settled_until: float  # labels before this will not change
+    heard_until: float    # the end of the audio heard so far
 
     def speaking(self, start: float, end: float) -> int | None: ...
 
@@ -113,8 +118,10 @@ def _join_target(runs: list[_Run], k: int, spans: Sequence[Span],
 def settled_change(snapshot: Speaking, start: float, end: float,
                    config: TurnConfig = TurnConfig()) -> float | None:
     """The first time in [start, end] where one speaker's run of at least ``min_turn_s``
-    gives way to another's, both settled (None: no such change yet)."""
-    until = min(end, snapshot.settled_until)
+    gives way to another's, both settled or older than ``change_latency_s`` (None: no
+    such change yet)."""
+    until = min(end, max(snapshot.settled_until,
+                         snapshot.heard_until - config.change_latency_s))
     cells = int((until - start) / CELL_S)
     if cells <= 0:
         return None
