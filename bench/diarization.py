@@ -3,7 +3,8 @@
 A `parley serve --diarization bundle` runs in its own process; each recording is sent
 in real time (100 ms messages paced by the clock) through Parley's own client, which
 applies every ``speaker_update`` to the finals it kept. The finals' words, joined into
-turns (runs of one speaker's words, split at pauses over 0.5 s), are scored against
+turns (runs of one speaker's words, split at pauses of 0.3 s or more, as `parley stream
+--format rttm` writes them), are scored against
 the reference with pyannote.metrics: diarization error rate with a 0.25 s collar and
 overlap scored, split into confusion, missed and false alarm (shares of scored speech),
 and again with overlapped speech left out (one speaker per word cannot cover it). Also: the number of speakers shown and whether the labels run S1…Sn

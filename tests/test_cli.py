@@ -144,6 +144,17 @@ def test_the_transcript_applies_speaker_updates_and_joins_words_into_turns():
     assert transcript.turns() == [SpeakerTurn(0.1, 1.0, "S2"), SpeakerTurn(1.8, 2.9, "S1")]
 
 
+def test_a_pause_as_long_as_the_servers_sets_turns_apart():
+    """A speaker's words 0.3 s apart (the server's pause, TurnConfig.pause_s) are two
+    turns in what --format rttm writes; closer words are one."""
+    transcript = Transcript()
+    transcript.apply({"type": "final", "segment_id": 1, "start": 0.0, "end": 3.0,
+                      "text": "a b c", "reason": "silence", "speaker": "S1",
+                      "words": [word("a", 0.0, 0.5, "S1"), word("b", 0.79, 1.2, "S1"),
+                                word("c", 1.5, 2.0, "S1")]})
+    assert transcript.turns() == [SpeakerTurn(0.0, 1.2, "S1"), SpeakerTurn(1.5, 2.0, "S1")]
+
+
 def test_stream_with_diarization_writes_speakers_that_score_like_the_reference(server_url):
     """`parley stream --diarization --format json` on sample.wav: every word has a speaker,
     two in all, S1 first; their turns (the ones `--format rttm` writes) score like the

@@ -1,8 +1,8 @@
 """The transcript as a client keeps it: finals in stream order, ``speaker_update`` applied.
 
 Pure: messages are the dicts protocol.md defines. Turns are runs of words of one
-speaker; a pause longer than ``TURN_GAP_S`` between two of the same speaker's words
-starts a new turn, as a reader would see a new line.
+speaker (what ``--format rttm`` writes); a pause of ``TURN_GAP_S`` or more between two
+of the same speaker's words starts a new turn.
 """
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-TURN_GAP_S = 0.5
+from parley.core.turns import TurnConfig
+
+# The pause that sets runs of words apart on the server (protocol.md, "speaker"), so that
+# written turns end where the speech does and agree with the server's own turns.
+TURN_GAP_S = TurnConfig().pause_s
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Transcript:
         return seen
 
     def turns(self, gap_s: float = TURN_GAP_S) -> list[SpeakerTurn]:
-        """Runs of words of one speaker, split where they pause longer than ``gap_s``."""
+        """Runs of words of one speaker, split where they pause ``gap_s`` or longer."""
         turns: list[SpeakerTurn] = []
         for final in self.finals:
             words = final.get("words") or []
@@ -61,7 +65,7 @@ class Transcript:
                           "speaker": final.get("speaker")}]
             for w in words:
                 last = turns[-1] if turns else None
-                if last and last.speaker == w["speaker"] and w["start"] - last.end <= gap_s:
+                if last and last.speaker == w["speaker"] and w["start"] - last.end < gap_s:
                     turns[-1] = SpeakerTurn(last.start, max(last.end, w["end"]), last.speaker)
                 else:
                     turns.append(SpeakerTurn(w["start"], w["end"], w["speaker"]))
