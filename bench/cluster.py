@@ -24,9 +24,8 @@ import signal
 import statistics
 import sys
 import time
-import urllib.request
 
-from common import LoggedProcess, print_table, write_json
+from common import ParleyProcess, print_table, write_json
 from conftest import free_port
 from load import Server
 from websockets.asyncio.client import connect
@@ -34,11 +33,12 @@ from websockets.asyncio.client import connect
 PROBE = json.dumps({"type": "bench_probe"})
 
 
-class ClusterProcess(LoggedProcess):
+class ClusterProcess(ParleyProcess):
     """`parley cluster` in a child process, timed from launch to "listening"."""
 
     def __init__(self, model: str, diarization: str, replicas: int = 2):
         self.port = free_port()
+        self.base = f"127.0.0.1:{self.port}"
         began = time.perf_counter()
         super().__init__(
             [sys.executable, "-m", "parley", "cluster", "--port", str(self.port),
@@ -47,14 +47,6 @@ class ClusterProcess(LoggedProcess):
             start_new_session=True)
         self.launch_to_ready_s = time.perf_counter() - began
         self.reported_ready_s = float(self.ready[1])
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/stream"
-
-    def health(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=10) as r:
-            return json.loads(r.read())
 
     def stop(self) -> None:
         super().stop(signal.SIGINT, 120)  # Ctrl-C: drain, then stop

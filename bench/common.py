@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,3 +79,18 @@ class LoggedProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self._log.close()
+
+
+class ParleyProcess(LoggedProcess):
+    """A Parley server (``parley serve`` or ``parley cluster``) reachable at ``self.base``
+    (host:port)."""
+
+    base: str
+
+    @property
+    def url(self) -> str:
+        return f"ws://{self.base}/v1/stream"
+
+    def health(self) -> dict:
+        with urllib.request.urlopen(f"http://{self.base}/health", timeout=10) as response:
+            return json.loads(response.read())

@@ -25,11 +25,10 @@ import os
 import statistics
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
 import numpy as np
-from common import LoggedProcess, print_table, write_json
+from common import ParleyProcess, print_table, write_json
 from websockets.asyncio.client import connect
 
 from audio_fixtures import (DIALOGUE_LINES, SAMPLE_WAV, SPEAKERS, conversation, read_wav,
@@ -123,7 +122,7 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
     return outcome
 
 
-class Server(LoggedProcess):
+class Server(ParleyProcess):
     """`parley serve` in a child process on a free loopback port; its log goes to a file."""
 
     def __init__(self, model: str, diarization: str, extra: list[str], log_level: str,
@@ -134,14 +133,6 @@ class Server(LoggedProcess):
             f"{log_name}-server-{diarization}", r"ws://([\d.]+):(\d+)/v1/stream", 300,
             {"PARLEY_LOG_LEVEL": log_level, **(env or {})})
         self.base = f"{self.ready[1]}:{self.ready[2]}"
-
-    @property
-    def url(self) -> str:
-        return f"ws://{self.base}/v1/stream"
-
-    def health(self) -> dict:
-        with urllib.request.urlopen(f"http://{self.base}/health", timeout=10) as response:
-            return json.loads(response.read())
 
     def cpu_seconds(self) -> float:
         fields = open(f"/proc/{self.process.pid}/stat").read().rsplit(")", 1)[1].split()
