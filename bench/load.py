@@ -1,16 +1,16 @@
 """Serving capacity: N concurrent real-time streams against a real `parley serve` on loopback.
 
-Each stream is a two-speaker conversation of about 67 s: pyannote's sample.wav and an
-espeak-ng dialogue of two voices, rotated differently per stream (independent
-callers do not take their turns in step), sent in 100 ms PCM16 messages paced by the
-clock; stream i starts ``i × --stagger`` seconds after the first. ``--same-audio
+Each stream is a conversation of about 67 s and four voices: pyannote's sample.wav (two
+speakers) and an espeak-ng dialogue of two voices, rotated differently per stream
+(independent callers do not take their turns in step), sent in 100 ms PCM16 messages
+paced by the clock; stream i starts ``i × --stagger`` seconds after the first. ``--same-audio
 --stagger 0`` sends every stream the same conversation at once: the worst case.
 
 For each N it reports: final latency (wall time from sending the audio at a final's
 ``end`` to receiving that final) p50 / p95 / max, finals lost (segments without a
 final), partials per session-second, ASR busy fraction (from /health, where the
-server reports it) and server CPU use, and WER against the known text. Then the
-largest N that holds p50 ≤ 1.5 s and max ≤ 3 s, with diarization off and on.
+server reports it) and server CPU use, WER against the known text, and (labels on) the
+speakers each stream shows. Then the largest N that holds p50 ≤ 1.5 s and max ≤ 3 s, with diarization off and on.
 
 The server runs in its own process (as deployed), so the clients' work is not on its
 event loop. Usage: python bench/load.py [--streams 1 2 4 6 8] [--diarization off on]
@@ -31,10 +31,13 @@ import numpy as np
 from common import ParleyProcess, print_table, write_json
 from websockets.asyncio.client import connect
 
+from parley.client.transcript import Transcript
+
 from audio_fixtures import (DIALOGUE_LINES, SAMPLE_WAV, SPEAKERS, conversation, read_wav,
                             sample_reference_text, silence, wer)
 
 CHUNK_S = 0.1
+VOICES = 4  # in each conversation: sample.wav's two speakers and two espeak-ng voices
 P50_BOUND_S = 1.5
 MAX_BOUND_S = 3.0
 
@@ -46,7 +49,7 @@ class Conversation:
 
 
 def conversations(count: int) -> list[Conversation]:
-    """``count`` two-speaker conversations of 68 to 73 s, each its own rotation of the
+    """``count`` four-voice conversations of 68 to 73 s, each its own rotation of the
     same pieces (sample.wav, then eight espeak turns of two voices) after its own lead
     silence, so that the turns of different streams do not end at the same moment."""
     pieces = [(read_wav(SAMPLE_WAV), sample_reference_text())]
@@ -73,6 +76,7 @@ class StreamOutcome:
     errors: list[dict] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     close_code: int | None = None
+    transcript: Transcript = field(default_factory=Transcript)
 
 
 async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
@@ -103,6 +107,7 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
         async for raw in ws:
             message = json.loads(raw)
             kind = message["type"]
+            outcome.transcript.apply(message)
             if kind == "partial":
                 outcome.partials += 1
             elif kind == "final":
@@ -175,6 +180,11 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
         "server_cpu": (after_cpu - before_cpu) / wall / os.cpu_count(),
         "wer": statistics.fmean(wer(talks[i].reference, " ".join(o.text))
                                 for i, o in enumerate(outcomes)),
+        # with labels on: how many speakers each stream's transcript shows (each
+        # conversation has four voices: sample.wav's two and two espeak-ng voices)
+        "speaker_counts": [len(o.transcript.speakers()) for o in outcomes] if diarize else None,
+        "right_speakers": sum(len(o.transcript.speakers()) == VOICES for o in outcomes)
+        if diarize else None,
         "error_codes": sorted({e.get("code") for e in errors}),
         "latencies_s": [round(t, 3) for t in latencies],
     }
@@ -199,6 +209,10 @@ def main() -> None:
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
     parser.add_argument("--server-arg", action="append", default=[],
                         help="extra argument for `parley serve` (repeatable)")
+    parser.add_argument("--server-pythonpath", help="run the server from this source tree "
+                                                    "(e.g. an older checkout, for a before)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment of the server, e.g. PARLEY_DIARIZATION__NICE=10")
     parser.add_argument("--server-log-level", default="warning",
                         help="the server's log level (its log: bench/results/load-server-*.log)")
     args = parser.parse_args()
@@ -206,8 +220,11 @@ def main() -> None:
     talks = talks * (max(args.streams) if args.same_audio else 1)
     rows = []
     for mode in args.diarization:
+        env = dict(item.split("=", 1) for item in args.server_env)
+        if args.server_pythonpath:
+            env["PYTHONPATH"] = args.server_pythonpath
         server = Server(args.model, "bundle" if mode == "on" else "off", args.server_arg,
-                        args.server_log_level)
+                        args.server_log_level, env=env)
         try:
             for count in args.streams:
                 row = asyncio.run(run_streams(server, count, args.stagger, mode == "on", talks))
@@ -219,8 +236,7 @@ def main() -> None:
     print()
     print_table(rows, ["streams", "diarization", "finals", "p50_s", "p95_s", "max_s",
                        "finals_lost", "errors", "partials_per_session_s", "partials_min_max",
-                       "asr_busy",
-                       "server_cpu", "wer"])
+                       "asr_busy", "server_cpu", "wer", "right_speakers"])
     best = {}
     for mode in args.diarization:
         held = [r["streams"] for r in rows if r["diarization"] == (mode == "on") and holds(r)]

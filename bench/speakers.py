@@ -82,6 +82,16 @@ def _observe(job: tuple[str, str, int, int]) -> Path:
     return path
 
 
+def _label_settled(diarizer, shown: dict) -> None:
+    """Label each newly settled turn with the speaker it is shown as now: what a client
+    keeps (a settled final's labels never change), not what later merges would say."""
+    aliases = diarizer.clustering.aliases()
+    for turn in diarizer.timeline.settled_turns():
+        key = (turn.start, turn.end, turn.speaker)
+        if key not in shown:
+            shown[key] = aliases[turn.speaker] if turn.speaker < len(aliases) else turn.speaker
+
+
 def _score(job: tuple[str, str, int, int, dict]) -> dict:
     from pyannote.core import Annotation, Segment
     from pyannote.metrics.diarization import DiarizationErrorRate
@@ -94,17 +104,19 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
     diarizer = StreamDiarizer(_MODELS, config_with(overrides))
     began = time.perf_counter()
     windows = iter(cached["windows"])
+    shown: dict[tuple[float, float, int], int] = {}  # settled turn → speaker shown then
     for window, _, now in diarizer.windows(recording.audio):
         if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
             diarizer.link(next(windows))
         diarizer.timeline.advance(now)
+        _label_settled(diarizer, shown)
     diarizer.timeline.advance(recording.duration, final=True)
+    _label_settled(diarizer, shown)
     linking = time.perf_counter() - began
     steps = len(cached["windows"])
-    snapshot = diarizer.timeline.snapshot(diarizer.clustering.aliases())
     hypothesis, reference = Annotation(), Annotation()
-    for k, turn in enumerate(snapshot.turns):
-        hypothesis[Segment(turn.start, turn.end), k] = turn.speaker
+    for k, ((start, end, _), speaker) in enumerate(sorted(shown.items())):
+        hypothesis[Segment(start, end), k] = speaker
     for k, turn in enumerate(recording.turns):
         reference[Segment(turn.start, turn.end), k] = turn.speaker
     parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
