@@ -158,3 +158,53 @@ def test_a_stray_speaker_never_confirmed_is_retired_and_frees_its_place():
         clustering.assign(local(unit(1, 0, 0)))
     assert clustering.aliases() == (0, 0)
     assert clustering.assign(local(unit(0, 0, 1))) == [2]  # there is room for a newcomer
+
+
+def voices(rng, count, spread, between, dim=192):
+    """A sampler of ``count`` voices whose samples have mean cosine ``spread`` to each other
+    and about ``between`` to other voices' samples."""
+    shared = rng.standard_normal(dim)
+    shared /= np.linalg.norm(shared)
+    own = rng.standard_normal((count, dim))
+    own -= (own @ shared)[:, None] * shared
+    own /= np.linalg.norm(own, axis=1, keepdims=True)
+    c = between / spread
+    means = np.sqrt(c) * shared + np.sqrt(1 - c) * own  # cosine c to each other
+    noise_scale = np.sqrt((1 - spread) / spread / dim)
+
+    def sample(voice):
+        v = means[voice] + noise_scale * rng.standard_normal(dim)
+        return (v / np.linalg.norm(v)).astype(np.float32)
+    return sample
+
+
+@pytest.mark.parametrize("spread, between", [(0.93, 0.78), (0.75, 0.5)])
+def test_two_voices_linked_as_one_are_split_apart(spread, between):
+    """Two voices that the first windows linked as one speaker (each within the new-speaker
+    distance of the other) are told apart by the second look at the samples, synthetic
+    (0.93 alike, 0.78 to each other) or real-like (0.75, 0.5); the later turns of each
+    go to a speaker of its own."""
+    rng = np.random.default_rng(3)
+    sample = voices(rng, 2, spread, between)
+    clustering = OnlineClustering(ClusteringConfig(new_speaker_distance=1.0, merge_distance=0.0))
+    linked = []
+    for turn in range(16):
+        for _ in range(4):
+            (speaker,) = clustering.assign(local(sample(turn % 2), alone_s=2.0, fresh_s=0.5))
+            linked.append((turn % 2, speaker))
+    assert clustering.speaker_count == 2
+    shown = clustering.aliases()
+    late = {(voice, shown[speaker]) for voice, speaker in linked[-16:]}
+    assert len(late) == 2 and len({speaker for _, speaker in late}) == 2
+
+
+@pytest.mark.parametrize("spread", [0.95, 0.75, 0.6])
+def test_one_voice_is_never_split_whatever_its_spread(spread):
+    """One voice, its samples as alike as a clean synthetic voice's or as loose as a real
+    voice's on a noisy line, stays one speaker over a long session."""
+    rng = np.random.default_rng(5)
+    sample = voices(rng, 1, spread, spread)
+    clustering = OnlineClustering(ClusteringConfig(new_speaker_distance=1.0))
+    for _ in range(200):
+        clustering.assign(local(sample(0), alone_s=2.0, fresh_s=0.5))
+    assert clustering.speaker_count == 1 and set(clustering.aliases()) == {0}

@@ -100,6 +100,10 @@ class DiarizationSettings(BaseModel):
                                         description="cosine distance that makes a new speaker")
     merge_distance: float = Field(_CLUSTERING.merge_distance, ge=0.0, lt=2.0,
                                   description="speakers whose centroids come this close merge")
+    split_similarity: float = Field(_CLUSTERING.split_similarity, ge=0.0, le=2.0,
+                                    description="a speaker whose samples fall in two groups "
+                                                "less alike than this, relative to their own "
+                                                "spread, is split in two (0: never)")
     min_speaker_s: float = Field(_CLUSTERING.min_speaker_s, ge=0.0, le=60.0,
                                  description="seconds heard alone before a speaker is shown")
     min_turn_s: float = Field(_TURNS.min_turn_s, ge=0.0, le=10.0,
@@ -116,6 +120,7 @@ class DiarizationSettings(BaseModel):
             clustering=ClusteringConfig(max_speakers=self.max_speakers,
                                         new_speaker_distance=self.new_speaker_distance,
                                         merge_distance=self.merge_distance,
+                                        split_similarity=self.split_similarity,
                                         min_speaker_s=self.min_speaker_s),
             turns=TurnConfig(min_turn_s=self.min_turn_s,
                              change_latency_s=self.change_latency_s))

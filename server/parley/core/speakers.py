@@ -13,7 +13,15 @@ first half second, a noisy recording, steps skipped under load):
 - a speaker is *confirmed* once heard alone for ``min_speaker_s`` of new audio in
   total; until then it is shown as the closest confirmed speaker;
 - two speakers whose centroids come within ``merge_distance`` are merged, the newer
-  into the older, and shown as one from then on.
+  into the older, and shown as one from then on;
+- a second look at every speaker's *samples* of its voice (one embedding per
+  ``sample_every_s`` of fresh audio heard alone): when they fall in two groups less
+  alike than ``split_similarity``, relative to each group's own spread (the mean
+  cosine between two of its samples), two voices were linked as one (a new voice
+  close to a known one when it first spoke): the group without the first sample
+  becomes a new speaker, and each keeps its own centroid from then on. Relative,
+  because voices differ in how much their own embeddings spread: a clean synthetic
+  voice repeats itself almost exactly, a real voice on a noisy line does not.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from scipy.optimize import linear_sum_assignment
 # them), so the founded ones are capped, to bound a long session's memory; past the cap a
 # new voice joins the closest speaker, as when max_speakers are all taken.
 FOUNDED_PER_SPEAKER = 8
+MAX_SAMPLES = 48  # samples kept of each voice (thinned out evenly past this)
+SPREAD_RANGE = (0.3, 0.99)  # a measured spread is kept inside this (a few samples can lie)
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,10 @@ class ClusteringConfig:
     min_update_s: float = 1.0          # seconds alone in a window to move a centroid
     min_speaker_s: float = 2.0         # seconds alone in all, before a speaker is shown
     stale_windows: int = 120           # an unconfirmed speaker unheard this long is retired
+    split_similarity: float = 0.85     # two groups of samples less alike (relative) are two
+    sample_every_s: float = 1.0        # fresh seconds alone between two samples of a voice
+    min_split_samples: int = 4         # samples each group needs before a split
+    voice_similarity: float = 0.8      # spread of a voice with one sample (a prior)
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_speakers <= 64:
@@ -48,6 +62,8 @@ class ClusteringConfig:
             raise ValueError("new_speaker_distance is a cosine distance, between 0 and 2")
         if not 0.0 <= self.merge_distance < self.new_speaker_distance:
             raise ValueError("merge_distance must be below new_speaker_distance")
+        if not 0.0 < self.voice_similarity < 1.0:
+            raise ValueError("voice_similarity is a cosine between 0 and 1")
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,37 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-9)
 
 
+def spread(samples: np.ndarray, prior: float) -> float:
+    """Mean cosine between two of ``samples`` (unit rows), shrunk toward ``prior`` by one
+    pseudo-pair, inside SPREAD_RANGE."""
+    n = len(samples)
+    total = samples.sum(axis=0)
+    measured = (float(total @ total) - n + 2 * prior) / (n * (n - 1) + 2)
+    return float(np.clip(measured, *SPREAD_RANGE))
+
+
+def two_groups(samples: np.ndarray, rounds: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Two-means on unit rows (cosine), started from the two least alike: each group's
+    row indices."""
+    alike = samples @ samples.T
+    first, second = np.unravel_index(int(np.argmin(alike)), alike.shape)
+    centres = samples[[first, second]]
+    labels = np.zeros(len(samples), dtype=int)
+    for _ in range(rounds):
+        labels = np.argmax(samples @ centres.T, axis=1)
+        if labels.min() == labels.max():
+            break
+        centres = _normalise(np.stack([samples[labels == k].sum(axis=0) for k in (0, 1)]))
+    return np.flatnonzero(labels == 0), np.flatnonzero(labels == 1)
+
+
+def relative_similarity(a: np.ndarray, b: np.ndarray, prior: float) -> float:
+    """How alike two groups of unit samples are, relative to their own spreads: about 1
+    for two groups of one voice, whatever the voice."""
+    between = float(a.mean(axis=0) @ b.mean(axis=0))
+    return between / np.sqrt(spread(a, prior) * spread(b, prior))
+
+
 class OnlineClustering:
     """Global speakers of one stream: centroids, evidence, and who was merged into whom."""
 
@@ -73,6 +120,8 @@ class OnlineClustering:
         self._evidence: list[float] = []
         self._merged_into: list[int | None] = []
         self._last_heard: list[int] = []  # the window count when each was last assigned
+        self._voices: list[list[np.ndarray]] = []  # samples of each voice, oldest first
+        self._since_sample: list[float] = []  # fresh seconds alone since the last sample
         self._windows = 0
 
     @property
@@ -120,10 +169,7 @@ class OnlineClustering:
                 result[index] = matched[row]
             elif strong and room > 0 and self.size < FOUNDED_PER_SPEAKER * config.max_speakers:
                 room -= 1
-                self._sums.append(np.zeros_like(vectors[row]))
-                self._evidence.append(0.0)
-                self._merged_into.append(None)
-                self._last_heard.append(self._windows)
+                self._found(np.zeros_like(vectors[row]), [], 0.0)
                 result[index] = len(self._sums) - 1
             elif strong and distances is not None:
                 # No room for anyone new: the closest speaker not already taken here.
@@ -139,10 +185,64 @@ class OnlineClustering:
             founded = not self._sums[speaker].any()
             if founded or local.alone_s[index] >= config.min_update_s:
                 self._sums[speaker] = self._sums[speaker] + vectors[row]
+            if local.alone_s[index] >= config.min_update_s:
+                self._sample(speaker, vectors[row], float(local.fresh_alone_s[index]))
         self._windows += 1
         self._merge_converged()
+        self._split_mixed()
         self._retire_stale()
         return result
+
+    def _found(self, centroid_sum: np.ndarray, voice: list[np.ndarray], evidence: float,
+               last_heard: int | None = None) -> int:
+        self._sums.append(centroid_sum)
+        self._evidence.append(evidence)
+        self._merged_into.append(None)
+        self._last_heard.append(self._windows if last_heard is None else last_heard)
+        self._voices.append(voice)
+        self._since_sample.append(0.0)
+        return len(self._sums) - 1
+
+    def _sample(self, speaker: int, vector: np.ndarray, fresh_s: float) -> None:
+        """Keep ``vector`` as a sample of the speaker's voice, once every sample_every_s of
+        fresh audio (windows overlap: samples closer in time share most of their audio)."""
+        self._since_sample[speaker] += fresh_s
+        voice = self._voices[speaker]
+        if voice and self._since_sample[speaker] < self.config.sample_every_s:
+            return
+        voice.append(vector)
+        self._since_sample[speaker] = 0.0
+        if len(voice) > MAX_SAMPLES:  # thin out evenly
+            self._voices[speaker] = voice[1::2]
+
+    def _split_mixed(self) -> None:
+        """A speaker whose samples fall in two groups less alike than split_similarity is
+        two voices: the group without its first sample becomes a new speaker, with its
+        share of the evidence; each group's samples are its centroid from then on. At
+        most one split a step (the next step looks again)."""
+        config = self.config
+        live = self._live()
+        if len(live) >= config.max_speakers or self.size >= FOUNDED_PER_SPEAKER * \
+                config.max_speakers:
+            return
+        for speaker in live:
+            voice = np.array(self._voices[speaker])
+            if len(voice) < 2 * config.min_split_samples:
+                continue
+            first, second = two_groups(voice)
+            if min(len(first), len(second)) < config.min_split_samples:
+                continue
+            if relative_similarity(voice[first], voice[second],
+                                   config.voice_similarity) >= config.split_similarity:
+                continue
+            keep, leave = (first, second) if 0 in first else (second, first)
+            share = self._evidence[speaker] * len(leave) / len(voice)
+            self._sums[speaker] = voice[keep].sum(axis=0)
+            self._voices[speaker] = list(voice[keep])
+            self._evidence[speaker] -= share
+            self._found(voice[leave].sum(axis=0), list(voice[leave]), share,
+                        self._last_heard[speaker])
+            return
 
     def _retire_stale(self) -> None:
         """An unconfirmed speaker unheard for ``stale_windows`` was a stray window (noise,
@@ -167,6 +267,7 @@ class OnlineClustering:
             older, newer = live[min(a, b)], live[max(a, b)]
             self._sums[older] = self._sums[older] + self._sums[newer]
             self._evidence[older] += self._evidence[newer]
+            self._voices[newer] = []  # the older's own samples stay its voice's
             self._merged_into[newer] = older
 
     def aliases(self) -> tuple[int, ...]:
