@@ -256,6 +256,10 @@ class OpenAIRealtimeTranslator:
     def _finalized(self) -> list[dict]:
         purpose = self._finalizing.popleft() if self._finalizing else "commit"
         if purpose == "clear":
+            if not self._settings.server_vad:
+                # Segments the VAD closed before the clear may have been transcribed before
+                # it arrived: they are part of the buffer it drops too.
+                self._manual_item = None
             return [{"type": "input_audio_buffer.cleared"}]
         if self._settings.server_vad:
             # The commit's speech was an item of its own; if server VAD had committed all
