@@ -10,7 +10,8 @@ For each N it reports: final latency (wall time from sending the audio at a fina
 ``end`` to receiving that final) p50 / p95 / max, finals lost (segments without a
 final), partials per session-second, ASR busy fraction (from /health, where the
 server reports it) and server CPU use, WER against the known text, and (labels on) the
-speakers each stream shows. Then the largest N that holds p50 ≤ 1.5 s and max ≤ 3 s, with diarization off and on.
+speakers each stream shows. Then the largest N that holds p50 ≤ 1.5 s and max ≤ 3 s,
+with diarization off and on.
 
 The server runs in its own process (as deployed), so the clients' work is not on its
 event loop. Usage: python bench/load.py [--streams 1 2 4 6 8] [--diarization off on]
@@ -163,6 +164,7 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
     busy = _asr_busy_seconds(after_health)
     lost = sum(max(0, (o.segments or 0) - o.finals) for o in outcomes)
     errors = [e for o in outcomes for e in o.errors]
+    counts = [len(o.transcript.speakers()) for o in outcomes] if diarize else None
     return {
         "streams": count,
         "diarization": diarize,
@@ -180,11 +182,10 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
         "server_cpu": (after_cpu - before_cpu) / wall / os.cpu_count(),
         "wer": statistics.fmean(wer(talks[i].reference, " ".join(o.text))
                                 for i, o in enumerate(outcomes)),
-        # with labels on: how many speakers each stream's transcript shows (each
-        # conversation has four voices: sample.wav's two and two espeak-ng voices)
-        "speaker_counts": [len(o.transcript.speakers()) for o in outcomes] if diarize else None,
-        "right_speakers": sum(len(o.transcript.speakers()) == VOICES for o in outcomes)
-        if diarize else None,
+        # with labels on: how many speakers each stream's transcript shows, and how many
+        # streams show all VOICES
+        "speaker_counts": counts,
+        "right_speakers": None if counts is None else counts.count(VOICES),
         "error_codes": sorted({e.get("code") for e in errors}),
         "latencies_s": [round(t, 3) for t in latencies],
     }
@@ -212,7 +213,7 @@ def main() -> None:
     parser.add_argument("--server-pythonpath", help="run the server from this source tree "
                                                     "(e.g. an older checkout, for a before)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="environment of the server, e.g. PARLEY_DIARIZATION__NICE=10")
+                        help="environment of the server, e.g. PARLEY_DIARIZATION__STEP_S=1.0")
     parser.add_argument("--server-log-level", default="warning",
                         help="the server's log level (its log: bench/results/load-server-*.log)")
     args = parser.parse_args()

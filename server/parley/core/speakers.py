@@ -169,8 +169,7 @@ class OnlineClustering:
                 result[index] = matched[row]
             elif strong and room > 0 and self.size < FOUNDED_PER_SPEAKER * config.max_speakers:
                 room -= 1
-                self._found(np.zeros_like(vectors[row]), [], 0.0)
-                result[index] = len(self._sums) - 1
+                result[index] = self._found(np.zeros_like(vectors[row]), [], 0.0)
             elif strong and distances is not None:
                 # No room for anyone new: the closest speaker not already taken here.
                 taken = {g for g in result if g is not None}
