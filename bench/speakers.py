@@ -59,6 +59,9 @@ def config_with(overrides: dict[str, str]):
     return replace(config, clustering=clustering)
 
 
+# The live windows are 0.5 s apart; a recording's are 2.5 s apart (the file pipeline's
+# step), so one cached window in five.
+RECORDING_STRIDE = 5
 OBSERVATIONS = Path(__file__).resolve().parent / "results" / "speaker-observations"
 
 
@@ -128,6 +131,48 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
             "step_s": (cached["seconds"] + linking) / max(steps, 1)}
 
 
+def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
+    """Whole-recording clustering (what a file upload gets) over the cached windows, one
+    in every ``RECORDING_STRIDE`` (the file pipeline's step); ``overrides``: fields of
+    ``RecordingClustering``, and ``oracle_count`` to give the true number of speakers."""
+    from pyannote.core import Annotation, Segment
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    from parley.core.recording_speakers import (RecordingClustering, SpeakerCount,
+                                                diarize_windows)
+
+    split, kind, speakers, index, overrides = job
+    overrides = dict(overrides)
+    oracle = overrides.pop("oracle_count", "") == "1"
+    stride = int(overrides.pop("stride", RECORDING_STRIDE))
+    live = overrides.pop("live_count", "")
+    recording: Recording = make(split, kind, speakers, index)
+    cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
+    count = SpeakerCount(exactly=speakers) if oracle else SpeakerCount()
+    config = RecordingClustering(**{k: float(v) for k, v in overrides.items()})
+    if live:
+        from parley.core.stream_diarizer import StreamDiarizer
+        diarizer = StreamDiarizer(_MODELS, config_with({}))
+        for window in cached["windows"][::int(live)]:
+            diarizer.link(window)
+        diarizer.timeline.advance(recording.duration, final=True)
+        count = SpeakerCount(exactly=max(1, diarizer.timeline.snapshot(
+            diarizer.clustering.aliases()).speaker_count))
+    snapshot = diarize_windows(cached["windows"][::stride], _MODELS.grid.step, config, count)
+    hypothesis, reference = Annotation(), Annotation()
+    for k, turn in enumerate(snapshot.turns):
+        hypothesis[Segment(turn.start, turn.end), k] = turn.speaker
+    for k, turn in enumerate(recording.turns):
+        reference[Segment(turn.start, turn.end), k] = turn.speaker
+    parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
+        reference, hypothesis, detailed=True, uem=Timeline([Segment(0, recording.duration)]))
+    return {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers,
+            "found": len(hypothesis.labels()), "der": parts["diarization error rate"],
+            "confusion": parts["confusion"] / max(parts["total"], 1e-9),
+            "duration_s": recording.duration, "steps": len(cached["windows"]) // stride,
+            "step_s": cached["seconds"] / max(len(cached["windows"]), 1)}
+
+
 def speed(jobs: list[tuple], label: str) -> dict:
     """Steps per second on one core: whole recordings stepped through the server's own
     code (models and linking, embeddings only where that code computes them), the first
@@ -168,6 +213,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--only", help="recordings whose name contains this")
     parser.add_argument("--label", default="")
+    parser.add_argument("--recording", action="store_true",
+                        help="score whole-recording clustering (file uploads), not the "
+                             "live linking; --set takes RecordingClustering fields, "
+                             "oracle_count=1 and stride=N")
     parser.add_argument("--speed", type=int, metavar="N",
                         help="only measure steps per second, over the first N recordings "
                              "(run it with PYTHONPATH=<older tree>/server for a before)")
@@ -186,7 +235,7 @@ def main() -> None:
         make(*job[:4])
     with multiprocessing.get_context("fork").Pool(args.workers, _load, (1,)) as pool:
         pool.map(_observe, [job[:4] for job in jobs], chunksize=1)
-        rows = pool.map(_score, jobs, chunksize=1)
+        rows = pool.map(_score_recording if args.recording else _score, jobs, chunksize=1)
     print_table(rows, ["recording", "speakers", "found", "der", "confusion", "duration_s",
                        "step_s"])
     summary = []

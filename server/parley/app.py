@@ -1,5 +1,6 @@
 """Composition root of ``parley serve``: load the models, start the pipeline
-(service.py) behind a websockets server, drain and shut down."""
+(service.py) behind its one front door (transport/front_door.py, under uvicorn), drain
+and shut down."""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ import asyncio
 import logging
 import os
 import signal
-import ssl
-import threading
 from dataclasses import dataclass
 
-from websockets.asyncio.server import Server, serve
+import contextlib
+
+import uvicorn
 
 from parley.config import Settings
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.threads import in_passing_thread  # noqa: F401 (re-exported)
 from parley.service import Service, start_service
 from parley.transport.admission import Access
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
@@ -24,7 +26,7 @@ from parley.transport.ws_server import AsrService, StreamEndpoint
 
 log = logging.getLogger(__name__)
 # Headroom over max_frame_bytes, so an oversize frame reaches our own check and gets
-# the documented error message; beyond this websockets itself closes with 1009.
+# the documented error message; beyond this the WebSocket layer itself closes with 1009.
 FRAME_HARD_LIMIT_FACTOR = 4
 
 
@@ -100,13 +102,12 @@ def secrets_of(access: Access, settings: Settings) -> list[str]:
             *(secret.get_secret_value() for secret in others if secret is not None)]
 
 
-def tls_context(settings: Settings) -> ssl.SSLContext | None:
-    server = settings.server
-    if server.ssl_certfile is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(server.ssl_certfile, server.ssl_keyfile)
-    return context
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: ``serve_forever`` drains on signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
 
 
 @dataclass
@@ -114,11 +115,12 @@ class RunningServer:
     """A started server: its address, and how to drain or stop it."""
 
     service: Service
-    server: Server
+    server: uvicorn.Server
+    serving: asyncio.Task
 
     @property
     def port(self) -> int:
-        return self.server.sockets[0].getsockname()[1]
+        return self.server.servers[0].sockets[0].getsockname()[1]
 
     @property
     def endpoint(self) -> StreamEndpoint:
@@ -129,15 +131,16 @@ class RunningServer:
         return self.service.metrics
 
     async def drain(self, timeout_s: float) -> None:
-        """Finish every live session's audio (at most ``timeout_s``), then stop."""
-        await self.endpoint.drain(timeout_s)
+        """Finish every live session's audio and every recording (at most ``timeout_s``),
+        then stop."""
+        await self.service.drain(timeout_s)
         await self.stop()
 
     async def stop(self) -> None:
-        self.server.close(close_connections=False)
         await self.endpoint.shutdown()
-        await self.server.wait_closed()
         await self.service.stop()
+        self.server.should_exit = True
+        await self.serving
 
 
 async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService,
@@ -145,42 +148,27 @@ async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService
                        warm_up: bool = True, access: Access | None = None) -> RunningServer:
     """Start the pipeline (timing the engine first, with ``warm_up``) and serve it
     (``access``: as read from ``settings`` when not given)."""
+    from parley.transport.front_door import FrontDoor
+
     service = await start_service(settings, worker, asr, access or access_of(settings),
                                   diarization, warm_up)
-    server = await serve(
-        service.handle,
-        settings.server.host,
-        settings.server.port,
-        process_request=service.route,
-        select_subprotocol=service.endpoint.select_subprotocol,
-        max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
-        compression=None,  # audio does not compress; deflate would only cost CPU
-        open_timeout=10,
-        ssl=tls_context(settings),
-    )
-    return RunningServer(service, server)
-
-
-async def in_passing_thread(function, *args):
-    """Run blocking model work on a thread of its own that ends with it.
-
-    torch leaves an OpenMP thread team on every thread that ran it with several
-    threads; a pool thread would keep its team alive, and with more live OpenMP
-    threads than cores libgomp stops spin-waiting, which made diarization steps 2.3
-    times slower here. So only the model threads keep teams."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
-
-    def run() -> None:
-        try:
-            result = function(*args)
-        except BaseException as exc:  # handed to the awaiting coroutine
-            loop.call_soon_threadsafe(done.set_exception, exc)
-        else:
-            loop.call_soon_threadsafe(done.set_result, result)
-
-    threading.Thread(target=run, name="parley-load", daemon=True).start()
-    return await done
+    server = settings.server
+    config = uvicorn.Config(
+        FrontDoor(service), host=server.host, port=server.port, lifespan="off",
+        log_config=None, access_log=False, server_header=False,
+        ws_max_size=server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
+        ws_per_message_deflate=False,  # audio does not compress; deflate would only cost CPU
+        ssl_certfile=server.ssl_certfile, ssl_keyfile=server.ssl_keyfile,
+        timeout_graceful_shutdown=1)
+    uv = _Uvicorn(config)
+    serving = asyncio.ensure_future(uv.serve())
+    while not uv.started:
+        if serving.done():  # it could not bind, or failed to start
+            await service.stop()
+            serving.result()
+            raise RuntimeError(f"could not listen on {server.host}:{server.port}")
+        await asyncio.sleep(0.01)
+    return RunningServer(service, uv, serving)
 
 
 async def serve_forever(settings: Settings, access: Access) -> None:
@@ -206,8 +194,8 @@ async def serve_forever(settings: Settings, access: Access) -> None:
     others = ", ".join(sorted(running.endpoint.paths - {"/v1/stream"}))
     print(f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
           f"(model {asr.model_label}, diarization {settings.diarization.source}; "
-          f"also {others}; probes at /healthz and /readyz, metrics at /metrics)",
-          flush=True)
+          f"also {others}; recordings at POST /v1/audio/transcriptions, /v1/listen and "
+          f"/predict; probes at /healthz and /readyz, metrics at /metrics)", flush=True)
     await stop.wait()
     log.info("shutting down: draining live sessions")
     await running.drain(settings.server.drain_timeout_s)

@@ -16,14 +16,17 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from parley.core.recording_speakers import RecordingClustering
 from parley.core.speakers import ClusteringConfig
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.core.turns import TurnConfig
 from parley.core.vad import VadConfig
+from parley.runtime.files import FileLimits
 from parley.transport.auth import is_loopback
 
 
 _DIARIZATION, _CLUSTERING, _TURNS = DiarizationConfig(), ClusteringConfig(), TurnConfig()
+_FILES, _RECORDING = FileLimits(), RecordingClustering()
 
 
 def default_models_dir() -> Path:
@@ -165,6 +168,32 @@ class ServerSettings(BaseModel):
         return self
 
 
+class FilesSettings(BaseModel):
+    """Recordings sent whole (POST /v1/audio/transcriptions, /v1/listen, /predict)."""
+
+    max_jobs: int = Field(_FILES.max_jobs, ge=1, le=1000, description="recordings "
+                          "transcribed at once; one more is answered 429 with Retry-After")
+    max_upload_mb: float = Field(_FILES.max_bytes / 2**20, gt=0, le=100_000,
+                                 description="an upload's size")
+    max_duration_s: float = Field(_FILES.max_seconds, gt=0, le=7 * 86400,
+                                  description="a recording's duration")
+    windows_in_flight: int = Field(_FILES.windows_in_flight, ge=1, le=256,
+                                   description="a recording's 30 s windows queued or "
+                                               "decoding at once")
+    diarization_step_s: float = Field(_FILES.diarization_step_s, ge=0.5, le=10.0,
+                                      description="how far apart a recording's diarization "
+                                                  "windows are")
+    speaker_distance: float = Field(_RECORDING.distance, gt=0, lt=2, description="cosine "
+                                    "distance (average linkage) above which two voices of a "
+                                    "recording are two speakers")
+
+    def to_limits(self) -> FileLimits:
+        return FileLimits(max_jobs=self.max_jobs, max_bytes=int(self.max_upload_mb * 2**20),
+                          max_seconds=self.max_duration_s,
+                          windows_in_flight=self.windows_in_flight,
+                          diarization_step_s=self.diarization_step_s)
+
+
 class WebhookSettings(BaseModel):
     url: str | None = Field(None, description="POST each session's lifecycle and finals here "
                                               "(Standard Webhooks)")
@@ -253,6 +282,7 @@ class Settings(BaseSettings):
     asr: AsrSettings = AsrSettings()
     vad: VadSettings = VadSettings()
     diarization: DiarizationSettings = DiarizationSettings()
+    files: FilesSettings = FilesSettings()
     webhooks: WebhookSettings = WebhookSettings()
     twilio: TwilioSettings = TwilioSettings()
     cluster: ClusterSettings = ClusterSettings()

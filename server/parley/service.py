@@ -7,6 +7,7 @@ it behind an ASGI adapter (cluster/asgi.py). Both hand it the same connections.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Callable
@@ -16,6 +17,7 @@ from websockets.http11 import Request, Response
 from parley.config import Settings
 from parley.core.costs import cost_report
 from parley.runtime.diarization import DiarizationWorker
+from parley.runtime.files import FileJobs
 from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
@@ -23,8 +25,10 @@ from parley.runtime.session import SessionOptions
 from parley.runtime.webhooks import WebhookConfig, WebhookSender
 from parley.transport.admission import Access, StreamLimits
 from parley.transport.connection import Connection
+from parley.transport.file_routes import FileRoutes
 from parley.transport.followers import Followers
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
+from parley.transport.uploads import FileDoor
 from parley.transport.ws_server import AsrService, StreamEndpoint
 
 
@@ -118,6 +122,15 @@ class Service:
     diarization: DiarizationWorker | None = None
     webhooks: WebhookSender | None = None
     webhook_grace_s: float = 10.0  # for deliveries still pending at the stop
+    file_jobs: FileJobs | None = None
+    file_routes: FileRoutes | None = None
+
+    async def drain(self, timeout_s: float) -> None:
+        """Admit nothing new; let live sessions and recordings finish (``timeout_s``)."""
+        waits = [self.endpoint.drain(timeout_s)]
+        if self.file_jobs is not None:
+            waits.append(self.file_jobs.drain(timeout_s))
+        await asyncio.gather(*waits)
 
     async def handle(self, connection: Connection) -> None:
         """A WebSocket connection: a session's followers, else a stream."""
@@ -127,7 +140,9 @@ class Service:
             await self.endpoint.handle(connection)
 
     async def stop(self) -> None:
-        """End live sessions now (shutting_down) and stop the workers."""
+        """End live sessions and recordings now (shutting_down) and stop the workers."""
+        if self.file_jobs is not None:
+            await self.file_jobs.drain(0.0)
         await self.endpoint.shutdown()
         await self.worker.stop()
         if self.diarization is not None:
@@ -164,4 +179,20 @@ async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrServic
     route = make_request_router(_routes(settings, asr, endpoint, metrics, diarization),
                                 StaticFiles(settings.server.static_dir), endpoint.paths,
                                 followers.matches, endpoint.check_handshake)
-    return Service(endpoint, worker, metrics, followers, route, diarization, webhooks)
+    jobs = file_jobs(settings, worker, diarization)
+    door = FileDoor(jobs, access, metrics, asr.check_language,
+                    settings.server.max_sessions_per_key)
+    return Service(endpoint, worker, metrics, followers, route, diarization, webhooks,
+                   file_jobs=jobs, file_routes=FileRoutes(door, asr.model_label))
+
+
+def file_jobs(settings: Settings, worker: AsrScheduler,
+              diarization: DiarizationWorker | None) -> FileJobs:
+    """The recordings' pipeline, on the same engine (and speaker models) as the streams."""
+    from parley.core.recording_speakers import RecordingClustering
+
+    return FileJobs(worker, settings.vad.to_config(), settings.files.to_limits(),
+                    speaker_models=diarization.models if diarization else None,
+                    diarization_config=diarization.config if diarization else None,
+                    clustering=RecordingClustering(distance=settings.files.speaker_distance),
+                    max_window_s=worker.engine.max_audio_s)

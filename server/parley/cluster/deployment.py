@@ -22,7 +22,7 @@ import ray
 from ray import serve
 
 from parley.app import access_of, in_passing_thread, load_asr, load_diarization
-from parley.cluster.asgi import AsgiApp
+from parley.transport.front_door import FrontDoor
 from parley.config import Settings
 from parley.runtime.scheduler import AsrScheduler
 from parley.service import Service, start_service
@@ -75,15 +75,15 @@ class ParleyReplica:
         self._watch = asyncio.ensure_future(self._drain_when_stopping())
         log.info("replica %s serving %s", name, asr.model_label)
 
-    async def __serve_build_asgi_app__(self) -> AsgiApp:
-        return AsgiApp(self._service)
+    async def __serve_build_asgi_app__(self) -> FrontDoor:
+        return FrontDoor(self._service)  # the same application as `parley serve`
 
     async def _drain_when_stopping(self) -> None:
         while not replica_is_stopping():
             await asyncio.sleep(STOP_POLL_S)
         log.info("replica stopping: draining %d session(s)",
                  self._service.endpoint.live_sessions)
-        await self._service.endpoint.drain(self._settings.server.drain_timeout_s)
+        await self._service.drain(self._settings.server.drain_timeout_s)
 
     def check_health(self) -> None:
         """Ray Serve restarts a replica whose model workers died."""

@@ -137,11 +137,24 @@ class SpeakerModels:
     label: str
     grid: FrameGrid
     device: torch.device
+    pipeline: object | None = None  # a pyannote pipeline's own offline algorithm, if loaded
 
     def embed(self, window: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """(local, dim) embeddings of ``window`` under each (samples,) mask; NaN rows for
         speakers with too little audio."""
         return self.embedder(torch.from_numpy(window), torch.from_numpy(masks))
+
+    def diarize_recording(self, audio: np.ndarray, config, clustering, count,
+                          step_s: float):
+        """Who spoke when in a whole recording (a ``TimelineSnapshot``): a pyannote
+        pipeline's own offline algorithm when one was loaded, else every window's
+        speakers clustered at once (``core.recording_speakers``)."""
+        from parley.core.recording_speakers import diarize_windows, observe_recording
+
+        if self.pipeline is not None:
+            return _pipeline_snapshot(self.pipeline, audio, count)
+        windows = observe_recording(self, audio, config, step_s)
+        return diarize_windows(windows, self.grid.step, clustering, count)
 
     @torch.inference_mode()
     def segment(self, window: np.ndarray) -> np.ndarray:
@@ -155,6 +168,24 @@ class SpeakerModels:
             powerset = Powerset(len(spec.classes), spec.powerset_max_classes).to(self.device)
             output = powerset.to_multilabel(output, soft=True)
         return output[0].float().cpu().numpy()
+
+
+def _pipeline_snapshot(pipeline, audio: np.ndarray, count):
+    """A pyannote pipeline's diarization of ``audio``, as a settled snapshot (speakers
+    numbered by first appearance)."""
+    from parley.core.speaker_timeline import TimelineSnapshot, Turn
+
+    output = pipeline({"waveform": torch.from_numpy(audio)[None], "sample_rate": SAMPLE_RATE},
+                      num_speakers=count.exactly, min_speakers=count.at_least,
+                      max_speakers=count.at_most)
+    annotation = getattr(output, "speaker_diarization", output)  # pyannote 4 wraps it
+    order: dict[str, int] = {}
+    turns = []
+    for segment, _, label in annotation.itertracks(yield_label=True):
+        speaker = order.setdefault(label, len(order))
+        turns.append(Turn(float(segment.start), float(segment.end), speaker))
+    end = len(audio) / SAMPLE_RATE
+    return TimelineSnapshot(tuple(turns), end, len(order), (), end)
 
 
 def _grid_of(model) -> FrameGrid:
@@ -183,7 +214,7 @@ def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> 
     embedding = pipeline._embedding
     embedding.to(device)
     return SpeakerModels(segmentation, PyannoteEmbedder(embedding), source,
-                         _grid_of(segmentation), device)
+                         _grid_of(segmentation), device, pipeline=pipeline.to(device))
 
 
 def _load_pipeline(source: str):

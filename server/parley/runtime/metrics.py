@@ -22,6 +22,9 @@ COMPUTE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 ROW_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
+RTF_BUCKETS = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -57,6 +60,19 @@ class Metrics:
         self.diarization_step = Histogram(
             "parley_diarization_step_seconds", "Time of one diarization step",
             buckets=COMPUTE_BUCKETS, registry=r)
+        self.file_jobs = Counter("parley_file_jobs", "Recordings sent whole, by outcome "
+                                 "(done, or the error code answered)", ["outcome"], registry=r)
+        self.file_audio_seconds = Counter("parley_file_audio_seconds",
+                                          "Seconds of recordings transcribed", registry=r)
+        self.file_queue_wait = Histogram(
+            "parley_file_queue_wait_seconds", "From a recording's first window queued to its "
+            "first window decoded (live work goes first)", buckets=COMPUTE_BUCKETS,
+            registry=r)
+        self.file_real_time_factor = Histogram(
+            "parley_file_real_time_factor", "Seconds of a recording per second spent on it",
+            buckets=RTF_BUCKETS, registry=r)
+        self.files_running = Gauge("parley_file_jobs_running", "Recordings being transcribed",
+                                   registry=r)
 
     def watch_asr(self, scheduler: AsrScheduler, base_partial_interval_s: float) -> None:
         """Export the scheduler's own counters and busy fraction at each scrape."""

@@ -14,10 +14,17 @@ leave (continuous batching):
 - **shared encoder passes** where they are cheaper per clip (``encoder_batch_size``);
 - **partials by load**: a session asks for a partial at most every
   ``partial_interval()``, which stretches evenly for all streams when finals leave
-  little spare time (``PartialPacing``); a cancelled partial leaves at the next step.
+  little spare time (``PartialPacing``); a cancelled partial leaves at the next step;
+- **recordings in the background**: a file's windows (``submit_background``) join
+  one per round (a final never waits behind more than one window's encoder pass),
+  only when no final waits or decodes and no partial waits, and step with the
+  partials; a final that finds every row taken takes a background row, and that
+  window starts again later. Several files take turns, window by window.
 
-Back-pressure: at most ``capacity`` requests are queued or in flight; ``submit_final``
-waits for room (the client's socket slows down), ``try_submit_partial`` never waits.
+Back-pressure: at most ``capacity`` live requests are queued or in flight;
+``submit_final`` waits for room (the client's socket slows down),
+``try_submit_partial`` never waits. Background windows are bounded by their callers
+(each file job keeps a few in flight) and never take a live request's room.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ class _Job:
     future: concurrent.futures.Future
     final: bool
     submitted: float
+    owner: object = None  # a background job's file (None: a live request)
     decode: Decode | None = None
     acceptance: Acceptance = field(default_factory=Acceptance)
     cost: float = 0.0  # worker seconds spent on it so far
@@ -93,6 +101,7 @@ class AsrScheduler:
         self._ledger = LoadLedger(clock())
         self._finals: deque[_Job] = deque()
         self._partials: deque[_Job] = deque()
+        self._background: dict[object, deque[_Job]] = {}  # per file, taken in turn
         self._active: list[_Job] = []
         self._stopping = False
 
@@ -160,6 +169,14 @@ class AsrScheduler:
         self._inbox.put(_Job(request, future, final, self._clock()))
         return future
 
+    def submit_background(self, request: AsrRequest, owner: object
+                          ) -> concurrent.futures.Future:
+        """Queue a recording's window behind every live request (``owner``: its file, so
+        that files take turns). Never waits: the caller bounds what it has in flight."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._inbox.put(_Job(request, future, False, self._clock(), owner=owner))
+        return future
+
     def _release_from_any_thread(self, _future: concurrent.futures.Future) -> None:
         assert self._loop is not None
         if not self._loop.is_closed():
@@ -195,7 +212,8 @@ class AsrScheduler:
             return
         finally:
             self._ready.set()
-        while self._take(block=not (self._active or self._finals or self._partials)):
+        while self._take(block=not (self._active or self._finals or self._partials
+                                    or self._background)):
             try:
                 self._discard_cancelled()
                 self._admit()
@@ -226,22 +244,26 @@ class AsrScheduler:
             while True:
                 if item is _STOP:
                     self._stopping = True
+                elif item.owner is not None:
+                    self._background.setdefault(item.owner, deque()).append(item)
                 else:
                     (self._finals if item.final else self._partials).append(item)
                 item = self._inbox.get_nowait()
         except queue.Empty:
             pass
         if self._stopping:
-            for job in self._partials:
+            for job in [*self._partials, *(j for line in self._background.values()
+                                           for j in line)]:
                 job.future.cancel()
             self._partials.clear()
+            self._background.clear()
             for job in [j for j in self._active if not j.final]:
                 self._leave(job)
                 job.future.cancel()
         return not (self._stopping and not self._finals and not self._active)
 
     def _discard_cancelled(self) -> None:
-        for line in (self._finals, self._partials):
+        for line in (self._finals, self._partials, *self._background.values()):
             for job in [j for j in line if j.future.cancelled()]:
                 line.remove(job)
                 self.stats.partials_cancelled += not job.final
@@ -269,6 +291,21 @@ class AsrScheduler:
         if self._partials and free > 0:
             count = encoder_batch_size(min(len(self._partials), free), self.encoder_cost.known)
             self._start([self._partials.popleft() for _ in range(count)])
+            return
+        # One window per round: a window's encoder pass is a full 30 s one, and a final
+        # that comes meanwhile waits for it, so background passes are never batched.
+        if self._background and len(self._active) < self.engine.max_rows \
+                and not self._finals:
+            self._start([self._next_background()])
+
+    def _next_background(self) -> _Job:
+        """The next window of the file whose turn it is (files take turns)."""
+        owner = next(iter(self._background))
+        line = self._background.pop(owner)
+        job = line.popleft()
+        if line:
+            self._background[owner] = line  # to the back of the turn order
+        return job
 
     def _remaining_seconds(self) -> list[float]:
         """How long each final decoding now still needs, steps and finish, by estimate."""
@@ -355,7 +392,8 @@ class AsrScheduler:
                 continue
             finished_in = self._work(self._clock() - began)
             job.cost += finished_in
-            self._ledger.decoded(job.final, job.cost, self._clock())
+            if job.owner is None:  # the live load paces partials; files do not count in it
+                self._ledger.decoded(job.final, job.cost, self._clock())
             if job.final:
                 self._ledger.final_done(job.request.seconds, len(result.tokens), finished_in)
             self.stats.jobs_done += 1
@@ -364,7 +402,7 @@ class AsrScheduler:
                       job.admitted - job.submitted, self._clock() - job.submitted, job.cost,
                       job.steps, len(self._active))
             self.stats.audio_seconds += job.request.seconds
-            if self.observer is not None:
+            if self.observer is not None and job.owner is None:
                 self.observer.decoded(job.final, job.admitted - job.submitted,
                                       self._clock() - job.admitted)
             if job.future.set_running_or_notify_cancel():
@@ -373,21 +411,32 @@ class AsrScheduler:
                 self.stats.partials_cancelled += not job.final
 
     def _evict_partial(self) -> bool:
-        """Give the least advanced partial's row to a final; False if there is none."""
-        partials = [j for j in self._active if not j.final]
-        if not partials:
+        """Give the least advanced partial's row to a final, else a background window's
+        (which goes back to the front of its file's line); False if there is neither."""
+        partials = [j for j in self._active if not j.final and j.owner is None]
+        if partials:
+            job = min(partials, key=lambda j: j.cost)
+            self._leave(job)
+            job.future.cancel()
+            self.stats.partials_evicted += 1
+            return True
+        background = [j for j in self._active if j.owner is not None]
+        if not background:
             return False
-        job = min(partials, key=lambda j: j.cost)
+        job = min(background, key=lambda j: j.cost)
         self._leave(job)
-        job.future.cancel()
-        self.stats.partials_evicted += 1
+        job.decode, job.cost, job.steps, job.produced = None, 0.0, 0, 0
+        job.acceptance = Acceptance()
+        self._background.setdefault(job.owner, deque()).appendleft(job)
+        self.stats.background_evicted += 1
         return True
 
     def _leave(self, job: _Job) -> None:
         """Take a decode out of the batch without a result."""
         self._active.remove(job)
         self.engine.drop(job.decode)
-        self._ledger.decoded(job.final, job.cost, self._clock())
+        if job.owner is None:
+            self._ledger.decoded(job.final, job.cost, self._clock())
 
     def _fail(self, job: _Job, exc: Exception) -> None:
         self.stats.jobs_failed += 1

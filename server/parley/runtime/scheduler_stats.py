@@ -21,6 +21,7 @@ class SchedulerStats:
     partials_refused: int = 0     # not queued, because a final waited or room was short
     partials_cancelled: int = 0   # the session no longer wanted it
     partials_evicted: int = 0     # gave its row to a final
+    background_evicted: int = 0   # a recording's window gave its row to a final
     steps: int = 0
     rows_stepped: int = 0         # sum over steps of the rows in each
     tokens_fed: int = 0           # sum over steps of the positions fed

@@ -1,0 +1,340 @@
+"""Recordings: a whole file in, who said what out, in the same engine as the streams.
+
+A job runs the same VAD over the whole recording, packs its segments into full
+decoder windows (``core.packing``) and hands them all to the step scheduler as
+background work: they become rows of the same continuous batch as the live streams,
+behind every live final and partial, with speculation or batching chosen per step by
+measured cost as for streams. Meanwhile, with speakers asked for, the whole
+recording's speakers are clustered at once (``core.recording_speakers``) on a thread
+of the lowest CPU priority, so live diarization steps go first. Words keep their own
+times, and each final is one speaker's part of one speech segment.
+
+Jobs are bounded (``FileLimits.max_jobs``): one more is refused with ``Busy``, never
+queued without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from parley.core.asr import AsrRequest, Transcription
+from parley.core.audio import SAMPLE_RATE
+from parley.core.packing import Piece, Window, pack
+from parley.core.recording_speakers import RecordingClustering, SpeakerCount
+from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
+from parley.core.word_timing import WordTimingConfig, fit_words
+from parley.core.words import TimedWord
+from parley.protocol.messages import Final, FinalReason, Word
+from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.threads import in_passing_thread
+
+log = logging.getLogger(__name__)
+WINDOW_MARGIN_S = 1.0   # a packed window leaves this much of the decoder's 30 s free
+VAD_CHUNK_S = 30.0
+LOWEST_PRIORITY = 19    # nice value of the thread that clusters a recording's speakers
+
+
+@dataclass(frozen=True)
+class FileLimits:
+    max_jobs: int = 2             # recordings transcribed at once; one more gets Busy
+    max_bytes: int = 200 << 20    # an upload's size
+    max_seconds: float = 4 * 3600.0  # a recording's duration
+    windows_in_flight: int = 8    # a job's windows queued or decoding at once
+    diarization_step_s: float = 2.5  # a recording's diarization windows are this far apart
+
+
+@dataclass(frozen=True)
+class FileRequest:
+    language: str | None = None
+    diarize: bool = False
+    speakers: SpeakerCount = SpeakerCount()
+
+
+@dataclass(frozen=True)
+class DecodeReport:
+    """What the scheduler chose for a recording, for callers that used to choose it."""
+
+    windows: int
+    segments: int
+    mean_batch_rows: float   # rows per decoder step while the job ran (all traffic)
+    draft_tokens: int        # drafts proposed for its windows (speculation)
+    accepted_tokens: int
+
+    @property
+    def assisted(self) -> bool:
+        return self.draft_tokens > 0
+
+    def to_json(self) -> dict:
+        return {"windows": self.windows, "segments": self.segments,
+                "mean_batch_rows": round(self.mean_batch_rows, 2),
+                "assisted": self.assisted, "draft_tokens": self.draft_tokens,
+                "accepted_tokens": self.accepted_tokens}
+
+
+@dataclass(frozen=True)
+class FileTranscript:
+    duration: float
+    finals: tuple[Final, ...]
+    speakers: tuple[str, ...]
+    language: str | None
+    report: DecodeReport
+    processing_s: float = 0.0
+    queue_wait_s: float = 0.0  # from the first window queued to the first decoded
+
+    @property
+    def text(self) -> str:
+        return " ".join(f.text for f in self.finals if f.text).strip()
+
+    @property
+    def words(self) -> list[Word]:
+        return [w for f in self.finals for w in f.words]
+
+
+class Busy(Exception):
+    """Every job slot is taken; try again after ``retry_after_s``."""
+
+    def __init__(self, retry_after_s: int):
+        super().__init__(f"{retry_after_s}")
+        self.retry_after_s = retry_after_s
+
+
+class Draining(Exception):
+    """The server is draining and takes no new recordings."""
+
+
+@dataclass
+class _Progress:
+    total: int
+    done: int = 0
+    on_change: Callable[[float], None] | None = None
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.on_change is not None:
+            self.on_change(self.done / max(self.total, 1))
+
+
+@dataclass
+class FileJobs:
+    """The recordings being transcribed now (at most ``limits.max_jobs``)."""
+
+    worker: AsrScheduler
+    vad: VadConfig
+    limits: FileLimits = FileLimits()
+    speaker_models: object | None = None  # the diarization worker's models, if any
+    diarization_config: object | None = None
+    clustering: RecordingClustering = RecordingClustering()
+    word_timing: WordTimingConfig = WordTimingConfig()
+    max_window_s: float = 30.0
+    observe: Callable[[str, float], None] | None = None  # (outcome, audio seconds)
+    _running: set[asyncio.Task] = field(default_factory=set)
+    _draining: bool = False
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
+    def can_diarize(self) -> bool:
+        return self.speaker_models is not None
+
+    def retry_after_s(self) -> int:
+        return 5
+
+    @contextlib.contextmanager
+    def slot(self):
+        """Hold one job slot for the current task (Busy, or Draining, if none)."""
+        if self._draining:
+            raise Draining()
+        if len(self._running) >= self.limits.max_jobs:
+            raise Busy(self.retry_after_s())
+        task = asyncio.current_task()
+        assert task is not None
+        self._running.add(task)
+        try:
+            yield
+        finally:
+            self._running.discard(task)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Take no new job; let running ones finish for ``timeout_s``, then cancel them
+        (their callers answer with an error)."""
+        self._draining = True
+        if self._running:
+            log.info("draining %d recording(s), for at most %g s", len(self._running),
+                     timeout_s)
+            await asyncio.wait(set(self._running), timeout=timeout_s)
+        for task in list(self._running):
+            task.cancel()
+
+    async def transcribe(self, audio: np.ndarray, request: FileRequest,
+                         on_progress: Callable[[float], None] | None = None,
+                         on_text: Callable[[str], None] | None = None) -> FileTranscript:
+        """Transcribe a whole 16 kHz recording (hold a ``slot()`` around it);
+        ``on_progress`` is told the fraction of windows done, ``on_text`` each window's
+        text in order as soon as it and those before it are done (speakers come only
+        with the whole transcript)."""
+        began = time.perf_counter()
+        segments = await asyncio.to_thread(segment_recording, audio, self.vad)
+        pieces = [Piece(s.segment_id, s.start, s.end,
+                        tuple(s.voiced_regions(self.word_timing.bridge_s))) for s in segments]
+        windows = pack(pieces, self.max_window_s - WINDOW_MARGIN_S)
+        reasons = {s.segment_id: s.reason for s in segments}
+        stats = self.worker.stats
+        steps_before, rows_before = stats.steps, stats.rows_stepped
+        speakers = None
+        if request.diarize:
+            if self.speaker_models is None:
+                raise RuntimeError("this server has diarization off")
+            speakers = asyncio.ensure_future(in_passing_thread(
+                self._diarize, audio, request.speakers))
+        try:
+            progress = _Progress(len(windows), on_change=on_progress)
+            results, waited = await self._decode(audio, windows, request.language, progress,
+                                                 on_text)
+            snapshot = await speakers if speakers is not None else None
+        finally:
+            if speakers is not None and not speakers.done():
+                speakers.cancel()
+        steps = stats.steps - steps_before
+        report = DecodeReport(
+            len(windows), len(segments),
+            (stats.rows_stepped - rows_before) / steps if steps else 0.0,
+            sum(r.stats.drafted for r in results), sum(r.stats.accepted for r in results))
+        finals = _finals(windows, results, reasons, snapshot, self.word_timing)
+        labels = tuple(dict.fromkeys(f.speaker for f in finals if f.speaker))
+        transcript = FileTranscript(len(audio) / SAMPLE_RATE, tuple(finals), labels,
+                                    request.language, report, time.perf_counter() - began,
+                                    waited)
+        log.info("transcribed a recording of %.1f s in %.2f s: %d windows, %d segments, "
+                 "%d speakers", transcript.duration, transcript.processing_s, len(windows),
+                 len(segments), len(labels))
+        return transcript
+
+    async def _decode(self, audio: np.ndarray, windows: list[Window], language: str | None,
+                      progress: _Progress, on_text: Callable[[str], None] | None
+                      ) -> tuple[list[Transcription], float]:
+        """Every window through the scheduler, at most ``windows_in_flight`` at once; the
+        results, and the seconds until the first came."""
+        owner = object()  # this job, for the scheduler's turn-taking between files
+        results: list[Transcription | None] = [None] * len(windows)
+        pending: dict[concurrent.futures.Future, int] = {}
+        queued = iter(enumerate(windows))
+        began, waited, told = time.perf_counter(), 0.0, 0
+        try:
+            while True:
+                while len(pending) < self.limits.windows_in_flight:
+                    item = next(queued, None)
+                    if item is None:
+                        break
+                    index, window = item
+                    request = AsrRequest(window.audio(audio), language, with_words=True)
+                    pending[self.worker.submit_background(request, owner)] = index
+                if not pending:
+                    break
+                await asyncio.wait([asyncio.wrap_future(f) for f in pending],
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for future in [f for f in pending if f.done()]:
+                    if future.cancelled():  # the scheduler stopped
+                        raise RuntimeError("the ASR worker stopped before the recording "
+                                           "was done")
+                    results[pending.pop(future)] = future.result()  # raises its failure
+                    waited = waited or time.perf_counter() - began
+                    progress.advance()
+                while on_text is not None and told < len(results) and results[told]:
+                    text = results[told].text  # type: ignore[union-attr]
+                    if text and not results[told].rejected:  # type: ignore[union-attr]
+                        on_text(text)
+                    told += 1
+        finally:
+            for future in pending:
+                future.cancel()
+        return [r for r in results if r is not None], waited
+
+    def _diarize(self, audio: np.ndarray, count: SpeakerCount) -> TimelineSnapshot:
+        """On a passing thread at the lowest CPU priority: live diarization comes first."""
+        from parley.models.device import set_threads
+
+        with contextlib.suppress(OSError):  # not permitted everywhere; then at par
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+        set_threads(1)
+        return self.speaker_models.diarize_recording(  # type: ignore[union-attr]
+            audio, self.diarization_config, self.clustering, count,
+            self.limits.diarization_step_s)
+
+
+def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
+    """The stream's VAD over a whole recording: every speech segment."""
+    segmenter = VadSegmenter(vad)
+    chunk = int(VAD_CHUNK_S * SAMPLE_RATE)
+    events = []
+    for start in range(0, len(audio), chunk):
+        events += segmenter.push(audio[start:start + chunk])
+    events += segmenter.flush(CloseReason.END_OF_STREAM)
+    return [e for e in events if isinstance(e, SegmentClosed)]
+
+
+def _finals(windows: list[Window], results: list[Transcription],
+            reasons: dict[int, CloseReason], speakers: TimelineSnapshot | None,
+            timing: WordTimingConfig) -> list[Final]:
+    """One final per speaker's run of words in each segment: the segment's own text when
+    it had a window to itself and one speaker, else its words joined."""
+    finals: list[Final] = []
+    for window, result in zip(windows, results):
+        if result.rejected:
+            continue
+        fitted = fit_words(result.words, window.voiced_regions(), timing)
+        for piece, words in zip(window.pieces, window.place(fitted)):
+            runs = _speaker_runs(words, speakers)
+            for i, (run, label) in enumerate(runs):
+                first, last = i == 0, i == len(runs) - 1
+                alone = len(window.pieces) == 1 and len(runs) == 1
+                finals.append(Final(
+                    len(finals), piece.start if first else run[0].start,
+                    piece.end if last else run[-1].end,
+                    result.text if alone else " ".join(w.word for w in run),
+                    FinalReason(reasons[piece.segment_id].value) if last
+                    else FinalReason.SPEAKER_CHANGE,
+                    [Word(w.word, round(w.start, 3), round(w.end, 3), round(w.probability, 3),
+                          label) for w in run], label))
+    return finals
+
+
+def _speaker_runs(words: list[TimedWord], speakers: TimelineSnapshot | None
+                  ) -> list[tuple[list[TimedWord], str | None]]:
+    """The segment's words in runs of one speaker (one run without speakers; a word
+    nobody overlaps takes its neighbour's speaker)."""
+    if not words:
+        return []
+    if speakers is None:
+        return [(list(words), None)]
+    labels: list[str | None] = []
+    for word in words:
+        k = speakers.speaker_of(word.start, word.end)
+        labels.append(None if k is None else f"S{k + 1}")
+    for i, label in enumerate(labels):
+        if label is None:
+            labels[i] = next((x for x in labels[i::-1] if x), None) or \
+                next((x for x in labels[i:] if x), None)
+    runs: list[tuple[list[TimedWord], str | None]] = []
+    for word, label in zip(words, labels):
+        if runs and runs[-1][1] == label:
+            runs[-1][0].append(word)
+        else:
+            runs.append(([word], label))
+    return runs

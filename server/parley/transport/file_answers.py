@@ -1,0 +1,151 @@
+"""A recording's transcript in each file API's own response shape (pure).
+
+Every shape is built from one ``FileTranscript``: its finals (one speaker's part of
+one speech segment each, words with times) and its speakers. protocol.md §"Recordings"
+gives each shape and what Parley leaves out of it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+
+from parley.client.formats import render
+from parley.client.transcript import Transcript
+from parley.protocol.messages import Final, as_json
+from parley.runtime.files import FileTranscript
+
+_PUNCTUATION = re.compile(r"[^\w'’-]+")
+
+
+def transcript_of(result: FileTranscript) -> Transcript:
+    """The client library's transcript of the finals (for text, SRT, WebVTT, RTTM)."""
+    transcript = Transcript()
+    for final in result.finals:
+        transcript.apply(as_json(final))
+    return transcript
+
+
+def rendered(result: FileTranscript, fmt: str, uri: str = "recording") -> str:
+    """``text`` (timed lines), ``json``, ``srt``, ``vtt`` or ``rttm``, as `parley stream`
+    writes them."""
+    return render(transcript_of(result), fmt, uri)
+
+
+def _confidence(final: Final) -> float:
+    words = final.words
+    return round(sum(w.probability for w in words) / len(words), 3) if words else 0.0
+
+
+def _spoken(result: FileTranscript) -> list[Final]:
+    return [f for f in result.finals if f.text.strip()]
+
+
+# ------------------------------------------------------------------ OpenAI
+
+def openai_json(result: FileTranscript) -> dict:
+    return {"text": result.text, "usage": {"type": "duration",
+                                           "seconds": round(result.duration, 3)}}
+
+
+def openai_verbose(result: FileTranscript, language: str, with_words: bool,
+                   with_segments: bool = True) -> dict:
+    """``verbose_json``: segments as Whisper's (tokens and temperature are not kept:
+    empty and 0), words when asked for."""
+    answer: dict = {"task": "transcribe", "language": language,
+                    "duration": round(result.duration, 3), "text": result.text,
+                    "usage": {"type": "duration", "seconds": round(result.duration, 3)}}
+    if with_segments:
+        answer["segments"] = [
+            {"id": i, "seek": 0, "start": f.start, "end": f.end, "text": " " + f.text,
+             "tokens": [], "temperature": 0.0,
+             "avg_logprob": 0.0, "compression_ratio": 1.0, "no_speech_prob": 0.0}
+            for i, f in enumerate(_spoken(result))]
+    if with_words:
+        answer["words"] = [{"word": w.word, "start": w.start, "end": w.end}
+                           for w in result.words]
+    return answer
+
+
+def openai_diarized(result: FileTranscript) -> dict:
+    """``diarized_json``, as OpenAI's diarizing model answers: segments with speakers."""
+    return {"task": "transcribe", "duration": round(result.duration, 3), "text": result.text,
+            "segments": [{"type": "transcript.text.segment", "id": f"seg_{i}",
+                          "start": f.start, "end": f.end, "text": f.text,
+                          "speaker": f.speaker or "S1"}
+                         for i, f in enumerate(_spoken(result))],
+            "usage": {"type": "duration", "seconds": round(result.duration, 3)}}
+
+
+# ------------------------------------------------------------------ Deepgram
+
+def _bare(word: str) -> str:
+    return _PUNCTUATION.sub("", word).lower() or word.lower()
+
+
+def _speaker_number(label: str | None) -> int | None:
+    return int(label[1:]) - 1 if label and label[1:].isdigit() else None
+
+
+def deepgram_response(result: FileTranscript, request_id: str, model: str, *,
+                      diarize: bool, punctuate: bool, utterances: bool,
+                      audio_sha256: str) -> dict:
+    """Deepgram's pre-recorded response: one channel, one alternative."""
+    finals = _spoken(result)
+
+    def word(w) -> dict:
+        entry = {"word": _bare(w.word), "start": w.start, "end": w.end,
+                 "confidence": w.probability}
+        if punctuate:
+            entry["punctuated_word"] = w.word
+        if diarize:
+            entry["speaker"] = _speaker_number(w.speaker) or 0
+            entry["speaker_confidence"] = 1.0
+        return entry
+
+    def text(final: Final) -> str:
+        return final.text if punctuate else " ".join(_bare(w.word) for w in final.words)
+
+    words = [word(w) for f in finals for w in f.words]
+    confidences = [w["confidence"] for w in words]
+    alternative = {"transcript": " ".join(text(f) for f in finals),
+                   "confidence": round(sum(confidences) / len(confidences), 3)
+                   if confidences else 0.0, "words": words}
+    model_id = hashlib.sha1(model.encode()).hexdigest()[:8]
+    metadata = {"request_id": request_id, "sha256": audio_sha256,
+                "created": dt.datetime.now(dt.timezone.utc).isoformat(),
+                "duration": round(result.duration, 3), "channels": 1, "models": [model_id],
+                "model_info": {model_id: {"name": model, "version": "parley", "arch": "whisper"}}}
+    results: dict = {"channels": [{"alternatives": [alternative]}]}
+    if utterances:
+        results["utterances"] = [
+            {"id": f"{request_id}-{i}", "start": f.start, "end": f.end, "channel": 0,
+             "confidence": _confidence(f), "transcript": text(f),
+             "words": [word(w) for w in f.words],
+             **({"speaker": _speaker_number(f.speaker) or 0} if diarize else {})}
+            for i, f in enumerate(finals)]
+    return {"metadata": metadata, "results": results}
+
+
+# ------------------------------------------------------------------ the reference handler
+
+def pyannote_label(label: str | None) -> str:
+    """S1 → SPEAKER_00, the labels pyannote (and so the reference handler) gives."""
+    number = _speaker_number(label)
+    return f"SPEAKER_{number or 0:02d}"
+
+
+def predict_response(result: FileTranscript, diarized: bool, parameters: dict,
+                     warnings: list[str]) -> dict:
+    """``{"speakers", "chunks", "text"}`` as the reference handler answers (its
+    ``speakers`` are its chunks, each with the speaker it falls in), plus ``parley``:
+    what the scheduler chose and the parameters it was given."""
+    finals = _spoken(result)
+    chunks = [{"timestamp": [f.start, f.end], "text": " " + f.text} for f in finals]
+    speakers = [{"speaker": pyannote_label(f.speaker), "text": " " + f.text,
+                 "timestamp": [f.start, f.end]} for f in finals] if diarized else []
+    return {"speakers": speakers, "chunks": chunks, "text": " " + result.text,
+            "parley": {"decode": result.report.to_json(), "parameters": parameters,
+                       "warnings": warnings, "duration": round(result.duration, 3),
+                       "processing_s": round(result.processing_s, 3)}}

@@ -1,0 +1,237 @@
+"""The recording endpoints, thin over ``FileDoor`` and ``file_answers``:
+
+- ``POST /v1/audio/transcriptions``: OpenAI's file API (multipart);
+- ``POST /v1/listen``: Deepgram's pre-recorded API (the audio as the body);
+- ``POST /predict``: the reference handler's (multipart ``file`` + ``parameters`` JSON).
+
+Each answers errors in its own API's shape (protocol.md §"Recordings").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import uuid
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from parley.runtime.files import FileRequest, FileTranscript
+from parley.transport import file_answers
+from parley.transport.uploads import FileDoor, UploadCode, UploadError, speaker_count
+
+log = logging.getLogger(__name__)
+OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
+TRUE = ("1", "true", "yes", "on")
+# The reference handler's parameters (its validation_utils), all accepted; those it
+# chose for the caller are reported, not obeyed: Parley's scheduler chooses.
+PREDICT_PARAMETERS = ("task", "batch_size", "chunk_length_s", "sampling_rate", "assisted",
+                      "language", "num_speakers", "min_speakers", "max_speakers")
+
+
+def _flag(value: str | None, default: bool = False) -> bool:
+    return default if value is None else value.strip().lower() in TRUE
+
+
+def _language_name(code: str | None) -> str:
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    return LANGUAGES.get(code or "", code or "unknown")
+
+
+class FileRoutes:
+    def __init__(self, door: FileDoor, model_label: str):
+        self._door = door
+        self._model = model_label
+
+    def routes(self) -> list[Route]:
+        return [Route("/v1/audio/transcriptions", self.openai, methods=["POST"]),
+                Route("/v1/listen", self.deepgram, methods=["POST"]),
+                Route("/predict", self.predict, methods=["POST"])]
+
+    def _language(self, requested: str | None) -> str | None:
+        return requested or ("en" if self._model.endswith(".en") else None)
+
+    # ------------------------------------------------------------------ OpenAI
+
+    async def openai(self, request: Request) -> Response:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                key = self._door.authorize(request)
+                form = await stack.enter_async_context(self._door.form(request))
+                fmt = form.get("response_format") or "json"
+                if fmt not in OPENAI_FORMATS:
+                    raise UploadError(UploadCode.BAD_REQUEST, f"response_format must be one "
+                                      f"of {', '.join(OPENAI_FORMATS)}", "response_format")
+                granularities = set(form.all("timestamp_granularities[]") +
+                                    form.all("timestamp_granularities"))
+                if granularities - {"word", "segment"}:
+                    raise UploadError(UploadCode.BAD_REQUEST, "timestamp_granularities are "
+                                      "word and segment", "timestamp_granularities")
+                diarize = fmt == "diarized_json" or _flag(form.get("diarize"))
+                job = FileRequest(language=form.get("language") or None, diarize=diarize)
+                if _flag(form.get("stream")):
+                    # the stream takes the upload over, and closes it when done
+                    return await self._openai_stream(form.path, job, key, stack)
+                result = await self._door.transcribe(form.path, job, key)
+            except UploadError as error:
+                return _openai_error(error)
+        if fmt == "text":
+            return PlainTextResponse(result.text + "\n")
+        if fmt in ("srt", "vtt"):
+            return PlainTextResponse(file_answers.rendered(result, fmt),
+                                     media_type="text/vtt" if fmt == "vtt" else "text/plain")
+        if fmt == "verbose_json":
+            language = _language_name(self._language(job.language))
+            return JSONResponse(file_answers.openai_verbose(
+                result, language, with_words="word" in granularities,
+                with_segments="segment" in granularities or "word" not in granularities))
+        if fmt == "diarized_json":
+            return JSONResponse(file_answers.openai_diarized(result))
+        return JSONResponse(file_answers.openai_json(result))
+
+    async def _openai_stream(self, path, job: FileRequest, key: str,
+                             stack: contextlib.AsyncExitStack) -> Response:
+        """Server-sent events: a ``transcript.text.delta`` per window as its text and those
+        before it are done, then ``transcript.text.done`` (errors: an ``error`` event)."""
+        deltas: asyncio.Queue[str | None] = asyncio.Queue()
+
+        async def run() -> FileTranscript:
+            try:
+                return await self._door.transcribe(path, job, key,
+                                                   on_text=lambda t: deltas.put_nowait(t))
+            finally:
+                deltas.put_nowait(None)
+
+        task = asyncio.ensure_future(run())
+        lost = stack.pop_all()
+
+        async def events():
+            try:
+                first = True
+                while (text := await deltas.get()) is not None:
+                    delta = text if first else " " + text
+                    first = False
+                    yield _sse({"type": "transcript.text.delta", "delta": delta})
+                try:
+                    result = await task
+                except UploadError as error:
+                    yield _sse({"type": "error", "error": _openai_error_body(error)})
+                    return
+                yield _sse({"type": "transcript.text.done", "text": result.text,
+                            "usage": {"type": "duration",
+                                      "seconds": round(result.duration, 3)}})
+            finally:
+                if not task.done():
+                    task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await lost.aclose()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store"})
+
+    # ------------------------------------------------------------------ Deepgram
+
+    async def deepgram(self, request: Request) -> Response:
+        request_id = str(uuid.uuid4())
+        params = request.query_params
+        try:
+            key = self._door.authorize(request)
+            if request.headers.get("content-type", "").startswith("application/json"):
+                raise UploadError(UploadCode.BAD_REQUEST, "Parley does not fetch audio from "
+                                  "URLs: send the audio itself as the request body")
+            if params.get("callback"):
+                raise UploadError(UploadCode.BAD_REQUEST, "callback is not supported yet: "
+                                  "wait for the answer")
+            diarize = _flag(params.get("diarize"))
+            job = FileRequest(language=_deepgram_language(params), diarize=diarize)
+            async with self._door.body(request) as path:
+                digest = await asyncio.to_thread(_sha256, path)
+                result = await self._door.transcribe(path, job, key)
+        except UploadError as error:
+            return JSONResponse({"err_code": error.code.value.upper(), "err_msg": error.message,
+                                 "request_id": request_id}, status_code=error.status,
+                                headers=error.headers())
+        punctuate = _flag(params.get("punctuate")) or _flag(params.get("smart_format"))
+        return JSONResponse(file_answers.deepgram_response(
+            result, request_id, self._model, diarize=diarize, punctuate=punctuate,
+            utterances=_flag(params.get("utterances")), audio_sha256=digest))
+
+    # ------------------------------------------------------------------ the reference handler
+
+    async def predict(self, request: Request) -> Response:
+        try:
+            key = self._door.authorize(request)
+            async with self._door.form(request) as form:
+                parameters, warnings = _predict_parameters(form.get("parameters"))
+                if str(parameters.get("task", "transcribe")) != "transcribe":
+                    raise UploadError(UploadCode.BAD_REQUEST, "task: Parley transcribes; "
+                                      "translation is not served yet", "parameters")
+                count = speaker_count(parameters.get("num_speakers"),
+                                      parameters.get("min_speakers"),
+                                      parameters.get("max_speakers"))
+                diarize = self._door.jobs.can_diarize
+                job = FileRequest(language=parameters.get("language") or None,
+                                  diarize=diarize, speakers=count)
+                result = await self._door.transcribe(form.path, job, key)
+        except UploadError as error:
+            return JSONResponse({"detail": error.message, "error": error.code.value},
+                                status_code=error.status, headers=error.headers())
+        return JSONResponse(file_answers.predict_response(result, diarize, parameters,
+                                                          warnings))
+
+
+def _predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
+    if raw is None or not raw.strip():
+        return {}, []
+    try:
+        parameters = json.loads(raw)
+    except ValueError:
+        raise UploadError(UploadCode.BAD_REQUEST, "parameters must be a JSON object",
+                          "parameters") from None
+    if not isinstance(parameters, dict):
+        raise UploadError(UploadCode.BAD_REQUEST, "parameters must be a JSON object",
+                          "parameters")
+    warnings = [f"unknown parameter {name!r} ignored" for name in parameters
+                if name not in PREDICT_PARAMETERS]
+    for warning in warnings:
+        log.warning("predict: %s", warning)
+    return {k: v for k, v in parameters.items() if k in PREDICT_PARAMETERS}, warnings
+
+
+def _deepgram_language(params) -> str | None:
+    language = params.get("language")
+    if not language or _flag(params.get("detect_language")):
+        return None
+    return language.split("-")[0].lower()
+
+
+def _sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sse(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error",
+                 503: "server_error", 500: "server_error"}
+
+
+def _openai_error_body(error: UploadError) -> dict:
+    return {"message": error.message,
+            "type": _OPENAI_TYPES.get(error.status, "invalid_request_error"),
+            "param": error.param, "code": error.code.value}
+
+
+def _openai_error(error: UploadError) -> Response:
+    return JSONResponse({"error": _openai_error_body(error)}, status_code=error.status,
+                        headers=error.headers())
+

@@ -1,0 +1,291 @@
+"""Recordings sent whole, over real HTTP on loopback: the vendors' own clients (openai,
+deepgram-sdk, requests as the reference handler's README sends) against the real
+tiny.en and bundled speaker models; every bad input of protocol.md §"Recordings" on the
+fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+
+import httpx
+import numpy as np
+import pytest
+import requests
+from pyannote.core import Annotation, Segment
+from pyannote.database.util import load_rttm
+from pyannote.metrics.diarization import DiarizationErrorRate
+
+from audio_fixtures import (DIALOGUE_LINES, SAMPLE_WAV, SPEAKERS, conversation, dialogue,
+                            sample_dir, sample_reference_text, wer, write_wav)
+from conftest import chunks_of, serve_fake
+from parley.client.stream import run_stream, stream_url
+from parley.protocol.messages import StreamConfig
+from parley.runtime.media import decode_file
+
+KEY = "files-test-key"
+
+
+def word_turns(words: list[dict], key: str = "speaker") -> Annotation:
+    """Who spoke when, from words' times and speakers (what a client of the file API
+    has)."""
+    hypothesis = Annotation()
+    for k, w in enumerate(words):
+        if w.get(key) is not None and w["end"] > w["start"]:
+            hypothesis[Segment(w["start"], w["end"]), k] = str(w[key])
+    return hypothesis.support(collar=0.5)
+
+
+def der(reference: Annotation, hypothesis: Annotation) -> float:
+    return DiarizationErrorRate(collar=0.25, skip_overlap=False)(reference, hypothesis)
+
+
+@pytest.fixture(scope="module")
+def base(diarized_server) -> str:
+    return f"http://127.0.0.1:{diarized_server.port}"
+
+
+@pytest.fixture(scope="module")
+def openai_client(base):
+    from openai import OpenAI
+
+    return OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+
+
+# ---------------------------------------------------------------- real models, real clients
+
+async def test_openai_json_matches_the_live_path_and_verbose_words(base, openai_client):
+    """openai's audio.transcriptions.create on sample.wav: json text with WER at most the
+    live stream's on the same audio; verbose_json with segments and timed words."""
+    reference = sample_reference_text()
+    result = await asyncio.to_thread(
+        openai_client.audio.transcriptions.create, model="whisper-1",
+        file=SAMPLE_WAV.open("rb"))
+    live = await run_stream(stream_url(f"ws://{base[7:]}/v1/stream", StreamConfig(), None),
+                            chunks_of(_wav_audio()), 32000, fast=True)
+    live_text = " ".join(f["text"] for f in live.finals)
+    assert wer(reference, result.text) <= wer(reference, live_text) + 1e-9
+    assert wer(reference, result.text) < 0.2
+    verbose = await asyncio.to_thread(
+        openai_client.audio.transcriptions.create, model="whisper-1",
+        file=SAMPLE_WAV.open("rb"), response_format="verbose_json",
+        timestamp_granularities=["word", "segment"])
+    assert verbose.language == "english" and abs(verbose.duration - 30.0) < 0.1
+    assert verbose.segments and verbose.words
+    starts = [w.start for w in verbose.words]
+    assert starts == sorted(starts) and all(w.end >= w.start for w in verbose.words)
+    assert " ".join(w.word for w in verbose.words).split() == verbose.text.split()
+
+
+async def test_openai_srt_stream_and_diarized_json(openai_client):
+    srt = await asyncio.to_thread(openai_client.audio.transcriptions.create, model="whisper-1",
+                                  file=SAMPLE_WAV.open("rb"), response_format="srt")
+    assert srt.startswith("1\n00:00:") and " --> " in srt
+    stream = await asyncio.to_thread(openai_client.audio.transcriptions.create,
+                                     model="whisper-1", file=SAMPLE_WAV.open("rb"),
+                                     stream=True)
+    events = await asyncio.to_thread(list, stream)
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and "transcript.text.delta" in kinds
+    assert "".join(e.delta for e in events[:-1]).split() == events[-1].text.split()
+    diarized = await asyncio.to_thread(openai_client.audio.transcriptions.create,
+                                       model="gpt-4o-transcribe-diarize",
+                                       file=SAMPLE_WAV.open("rb"),
+                                       response_format="diarized_json")
+    assert {s.speaker for s in diarized.segments} == {"S1", "S2"}
+
+
+async def test_predict_as_the_reference_readme_sends_it(base):
+    """requests' multipart POST to /predict, exactly as the reference server's README:
+    its answer's shapes; sample.wav's speakers: words' turns (from /v1/listen's words,
+    0.25 s collar) with DER 0.081, against the live path's 0.074 (the whole-file
+    timeline itself scores 0.039: words at turn edges take the other speaker); batch_size and assisted reported, not obeyed; an
+    unknown parameter ignored with a warning."""
+    def post():
+        files = {"file": open(SAMPLE_WAV, "rb")}
+        data = {"parameters": json.dumps({"batch_size": 1, "assisted": "true",
+                                          "temperature": 0.3})}
+        return requests.post(f"{base}/predict", files=files, data=data, timeout=120)
+
+    response = await asyncio.to_thread(post)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert set(answer) >= {"speakers", "chunks", "text"}
+    assert all(len(c["timestamp"]) == 2 and c["text"] for c in answer["chunks"])
+    assert {s["speaker"] for s in answer["speakers"]} == {"SPEAKER_00", "SPEAKER_01"}
+    assert answer["parley"]["parameters"]["batch_size"] == 1
+    assert answer["parley"]["warnings"] == ["unknown parameter 'temperature' ignored"]
+    assert answer["parley"]["decode"]["windows"] >= 1
+    listened = await asyncio.to_thread(
+        requests.post, f"{base}/v1/listen?diarize=true&punctuate=true",
+        data=SAMPLE_WAV.read_bytes(), headers={"Content-Type": "audio/wav"}, timeout=120)
+    words = listened.json()["results"]["channels"][0]["alternatives"][0]["words"]
+    reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
+    assert der(reference, word_turns(words)) <= 0.09  # 0.081 here; the live path's 0.074
+
+
+async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(base):
+    """deepgram-sdk's pre-recorded transcribe_file: an espeak meeting of three voices with
+    known text and turns; three speakers, utterances, words in order."""
+    from deepgram import DeepgramClient
+
+    audio, truth = dialogue(["A", "B", "C"], turns=6)
+    path = write_wav(sample_dir_tmp() / "three.wav", audio)
+    client = DeepgramClient(api_key="unused", environment=_deepgram_environment(base))
+    response = await asyncio.to_thread(
+        client.listen.v1.media.transcribe_file, request=path.read_bytes(), diarize=True,
+        utterances=True, punctuate=True, model="nova-3")
+    alternative = response.results.channels[0].alternatives[0]
+    live = await run_stream(stream_url(f"ws://{base[7:]}/v1/stream", StreamConfig(), None),
+                            chunks_of(audio), 32000, fast=True)
+    said = " ".join(u.text for u in truth)
+    assert wer(said, alternative.transcript) <= wer(
+        said, " ".join(f["text"] for f in live.finals))  # here 0.22 against 0.35
+    assert len({w.speaker for w in alternative.words}) == 3
+    assert response.results.utterances and response.metadata.duration > 10
+    reference = Annotation()
+    for k, u in enumerate(truth):
+        reference[Segment(u.start, u.end), k] = u.voice
+    assert der(reference, word_turns([w.dict() for w in alternative.words])) < 0.2
+
+
+VOICES = [SPEAKERS["A"], SPEAKERS["B"], SPEAKERS["C"], "en-us+f3"]
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+async def test_whole_file_speaker_counts(base, count):
+    """espeak meetings of 2, 3 and 4 voices: the exact count, with and without
+    num_speakers."""
+    audio, _ = conversation([(VOICES[i % count], DIALOGUE_LINES[i % len(DIALOGUE_LINES)])
+                             for i in range(2 * count)], gap_s=0.6)
+    voices = VOICES[:count]
+    path = write_wav(sample_dir_tmp() / f"{len(voices)}.wav", audio)
+    for parameters in ({}, {"num_speakers": len(voices)}):
+        response = await asyncio.to_thread(
+            requests.post, f"{base}/predict", files={"file": path.open("rb")},
+            data={"parameters": json.dumps(parameters)}, timeout=120)
+        assert response.status_code == 200
+        assert len({s["speaker"] for s in response.json()["speakers"]}) == len(voices)
+
+
+def _deepgram_environment(base: str):
+    from deepgram.environment import DeepgramClientEnvironment
+
+    return DeepgramClientEnvironment(base=base, production=f"ws://{base[7:]}",
+                                     agent=f"ws://{base[7:]}", agent_rest=base)
+
+
+def _wav_audio():
+    from audio_fixtures import read_wav
+
+    return read_wav(SAMPLE_WAV)
+
+
+_TMP = {}
+
+
+def sample_dir_tmp():
+    import tempfile
+    from pathlib import Path
+
+    if "dir" not in _TMP:
+        _TMP["dir"] = Path(tempfile.mkdtemp(prefix="parley-files-test-"))
+    return _TMP["dir"]
+
+
+# ---------------------------------------------------------------- bad input, fake engine
+
+@pytest.fixture(scope="module")
+async def fake():
+    server = await serve_fake(token=KEY, files={"max_upload_mb": 1, "max_duration_s": 20,
+                                                "max_jobs": 1})
+    yield f"http://127.0.0.1:{server.port}", server
+    await server.stop()
+
+
+@pytest.fixture(scope="module")
+def speech_wav():
+    audio, _ = conversation([("en-us", "Hello there, this is a short recording.")])
+    return write_wav(sample_dir_tmp() / "short.wav", audio).read_bytes()
+
+
+async def _post(url: str, **kwargs) -> httpx.Response:
+    headers = kwargs.pop("headers", {"Authorization": f"Bearer {KEY}"})
+    async with httpx.AsyncClient(timeout=60) as client:
+        return await client.post(url, headers=headers, **kwargs)
+
+
+async def test_a_fake_engine_recording_goes_through_every_format(fake, speech_wav):
+    url, _ = fake
+    for fmt in ("json", "text", "srt", "vtt", "verbose_json"):
+        response = await _post(f"{url}/v1/audio/transcriptions",
+                               files={"file": ("a.wav", speech_wav)},
+                               data={"response_format": fmt})
+        assert response.status_code == 200, response.text
+        assert "w" in response.text
+
+
+async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_path):
+    url, _ = fake
+    openai = f"{url}/v1/audio/transcriptions"
+    cases = [  # (response, status, code)
+        (await _post(openai, files={"file": ("a.wav", speech_wav)}, headers={}), 401,
+         "unauthorized"),
+        (await _post(openai, data={"model": "whisper-1"}, files={"other": ("x", b"1")}), 400,
+         "bad_request"),
+        (await _post(openai, files={"file": ("a.wav", speech_wav)},
+                     data={"response_format": "xml"}), 400, "bad_request"),
+        (await _post(openai, files={"file": ("a.wav", b"not audio at all")}), 400,
+         "bad_audio"),
+        (await _post(openai, files={"file": ("a.wav", b"")}), 400, "bad_audio"),
+        (await _post(openai, files={"file": ("a.wav", b"\0" * (2 << 20))}), 413,
+         "too_large"),
+        (await _post(openai, files={"file": ("long.wav", _long_wav(tmp_path))}), 413,
+         "too_long"),
+        (await _post(openai, files={"file": ("a.wav", speech_wav)},
+                     data={"language": "xx"}), 400, "bad_request"),
+    ]
+    for response, status, code in cases:
+        assert response.status_code == status, response.text
+        assert response.json()["error"]["code"] == code
+    assert "Invalid data" in cases[3][0].json()["error"]["message"]  # ffmpeg's own reason
+    deepgram = await _post(f"{url}/v1/listen", content=b"junk",
+                           headers={"Authorization": f"Token {KEY}"})
+    assert deepgram.status_code == 400 and deepgram.json()["err_code"] == "BAD_AUDIO"
+    predict = await _post(f"{url}/predict", files={"file": ("a.wav", speech_wav)},
+                          data={"parameters": "{not json"})
+    assert predict.status_code == 400 and "parameters" in predict.json()["detail"]
+    assert list(tmp_path.parent.glob("**/a.wav")) == []  # never written under its name
+
+
+async def test_a_full_server_answers_429_with_retry_after_and_a_drain_503(fake, speech_wav):
+    url, server = fake
+    jobs = server.service.file_jobs
+    with jobs.slot():  # the one job slot, taken
+        busy = await _post(f"{url}/v1/audio/transcriptions",
+                           files={"file": ("a.wav", speech_wav)})
+    assert busy.status_code == 429 and busy.headers["Retry-After"] == "5"
+    assert busy.json()["error"]["code"] == "server_busy"
+    metrics = (await asyncio.to_thread(requests.get, f"{url}/metrics")).text
+    assert 'parley_file_jobs_total{outcome="server_busy"}' in metrics
+    assert "parley_file_audio_seconds_total" in metrics
+
+
+def _long_wav(tmp_path) -> bytes:
+    """25 s of 8 kHz mu-law (small, past the 20 s limit), made by ffmpeg."""
+    path = tmp_path / "long.wav"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i",
+                    "sine=frequency=300:duration=25", "-ar", "8000", "-acodec", "pcm_mulaw",
+                    str(path)], check=True)
+    return path.read_bytes()
+
+
+async def test_decode_file_reads_any_container(tmp_path):
+    """ffmpeg's decoding: an Ogg/Opus file comes back as 16 kHz mono of its length."""
+    path = tmp_path / "tone.ogg"
+    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i",
+                    "sine=frequency=440:duration=2", "-ac", "2", "-c:a", "libopus",
+                    str(path)], check=True)
+    audio = await decode_file(path, 60)
+    assert abs(len(audio) / 16000 - 2.0) < 0.05 and np.abs(audio).max() > 0.05
