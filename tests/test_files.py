@@ -289,3 +289,31 @@ async def test_decode_file_reads_any_container(tmp_path):
                     str(path)], check=True)
     audio = await decode_file(path, 60)
     assert abs(len(audio) / 16000 - 2.0) < 0.05 and np.abs(audio).max() > 0.05
+
+
+async def test_parley_transcribe_in_process_and_against_a_server(fake, speech_wav, models_dir,
+                                                                 tmp_path):
+    """`parley transcribe`: in-process with speakers (RTTM of sample.wav's two), and with
+    --url against a server (its key from $PARLEY_TOKEN); a server's error is its message
+    and exit status 1."""
+    import os
+    import sys
+
+    parley = [sys.executable, "-m", "parley"]
+    rttm = await asyncio.to_thread(subprocess.run, [
+        *parley, "transcribe", str(SAMPLE_WAV), "--diarization", "bundle", "--format", "rttm",
+        "--models-dir", str(models_dir)], capture_output=True, text=True, timeout=300)
+    assert rttm.returncode == 0, rttm.stderr
+    assert {line.split()[7] for line in rttm.stdout.splitlines()} == {"S1", "S2"}
+    url, _ = fake
+    path = tmp_path / "short.wav"
+    path.write_bytes(speech_wav)
+    env = {**os.environ, "PARLEY_TOKEN": KEY}
+    remote = await asyncio.to_thread(subprocess.run, [
+        *parley, "transcribe", str(path), "--url", url, "--format", "srt"],
+        capture_output=True, text=True, timeout=60, env=env)
+    assert remote.returncode == 0 and remote.stdout.startswith("1\n"), remote.stderr
+    refused = await asyncio.to_thread(subprocess.run, [
+        *parley, "transcribe", str(path), "--url", url], capture_output=True, text=True,
+        timeout=60)
+    assert refused.returncode == 1 and "401" in refused.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -146,6 +147,50 @@ def _stream(args: argparse.Namespace) -> int:
     return 1 if fatal or result.ended is None or reason != "end_of_stream" else 0
 
 
+def _transcribe(args: argparse.Namespace) -> int:
+    """Recordings, in-process (the server's own file pipeline), or sent to --url."""
+    if args.url:
+        from parley.client.files import transcribe_file
+
+        token = args.token or os.environ.get("PARLEY_TOKEN")
+        for source in args.sources:
+            try:
+                text = transcribe_file(args.url, source, args.format, token, args.language,
+                                       args.num_speakers is not None or args.diarize)
+            except (RuntimeError, ValueError, OSError) as exc:
+                print(f"parley: {source}: {exc}", file=sys.stderr)
+                return 1
+            _write(args.output, text)
+        return 0
+    from parley.config import Settings
+    from parley.runtime.local import transcribe_locally
+
+    try:
+        settings = Settings(**({"models_dir": args.models_dir} if args.models_dir else {}),
+                            asr={"model": args.model} if args.model else {},
+                            diarization={"source": args.diarization or "off"})
+    except ValueError as exc:
+        print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    try:
+        outputs = asyncio.run(transcribe_locally(settings, args.sources, args.format,
+                                                 args.language, args.num_speakers))
+    except (RuntimeError, ValueError, OSError) as exc:
+        print(f"parley: {exc}", file=sys.stderr)
+        return 1
+    for text in outputs:
+        _write(args.output, text)
+    return 0
+
+
+def _write(output: str | None, text: str) -> None:
+    if output:
+        with open(output, "a", encoding="utf-8") as file:
+            file.write(text)
+    else:
+        sys.stdout.write(text)
+
+
 def _models(args: argparse.Namespace) -> int:
     from parley.config import default_models_dir
     from parley.models.bundle import BUNDLE, DIARIZATION, install_bundle, verify
@@ -248,6 +293,24 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--sample-rate", type=int, default=16000, help="of raw stdin PCM")
     stream.add_argument("--channels", type=int, default=1, help="of raw stdin PCM")
     stream.set_defaults(run=_stream)
+
+    transcribe = commands.add_parser("transcribe", help="transcribe recordings in-process "
+                                     "(or on a server with --url)")
+    transcribe.add_argument("sources", nargs="+", metavar="FILE", help="audio ffmpeg reads")
+    transcribe.add_argument("--format", choices=FORMATS, default="text")
+    transcribe.add_argument("--output", "-o", help="write here (appended), not to stdout")
+    transcribe.add_argument("--language")
+    transcribe.add_argument("--diarization", metavar="off|bundle|HUB_ID|PATH",
+                            help="speaker labels, in-process (default off; rttm needs it)")
+    transcribe.add_argument("--diarize", action="store_true", help="with --url: ask for "
+                            "speakers")
+    transcribe.add_argument("--num-speakers", type=int)
+    transcribe.add_argument("--model", help="bundle name (tiny.en, base), path or hub id")
+    transcribe.add_argument("--models-dir")
+    transcribe.add_argument("--url", help="a Parley server's base URL (http://host:port): "
+                            "send the files there instead")
+    transcribe.add_argument("--token", help="with --url: the API key (default $PARLEY_TOKEN)")
+    transcribe.set_defaults(run=_transcribe)
 
     models = commands.add_parser("models", help="the offline model bundle")
     models.add_argument("action", choices=["install", "list", "verify"])

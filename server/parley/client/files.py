@@ -1,0 +1,37 @@
+"""Sending a recording to a Parley server's OpenAI-compatible file endpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+# `parley transcribe --url` formats, as the server's response_format.
+REMOTE_FORMATS = {"text": "text", "srt": "srt", "vtt": "vtt", "json": "verbose_json"}
+
+
+def transcribe_file(base_url: str, path: str | Path, fmt: str = "text",
+                    token: str | None = None, language: str | None = None,
+                    diarization: bool = False, timeout_s: float = 3600.0) -> str:
+    """POST ``path`` to ``base_url``/v1/audio/transcriptions; the answer's body (JSON
+    for ``json``: verbose_json with words). RuntimeError with the server's message on
+    an error answer."""
+    if fmt not in REMOTE_FORMATS:
+        raise ValueError(f"--url formats are {', '.join(REMOTE_FORMATS)}")
+    data = {"response_format": REMOTE_FORMATS[fmt], "timestamp_granularities[]": "word"}
+    if language:
+        data["language"] = language
+    if diarization:
+        data["diarize"] = "true"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with Path(path).open("rb") as file:
+        response = httpx.post(f"{base_url.rstrip('/')}/v1/audio/transcriptions",
+                              files={"file": (Path(path).name, file)}, data=data,
+                              headers=headers, timeout=timeout_s)
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text
+        raise RuntimeError(f"the server answered {response.status_code}: {message}")
+    return response.text

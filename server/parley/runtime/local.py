@@ -1,0 +1,48 @@
+"""`parley transcribe` without a server: the server's own file pipeline, in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm import tqdm
+
+from parley.config import Settings
+from parley.core.recording_speakers import SpeakerCount
+from parley.runtime.files import FileRequest
+from parley.runtime.media import decode_file
+from parley.runtime.threads import in_passing_thread
+
+
+async def transcribe_locally(settings: Settings, sources: list[str], fmt: str,
+                             language: str | None, num_speakers: int | None) -> list[str]:
+    """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file."""
+    from parley.app import load_asr, load_diarization
+    from parley.service import file_jobs
+    from parley.transport.file_answers import rendered
+
+    worker, asr = await in_passing_thread(load_asr, settings)
+    diarization = await in_passing_thread(load_diarization, settings)
+    if fmt == "rttm" and diarization is None:
+        raise ValueError("rttm writes speaker turns: add --diarization bundle")
+    await worker.start(warm_up=True)
+    if diarization is not None:
+        diarization.start()
+    jobs = file_jobs(settings, worker, diarization)
+    request = FileRequest(language, diarization is not None, SpeakerCount(num_speakers))
+    outputs = []
+    try:
+        asr.check_language(language)
+        for source in sources:
+            audio = await decode_file(Path(source), settings.files.max_duration_s)
+            with tqdm(total=100, desc=Path(source).name, unit="%", leave=False) as bar:
+                def advance(fraction: float, bar=bar) -> None:
+                    bar.update(round(100 * fraction) - bar.n)
+
+                with jobs.slot():
+                    result = await jobs.transcribe(audio, request, on_progress=advance)
+            outputs.append(rendered(result, fmt, Path(source).stem))
+    finally:
+        await worker.stop()
+        if diarization is not None:
+            await diarization.stop()
+    return outputs
