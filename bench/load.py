@@ -13,8 +13,13 @@ server reports it) and server CPU use, WER against the known text, and (labels o
 speakers each stream shows. Then the largest N that holds p50 ≤ 1.5 s and max ≤ 3 s,
 with diarization off and on.
 
+With ``--upload-minutes M`` each count runs twice, without and then with a recording of
+M minutes POSTed to /v1/audio/transcriptions as the streams start (background work:
+what it costs the live streams' final latency), and the upload's own time is reported.
+
 The server runs in its own process (as deployed), so the clients' work is not on its
 event loop. Usage: python bench/load.py [--streams 1 2 4 6 8] [--diarization off on]
+[--upload-minutes 20]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from common import ParleyProcess, print_table, write_json
@@ -150,13 +156,28 @@ def _asr_busy_seconds(health: dict) -> float | None:
     return health.get("asr", {}).get("busy_seconds")
 
 
+async def upload(server: Server, path: str) -> float:
+    """POST a recording to the server's OpenAI file endpoint; seconds until the answer."""
+    import httpx
+
+    began = time.perf_counter()
+    async with httpx.AsyncClient(timeout=3600) as client:
+        with open(path, "rb") as file:
+            response = await client.post(f"http://{server.base}/v1/audio/transcriptions",
+                                         files={"file": ("upload.wav", file)})
+    response.raise_for_status()
+    return time.perf_counter() - began
+
+
 async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
-                      talks: list[Conversation]) -> dict:
+                      talks: list[Conversation], upload_path: str | None = None) -> dict:
     query = "?diarization=true" if diarize else ""
     before_health, before_cpu, began = server.health(), server.cpu_seconds(), time.perf_counter()
+    uploading = asyncio.ensure_future(upload(server, upload_path)) if upload_path else None
     outcomes = await asyncio.gather(*(stream(server.url + query, talks[i], i * stagger)
                                       for i in range(count)))
     wall = time.perf_counter() - began
+    upload_s = await uploading if uploading is not None else None  # done before the next run
     after_health, after_cpu = server.health(), server.cpu_seconds()
     latencies = sorted(t for o in outcomes for t in o.latencies)
     rates = [o.partials / (len(talks[i].audio) / 16000) for i, o in enumerate(outcomes)]
@@ -168,6 +189,8 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
     return {
         "streams": count,
         "diarization": diarize,
+        "upload": upload_path is not None,
+        "upload_s": upload_s,
         "finals": len(latencies),
         "p50_s": statistics.median(latencies) if latencies else None,
         "p95_s": float(np.percentile(latencies, 95)) if latencies else None,
@@ -214,11 +237,23 @@ def main() -> None:
                                                     "(e.g. an older checkout, for a before)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment of the server, e.g. PARLEY_DIARIZATION__STEP_S=1.0")
+    parser.add_argument("--upload-minutes", type=float, help="also run each count while a "
+                        "recording this long is POSTed to /v1/audio/transcriptions at the "
+                        "start (without and with, in turn), to see what files cost streams")
     parser.add_argument("--server-log-level", default="warning",
                         help="the server's log level (its log: bench/results/load-server-*.log)")
     args = parser.parse_args()
     talks = conversations(1 if args.same_audio else max(args.streams))
     talks = talks * (max(args.streams) if args.same_audio else 1)
+    upload_path = None
+    if args.upload_minutes:
+        import tempfile
+
+        from audio_fixtures import write_wav
+        from files import recording
+
+        upload_path = str(write_wav(Path(tempfile.mkdtemp()) / "upload.wav",
+                                    recording(args.upload_minutes)[0]))
     rows = []
     for mode in args.diarization:
         env = dict(item.split("=", 1) for item in args.server_env)
@@ -228,19 +263,23 @@ def main() -> None:
                         args.server_log_level, env=env)
         try:
             for count in args.streams:
-                row = asyncio.run(run_streams(server, count, args.stagger, mode == "on", talks))
-                rows.append(row)
-                print(f"{count} streams, diarization {mode}: p50 {row['p50_s']:.2f} s, "
-                      f"max {row['max_s']:.2f} s", flush=True)
+                for path in [None, upload_path] if upload_path else [None]:
+                    row = asyncio.run(run_streams(server, count, args.stagger, mode == "on",
+                                                  talks, path))
+                    rows.append(row)
+                    print(f"{count} streams, diarization {mode}, upload {path is not None}: "
+                          f"p50 {row['p50_s']:.2f} s, max {row['max_s']:.2f} s", flush=True)
         finally:
             server.stop()
     print()
-    print_table(rows, ["streams", "diarization", "finals", "p50_s", "p95_s", "max_s",
+    print_table(rows, ["streams", "diarization", "upload", "upload_s", "finals", "p50_s",
+                       "p95_s", "max_s",
                        "finals_lost", "errors", "partials_per_session_s", "partials_min_max",
                        "asr_busy", "server_cpu", "wer", "right_speakers"])
     best = {}
     for mode in args.diarization:
-        held = [r["streams"] for r in rows if r["diarization"] == (mode == "on") and holds(r)]
+        held = [r["streams"] for r in rows if r["diarization"] == (mode == "on")
+                and not r["upload"] and holds(r)]
         best[mode] = max(held, default=0)
         print(f"diarization {mode}: most streams with p50 ≤ {P50_BOUND_S} s and max ≤ "
               f"{MAX_BOUND_S} s: {best[mode]}")

@@ -77,6 +77,9 @@ class FakeEngine:
         self.in_flight: list[FakeDecode] = []
         self.step_sizes: list[int] = []     # rows in each step, in order
 
+    def prompt_tokens(self, text: str) -> tuple[int, ...]:
+        return tuple(FIRST_TOKEN + len(word) % 10 for word in text.split())[-223:]
+
     def check_language(self, language: str | None) -> None:
         if language not in (None, "en"):
             raise ValueError(f"model {self.label} is English-only; language must be 'en'")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import tempfile
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -256,7 +258,9 @@ async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_pat
     predict = await _post(f"{url}/predict", files={"file": ("a.wav", speech_wav)},
                           data={"parameters": "{not json"})
     assert predict.status_code == 400 and "parameters" in predict.json()["detail"]
-    assert list(tmp_path.parent.glob("**/a.wav")) == []  # never written under its name
+    temporary = Path(tempfile.gettempdir())
+    assert not (temporary / "a.wav").exists()  # never written under the client's name
+    assert list(temporary.glob("parley-upload-*")) == []  # and deleted after the answer
 
 
 async def test_a_full_server_answers_429_with_retry_after_and_a_drain_503(fake, speech_wav):
@@ -317,3 +321,30 @@ async def test_parley_transcribe_in_process_and_against_a_server(fake, speech_wa
         *parley, "transcribe", str(path), "--url", url], capture_output=True, text=True,
         timeout=60)
     assert refused.returncode == 1 and "401" in refused.stderr
+
+
+async def test_a_deepgram_callback_gets_the_result_signed_and_only_where_allowed(speech_wav):
+    """?callback=URL: {"request_id"} at once, then the result POSTed, signed as Parley's
+    webhooks, to an allowed target; any other URL is refused with 400."""
+    from test_webhooks import SECRET, Receiver
+
+    receiver = Receiver()
+    async with receiver as hooks:
+        server = await serve_fake(webhooks={"allowed_targets": [hooks], "secret": SECRET})
+        try:
+            base = f"http://127.0.0.1:{server.port}/v1/listen?punctuate=true"
+            refused = await _post(f"{base}&callback=http://127.0.0.1:9/elsewhere",
+                                  content=speech_wav, headers={})
+            assert refused.status_code == 400 and refused.json()["err_code"] == "BAD_REQUEST"
+            answer = await _post(f"{base}&callback={hooks}", content=speech_wav, headers={})
+            assert answer.status_code == 200
+            request_id = answer.json()["request_id"]
+            for _ in range(200):
+                if receiver.events:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await server.stop()
+    (event,) = receiver.events
+    assert event["metadata"]["request_id"] == request_id
+    assert event["results"]["channels"][0]["alternatives"][0]["words"]

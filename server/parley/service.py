@@ -183,7 +183,7 @@ async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrServic
     door = FileDoor(jobs, access, metrics, asr.check_language,
                     settings.server.max_sessions_per_key)
     return Service(endpoint, worker, metrics, followers, route, diarization, webhooks,
-                   file_jobs=jobs, file_routes=FileRoutes(door, asr.model_label))
+                   file_jobs=jobs, file_routes=FileRoutes(door, asr.model_label, webhooks))
 
 
 def file_jobs(settings: Settings, worker: AsrScheduler,

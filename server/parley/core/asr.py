@@ -106,6 +106,11 @@ class Transcriber(Protocol[D]):
         """Raise ValueError when this model cannot transcribe ``language``."""
         ...
 
+    def prompt_tokens(self, text: str) -> tuple[int, ...]:
+        """``text`` as the tokens of a prompt (``AsrRequest.context``): a caller's
+        vocabulary or earlier text, at most the decoder's prompt length."""
+        ...
+
     def start(self, requests: Sequence[AsrRequest]) -> list[D]:
         """Encode ``requests`` in one batched pass and feed their prompts.
 

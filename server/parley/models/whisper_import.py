@@ -170,8 +170,9 @@ def timestamp_tokens() -> list[str]:
 def build_tokenizer(source: Path, vocabulary: Vocabulary):
     """transformers' WhisperTokenizer with every id where ``vocabulary.txt`` has it.
 
-    The packaged tokenizer.json lacks the 1501 timestamp tokens, and its
-    ``<|...|>`` tokens are not registered as special with transformers.
+    The packaged tokenizer.json lacks the 1501 timestamp tokens, its ``<|...|>``
+    tokens are not registered as special with transformers, and it names no pad token
+    (transformers' batched pipeline then refuses the model).
     """
     from tokenizers import AddedToken, Tokenizer
     from transformers import WhisperTokenizer
@@ -186,6 +187,7 @@ def build_tokenizer(source: Path, vocabulary: Vocabulary):
     tokenizer = WhisperTokenizer(
         tokenizer_object=backend,
         extra_special_tokens=[t for t in vocabulary.specials() if t != "<|endoftext|>"],
+        pad_token="<|endoftext|>",  # as the hub's checkpoints: batched pipelines pad with it
     )
     mismatched = [i for i, token in enumerate(vocabulary.tokens)
                   if tokenizer.convert_ids_to_tokens(i) != token]

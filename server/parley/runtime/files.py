@@ -59,6 +59,7 @@ class FileRequest:
     language: str | None = None
     diarize: bool = False
     speakers: SpeakerCount = SpeakerCount()
+    prompt: str = ""  # words the caller expects (names, terms), given to every window
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,10 @@ class FileJobs:
     def retry_after_s(self) -> int:
         return 5
 
+    def has_room(self) -> bool:
+        """Whether a job could start now."""
+        return not self._draining and len(self._running) < self.limits.max_jobs
+
     @contextlib.contextmanager
     def slot(self):
         """Hold one job slot for the current task (Busy, or Draining, if none)."""
@@ -205,8 +210,10 @@ class FileJobs:
                 self._diarize, audio, request.speakers))
         try:
             progress = _Progress(len(windows), on_change=on_progress)
-            results, waited = await self._decode(audio, windows, request.language, progress,
-                                                 on_text)
+            context = self.worker.engine.prompt_tokens(request.prompt) if request.prompt \
+                else ()
+            results, waited = await self._decode(audio, windows, request.language, context,
+                                                 progress, on_text)
             snapshot = await speakers if speakers is not None else None
         finally:
             if speakers is not None and not speakers.done():
@@ -227,7 +234,8 @@ class FileJobs:
         return transcript
 
     async def _decode(self, audio: np.ndarray, windows: list[Window], language: str | None,
-                      progress: _Progress, on_text: Callable[[str], None] | None
+                      context: tuple[int, ...], progress: _Progress,
+                      on_text: Callable[[str], None] | None
                       ) -> tuple[list[Transcription], float]:
         """Every window through the scheduler, at most ``windows_in_flight`` at once; the
         results, and the seconds until the first came."""
@@ -243,7 +251,8 @@ class FileJobs:
                     if item is None:
                         break
                     index, window = item
-                    request = AsrRequest(window.audio(audio), language, with_words=True)
+                    request = AsrRequest(window.audio(audio), language, with_words=True,
+                                         context=context)
                     pending[self.worker.submit_background(request, owner)] = index
                 if not pending:
                     break

@@ -107,6 +107,31 @@ class WebhookSender:
     def outcome(self, outcome: str) -> None:
         self._on_outcome(outcome)
 
+    async def deliver(self, url: str, message_id: str, body: str, owner: str) -> bool:
+        """Post ``body`` until a 2xx answer, with backoff, at most ``max_attempts`` times
+        (``owner``: the session or request it belongs to, for the log)."""
+        config = self.config
+        wait = config.first_retry_s
+        for attempt in range(1, config.max_attempts + 1):
+            if await self.post(url, message_id, body):
+                self.outcome("delivered")
+                return True
+            if attempt < config.max_attempts:
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, config.max_retry_s)
+        self.outcome("failed")
+        log.warning("webhook %s of %s failed after %d attempts", message_id, owner,
+                    config.max_attempts, extra={"session_id": owner})
+        return False
+
+    def send(self, url: str, message_id: str, body: str) -> None:
+        """Deliver one body (a recording's callback) in the background, as ``deliver``;
+        ``stop`` waits for it as for the feeds."""
+        task = asyncio.create_task(self.deliver(url, message_id, body, message_id),
+                                   name=f"callback-{message_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
 
 _CLOSED = object()
 
@@ -143,16 +168,4 @@ class WebhookFeed:
             await self._deliver(*item)
 
     async def _deliver(self, message_id: str, body: str) -> None:
-        config = self._sender.config
-        wait = config.first_retry_s
-        for attempt in range(1, config.max_attempts + 1):
-            if await self._sender.post(self._url, message_id, body):
-                self._sender.outcome("delivered")
-                return
-            if attempt < config.max_attempts:
-                await asyncio.sleep(wait)
-                wait = min(2 * wait, config.max_retry_s)
-        self._sender.outcome("failed")
-        log.warning("webhook %s of session %s failed after %d attempts", message_id,
-                    self._session_id, config.max_attempts,
-                    extra={"session_id": self._session_id})
+        await self._sender.deliver(self._url, message_id, body, self._session_id)

@@ -1,7 +1,8 @@
 """The recording endpoints, thin over ``FileDoor`` and ``file_answers``:
 
 - ``POST /v1/audio/transcriptions``: OpenAI's file API (multipart);
-- ``POST /v1/listen``: Deepgram's pre-recorded API (the audio as the body);
+- ``POST /v1/listen``: Deepgram's pre-recorded API (the audio as the body; with
+  ``callback``, the answer is ``{"request_id"}`` and the result is POSTed there);
 - ``POST /predict``: the reference handler's (multipart ``file`` + ``parameters`` JSON).
 
 Each answers errors in its own API's shape (protocol.md §"Recordings").
@@ -20,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from parley.runtime.files import FileRequest, FileTranscript
+from parley.runtime.webhooks import WebhookSender
 from parley.transport import file_answers
 from parley.transport.uploads import FileDoor, UploadCode, UploadError, speaker_count
 
@@ -43,9 +45,11 @@ def _language_name(code: str | None) -> str:
 
 
 class FileRoutes:
-    def __init__(self, door: FileDoor, model_label: str):
+    def __init__(self, door: FileDoor, model_label: str, webhooks: WebhookSender | None = None):
         self._door = door
         self._model = model_label
+        self._webhooks = webhooks
+        self._callbacks: set[asyncio.Task] = set()
 
     def routes(self) -> list[Route]:
         return [Route("/v1/audio/transcriptions", self.openai, methods=["POST"]),
@@ -72,7 +76,8 @@ class FileRoutes:
                     raise UploadError(UploadCode.BAD_REQUEST, "timestamp_granularities are "
                                       "word and segment", "timestamp_granularities")
                 diarize = fmt == "diarized_json" or _flag(form.get("diarize"))
-                job = FileRequest(language=form.get("language") or None, diarize=diarize)
+                job = FileRequest(language=form.get("language") or None, diarize=diarize,
+                                  prompt=form.get("prompt") or "")
                 if _flag(form.get("stream")):
                     # the stream takes the upload over, and closes it when done
                     return await self._openai_stream(form.path, job, key, stack)
@@ -138,27 +143,59 @@ class FileRoutes:
     async def deepgram(self, request: Request) -> Response:
         request_id = str(uuid.uuid4())
         params = request.query_params
+        diarize = _flag(params.get("diarize"))
+        punctuate = _flag(params.get("punctuate")) or _flag(params.get("smart_format"))
+        utterances = _flag(params.get("utterances"))
+
+        async def run(path, key) -> dict:
+            digest = await asyncio.to_thread(_sha256, path)
+            job = FileRequest(language=_deepgram_language(params), diarize=diarize)
+            result = await self._door.transcribe(path, job, key)
+            return file_answers.deepgram_response(
+                result, request_id, self._model, diarize=diarize, punctuate=punctuate,
+                utterances=utterances, audio_sha256=digest)
+
         try:
             key = self._door.authorize(request)
             if request.headers.get("content-type", "").startswith("application/json"):
                 raise UploadError(UploadCode.BAD_REQUEST, "Parley does not fetch audio from "
                                   "URLs: send the audio itself as the request body")
-            if params.get("callback"):
-                raise UploadError(UploadCode.BAD_REQUEST, "callback is not supported yet: "
-                                  "wait for the answer")
-            diarize = _flag(params.get("diarize"))
-            job = FileRequest(language=_deepgram_language(params), diarize=diarize)
+            callback = params.get("callback")
+            if callback:
+                return await self._deepgram_callback(request, callback, request_id, key, run)
             async with self._door.body(request) as path:
-                digest = await asyncio.to_thread(_sha256, path)
-                result = await self._door.transcribe(path, job, key)
+                return JSONResponse(await run(path, key))
         except UploadError as error:
-            return JSONResponse({"err_code": error.code.value.upper(), "err_msg": error.message,
-                                 "request_id": request_id}, status_code=error.status,
+            return JSONResponse(_deepgram_error(error, request_id), status_code=error.status,
                                 headers=error.headers())
-        punctuate = _flag(params.get("punctuate")) or _flag(params.get("smart_format"))
-        return JSONResponse(file_answers.deepgram_response(
-            result, request_id, self._model, diarize=diarize, punctuate=punctuate,
-            utterances=_flag(params.get("utterances")), audio_sha256=digest))
+
+    async def _deepgram_callback(self, request: Request, callback: str, request_id: str,
+                                 key: str, run) -> Response:
+        """Answer ``{"request_id"}`` once the upload is in, then POST the result (or the
+        error) to ``callback``, signed as Parley's webhooks, only to allowed targets."""
+        if self._webhooks is None or not self._webhooks.allows(callback):
+            raise UploadError(UploadCode.BAD_REQUEST, "this server sends no callback to that "
+                              "URL (see webhooks.allowed_targets)", "callback")
+        if not self._door.jobs.has_room():
+            raise UploadError(UploadCode.SERVER_BUSY, "the server is transcribing its limit "
+                              "of recordings; try again later",
+                              retry_after_s=self._door.jobs.retry_after_s())
+        stack = contextlib.AsyncExitStack()
+        path = await stack.enter_async_context(self._door.body(request))
+        webhooks = self._webhooks
+
+        async def deliver() -> None:
+            async with stack:
+                try:
+                    answer = await run(path, key)
+                except UploadError as error:
+                    answer = _deepgram_error(error, request_id)
+            webhooks.send(callback, f"msg_{request_id}", json.dumps(answer))
+
+        task = asyncio.ensure_future(deliver())
+        self._callbacks.add(task)
+        task.add_done_callback(self._callbacks.discard)
+        return JSONResponse({"request_id": request_id})
 
     # ------------------------------------------------------------------ the reference handler
 
@@ -207,6 +244,11 @@ def _deepgram_language(params) -> str | None:
     if not language or _flag(params.get("detect_language")):
         return None
     return language.split("-")[0].lower()
+
+
+def _deepgram_error(error: UploadError, request_id: str) -> dict:
+    return {"err_code": error.code.value.upper(), "err_msg": error.message,
+            "request_id": request_id}
 
 
 def _sha256(path) -> str:
