@@ -1,10 +1,9 @@
 """Recordings sent whole: Parley's file pipeline against the reference handler's way and
 faster-whisper, on this machine's CPU, in one run, as ratios.
 
-The recordings are 1, 5 and 20 minutes of held-out speech with known text:
-bench/devset.py's held-out espeak-ng meetings (2 to 6 voices, with their overlaps and
-short turns) and sample.wav (real voices), laid end to end until the length is
-reached. Each system transcribes each recording, English, greedy, all cores:
+The recordings are 1, 5 and 20 minutes of speech with known text: sample.wav (two
+real voices) and bench/devset.py's held-out sentences spoken by espeak-ng in four
+plain voices, in turns, laid end to end until the length is reached. Each system transcribes each recording, English, greedy, all cores:
 
 - **parley**: ``FileJobs`` in-process, the server's own pipeline (VAD, 29 s windows,
   the step scheduler; speakers off, as for the others);
@@ -16,8 +15,8 @@ reached. Each system transcribes each recording, English, greedy, all cores:
 
 Reports audio seconds per second (x real time), each system's ratio to Parley on the
 same recording, and WER (Whisper's English normaliser). Usage:
-python bench/files.py [--models tiny.en base] [--minutes 1 5 20] [--skip-slow]
-(--skip-slow leaves (a) out of recordings over 5 minutes for models other than tiny.en)
+python bench/files.py [--models tiny.en base] [--minutes 1 5 20] [--reference-minutes 5]
+((a) runs at about 3 times real time here: only on recordings up to --reference-minutes)
 """
 
 from __future__ import annotations
@@ -29,38 +28,43 @@ import time
 from pathlib import Path
 
 import numpy as np
-from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
-from common import print_table, write_json
-from devset import PLAN, SAMPLE_RATE, make
+from common import print_table, write_json  # first: it puts tests/ on the path
+from devset import SAMPLE_RATE, SENTENCES
+
+from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer
 
 BATCH = 8
 
 
+VOICES = ("en-us", "en-us+f3", "en-gb", "en-us+m3")
+
+
 def recording(minutes: float) -> tuple[np.ndarray, str]:
-    """Held-out meetings and sample.wav, end to end, to at least ``minutes``; their text."""
-    pieces: list[tuple[np.ndarray, str]] = [(read_wav(SAMPLE_WAV), sample_reference_text())]
-    for (kind, speakers), count in PLAN["heldout"].items():
-        if kind in ("espeak", "one voice"):
-            for index in range(count):
-                meeting = make("heldout", kind, speakers, index)
-                pieces.append((meeting.audio, " ".join(t for t in meeting.text if t)))
+    """sample.wav (two real voices) and espeak-ng talk of the held-out sentences in four
+    plain voices, in turns, end to end, to at least ``minutes``; and the text said."""
+    real = (read_wav(SAMPLE_WAV), sample_reference_text())
+    sentences = SENTENCES["heldout"]
     audio, text, k = [], [], 0
     while sum(len(a) for a in audio) < minutes * 60 * SAMPLE_RATE:
-        piece, said = pieces[k % len(pieces)]
-        audio += [piece, np.zeros(SAMPLE_RATE // 2, np.float32)]
-        text.append(said)
+        lines = [(VOICES[(k + i) % len(VOICES)], sentences[(k * 7 + i) % len(sentences)])
+                 for i in range(8)]
+        talk, truth = conversation(lines, gap_s=0.6)
+        audio += [real[0], talk]
+        text += [real[1], " ".join(u.text for u in truth)]
         k += 1
     return np.concatenate(audio), " ".join(text)  # whole pieces: a little over the length
 
 
-async def parley_run(model: str, audios: dict[float, np.ndarray]) -> dict[float, tuple]:
+async def parley_run(model: str, audios: dict[float, np.ndarray],
+                     windows_in_flight: int | None = None) -> dict[float, tuple]:
     from parley.app import load_asr
     from parley.config import Settings
     from parley.runtime.files import FileRequest
     from parley.service import file_jobs
     from parley.runtime.threads import in_passing_thread
 
-    settings = Settings(asr={"model": model})
+    settings = Settings(asr={"model": model}, files={"windows_in_flight": windows_in_flight}
+                        if windows_in_flight else {})
     worker, _ = await in_passing_thread(load_asr, settings)
     await worker.start(warm_up=True)
     jobs = file_jobs(settings, worker, None)
@@ -110,7 +114,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
     parser.add_argument("--minutes", nargs="+", type=float, default=[1, 5, 20])
-    parser.add_argument("--skip-slow", action="store_true")
+    parser.add_argument("--reference-minutes", type=float, default=5.0)
+    parser.add_argument("--parley-windows", type=int, nargs="+", metavar="N", help="compare "
+                        "Parley with these files.windows_in_flight only (no other system)")
     args = parser.parse_args()
     from parley.config import Settings
     from parley.models.bundle import ct2_source
@@ -119,6 +125,21 @@ def main() -> None:
     made = {m: recording(m) for m in args.minutes}
     audios = {m: a for m, (a, _) in made.items()}
     rows = []
+    if args.parley_windows:
+        for model in args.models:
+            for windows in args.parley_windows:
+                for minutes, (spent, text, report) in asyncio.run(
+                        parley_run(model, audios, windows)).items():
+                    rows.append({"model": model, "minutes": minutes,
+                                 "system": f"parley, {windows} windows in flight",
+                                 "seconds": spent,
+                                 "x_real_time": len(audios[minutes]) / SAMPLE_RATE / spent,
+                                 "wer": wer(made[minutes][1], text),
+                                 "rows_per_step": report["mean_batch_rows"]})
+        print_table(rows, ["model", "minutes", "system", "seconds", "x_real_time", "wer",
+                           "rows_per_step"])
+        print(f"wrote {write_json('files-windows', {'rows': rows})}")
+        return
     for model in args.models:
         ct2 = ct2_source(model, Path(tempfile.gettempdir()) / f"parley-ct2-{model}")
         ours = asyncio.run(parley_run(model, audios))
@@ -126,7 +147,7 @@ def main() -> None:
             seconds = len(audio) / SAMPLE_RATE
             spent, text, report = ours[minutes]
             results = [("parley", spent, text)]
-            if not (args.skip_slow and model != "tiny.en" and minutes > 5):
+            if minutes <= args.reference_minutes:
                 results.append(("(a) transformers pipeline batch 8",
                                 *transformers_run(models_dir / model, audio,
                                                   not model.endswith(".en"))))

@@ -95,10 +95,27 @@ def _label_settled(diarizer, shown: dict) -> None:
             shown[key] = aliases[turn.speaker] if turn.speaker < len(aliases) else turn.speaker
 
 
-def _score(job: tuple[str, str, int, int, dict]) -> dict:
+def _scored(recording: Recording, turns: list[tuple[float, float, int]], job: tuple,
+            steps: int, step_s: float) -> dict:
+    """One recording's row: ``turns`` (start, end, speaker) against its known turns."""
     from pyannote.core import Annotation, Segment
     from pyannote.metrics.diarization import DiarizationErrorRate
 
+    split, kind, speakers = job[:3]
+    hypothesis, reference = Annotation(), Annotation()
+    for k, (start, end, speaker) in enumerate(turns):
+        hypothesis[Segment(start, end), k] = speaker
+    for k, turn in enumerate(recording.turns):
+        reference[Segment(turn.start, turn.end), k] = turn.speaker
+    parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
+        reference, hypothesis, detailed=True, uem=Timeline([Segment(0, recording.duration)]))
+    return {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers,
+            "found": len(hypothesis.labels()), "der": parts["diarization error rate"],
+            "confusion": parts["confusion"] / max(parts["total"], 1e-9),
+            "duration_s": recording.duration, "steps": steps, "step_s": step_s}
+
+
+def _score(job: tuple[str, str, int, int, dict]) -> dict:
     from parley.core.stream_diarizer import StreamDiarizer
 
     split, kind, speakers, index, overrides = job
@@ -117,27 +134,14 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
     _label_settled(diarizer, shown)
     linking = time.perf_counter() - began
     steps = len(cached["windows"])
-    hypothesis, reference = Annotation(), Annotation()
-    for k, ((start, end, _), speaker) in enumerate(sorted(shown.items())):
-        hypothesis[Segment(start, end), k] = speaker
-    for k, turn in enumerate(recording.turns):
-        reference[Segment(turn.start, turn.end), k] = turn.speaker
-    parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
-        reference, hypothesis, detailed=True, uem=Timeline([Segment(0, recording.duration)]))
-    return {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers,
-            "found": len(hypothesis.labels()), "der": parts["diarization error rate"],
-            "confusion": parts["confusion"] / max(parts["total"], 1e-9),
-            "duration_s": recording.duration, "steps": steps,
-            "step_s": (cached["seconds"] + linking) / max(steps, 1)}
+    turns = [(start, end, speaker) for (start, end, _), speaker in sorted(shown.items())]
+    return _scored(recording, turns, job, steps, (cached["seconds"] + linking) / max(steps, 1))
 
 
 def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     """Whole-recording clustering (what a file upload gets) over the cached windows, one
     in every ``RECORDING_STRIDE`` (the file pipeline's step); ``overrides``: fields of
-    ``RecordingClustering``, and ``oracle_count`` to give the true number of speakers."""
-    from pyannote.core import Annotation, Segment
-    from pyannote.metrics.diarization import DiarizationErrorRate
-
+    ``RecordingClustering``, and ``oracle_count=1`` to give the true number of speakers."""
     from parley.core.recording_speakers import (RecordingClustering, SpeakerCount,
                                                 diarize_windows)
 
@@ -145,32 +149,14 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     overrides = dict(overrides)
     oracle = overrides.pop("oracle_count", "") == "1"
     stride = int(overrides.pop("stride", RECORDING_STRIDE))
-    live = overrides.pop("live_count", "")
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
     count = SpeakerCount(exactly=speakers) if oracle else SpeakerCount()
     config = RecordingClustering(**{k: float(v) for k, v in overrides.items()})
-    if live:
-        from parley.core.stream_diarizer import StreamDiarizer
-        diarizer = StreamDiarizer(_MODELS, config_with({}))
-        for window in cached["windows"][::int(live)]:
-            diarizer.link(window)
-        diarizer.timeline.advance(recording.duration, final=True)
-        count = SpeakerCount(exactly=max(1, diarizer.timeline.snapshot(
-            diarizer.clustering.aliases()).speaker_count))
     snapshot = diarize_windows(cached["windows"][::stride], _MODELS.grid.step, config, count)
-    hypothesis, reference = Annotation(), Annotation()
-    for k, turn in enumerate(snapshot.turns):
-        hypothesis[Segment(turn.start, turn.end), k] = turn.speaker
-    for k, turn in enumerate(recording.turns):
-        reference[Segment(turn.start, turn.end), k] = turn.speaker
-    parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
-        reference, hypothesis, detailed=True, uem=Timeline([Segment(0, recording.duration)]))
-    return {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers,
-            "found": len(hypothesis.labels()), "der": parts["diarization error rate"],
-            "confusion": parts["confusion"] / max(parts["total"], 1e-9),
-            "duration_s": recording.duration, "steps": len(cached["windows"]) // stride,
-            "step_s": cached["seconds"] / max(len(cached["windows"]), 1)}
+    turns = [(t.start, t.end, t.speaker) for t in snapshot.turns]
+    return _scored(recording, turns, job, len(cached["windows"]) // stride,
+                   cached["seconds"] / max(len(cached["windows"]), 1))
 
 
 def speed(jobs: list[tuple], label: str) -> dict:
@@ -216,7 +202,7 @@ def main() -> None:
     parser.add_argument("--recording", action="store_true",
                         help="score whole-recording clustering (file uploads), not the "
                              "live linking; --set takes RecordingClustering fields, "
-                             "oracle_count=1 and stride=N")
+                             "oracle_count=1 (the true count given) and stride=N")
     parser.add_argument("--speed", type=int, metavar="N",
                         help="only measure steps per second, over the first N recordings "
                              "(run it with PYTHONPATH=<older tree>/server for a before)")

@@ -210,3 +210,24 @@ async def test_an_engine_that_fails_its_warm_up_stops_the_start(speech):
     scheduler = AsrScheduler(FakeEngine(fail=lambda request: True), capacity=8)
     with pytest.raises(RuntimeError, match="warm-up"):
         await scheduler.start(warm_up=True)
+
+
+async def test_recordings_run_behind_finals_and_give_up_rows_to_them(speech):
+    """Background windows (a file's) take every free row, pause while a final decodes, and
+    hand a row to a final that finds none free; the evicted window starts again and
+    still gives its whole result. Two files take turns."""
+    engine = FakeEngine(max_rows=2, step_s=0.003)
+    async with running(engine, 16) as scheduler:
+        first, second = object(), object()
+        windows = [scheduler.submit_background(AsrRequest(speech[3]), first),
+                   scheduler.submit_background(AsrRequest(speech[3]), first),
+                   scheduler.submit_background(AsrRequest(speech[0]), second)]
+        await asyncio.sleep(0.03)  # both rows hold background windows now
+        final = await scheduler.submit_final(AsrRequest(speech[2]))
+        order = []
+        for name, future in (("final", final), *(("window", w) for w in windows)):
+            future.add_done_callback(lambda _f, n=name: order.append(n))
+        results = await results_of([final, *windows])
+    assert order[0] == "final" and scheduler.stats.background_evicted == 1
+    assert [len(r.tokens) for r in results[1:]] == [20, 20, 15]  # nothing lost to eviction
+    assert scheduler.backlog == 0  # background work never took a live request's room

@@ -69,6 +69,20 @@ class Window:
         return placed
 
 
+    def unheard_tail(self, words: Sequence[TimedWord]) -> Window | None:
+        """The pieces after the last that ``words`` (window time) reached, as a window of
+        their own; None when the words reach the last piece (or reach none: a window
+        with no words is silence, not a decoder that stopped early).
+
+        Whisper sometimes ends a full window early, after the first sentences of a
+        dense 30 s: the pieces it never reached are decoded again on their own."""
+        placed = self.place(words)
+        reached = [i for i, piece_words in enumerate(placed) if piece_words]
+        if not reached or reached[-1] == len(self.pieces) - 1:
+            return None
+        return pack(self.pieces[reached[-1] + 1:], float("inf"))[0]
+
+
 def pack(pieces: Sequence[Piece], max_s: float) -> list[Window]:
     """Consecutive pieces, in order, into windows of at most ``max_s`` seconds (a piece
     longer than ``max_s`` gets a window of its own; the VAD keeps segments shorter)."""

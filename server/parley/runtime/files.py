@@ -220,10 +220,10 @@ class FileJobs:
                 speakers.cancel()
         steps = stats.steps - steps_before
         report = DecodeReport(
-            len(windows), len(segments),
+            len(results), len(segments),
             (stats.rows_stepped - rows_before) / steps if steps else 0.0,
-            sum(r.stats.drafted for r in results), sum(r.stats.accepted for r in results))
-        finals = _finals(windows, results, reasons, snapshot, self.word_timing)
+            sum(r.stats.drafted for _, r in results), sum(r.stats.accepted for _, r in results))
+        finals = _finals(results, reasons, snapshot, self.word_timing)
         labels = tuple(dict.fromkeys(f.speaker for f in finals if f.speaker))
         transcript = FileTranscript(len(audio) / SAMPLE_RATE, tuple(finals), labels,
                                     request.language, report, time.perf_counter() - began,
@@ -236,44 +236,54 @@ class FileJobs:
     async def _decode(self, audio: np.ndarray, windows: list[Window], language: str | None,
                       context: tuple[int, ...], progress: _Progress,
                       on_text: Callable[[str], None] | None
-                      ) -> tuple[list[Transcription], float]:
-        """Every window through the scheduler, at most ``windows_in_flight`` at once; the
-        results, and the seconds until the first came."""
+                      ) -> tuple[list[tuple[Window, Transcription]], float]:
+        """Every window through the scheduler, at most ``windows_in_flight`` at once, and
+        once more the pieces of a window the decoder stopped short of; (window, result)
+        pairs in recording order, and the seconds until the first result came."""
         owner = object()  # this job, for the scheduler's turn-taking between files
-        results: list[Transcription | None] = [None] * len(windows)
-        pending: dict[concurrent.futures.Future, int] = {}
-        queued = iter(enumerate(windows))
+        parts: list[list[tuple[Window, Transcription]]] = [[] for _ in windows]
+        waiting = [1] * len(windows)  # decodes still due for each window (a retry adds one)
+        pending: dict[concurrent.futures.Future, tuple[int, Window, bool]] = {}
+        queued = [(index, window, False) for index, window in reversed(list(enumerate(windows)))]
         began, waited, told = time.perf_counter(), 0.0, 0
         try:
             while True:
-                while len(pending) < self.limits.windows_in_flight:
-                    item = next(queued, None)
-                    if item is None:
-                        break
-                    index, window = item
+                while len(pending) < self.limits.windows_in_flight and queued:
+                    index, window, retry = queued.pop()
                     request = AsrRequest(window.audio(audio), language, with_words=True,
                                          context=context)
-                    pending[self.worker.submit_background(request, owner)] = index
+                    pending[self.worker.submit_background(request, owner)] = \
+                        (index, window, retry)
                 if not pending:
                     break
                 await asyncio.wait([asyncio.wrap_future(f) for f in pending],
-                                             return_when=asyncio.FIRST_COMPLETED)
+                                   return_when=asyncio.FIRST_COMPLETED)
                 for future in [f for f in pending if f.done()]:
                     if future.cancelled():  # the scheduler stopped
                         raise RuntimeError("the ASR worker stopped before the recording "
                                            "was done")
-                    results[pending.pop(future)] = future.result()  # raises its failure
+                    index, window, retry = pending.pop(future)
+                    result = future.result()  # raises its failure
                     waited = waited or time.perf_counter() - began
-                    progress.advance()
-                while on_text is not None and told < len(results) and results[told]:
-                    text = results[told].text  # type: ignore[union-attr]
-                    if text and not results[told].rejected:  # type: ignore[union-attr]
-                        on_text(text)
+                    parts[index].append((window, result))
+                    waiting[index] -= 1
+                    tail = None if retry or result.rejected else window.unheard_tail(
+                        result.words)
+                    if tail is not None:
+                        waiting[index] += 1
+                        queued.append((index, tail, True))  # next: its words come first
+                    else:
+                        progress.advance()
+                while told < len(windows) and not waiting[told]:
+                    for _, result in sorted(parts[told], key=lambda p: p[0].pieces[0].start):
+                        if on_text is not None and result.text and not result.rejected:
+                            on_text(result.text)
                     told += 1
         finally:
             for future in pending:
                 future.cancel()
-        return [r for r in results if r is not None], waited
+        done = [pair for window_parts in parts for pair in window_parts]
+        return sorted(done, key=lambda pair: pair[0].pieces[0].start), waited
 
     def _diarize(self, audio: np.ndarray, count: SpeakerCount) -> TimelineSnapshot:
         """On a passing thread at the lowest CPU priority: live diarization comes first."""
@@ -298,13 +308,13 @@ def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
     return [e for e in events if isinstance(e, SegmentClosed)]
 
 
-def _finals(windows: list[Window], results: list[Transcription],
+def _finals(results: list[tuple[Window, Transcription]],
             reasons: dict[int, CloseReason], speakers: TimelineSnapshot | None,
             timing: WordTimingConfig) -> list[Final]:
     """One final per speaker's run of words in each segment: the segment's own text when
     it had a window to itself and one speaker, else its words joined."""
     finals: list[Final] = []
-    for window, result in zip(windows, results):
+    for window, result in results:
         if result.rejected:
             continue
         fitted = fit_words(result.words, window.voiced_regions(), timing)

@@ -210,6 +210,9 @@ class FileDoor:
         except UploadError as error:
             outcome = error.code.value
             raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # the client left
+            raise
         except BaseException:
             outcome = UploadCode.TRANSCRIPTION_FAILED.value
             raise

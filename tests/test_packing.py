@@ -1,0 +1,104 @@
+"""Packing a recording's segments into decoder windows and back (core/packing.py), and
+clustering a whole recording's voices (core/recording_speakers.py): pure, property-tested."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parley.core.packing import Piece, pack
+from parley.core.recording_speakers import RecordingClustering, SpeakerCount, cluster
+from parley.core.words import TimedWord
+
+
+@st.composite
+def recordings(draw):
+    """Consecutive, non-overlapping speech segments (start, length, gap)."""
+    lengths = draw(st.lists(st.floats(0.2, 15.0), min_size=1, max_size=30))
+    gaps = draw(st.lists(st.floats(0.3, 5.0), min_size=len(lengths), max_size=len(lengths)))
+    pieces, t = [], 0.0
+    for i, (length, gap) in enumerate(zip(lengths, gaps)):
+        t += gap
+        pieces.append(Piece(i, t, t + length, ((0.0, length),)))
+        t += length
+    return pieces
+
+
+@given(recordings(), st.floats(15.0, 29.0))
+def test_windows_keep_every_piece_in_order_within_the_limit(pieces, max_s):
+    windows = pack(pieces, max_s)
+    assert [p for w in windows for p in w.pieces] == pieces
+    for window in windows:
+        assert window.seconds <= max_s + 1e-9 or len(window.pieces) == 1
+        assert window.offsets[0] == 0.0
+        for (a, b), offset, piece in zip(zip(window.offsets, window.offsets[1:]),
+                                         window.offsets, window.pieces):
+            assert abs(b - a - piece.seconds) < 1e-9
+
+
+@given(recordings(), st.data())
+def test_a_word_goes_back_to_its_piece_at_its_own_time(pieces, data):
+    (window, *_) = pack(pieces, 29.0)
+    index = data.draw(st.integers(0, len(window.pieces) - 1))
+    piece, offset = window.pieces[index], window.offsets[index]
+    start = data.draw(st.floats(0.0, piece.seconds * 0.9))
+    end = data.draw(st.floats(start, piece.seconds))
+    word = TimedWord("w", offset + start, offset + end, 0.9)
+    placed = window.place([word])
+    assert [len(p) for p in placed] == [int(i == index) for i in range(len(window.pieces))]
+    (back,) = placed[index]
+    assert abs(back.start - (piece.start + start)) < 1e-6
+    assert piece.start <= back.start <= back.end <= piece.end + 1e-9
+
+
+def test_the_pieces_a_decoder_stopped_short_of_are_a_window_again():
+    pieces = [Piece(i, 10.0 * i, 10.0 * i + 8.0) for i in range(3)]
+    (window,) = pack(pieces, 29.0)
+    early = [TimedWord("a", 1.0, 2.0, 1.0), TimedWord("b", 9.0, 10.0, 1.0)]  # pieces 0, 1
+    tail = window.unheard_tail(early)
+    assert tail is not None and tail.pieces == (pieces[2],) and tail.offsets == (0.0,)
+    assert window.unheard_tail([*early, TimedWord("c", 17.0, 18.0, 1.0)]) is None
+    assert window.unheard_tail([]) is None  # silence, not an early stop
+
+
+def voices(counts: list[int], spread: float = 0.15, seed: int = 0) -> np.ndarray:
+    """Embeddings of ``len(counts)`` voices, ``counts[k]`` of voice k, in turns."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((len(counts), 64))
+    rows = [centres[k] + spread * np.linalg.norm(centres[k]) / 8 * rng.standard_normal(64)
+            for k, n in enumerate(counts) for _ in range(n)]
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("speakers", [1, 2, 3, 5])
+def test_clustering_finds_each_voice(speakers):
+    embeddings = voices([12] * speakers)
+    labels = cluster(embeddings, np.full(len(embeddings), 2.0), RecordingClustering())
+    truth = np.repeat(np.arange(speakers), 12)
+    assert len(set(labels)) == speakers
+    assert all(len(set(labels[truth == k])) == 1 for k in range(speakers))
+
+
+def test_a_given_count_is_kept_and_bounds_clamp():
+    embeddings = voices([12, 12, 12])
+    weights = np.full(len(embeddings), 2.0)
+    config = RecordingClustering()
+    assert len(set(cluster(embeddings, weights, config, SpeakerCount(exactly=2)))) == 2
+    assert len(set(cluster(embeddings, weights, config, SpeakerCount(at_most=2)))) == 2
+    assert len(set(cluster(embeddings[:12], weights[:12], config,
+                           SpeakerCount(at_least=2)))) == 2
+
+
+def test_a_voice_heard_too_little_joins_the_nearest():
+    embeddings = voices([20, 20, 1])
+    labels = cluster(embeddings, np.full(len(embeddings), 2.0), RecordingClustering())
+    assert len(set(labels)) == 2
+
+
+def test_speaker_counts_are_checked():
+    with pytest.raises(ValueError):
+        SpeakerCount(at_least=3, at_most=2)
+    with pytest.raises(ValueError):
+        SpeakerCount(exactly=0)
