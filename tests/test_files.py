@@ -348,3 +348,33 @@ async def test_a_deepgram_callback_gets_the_result_signed_and_only_where_allowed
     (event,) = receiver.events
     assert event["metadata"]["request_id"] == request_id
     assert event["results"]["channels"][0]["alternatives"][0]["words"]
+
+
+async def test_origins_per_key_limits_and_a_drain_over_http(speech_wav):
+    """A page from another origin gets 403; a key over its limit of running recordings
+    429 too_many_jobs; a recording still running when a drain's deadline passes ends
+    with 503 shutting_down, and a new one is refused with 503."""
+    from fake_engine import FakeEngine
+
+    server = await serve_fake(FakeEngine(step_s=0.05), token=KEY,
+                              server={"max_sessions_per_key": 1})
+    url = f"http://127.0.0.1:{server.port}/v1/audio/transcriptions"
+    try:
+        foreign = await _post(url, files={"file": ("a.wav", speech_wav)},
+                              headers={"Authorization": f"Bearer {KEY}",
+                                       "Origin": "http://elsewhere.example"})
+        assert foreign.status_code == 403
+        assert foreign.json()["error"]["code"] == "forbidden_origin"
+        first = asyncio.ensure_future(_post(url, files={"file": ("a.wav", speech_wav)}))
+        while not server.service.file_jobs.running:
+            await asyncio.sleep(0.01)
+        second = await _post(url, files={"file": ("a.wav", speech_wav)})
+        assert second.status_code == 429 and second.json()["error"]["code"] == "too_many_jobs"
+        await server.service.drain(0.05)
+        drained = await first
+        assert drained.status_code == 503, drained.text
+        assert drained.json()["error"]["code"] == "shutting_down"
+        late = await _post(url, files={"file": ("a.wav", speech_wav)})
+        assert late.status_code == 503
+    finally:
+        await server.stop()

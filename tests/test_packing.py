@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.core.packing import Piece, pack
@@ -102,3 +102,19 @@ def test_speaker_counts_are_checked():
         SpeakerCount(at_least=3, at_most=2)
     with pytest.raises(ValueError):
         SpeakerCount(exactly=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 40), st.integers(0, 2**32 - 1), st.booleans())
+def test_the_vector_dtw_takes_transformers_path(rows, cols, seed, ties):
+    """core/dtw.py against transformers' own DTW (the reference): the same path, ties
+    (rounded costs) included."""
+    from transformers.models.whisper.generation_whisper import _dynamic_time_warping
+
+    from parley.core.dtw import dynamic_time_warping
+
+    matrix = -np.random.default_rng(seed).random((rows, cols))
+    if ties:
+        matrix = np.round(matrix, 1)
+    expected = _dynamic_time_warping(matrix)
+    assert all(np.array_equal(a, b) for a, b in zip(dynamic_time_warping(matrix), expected))

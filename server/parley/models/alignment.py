@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-# Pinned transformers: its own DTW and median filter, the ones its Whisper generate uses.
-from transformers.models.whisper.generation_whisper import _dynamic_time_warping, _median_filter
+# Pinned transformers: its own median filter, the one its Whisper generate uses.
+from transformers.models.whisper.generation_whisper import _median_filter
+
+from parley.core.dtw import dynamic_time_warping
 
 SECONDS_PER_ENCODER_FRAME = 0.02
 MEDIAN_FILTER_WIDTH = 7
@@ -33,7 +35,7 @@ def token_times(weights: torch.Tensor, prompt_length: int, text_tokens: int,
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True)
     weights = _median_filter((weights - mean) / (std + 1e-10), MEDIAN_FILTER_WIDTH)
     matrix = weights.mean(dim=0)[prompt_length: prompt_length + n + 1]
-    text_index, time_index = _dynamic_time_warping(-matrix.double().cpu().numpy())
+    text_index, time_index = dynamic_time_warping(-matrix.double().cpu().numpy())
     jumps = np.pad(np.diff(text_index), (1, 0), constant_values=1).astype(bool)
     jump_times = time_index[jumps] * SECONDS_PER_ENCODER_FRAME
     # DTW visits every row, so there is one jump per row: n text tokens, then end-of-text.
