@@ -17,8 +17,8 @@ leave (continuous batching):
   little spare time (``PartialPacing``); a cancelled partial leaves at the next step;
 - **recordings in the background**: a file's windows (``submit_background``) join
   one per round (a final never waits behind more than one window's encoder pass),
-  only when no final waits or decodes and no partial waits, and step with the
-  partials; a final that finds every row taken takes a background row, and that
+  only when no final waits or decodes and no partial waits, and step only while no
+  live request decodes; a final that finds every row taken takes a background row, and that
   window starts again later. Several files take turns, window by window.
 
 Back-pressure: at most ``capacity`` live requests are queued or in flight;
@@ -346,9 +346,11 @@ class AsrScheduler:
         self._finish_done()
 
     def _step(self) -> None:
-        # Partials pause while finals decode: each row a step carries costs time (on a
-        # small CPU about a quarter of a one-row step), and finals come first.
-        jobs = [j for j in self._active if j.final] or list(self._active)
+        # Partials pause while finals decode, and recordings while either does: each row
+        # a step carries costs time (on a small CPU about a quarter of a one-row step),
+        # and live work comes first.
+        jobs = ([j for j in self._active if j.final]
+                or [j for j in self._active if j.owner is None] or list(self._active))
         acceptance = [j.acceptance.probability if j.decode.drafting else None for j in jobs]
         budgets = draft_budgets(acceptance, self.step_cost, self.engine.max_draft)
         began = self._clock()
