@@ -19,7 +19,7 @@ def dynamic_time_warping(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cost = np.full((rows + 1, cols + 1), np.inf, dtype=np.float32)
     trace = np.full((rows + 1, cols + 1), -1, dtype=np.int8)
     cost[0, 0] = 0
-    values = matrix.astype(np.float32)
+    values = np.asarray(matrix, dtype=np.float64)  # summed in float64, kept in float32: as theirs
     for diagonal in range(2, rows + cols + 1):
         i = np.arange(max(1, diagonal - cols), min(rows, diagonal - 1) + 1)
         j = diagonal - i
