@@ -157,7 +157,8 @@ class FileDoor:
                     fields.setdefault(name, []).append(value)
             with tempfile.NamedTemporaryFile(prefix="parley-upload-") as copy:
                 await upload.seek(0)
-                shutil.copyfileobj(upload.file, copy)
+                # up to max_upload_mb of disk I/O: off the event loop
+                await asyncio.to_thread(shutil.copyfileobj, upload.file, copy)
                 copy.flush()
                 yield Form(Path(copy.name), fields)
         finally:
