@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audio_fixtures import SAMPLE_RATE, audible_span, conversation, silence, speak
 from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
@@ -159,3 +161,30 @@ def test_a_speaker_change_cut_splits_the_open_segment_without_losing_audio():
     np.testing.assert_array_equal(joined, audio[start:start + len(joined)])
     assert np.concatenate([first.voiced, rest.voiced]).sum() > 0.6 * len(speech) / (
         VadConfig().frame_samples)
+
+
+@settings(max_examples=60, deadline=None)
+@given(prefix_ms=st.integers(0, 3000), voiced_ms=st.integers(0, 1500),
+       silence=st.integers(0, 5 * 16000 + 7))
+def test_push_silence_is_pushing_zeros(prefix_ms, voiced_ms, silence):
+    """``push_silence(n)`` gives the same events, stream time and later behaviour as
+    ``push(np.zeros(n))``, from any state (speech open or not)."""
+    rng = np.random.default_rng(prefix_ms * 7919 + voiced_ms)
+    before = np.concatenate([np.zeros(prefix_ms * 16, np.float32),
+                             (0.3 * rng.standard_normal(voiced_ms * 16)).astype(np.float32)])
+    after = (0.3 * rng.standard_normal(8000)).astype(np.float32)
+    runs = []
+    for skip in (False, True):
+        vad = VadSegmenter(VadConfig())
+        events = vad.push(before)
+        events += vad.push_silence(silence) if skip else vad.push(np.zeros(silence, np.float32))
+        events += vad.push(after) + vad.flush(CloseReason.END_OF_STREAM)
+        runs.append(([_shape(e) for e in events], vad.stream_time))
+    assert runs[0] == runs[1]
+
+
+def _shape(event):
+    if isinstance(event, SegmentClosed):
+        return ("closed", event.segment_id, event.start, event.end, event.reason,
+                event.audio.tobytes())
+    return ("start", event.segment_id, event.start)

@@ -149,6 +149,9 @@ class ServerSettings(BaseModel):
                                              "after this long")
     max_sessions_per_key: int | None = Field(None, ge=1, le=10000,
                                              description="sessions one API key may hold open")
+    max_participants: int = Field(64, ge=1, le=1024,
+                                  description="participants one /v1/meeting connection may "
+                                              "carry (each is a session's work)")
     drain_timeout_s: float = Field(30.0, ge=0, le=3600,
                                    description="on SIGTERM, how long live sessions may take to "
                                                "finish their audio")

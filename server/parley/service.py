@@ -64,6 +64,7 @@ def _limits(settings: Settings, diarized: bool) -> StreamLimits:
         max_sessions=server.max_sessions, max_frame_bytes=server.max_frame_bytes,
         idle_timeout_s=server.idle_timeout_s, max_segment_s=settings.vad.max_segment_s,
         max_session_s=server.max_session_s, max_sessions_per_key=server.max_sessions_per_key,
+        max_participants=server.max_participants,
         diarization_latency_s=settings.diarization.latency_s if diarized else None)
 
 

@@ -190,6 +190,22 @@ class VadSegmenter:
                 self._on_frame(self._pending.copy(), events)
         return events
 
+    def push_silence(self, samples: int) -> list[VadEvent]:
+        """The same as ``push(np.zeros(samples))``, at a cost that does not grow with
+        ``samples`` (a gap in a timed track may be an hour): once zeros have closed any
+        open segment and filled the frames kept while idle, more zeros only move the
+        clock."""
+        settle = (self._silence_frames + (self._recent.maxlen or 0) + 2) * self._frame
+        head = min(samples, settle)
+        events = self.push(np.zeros(head, dtype=np.float32))
+        rest = samples - head
+        if rest > 0:
+            assert not self._speaking  # zeros are never voiced, and settle closed it
+            pending = self._pending_len + rest  # the pending samples are zeros by now
+            self._samples_seen += pending // self._frame * self._frame
+            self._pending_len = pending % self._frame
+        return events
+
     def open_segment(self) -> OpenSegment | None:
         if not self._speaking:
             return None

@@ -40,6 +40,7 @@ class ErrorCode(str, Enum):
     IDLE_TIMEOUT = "idle_timeout"
     TRANSCRIPTION_FAILED = "transcription_failed"
     DIARIZATION_FAILED = "diarization_failed"
+    TOO_MANY_PARTICIPANTS = "too_many_participants"
     SHUTTING_DOWN = "shutting_down"
     INTERNAL_ERROR = "internal_error"
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from parley.core.asr import AsrRequest
 from parley.core.audio import SAMPLE_RATE
-from parley.core.vad import (CloseReason, OpenSegment, SegmentClosed, SpeechStart, VadConfig,
+from parley.core.vad import (CloseReason, SegmentClosed, SpeechStart, VadConfig,
                              VadSegmenter)
 from parley.core.word_timing import WordTimingConfig, fit_words
 from parley.core.words import shift_words
@@ -180,6 +180,21 @@ class Session:
             await self._on_event(event)
         await self._end_at_turn_change()
         await self._maybe_partial()
+
+    async def skip_silence(self, seconds: float) -> None:
+        """``seconds`` of digital silence after the audio so far (a gap in a timed
+        track), told to the VAD at a cost that does not grow with the gap. A diarized
+        stream hears it all: its speaker windows need the samples."""
+        self._check_open()
+        samples = round(seconds * SAMPLE_RATE)
+        if self._speakers is not None:
+            for start in range(0, samples, SAMPLE_RATE):
+                await self.feed_audio(np.zeros(min(SAMPLE_RATE, samples - start), np.float32))
+            return
+        self.last_audio_at = time.monotonic()
+        for event in self._vad.push_silence(samples):
+            await self._on_event(event)
+        self._arrivals.append((self.stream_time, time.monotonic()))
 
     async def _end_at_turn_change(self) -> None:
         """With speakers, a segment ends where a settled turn passes to another speaker."""
@@ -368,10 +383,12 @@ class Session:
             return
         if self._partial is not None and not self._partial.done():
             return  # one at a time: the next one covers the newer audio anyway
-        segment: OpenSegment | None = self._vad.open_segment()
+        span = self._vad.open_span()
         interval = self._worker.partial_interval(self._options.partial_interval_s)
-        if segment is None or segment.end - self._partial_end < interval:
-            return
+        if span is None or span[1] - self._partial_end < interval:
+            return  # decided before the open segment's audio is copied
+        segment = self._vad.open_segment()
+        assert segment is not None
         request = AsrRequest(segment.audio, self.config.language, with_words=False,
                              draft=self._hints.draft_for(segment.segment_id),
                              context=self._hints.context())

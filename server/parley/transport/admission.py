@@ -25,10 +25,12 @@ class StreamLimits:
     max_session_s: float
     max_sessions_per_key: int | None = None
     diarization_latency_s: float | None = None
+    max_participants: int = 64  # per /v1/meeting connection
 
     def to_json(self) -> dict:
         limits = {"max_frame_bytes": self.max_frame_bytes, "idle_timeout_s": self.idle_timeout_s,
-                  "max_segment_s": self.max_segment_s, "max_session_s": self.max_session_s}
+                  "max_segment_s": self.max_segment_s, "max_session_s": self.max_session_s,
+                  "max_participants": self.max_participants}
         if self.diarization_latency_s is not None:
             limits["diarization_latency_s"] = self.diarization_latency_s
         return limits

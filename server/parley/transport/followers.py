@@ -53,9 +53,9 @@ class Followers:
             return
         text = encode(message)
         for queue in queues:
-            try:
+            if queue.qsize() < FOLLOWER_QUEUE:
                 queue.put_nowait(text)
-            except asyncio.QueueFull:
+            elif queue.qsize() == FOLLOWER_QUEUE:  # the last slot is the end marker's
                 while not queue.empty():
                     queue.get_nowait()
                 queue.put_nowait(_BEHIND)
@@ -63,8 +63,7 @@ class Followers:
     def closed(self, session_id: str) -> None:
         self._live.pop(session_id, None)
         for queue in self._queues.pop(session_id, ()):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(_END)
+            queue.put_nowait(_END)  # publish always leaves it room
 
     async def handle(self, connection: Connection) -> None:
         request = connection.request

@@ -75,6 +75,11 @@ class MeetingTranslator(NativeTranslator):
         key = str(participant["id"])
         track = self._tracks.get(key)
         if track is None:
+            cap = self._opened.limits["max_participants"]
+            if len(self._tracks) >= cap:  # each participant is a session's work
+                raise ProtocolError(ErrorCode.TOO_MANY_PARTICIPANTS, f"this meeting has its "
+                                    f"limit of {cap} participants; participant {key!r}'s "
+                                    "audio was dropped")
             # A participant's track starts where their first audio was taken.
             track = self._tracks[key] = TimedTrack(self._opened.setup.config,
                                                    start_s=at_s or 0.0)
