@@ -84,6 +84,7 @@ class StreamOutcome:
     text: list[str] = field(default_factory=list)
     close_code: int | None = None
     transcript: Transcript = field(default_factory=Transcript)
+    refused_in_s: float | None = None  # refused as busy (server_busy): how soon
 
 
 async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
@@ -94,8 +95,12 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
     step = int(16000 * CHUNK_S) * 2
     sent_at: list[float] = []  # wall time each chunk left, chunk k ends at (k + 1) × CHUNK_S
     loop = asyncio.get_running_loop()
+    asked = loop.time()
     async with connect(url, max_size=None, compression=None, open_timeout=60) as ws:
         started = json.loads(await ws.recv())
+        if started.get("code") == "server_busy":
+            outcome.refused_in_s = loop.time() - asked
+            return outcome
         if started["type"] != "session_started":
             outcome.errors.append(started)
             return outcome
@@ -179,15 +184,24 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
     wall = time.perf_counter() - began
     upload_s = await uploading if uploading is not None else None  # done before the next run
     after_health, after_cpu = server.health(), server.cpu_seconds()
+    refusals = [o.refused_in_s for o in outcomes if o.refused_in_s is not None]
+    admitted = [(o, talks[i]) for i, o in enumerate(outcomes) if o.refused_in_s is None]
+    outcomes, talks = [o for o, _ in admitted], [t for _, t in admitted]
     latencies = sorted(t for o in outcomes for t in o.latencies)
     rates = [o.partials / (len(talks[i].audio) / 16000) for i, o in enumerate(outcomes)]
-    audio_s = sum(len(talks[i].audio) for i in range(count)) / 16000
+    audio_s = sum(len(talk.audio) for talk in talks) / 16000 or 1.0
     busy = _asr_busy_seconds(after_health)
     lost = sum(max(0, (o.segments or 0) - o.finals) for o in outcomes)
     errors = [e for o in outcomes for e in o.errors]
     counts = [len(o.transcript.speakers()) for o in outcomes] if diarize else None
     return {
         "streams": count,
+        "admitted": len(outcomes),
+        "refused": len(refusals),
+        "refused_within_s": max(refusals) if refusals else None,
+        # real-time streams the server said it carries, before and after this run
+        "capacity_before": _carried(before_health),
+        "capacity_after": _carried(after_health),
         "diarization": diarize,
         "upload": upload_path is not None,
         "upload_s": upload_s,
@@ -212,6 +226,11 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
         "error_codes": sorted({e.get("code") for e in errors}),
         "latencies_s": [round(t, 3) for t in latencies],
     }
+
+
+def _carried(health: dict) -> dict | None:
+    capacity = health.get("capacity")
+    return None if capacity is None else capacity["streams"]
 
 
 def holds(row: dict) -> bool:
@@ -272,16 +291,17 @@ def main() -> None:
         finally:
             server.stop()
     print()
-    print_table(rows, ["streams", "diarization", "upload", "upload_s", "finals", "p50_s",
+    print_table(rows, ["streams", "admitted", "refused", "refused_within_s", "diarization",
+                       "upload", "upload_s", "finals", "p50_s",
                        "p95_s", "max_s",
                        "finals_lost", "errors", "partials_per_session_s", "partials_min_max",
                        "asr_busy", "server_cpu", "wer", "right_speakers"])
     best = {}
     for mode in args.diarization:
-        held = [r["streams"] for r in rows if r["diarization"] == (mode == "on")
+        held = [r["admitted"] for r in rows if r["diarization"] == (mode == "on")
                 and not r["upload"] and holds(r)]
         best[mode] = max(held, default=0)
-        print(f"diarization {mode}: most streams with p50 ≤ {P50_BOUND_S} s and max ≤ "
+        print(f"diarization {mode}: most admitted streams with p50 ≤ {P50_BOUND_S} s and max ≤ "
               f"{MAX_BOUND_S} s: {best[mode]}")
     path = write_json("load", {"label": args.label, "model": args.model,
                                "stagger_s": args.stagger, "same_audio": args.same_audio, "rows": rows, "most_streams": best})

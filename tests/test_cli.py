@@ -107,6 +107,44 @@ def test_stream_missing_file_is_a_clear_error(server_url):
     assert done.returncode == 2 and b"no such file" in done.stderr
 
 
+def test_stream_of_a_file_ffmpeg_cannot_read_says_why_and_exits_2(server_url, tmp_path):
+    """Not audio: ffmpeg's own error, exit code 2 (no wait for the idle timeout)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("minutes of the meeting\n")
+    done = stream(server_url, str(notes))
+    assert done.returncode == 2, done.stderr
+    assert b"ffmpeg could not decode" in done.stderr and b"idle_timeout" not in done.stderr
+
+
+async def test_an_undecodable_file_fails_the_stream_within_a_second(start, tmp_path):
+    """The decoder's error ends the stream at once, not after the server's idle timeout."""
+    from parley.client.stream import UndecodableAudio, ffmpeg_pcm, run_stream
+
+    url, _ = await start()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("minutes of the meeting\n")
+    began = time.monotonic()
+    with pytest.raises(UndecodableAudio, match="ffmpeg could not decode"):
+        await run_stream(f"{url}?encoding=pcm_s16le&sample_rate=16000", ffmpeg_pcm(str(notes)),
+                         32000)
+    assert time.monotonic() - began < 1.0
+
+
+@pytest.mark.parametrize("command", ["stream", "transcribe"])
+def test_a_server_that_is_not_there_is_named_and_exits_3(command, dialogue_wav):
+    """A refused connection: "cannot reach HOST:PORT: is `parley serve` running?", exit 3,
+    at once and without a traceback."""
+    path, _, _ = dialogue_wav
+    port = free_port()
+    url = (f"ws://127.0.0.1:{port}/v1/stream" if command == "stream"
+           else f"http://127.0.0.1:{port}")
+    done = subprocess.run([*PARLEY, command, "--url", url, str(path)], capture_output=True,
+                          timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert f"cannot reach 127.0.0.1:{port}: is `parley serve` running?".encode() in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
 def test_render_formats():
     """The writers number SRT blocks and use each format's time syntax."""
     transcript = Transcript()

@@ -82,6 +82,6 @@ def test_the_plain_deployment_drains_before_it_stops():
     assert pod["terminationGracePeriodSeconds"] >= drain_s + DRAIN_MARGIN_S
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "kill -TERM 1" in " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
-    # the HPA scales on the servers' own gauge of live sessions
+    # the HPA scales on the servers' own gauge of their measured capacity used
     metric = found["HorizontalPodAutoscaler"]["spec"]["metrics"][0]["pods"]["metric"]["name"]
     assert metric in Metrics().render().decode()

@@ -10,6 +10,9 @@ from pathlib import Path
 
 from parley.client.formats import FORMATS
 
+# Exit codes (README "Exit codes"): scripts tell a bad input from a server they could not
+# reach, which is worth retrying.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 SERVE_FLAGS = [("host", "server", "host"), ("port", "server", "port"),
                ("max_sessions", "server", "max_sessions"),
@@ -68,13 +71,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     valid = _settings(args, SERVE_FLAGS)
     if valid is None:
-        return 2
+        return EXIT_BAD_INPUT
     try:
         asyncio.run(serve_forever(*valid))
     except (OSError, RuntimeError, ValueError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _cluster(args: argparse.Namespace) -> int:
@@ -82,17 +85,18 @@ def _cluster(args: argparse.Namespace) -> int:
 
     valid = _settings(args, CLUSTER_FLAGS)
     if valid is None:
-        return 2
+        return EXIT_BAD_INPUT
     serve_cluster(valid[0])
-    return 0
+    return EXIT_OK
 
 
 def _stream(args: argparse.Namespace) -> int:
     from websockets.exceptions import ConnectionClosedError, InvalidHandshake, InvalidURI
 
     from parley.client.formats import render
-    from parley.client.stream import (LiveDisplay, ffmpeg_pcm, run_stream, stdin_pcm,
-                                      stream_url, token_from_env)
+    from parley.client.live import Unreachable
+    from parley.client.stream import (LiveDisplay, UndecodableAudio, ffmpeg_pcm, run_stream,
+                                      stdin_pcm, stream_url, token_from_env)
     from parley.client.transcript import Transcript
     from parley.protocol.messages import StreamConfig
 
@@ -107,7 +111,7 @@ def _stream(args: argparse.Namespace) -> int:
     else:
         if not Path(args.source).is_file():
             print(f"parley: no such file: {args.source}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         chunks = ffmpeg_pcm(args.source, rate)
     url = stream_url(args.url, config, args.token or token_from_env())
     live_to_stdout = args.format == "text" and args.output is None
@@ -121,17 +125,23 @@ def _stream(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(run_stream(url, chunks, bytes_per_second, fast=args.fast,
                                         on_message=on_message))
+    except Unreachable as exc:
+        print(f"parley: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except UndecodableAudio as exc:
+        print(f"parley: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (OSError, RuntimeError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except ConnectionClosedError as exc:  # no session_ended: the server or network went
         print(f"parley: the connection was lost before the session ended ({exc})",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except (InvalidHandshake, InvalidURI) as exc:  # not a Parley stream endpoint
         print(f"parley: {exc} (a Parley server streams at ws://HOST:PORT/v1/stream)",
               file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     if not live_to_stdout:
         uri = "stdin" if args.source == "-" else Path(args.source).stem
         text = render(transcript, args.format, uri)
@@ -144,24 +154,28 @@ def _stream(args: argparse.Namespace) -> int:
     if reason != "end_of_stream":  # a drain or the duration limit: the rest was not sent
         print(f"parley: the server ended the session ({reason}) after "
               f"{result.ended['audio_duration']:.1f} s of audio", file=sys.stderr)
-    return 1 if fatal or result.ended is None or reason != "end_of_stream" else 0
+    return EXIT_FAILED if fatal or result.ended is None or reason != "end_of_stream" else EXIT_OK
 
 
 def _transcribe(args: argparse.Namespace) -> int:
     """Recordings, in-process (the server's own file pipeline), or sent to --url."""
     if args.url:
         from parley.client.files import transcribe_file
+        from parley.client.live import Unreachable
 
         token = args.token or os.environ.get("PARLEY_TOKEN")
         for source in args.sources:
             try:
                 text = transcribe_file(args.url, source, args.format, token, args.language,
                                        args.num_speakers is not None or args.diarize)
+            except Unreachable as exc:
+                print(f"parley: {exc}", file=sys.stderr)
+                return EXIT_UNREACHABLE
             except (RuntimeError, ValueError, OSError) as exc:
                 print(f"parley: {source}: {exc}", file=sys.stderr)
-                return 1
+                return EXIT_FAILED
             _write(args.output, text)
-        return 0
+        return EXIT_OK
     from parley.config import Settings
     from parley.runtime.local import transcribe_locally
 
@@ -171,16 +185,16 @@ def _transcribe(args: argparse.Namespace) -> int:
                             diarization={"source": args.diarization or "off"})
     except ValueError as exc:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     try:
         outputs = asyncio.run(transcribe_locally(settings, args.sources, args.format,
                                                  args.language, args.num_speakers))
     except (RuntimeError, ValueError, OSError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     for text in outputs:
         _write(args.output, text)
-    return 0
+    return EXIT_OK
 
 
 def _write(output: str | None, text: str) -> None:
@@ -204,8 +218,8 @@ def _models(args: argparse.Namespace) -> int:
                 print(f"ok  {path}")
         except Exception as exc:
             print(f"parley: model install failed: {exc}", file=sys.stderr)
-            return 1
-        return 0
+            return EXIT_FAILED
+        return EXIT_OK
     status = 0
     described = {**{n: s.description for n, s in BUNDLE.items()},
                  DIARIZATION.name: DIARIZATION.description}

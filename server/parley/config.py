@@ -149,6 +149,17 @@ class ServerSettings(BaseModel):
                                              "after this long")
     max_sessions_per_key: int | None = Field(None, ge=1, le=10000,
                                              description="sessions one API key may hold open")
+    admit_by_capacity: bool = Field(True, description="refuse a new stream (server_busy) "
+                                    "when the workers' measured cost says it would not be "
+                                    "real time; max_sessions stays the ceiling")
+    capacity_target_busy: float = Field(0.6, gt=0.05, le=1.0,
+                                        description="the share of the ASR (and diarization) "
+                                                    "thread that live streams' finals (and "
+                                                    "speaker steps) may take")
+    resume_window_s: float = Field(30.0, ge=0, le=3600,
+                                   description="how long a /v1/stream session whose "
+                                               "connection dropped waits to be resumed "
+                                               "(0: sessions end with their connection)")
     max_participants: int = Field(64, ge=1, le=1024,
                                   description="participants one /v1/meeting connection may "
                                               "carry (each is a session's work)")

@@ -8,6 +8,7 @@ it behind an ASGI adapter (cluster/asgi.py). Both hand it the same connections.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Callable
@@ -16,6 +17,8 @@ from websockets.http11 import Request, Response
 
 from parley.config import Settings
 from parley.core.costs import cost_report
+from parley.core.capacity import CapacityPolicy
+from parley.runtime.capacity import LiveCapacity
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.files import FileJobs
 from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -64,22 +67,28 @@ def _limits(settings: Settings, diarized: bool) -> StreamLimits:
         max_sessions=server.max_sessions, max_frame_bytes=server.max_frame_bytes,
         idle_timeout_s=server.idle_timeout_s, max_segment_s=settings.vad.max_segment_s,
         max_session_s=server.max_session_s, max_sessions_per_key=server.max_sessions_per_key,
-        max_participants=server.max_participants,
+        max_participants=server.max_participants, resume_window_s=server.resume_window_s,
         diarization_latency_s=settings.diarization.latency_s if diarized else None)
 
 
 def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
             metrics: Metrics, diarization: DiarizationWorker | None) -> dict:
     worker = asr.worker
+    capacity = endpoint.capacity
 
     def readiness() -> dict:
         return {"asr_worker": worker.alive,
                 "diarization_worker": diarization.alive if diarization else None,
-                "draining": endpoint.draining}
+                "draining": endpoint.draining,
+                "at_capacity": capacity is not None and capacity.full(endpoint.load())}
 
     def ready(checks: dict) -> bool:
         return (checks["asr_worker"] and checks["diarization_worker"] is not False
-                and not checks["draining"])
+                and not checks["draining"] and not checks["at_capacity"])
+
+    def carried() -> float:
+        """Real-time streams this replica carries (without labels; inf: not measured)."""
+        return capacity.streams()["asr"] if capacity is not None else math.inf
 
     def readyz() -> Response:
         checks = readiness()
@@ -97,11 +106,16 @@ def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
                         worker.partial_interval(settings.asr.partial_interval_s), 3),
                     **worker.stats.to_json(),
                     "costs": cost_report(worker.step_cost, worker.encoder_cost)},
+            "capacity": ({"streams": {k: v if math.isfinite(v) else None
+                                      for k, v in capacity.streams().items()},
+                          "live": vars(endpoint.load())} if capacity is not None else None),
             "diarization": settings.diarization.source if diarization else None})
 
     metrics.watch("parley_ready", "1 while /readyz answers 200",
                   lambda: float(ready(readiness())))
     metrics.watch("parley_draining", "1 while the server drains", lambda: float(endpoint.draining))
+    metrics.capacity_streams.set_function(carried)
+    metrics.capacity_used.set_function(lambda: endpoint.load().streams / carried())
     return {"/healthz": lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
             "/readyz": readyz, "/health": health,
             "/metrics": lambda: text_response(HTTPStatus.OK, metrics.render(),
@@ -165,18 +179,24 @@ async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrServic
     if diarization is not None:
         diarization.on_step = metrics.diarization_step.observe
         diarization.start()
+    capacity = None
+    if settings.server.admit_by_capacity:  # after the warm-up: it starts from its timings
+        capacity = LiveCapacity(worker, diarization,
+                                CapacityPolicy(settings.server.capacity_target_busy),
+                                settings.diarization.step_s if diarization else None)
     options = SessionOptions(vad=settings.vad.to_config(),
                              partial_interval_s=settings.asr.partial_interval_s,
                              context_tokens=settings.asr.context_tokens,
                              hypothesis_drafts=settings.asr.hypothesis_drafts,
-                             final_latency=metrics.final_latency.observe)
+                             final_latency=metrics.final_latency.observe,
+                             audio_settled=capacity.settled if capacity else None)
     webhooks = webhook_sender(settings, metrics)
     if webhooks is not None:
         await webhooks.start()
     followers = Followers(access.keys)
     endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
                               metrics, dialects(settings), diarization, webhooks, followers,
-                              server_name)
+                              server_name, capacity)
     route = make_request_router(_routes(settings, asr, endpoint, metrics, diarization),
                                 StaticFiles(settings.server.static_dir), endpoint.paths,
                                 followers.matches, endpoint.check_handshake)

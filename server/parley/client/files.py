@@ -6,6 +6,8 @@ from pathlib import Path
 
 import httpx
 
+from parley.client.live import Unreachable
+
 # `parley transcribe --url` formats, as the server's response_format.
 REMOTE_FORMATS = {"text": "text", "srt": "srt", "vtt": "vtt", "json": "verbose_json"}
 
@@ -24,10 +26,13 @@ def transcribe_file(base_url: str, path: str | Path, fmt: str = "text",
     if diarization:
         data["diarize"] = "true"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = f"{base_url.rstrip('/')}/v1/audio/transcriptions"
     with Path(path).open("rb") as file:
-        response = httpx.post(f"{base_url.rstrip('/')}/v1/audio/transcriptions",
-                              files={"file": (Path(path).name, file)}, data=data,
-                              headers=headers, timeout=timeout_s)
+        try:
+            response = httpx.post(url, files={"file": (Path(path).name, file)}, data=data,
+                                  headers=headers, timeout=timeout_s)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise Unreachable(url, exc) from exc
     if response.status_code != 200:
         try:
             message = response.json()["error"]["message"]

@@ -17,14 +17,21 @@ with ``ServerError``.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import AsyncIterator
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidHandshake
 
 from parley.client.transcript import Transcript
 from parley.protocol.messages import (ControlType, ServerMessage, SessionStarted, StreamConfig,
                                       control_message, decode, parse)
+
+
+# Audio kept to send again after a dropped connection: 64 s of 16 kHz PCM16, more than
+# the server's default resume window of 30 s.
+RESUME_BUFFER_BYTES = 2 * 1024 * 1024
 
 
 class ServerError(Exception):
@@ -43,15 +50,51 @@ def stream_url(base: str, config: StreamConfig, token: str | None) -> str:
     return f"{base.rstrip('/')}?{urlencode(query)}"
 
 
-class LiveStream:
-    """One session on a Parley server (``connect`` makes one)."""
+class Unreachable(ConnectionError):
+    """No server answered at a Parley URL (refused, unknown host, or no answer); the
+    CLI exits with 3 on it."""
 
-    def __init__(self, ws: ClientConnection, started: dict):
+    def __init__(self, url: str, cause: Exception):
+        where = urlsplit(url)
+        secure = where.scheme in ("wss", "https")
+        self.server = f"{where.hostname}:{where.port or (443 if secure else 80)}"
+        reason = getattr(cause, "strerror", None) or str(cause) or type(cause).__name__
+        super().__init__(f"cannot reach {self.server}: is `parley serve` running? ({reason})")
+
+
+class ResumeFailed(ConnectionError):
+    """A dropped connection could not be resumed: the session is lost from here on."""
+
+
+class LiveStream:
+    """One session on a Parley server (``connect`` makes one).
+
+    A session that the server lets resume (its ``session_started`` has a
+    ``resume_token``) survives a dropped connection: the stream reconnects within the
+    server's ``resume_window_s``, sends again the audio the server did not get (up to
+    ``resume_buffer_bytes`` of the latest is kept), and skips messages it already had,
+    so that no word is lost or repeated. ``resumes`` counts the reconnections."""
+
+    def __init__(self, ws: ClientConnection, started: dict, url: str = "",
+                 resume_buffer_bytes: int = RESUME_BUFFER_BYTES):
         self._ws = ws
+        self._url = url
         self.started = started                  # the session_started message
         self.transcript = Transcript()
         self.ended: dict | None = None          # session_ended, once it came
         self.close_code: int | None = None
+        self.resumes = 0
+        self._token: str | None = started.get("resume_token")
+        self._window_s = float(started.get("limits", {}).get("resume_window_s", 0.0))
+        self._last_seq = 0
+        self._unacked: deque[tuple[int, bytes]] = deque()  # (offset, audio) kept to resend
+        self._kept_bytes = 0
+        self._buffer_cap = resume_buffer_bytes
+        self._offset = 0       # audio bytes handed to send() so far
+        self._delivered = 0    # of those, the ones written to a connection (or resent)
+        self._ending = False   # end() was called
+        self._connected = asyncio.Event()
+        self._connected.set()
         parsed = parse(started)
         assert isinstance(parsed, SessionStarted)
         self.session: SessionStarted = parsed
@@ -65,16 +108,36 @@ class LiveStream:
     @classmethod
     async def open(cls, full_url: str) -> "LiveStream":
         """Open a session at a URL that already holds its query string."""
-        ws = await connect(full_url, max_size=None, compression=None, open_timeout=30)
+        try:
+            ws = await connect(full_url, max_size=None, compression=None, open_timeout=30)
+        except OSError as exc:  # websockets' own errors (a refused handshake) are not OSError
+            raise Unreachable(full_url, exc) from exc
         first = decode(await ws.recv())
         if first["type"] == "error":
             await ws.wait_closed()
             raise ServerError(first, ws.close_code)
-        return cls(ws, first)
+        return cls(ws, first, full_url)
 
     async def send(self, audio: bytes) -> None:
-        """One audio message, in the config's encoding (waits while the server is busy)."""
-        await self._ws.send(audio)
+        """One audio message, in the config's encoding (waits while the server is busy,
+        and while a dropped connection is being resumed)."""
+        start = self._offset
+        self._offset += len(audio)
+        if self._token is not None:
+            self._unacked.append((start, audio))
+            self._kept_bytes += len(audio)
+            while self._kept_bytes - len(self._unacked[0][1]) >= self._buffer_cap:
+                self._kept_bytes -= len(self._unacked.popleft()[1])
+        await self._connected.wait()
+        if start + len(audio) <= self._delivered:
+            return  # a resume sent it again already
+        try:
+            await self._ws.send(audio)
+        except ConnectionClosed:
+            if self._token is None:
+                raise
+            return  # kept: the resume sends what the server did not get
+        self._delivered = start + len(audio)
 
     async def finalize(self) -> None:
         """Close the open segment now: its final, then ``finalized``."""
@@ -82,16 +145,41 @@ class LiveStream:
 
     async def end(self) -> None:
         """No more audio: the remaining finals, then ``session_ended``, end the iteration."""
-        await self._ws.send(control_message(ControlType.END_OF_STREAM))
+        self._ending = True
+        await self._connected.wait()
+        try:
+            await self._ws.send(control_message(ControlType.END_OF_STREAM))
+        except ConnectionClosed:
+            if self._token is None:
+                raise  # else the resume says it again
 
     async def close(self) -> None:
         await self._ws.close()
         self.close_code = self._ws.close_code
 
     async def raw(self) -> AsyncIterator[dict]:
-        """The server's messages as JSON objects, up to ``session_ended``."""
+        """The server's messages as JSON objects, up to ``session_ended`` (resuming the
+        session when its connection drops, if the server allows)."""
+        while True:
+            try:
+                async for message in self._messages():
+                    yield message
+                return
+            except ConnectionClosedError:
+                if self._token is None or self.ended is not None:
+                    raise
+                await self._resume()
+
+    async def _messages(self) -> AsyncIterator[dict]:
         async for text in self._ws:
             message = decode(text)
+            seq = message.get("seq")
+            if seq is not None:
+                if seq <= self._last_seq:
+                    continue  # had it before the connection dropped
+                self._last_seq = seq
+            if message["type"] == "session_resumed":
+                continue
             self.transcript.apply(message)
             yield message
             if message["type"] == "session_ended":
@@ -103,6 +191,46 @@ class LiveStream:
                 self.close_code = self._ws.close_code
                 raise ServerError(message, self.close_code)
         self.close_code = self._ws.close_code
+
+    async def _resume(self) -> None:
+        """Reconnect with the token within the window, then send again the audio (and
+        the end) the server did not get; ResumeFailed if that cannot be done."""
+        self._connected.clear()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._window_s
+        query = {"resume": self._token, "last_seq": str(self._last_seq)}
+        token = dict(parse_qsl(urlsplit(self._url).query)).get("token")
+        if token:
+            query["token"] = token
+        url = f"{self._url.split('?')[0]}?{urlencode(query)}"
+        wait = 0.05
+        while True:
+            try:
+                ws = await connect(url, max_size=None, compression=None, open_timeout=10)
+                first = decode(await ws.recv())
+                break
+            except (OSError, ConnectionClosed, InvalidHandshake, asyncio.TimeoutError) as exc:
+                if loop.time() + wait > deadline:
+                    raise ResumeFailed(f"could not resume the session within "
+                                       f"{self._window_s:g} s: {exc}") from exc
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, 1.0)
+        if first["type"] != "session_resumed":
+            await ws.close()
+            raise ResumeFailed(f"the server refused the resume: {first.get('message')}")
+        self._ws = ws
+        received = int(first["audio_received_bytes"])
+        if self._unacked and received < self._unacked[0][0] or received > self._offset:
+            raise ResumeFailed(f"the server has {received} bytes of audio; this stream kept "
+                               f"only those after {self._unacked[0][0] if self._unacked else 0}")
+        for start, audio in self._unacked:
+            if start + len(audio) > received:
+                await ws.send(audio[max(0, received - start):])
+        self._delivered = self._offset
+        if self._ending:
+            await ws.send(control_message(ControlType.END_OF_STREAM))
+        self.resumes += 1
+        self._connected.set()
 
     async def __aiter__(self) -> AsyncIterator[ServerMessage]:
         async for data in self.raw():

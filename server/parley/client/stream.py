@@ -33,6 +33,10 @@ class StreamResult:
     close_code: int | None = None
 
 
+class UndecodableAudio(RuntimeError):
+    """ffmpeg could not read the file: its own message."""
+
+
 async def ffmpeg_pcm(path: str, sample_rate: int = 16000) -> AsyncIterator[bytes]:
     """Any file ffmpeg can read → mono PCM16 at ``sample_rate``, in 100 ms chunks."""
     if shutil.which("ffmpeg") is None:
@@ -56,7 +60,7 @@ async def ffmpeg_pcm(path: str, sample_rate: int = 16000) -> AsyncIterator[bytes
         stderr = (await process.stderr.read()).decode(errors="replace").strip()
         code = await process.wait()
     if code not in (0, -9) and stderr:
-        raise RuntimeError(f"ffmpeg could not decode {path}: {stderr}")
+        raise UndecodableAudio(f"ffmpeg could not decode {path}: {stderr}")
 
 
 async def _read_up_to(stream: asyncio.StreamReader, size: int) -> bytes:
@@ -87,16 +91,18 @@ async def run_stream(url: str, chunks: AsyncIterator[bytes], bytes_per_second: i
         return result
     _collect(result, live.started, on_message)
     sender = asyncio.create_task(send_paced(live, chunks, bytes_per_second, fast))
+    receiver = asyncio.create_task(_receive(live, result, on_message))
     try:
-        async for message in live.raw():
-            _collect(result, message, on_message)
-    except ServerError:
-        pass  # collected above: the caller reads result.errors
+        await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_EXCEPTION)
+        if sender.done() and not sender.cancelled() and sender.exception() is not None:
+            raise sender.exception()  # the audio source failed: say so now, not at a timeout
+        await receiver
     finally:
-        if not sender.done():
-            sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await sender
+        for task in (sender, receiver):
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         close = getattr(chunks, "aclose", None)
         if close is not None:  # the session ended before the audio did: stop its source now,
             with contextlib.suppress(Exception):  # not at the event loop's close
@@ -104,6 +110,14 @@ async def run_stream(url: str, chunks: AsyncIterator[bytes], bytes_per_second: i
         await live.close()
     result.close_code = live.close_code
     return result
+
+
+async def _receive(live: LiveStream, result: StreamResult, on_message) -> None:
+    try:
+        async for message in live.raw():
+            _collect(result, message, on_message)
+    except ServerError:
+        pass  # collected: the caller reads result.errors
 
 
 def _collect(result: StreamResult, message: dict, on_message) -> None:

@@ -40,6 +40,7 @@ class LoadLedger:
         self.tokens_per_second = TOKENS_PER_SECOND_PRIOR
         self.finish_seconds = FINISH_SECONDS_PRIOR
         self._partial_cost: float | None = None
+        self.finals_cost_total = 0.0  # worker seconds all live finals have cost so far
 
     def worked(self, seconds: float, now: float) -> None:
         self.load = replace(self.load, busy=self.load.busy.add(seconds, now))
@@ -48,6 +49,7 @@ class LoadLedger:
         """A decode left the batch, done or not, having cost ``cost`` worker seconds."""
         if final:
             self.load = replace(self.load, finals=self.load.finals.add(cost, now))
+            self.finals_cost_total += cost
             return
         if self._partial_cost is None:
             self._partial_cost = cost

@@ -230,8 +230,20 @@ class SessionStarted:
     limits: dict[str, Any]
     model: str
     server: str | None = None  # on a cluster: the replica serving the session
+    resume_token: str | None = None  # where the session may be resumed (section 6a)
     type: str = "session_started"
     protocol: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True)
+class SessionResumed:
+    """The first message on a connection that resumed a session: send audio from
+    ``audio_received_bytes`` on; messages after the client's ``last_seq`` follow."""
+
+    session_id: str
+    audio_received_bytes: int
+    last_seq: int  # the newest message the session has sent so far
+    type: str = "session_resumed"
 
 
 @dataclass(frozen=True)
@@ -327,8 +339,8 @@ class Error:
         return self.code.close_code is not None
 
 
-ServerMessage = (SessionStarted | SpeechStarted | SegmentEnded | Partial | Final
-                 | SpeakerUpdate | Finalized | SessionEnded | Error)
+ServerMessage = (SessionStarted | SessionResumed | SpeechStarted | SegmentEnded | Partial
+                 | Final | SpeakerUpdate | Finalized | SessionEnded | Error)
 
 
 def _round_times(value: Any) -> Any:
@@ -342,8 +354,12 @@ def _round_times(value: Any) -> Any:
     return value
 
 
-def encode(message: ServerMessage) -> str:
-    return json.dumps(as_json(message), ensure_ascii=False)
+def encode(message: ServerMessage, seq: int | None = None) -> str:
+    """``seq``: the message's number, on a resumable session."""
+    data = as_json(message)
+    if seq is not None:
+        data["seq"] = seq
+    return json.dumps(data, ensure_ascii=False)
 
 
 def as_json(message: ServerMessage) -> dict[str, Any]:
@@ -353,6 +369,8 @@ def as_json(message: ServerMessage) -> dict[str, Any]:
         data["config"] = message.config.to_json()
         if message.server is None:
             del data["server"]
+        if message.resume_token is None:
+            del data["resume_token"]
     if isinstance(message, Error):
         data["fatal"] = message.fatal
         if message.segment_id is None:
@@ -366,7 +384,7 @@ def as_json(message: ServerMessage) -> dict[str, Any]:
 def parse(data: Mapping[str, Any]) -> ServerMessage | None:
     """A server message's JSON object as its typed message (None for a type this
     version does not know: clients ignore those, section 8)."""
-    fields = {k: v for k, v in data.items() if k != "type"}
+    fields = {k: v for k, v in data.items() if k not in ("type", "seq")}  # seq: the wire's
     kind = data.get("type")
     if kind == "session_started":
         config = dict(fields.pop("config"))
@@ -385,7 +403,8 @@ def parse(data: Mapping[str, Any]) -> ServerMessage | None:
     if kind == "error":
         fields.pop("fatal", None)
         return Error(**{**fields, "code": ErrorCode(fields["code"])})
-    simple = {"speech_started": SpeechStarted, "partial": Partial, "finalized": Finalized}
+    simple = {"speech_started": SpeechStarted, "partial": Partial, "finalized": Finalized,
+              "session_resumed": SessionResumed}
     return simple[kind](**fields) if kind in simple else None
 
 

@@ -30,6 +30,14 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.sessions_live = Gauge("parley_sessions_live", "Sessions streaming now", registry=r)
+        # Read at scrape time from the admission's measurements (service.py sets them).
+        self.capacity_streams = Gauge("parley_capacity_streams", "Real-time streams the ASR "
+                                      "thread carries at its target, as measured (+Inf "
+                                      "until measured, or with admit_by_capacity off)",
+                                      registry=r)
+        self.capacity_used = Gauge("parley_capacity_used", "Live streams over the measured "
+                                   "capacity (a stream more than 1 would be refused); "
+                                   "autoscalers scale on it", registry=r)
         self.sessions = Counter("parley_sessions", "Sessions ended, by outcome (ended: "
                                 "session_ended was sent; disconnected: the client left; "
                                 "else the fatal error code)", ["outcome"], registry=r)

@@ -129,6 +129,11 @@ class AsrScheduler:
         """Requests queued or being decoded."""
         return self._in_flight
 
+    @property
+    def live_finals_cost_s(self) -> float:
+        """Worker seconds every live final has cost so far (admission measures by it)."""
+        return self._ledger.finals_cost_total
+
     def busy_fraction(self) -> float:
         """Fraction of the last seconds (about ``core.load.LOAD_WINDOW_S``) the thread
         worked."""

@@ -48,6 +48,9 @@ class SessionOptions:
     # Told, for each final, the seconds from receiving the audio at its end to its
     # sending (the latency a client sees after the speaker stops); for metrics.
     final_latency: Callable[[float], None] | None = None
+    # Told the seconds of stream audio each final settles (up to its end, the silence
+    # before it included, and the rest at the end); admission measures cost by it.
+    audio_settled: Callable[[float], None] | None = None
 
 
 @dataclass
@@ -112,6 +115,7 @@ class Session:
         self.last_audio_at = time.monotonic()  # when audio last came (for merging tracks)
         self._ended = False
         self._diarization_failed = False
+        self._settled_to = 0.0  # stream time up to which finals have been sent
         # (stream time at the end of an audio message, monotonic time it arrived)
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=ARRIVALS_KEPT)
 
@@ -266,6 +270,8 @@ class Session:
                     yield update
                 continue
             if not isinstance(item, _Decode):
+                if isinstance(item, SessionEnded):
+                    self._settle(item.audio_duration)
                 yield item
                 continue
             try:
@@ -290,7 +296,12 @@ class Session:
 
     def _final_sent(self) -> None:
         if self._unsent_ends:
-            self._unsent_ends.popleft()
+            self._settle(self._unsent_ends.popleft())
+
+    def _settle(self, until: float) -> None:
+        if self._options.audio_settled is not None and until > self._settled_to:
+            self._options.audio_settled(until - self._settled_to)
+        self._settled_to = max(self._settled_to, until)
 
     def _time_final(self, final: Final) -> None:
         if self._options.final_latency is None:

@@ -26,11 +26,13 @@ class StreamLimits:
     max_sessions_per_key: int | None = None
     diarization_latency_s: float | None = None
     max_participants: int = 64  # per /v1/meeting connection
+    resume_window_s: float = 30.0  # a resumable session waits this long for its client
 
     def to_json(self) -> dict:
         limits = {"max_frame_bytes": self.max_frame_bytes, "idle_timeout_s": self.idle_timeout_s,
                   "max_segment_s": self.max_segment_s, "max_session_s": self.max_session_s,
-                  "max_participants": self.max_participants}
+                  "max_participants": self.max_participants,
+                  "resume_window_s": self.resume_window_s}
         if self.diarization_latency_s is not None:
             limits["diarization_latency_s"] = self.diarization_latency_s
         return limits
@@ -71,17 +73,22 @@ class Admission:
     def closed(self, key: str) -> None:
         self._per_key[key] -= 1
 
-    def admit(self, request: Request, dialect: Dialect, live: int,
-              draining: bool) -> tuple[Setup, str]:
-        """The stream's settings and the name of the key it came with, or Refused."""
+    def identify(self, request: Request, dialect: Dialect, params: dict[str, str]) -> str:
+        """The name of the key an allowed origin came with, or Refused."""
         headers = request.headers
         if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
             raise Refused(Error(ErrorCode.FORBIDDEN_ORIGIN,
                                 "pages from this origin may not stream to this server"))
-        params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
         key = dialect.identify(request, params, self._access.keys)
         if key is None:
             raise Refused(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
+        return key
+
+    def admit(self, request: Request, dialect: Dialect, live: int,
+              draining: bool) -> tuple[Setup, str]:
+        """The stream's settings and the name of the key it came with, or Refused."""
+        params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
+        key = self.identify(request, dialect, params)
         if draining:
             raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
         if live >= self._limits.max_sessions:

@@ -81,6 +81,7 @@ def _language(raw: str | None) -> str | None:
 class DeepgramDialect(KeyOffered):
     path = LISTEN_PATH
     refuses_at_handshake = True  # Deepgram's SDKs expect an HTTP 401 for a bad key
+    resumable = False
 
     def __init__(self, vad: VadConfig):
         self._vad = vad

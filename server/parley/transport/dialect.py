@@ -98,6 +98,7 @@ class Opened:
     limits: dict
     check_language: Callable[[str | None], None]  # ValueError for one the model lacks
     server: str | None = None  # the serving replica's name, on a cluster
+    resume_token: str | None = None  # a resumable session's
 
 
 class Translator(Protocol):
@@ -121,6 +122,8 @@ class Dialect(Protocol):
     # handshake with an HTTP error, as this wire's vendor does, rather than with a
     # message and a close after it (Parley's own rule, for browsers).
     refuses_at_handshake: bool
+    # Whether a session outlives a dropped connection and may be resumed (section 6a).
+    resumable: bool
 
     def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
         """The name of the key the client is admitted by (ANONYMOUS on a server without

@@ -31,6 +31,7 @@ class MeetingDialect(NativeDialect):
     """Parley's own wire (keys, refusals, results), one session per participant."""
 
     path = MEETING_PATH
+    resumable = False  # a meeting bot's platform reconnects with tracks of its own
 
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
         config = StreamConfig.from_query(params)

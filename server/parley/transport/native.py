@@ -8,7 +8,8 @@ from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from parley.protocol.messages import (STREAM_PATH, ControlType, Error, ServerMessage,
-                                      SessionStarted, StreamConfig, encode, parse_control)
+                                      SessionResumed, SessionStarted, StreamConfig, encode,
+                                      parse_control)
 from parley.runtime.session import Mark, Session
 from parley.transport.dialect import KeyOffered, Opened, Setup, Stream
 
@@ -22,6 +23,7 @@ def bearer_or_token(headers: Headers) -> str | None:
 class NativeDialect(KeyOffered):
     path = STREAM_PATH
     refuses_at_handshake = False  # browsers cannot read HTTP refusals: see protocol.md §1
+    resumable = True
 
     @staticmethod
     def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
@@ -47,15 +49,22 @@ class NativeDialect(KeyOffered):
 class NativeTranslator:
     def __init__(self, opened: Opened):
         self._opened = opened
+        self._seq = 0  # of the last message out, on a resumable session
+        self._audio_bytes = 0  # audio received, for a resumed client to go on from
 
     def opening(self) -> list[str]:
         opened = self._opened
         return [encode(SessionStarted(opened.session_id, opened.setup.config, opened.limits,
-                                      opened.model, opened.server))]
+                                      opened.model, opened.server, opened.resume_token))]
+
+    def resumed(self, last_seq: int) -> str:
+        """The first message on a connection that resumed the session."""
+        return encode(SessionResumed(self._opened.session_id, self._audio_bytes, last_seq))
 
     async def receive(self, message: str | bytes, session: Stream) -> bool:
         assert isinstance(session, Session)  # this dialect's setup asks for one session
         if isinstance(message, bytes):
+            self._audio_bytes += len(message)  # received, even if it proves malformed
             await session.feed(message)
             return False
         kind = parse_control(message)
@@ -64,4 +73,9 @@ class NativeTranslator:
         return kind is ControlType.END_OF_STREAM
 
     def outbound(self, message: ServerMessage | Mark) -> list[str]:
-        return [] if isinstance(message, Mark) else [encode(message)]
+        if isinstance(message, Mark):
+            return []
+        if self._opened.resume_token is None:
+            return [encode(message)]
+        self._seq += 1  # numbered as the endpoint's SentLog numbers them
+        return [encode(message, seq=self._seq)]

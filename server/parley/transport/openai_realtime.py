@@ -38,6 +38,7 @@ BROWSER_KEY_PREFIX = "openai-insecure-api-key."  # the subprotocol browsers send
 class OpenAIRealtimeDialect(KeyOffered):
     path = REALTIME_PATH
     refuses_at_handshake = False  # as the native endpoint: an error event, then the close
+    resumable = False
 
     def __init__(self, vad: VadConfig):
         self._vad = vad

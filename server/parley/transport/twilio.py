@@ -47,6 +47,7 @@ def twilio_signature(auth_token: str, url: str) -> str:
 class TwilioDialect:
     path = TWILIO_PATH
     refuses_at_handshake = True  # Twilio reads only the HTTP status of a refusal
+    resumable = False
 
     def __init__(self, auth_token: str | None, public_url: str | None = None):
         self._auth_token = auth_token

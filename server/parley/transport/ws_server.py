@@ -19,13 +19,15 @@ import logging
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
-from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
+from parley.protocol.messages import (STREAM_PATH, EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
                                       ServerMessage, SpeakerUpdate, as_json, close_reason)
+from parley.runtime.capacity import LiveCapacity, LiveLoad
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
@@ -37,8 +39,12 @@ from parley.transport.admission import Access, Admission, Refused, StreamLimits
 from parley.transport.connection import Connection
 from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator
 from parley.transport.followers import Followers
+from parley.transport.native import NativeTranslator
+from parley.transport.resume import REPLAY_KEEP, Handoff, Resumes, ResumeRefused, SentLog
 
 log = logging.getLogger(__name__)
+# Told to HTTP clients refused as busy: about the span over which the load is measured.
+BUSY_RETRY_AFTER_S = 10
 @dataclass(frozen=True)
 class AsrService:
     """What the transport may know of ASR: the worker, a label and a language check."""
@@ -58,6 +64,9 @@ class _Connection:
     webhooks: WebhookFeed | None = None   # once admitted, on a server with webhooks
     outcome: str = "disconnected"
     error_codes: list[str] = field(default_factory=list)
+    resume_token: str | None = None  # a resumable session's (protocol.md section 6a)
+    ends_at: float = 0.0        # loop time at which the session reaches max_session_s
+    input_ended: bool = False   # the session was ended (its reader is done for good)
 
 
 class StreamEndpoint:
@@ -68,8 +77,9 @@ class StreamEndpoint:
                  access: Access, metrics: Metrics, dialects: list[Dialect],
                  diarization: DiarizationWorker | None = None,
                  webhooks: WebhookSender | None = None, followers: Followers | None = None,
-                 server_name: str | None = None):
+                 server_name: str | None = None, capacity: LiveCapacity | None = None):
         self._server_name = server_name
+        self.capacity = capacity
         self._dialects = {dialect.path: dialect for dialect in dialects}
         self._webhooks = webhooks
         self._followers = followers
@@ -81,6 +91,8 @@ class StreamEndpoint:
                                     lambda url: webhooks is not None and webhooks.allows(url))
         self._metrics = metrics
         self._live: set[asyncio.Task] = set()
+        self._resumes = Resumes()
+        self._streams: dict[asyncio.Task, Stream] = {}  # the live ones, for their load
         self._draining = asyncio.Event()
         self._shutting_down = False
 
@@ -103,7 +115,10 @@ class StreamEndpoint:
             self._metrics.sessions.labels(refusal.error.code.value).inc()
             log.info("refused a session at the handshake: %s", refusal.error.code.value,
                      extra={"outcome": refusal.error.code.value})
-            return dialect.refusal(refusal.error)
+            response = dialect.refusal(refusal.error)
+            if refusal.error.code in (ErrorCode.SERVER_BUSY, ErrorCode.SHUTTING_DOWN):
+                response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
+            return response
         return None
 
     def subprotocol(self, request: Request, offered: list[str]) -> str | None:
@@ -149,6 +164,10 @@ class StreamEndpoint:
         request = connection.request
         assert request is not None
         dialect = self.dialect_of(request)
+        params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
+        if "resume" in params:
+            await self._resume(connection, dialect, params, this)
+            return
         try:
             setup, this.key = self._admit(request, dialect)
         except Refused as refusal:
@@ -161,10 +180,12 @@ class StreamEndpoint:
         self._admission.opened(this.key)
         self._metrics.sessions_live.inc()
         session = self._open(this, dialect, setup)
+        self._streams[task] = session
         try:
-            await self._serve(connection, session, this)
+            await self._serve_session(connection, session, this)
         finally:
             self._live.discard(task)
+            self._streams.pop(task, None)
             self._admission.closed(this.key)
             self._metrics.sessions_live.dec()
             self._closed(this, session)
@@ -172,11 +193,13 @@ class StreamEndpoint:
     def _open(self, this: _Connection, dialect: Dialect, setup: Setup) -> Stream:
         """An admitted connection's session, translator, followers and webhook feed."""
         session = self._stream_for(setup)
+        if dialect.resumable and self._limits.resume_window_s > 0:
+            this.resume_token = self._resumes.register(this.key, this.session_id)
         this.translator = dialect.translator(Opened(this.session_id, setup,
                                                     self._asr.model_label,
                                                     self._limits.to_json(),
                                                     self._asr.check_language,
-                                                    self._server_name))
+                                                    self._server_name, this.resume_token))
         log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
                  dialect.path, setup.config,
                  extra={"session_id": this.session_id, "key": this.key})
@@ -190,16 +213,127 @@ class StreamEndpoint:
                                                       "model": self._asr.model_label})
         return session
 
-    async def _serve(self, connection: Connection, session: Stream,
-                     this: _Connection) -> None:
-        """Stream until the session ends, and close with the code its ending gives."""
+    async def _serve_session(self, first: Connection, session: Stream,
+                             this: _Connection) -> None:
+        """Serve the session on its first connection and, if that one is lost, on each
+        connection that resumes it within the window; or end it as after end_of_stream
+        once no one does."""
+        sent = SentLog()
+        pump = asyncio.create_task(self._pump(session, this, sent))
+        this.ends_at = asyncio.get_running_loop().time() + self._limits.max_session_s
+        connection, after, handoff = first, None, None
+        try:
+            while True:
+                kept = await self._serve(connection, session, this, sent, pump, after)
+                if handoff is not None:
+                    handoff.done.set_result(None)  # its handler may return now
+                    handoff = None
+                if not kept or this.resume_token is None:
+                    return
+                handoff = kept if isinstance(kept, Handoff) else await self._await_resume(
+                    session, this, sent, pump)
+                if handoff is None:
+                    return
+                connection, after = handoff.connection, handoff.last_seq
+        finally:
+            if handoff is not None and not handoff.done.done():
+                handoff.done.set_result(None)
+            if this.resume_token is not None:
+                await self._refuse_late(self._resumes.forget(this.resume_token), this)
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+
+    async def _await_resume(self, session: Stream, this: _Connection, sent: SentLog,
+                            pump: asyncio.Task) -> Handoff | None:
+        """The connection that resumes the session within the window; None if none
+        does (or the server drains): the session then ends as after end_of_stream, and
+        its finals still go to its webhooks and followers."""
+        assert this.resume_token is not None
+        log.info("session %s lost its connection; resumable for %g s", this.session_id,
+                 self._limits.resume_window_s, extra={"session_id": this.session_id})
+        coming = asyncio.ensure_future(self._resumes.next_handoff(this.resume_token))
+        drain = asyncio.ensure_future(self._draining.wait())
+        try:
+            await asyncio.wait({coming, drain}, timeout=self._limits.resume_window_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            drain.cancel()
+        if coming.done() and not self._draining.is_set():
+            return coming.result()
+        coming.cancel()
+        await asyncio.gather(coming, return_exceptions=True)
+        late = self._resumes.forget(this.resume_token)
+        if coming.done() and not coming.cancelled():  # came with the drain: not taken
+            late.append(coming.result())
+        await self._refuse_late(late, this)
+        sent.leave_unattended()
+        if not this.input_ended:
+            this.input_ended = True
+            await session.end(EndReason.SHUTTING_DOWN if self._draining.is_set()
+                              else EndReason.END_OF_STREAM)
+        await asyncio.gather(pump, return_exceptions=True)
+        this.outcome = "disconnected"  # and it did not come back
+        return None
+
+    async def _refuse_late(self, late: list[Handoff], this: _Connection) -> None:
+        """Resumes that came as the session ended: refused, as after it."""
+        for handoff in late:
+            code = ErrorCode.SHUTTING_DOWN if self._draining.is_set() else ErrorCode.NOT_FOUND
+            await self._close_with(handoff.connection, this, Error(
+                code, "the session ended as this connection came to resume it"))
+            handoff.done.set_result(None)
+
+    async def _resume(self, connection: Connection, dialect: Dialect,
+                      params: dict[str, str], this: _Connection) -> None:
+        """A connection with ``resume``: hand it to its session's coroutine, and wait
+        until that is done with it; or refuse it."""
+        assert connection.request is not None
+        try:
+            key = self._admission.identify(connection.request, dialect, params)
+            if self._draining.is_set():
+                raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
+            last_seq = _resume_point(dialect, params)
+            handoff = Handoff(connection, last_seq)
+            try:
+                self._resumes.claim(params["resume"], key, handoff)
+            except ResumeRefused as refused:
+                raise Refused(refused.error) from None
+        except Refused as refusal:
+            await self._close_with(connection, this, refusal.error)
+            log.info("refused a resume: %s", refusal.error.code.value,
+                     extra={"outcome": refusal.error.code.value})
+            return
+        await handoff.done
+
+    async def _serve(self, connection: Connection, session: Stream, this: _Connection,
+                     sent: SentLog, pump: asyncio.Task,
+                     after: int | None) -> bool | Handoff:
+        """Stream on one connection until the session ends (False) or the connection is
+        lost with the session still to finish (True), or another connection takes the
+        session over (that connection's Handoff). ``after``: None for the session's
+        first connection, else the last message its client got."""
         assert this.translator is not None
         try:
-            for text in this.translator.opening():
-                await connection.send(text)
-            ending = await self._run(connection, session, this)
+            if after is None:
+                for text in this.translator.opening():
+                    await connection.send(text)
+            else:
+                if not sent.can_replay_after(after):
+                    await self._close_with(connection, this, Error(
+                        ErrorCode.NOT_FOUND, f"cannot resume after message {after}: the "
+                        f"session has sent {sent.last_seq} and keeps the last {REPLAY_KEEP}"))
+                    return True
+                assert isinstance(this.translator, NativeTranslator)  # the resumable wire
+                await connection.send(this.translator.resumed(sent.last_seq))
+            ending = await self._run(connection, session, this, sent, after or 0)
+            if isinstance(ending, Handoff):
+                with contextlib.suppress(ConnectionClosed):
+                    await connection.close(4409, "the session was resumed on another "
+                                           "connection")
+                return ending
             this.outcome = "ended"
             await connection.close(ending.close_code, ending.close_reason)
+            return False
         except Refused as fatal:
             this.outcome = fatal.error.code.value
             await self._close_with(connection, this, fatal.error)
@@ -211,8 +345,10 @@ class StreamEndpoint:
             this.outcome = ErrorCode.SHUTTING_DOWN.value
             await self._close_with(connection, this, Error(
                 ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
-        except ConnectionClosed:
-            pass
+        except ConnectionClosed as closed:
+            # A client that closed the connection meant to; one that dropped it (no close
+            # frame) gets its session kept, if it may still be owed something.
+            return _dropped(closed) and not (pump.done() and sent.sent_seq == sent.last_seq)
         except Exception:
             log.exception("session %s failed", this.session_id)
             this.outcome = ErrorCode.INTERNAL_ERROR.value
@@ -247,50 +383,93 @@ class StreamEndpoint:
         return Session(setup.config, self._asr.worker, options, speakers)
 
     def _admit(self, request: Request, dialect: Dialect) -> tuple[Setup, str]:
-        return self._admission.admit(request, dialect, len(self._live), self._draining.is_set())
+        setup, key = self._admission.admit(request, dialect, len(self._live),
+                                           self._draining.is_set())
+        if self.capacity is not None:
+            why = self.capacity.refusal(self.load(), setup.config.diarization)
+            if why is not None:
+                raise Refused(Error(ErrorCode.SERVER_BUSY, why))
+        return setup, key
+
+    def load(self) -> LiveLoad:
+        """The live streams: a meeting's participants count one each."""
+        streams = diarized = 0
+        for stream in self._streams.values():
+            streams += max(1, len(stream.tracks)) if isinstance(stream, SessionGroup) else 1
+            diarized += stream.config.diarization
+        return LiveLoad(streams, diarized)
 
     # ------------------------------------------------------------------ the stream
 
-    async def _run(self, connection: Connection, session: Stream,
-                   this: _Connection) -> EndReason:
-        """Stream until the session ends; why it ended (fatal errors raise Refused)."""
-        writer = asyncio.create_task(self._write(connection, session, this))
-        reader = asyncio.create_task(self._read(connection, session, this))
+    async def _run(self, connection: Connection, session: Stream, this: _Connection,
+                   sent: SentLog, after: int) -> EndReason | Handoff:
+        """Stream until the session ends (why), or another connection takes it over (its
+        Handoff); fatal errors raise Refused, a lost connection ConnectionClosed."""
+        writer = asyncio.create_task(self._write(connection, sent, after))
+        tasks = {writer}
+        reader = None
+        if not this.input_ended:
+            reader = asyncio.create_task(self._read(connection, session, this))
+            tasks.add(reader)
+        takeover = None
+        if this.resume_token is not None:
+            takeover = asyncio.create_task(self._resumes.next_handoff(this.resume_token))
+            tasks.add(takeover)
+        ending = EndReason.END_OF_STREAM
         try:
-            await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_EXCEPTION)
-            for task in (reader, writer):
-                if task.done() and task.exception() is not None:
-                    raise task.exception()
-            # The reader ended the session: the writer finishes after session_ended.
-            await writer
-            return await reader
+            while True:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task is not takeover and task.exception() is not None:
+                        raise task.exception()
+                if takeover in done:
+                    handoff, takeover = takeover.result(), None
+                    return handoff
+                if reader in done:  # the session was ended: the writer sends the rest
+                    this.input_ended = True
+                    ending = reader.result()
+                    tasks.discard(reader)
+                if writer in done:  # session_ended was sent
+                    return ending
         finally:
-            for task in (reader, writer):
-                task.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
+            for task in (reader, writer, takeover):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(*(t for t in (reader, writer, takeover) if t is not None),
+                                 return_exceptions=True)
+            if takeover is not None and takeover.done() and not takeover.cancelled():
+                # A resume came as this connection failed: it is the next one's.
+                assert this.resume_token is not None
+                self._resumes.give_back(this.resume_token, takeover.result())
 
-    async def _write(self, connection: Connection, session: Stream,
-                     this: _Connection) -> None:
+    async def _write(self, connection: Connection, sent: SentLog, after: int) -> None:
+        async for seq, text in sent.after(after):
+            await connection.send(text)
+            sent.sent(seq)
+
+    async def _pump(self, session: Stream, this: _Connection, sent: SentLog) -> None:
+        """The session's messages, told to followers, webhooks and metrics as they come
+        (whether or not a client is connected), and put in its log for the client."""
+        assert this.translator is not None
         async for message in session.messages():
-            await self._send(connection, this, message)
+            self._fan_out(this, message)
+            for text in this.translator.outbound(message):
+                await sent.append(text)
+        sent.finish()
 
-    async def _send(self, connection: Connection, this: _Connection,
-                    message: ServerMessage | Mark) -> None:
-        if isinstance(message, Error):  # counted even if the client is gone
+    def _fan_out(self, this: _Connection, message: ServerMessage | Mark) -> None:
+        if isinstance(message, Error):
             self._metrics.errors.labels(message.code.value).inc()
             this.error_codes.append(message.code.value)
-        assert this.translator is not None
         if self._followers is not None and not isinstance(message, Mark):
             self._followers.publish(this.session_id, message)
-        if this.webhooks is not None:  # even if the client is gone
+        if this.webhooks is not None:
             if isinstance(message, (Final, SpeakerUpdate)):
                 kind = ("transcript.final" if isinstance(message, Final)
                         else "transcript.speaker_update")
                 this.webhooks.publish(kind, as_json(message))
             elif isinstance(message, Mark) and isinstance(message.payload, WebhookEvent):
                 this.webhooks.publish(message.payload.kind, message.payload.data)
-        for text in this.translator.outbound(message):
-            await connection.send(text)
         if isinstance(message, Final):
             self._metrics.finals.inc()
         elif isinstance(message, Partial):
@@ -299,7 +478,7 @@ class StreamEndpoint:
     async def _read(self, connection: Connection, session: Stream,
                     this: _Connection) -> EndReason:
         assert this.translator is not None
-        ends_at = asyncio.get_running_loop().time() + self._limits.max_session_s
+        ends_at = this.ends_at
         while True:
             message = await self._next(connection, ends_at)
             if isinstance(message, EndReason):
@@ -316,7 +495,10 @@ class StreamEndpoint:
                 await session.report(Error(exc.code, exc.message))
                 continue
             finally:
-                self._metrics.audio_seconds.inc(session.stream_time - heard)
+                heard = session.stream_time - heard
+                self._metrics.audio_seconds.inc(heard)
+                if self.capacity is not None and session.config.diarization:
+                    self.capacity.heard(heard)
             if ends:
                 await session.end(EndReason.END_OF_STREAM)
                 return EndReason.END_OF_STREAM
@@ -345,7 +527,7 @@ class StreamEndpoint:
             drain.cancel()
             if not receive.done():
                 receive.cancel()  # websockets' recv() loses nothing when cancelled
-                await asyncio.gather(receive, return_exceptions=True)
+            await asyncio.gather(receive, return_exceptions=True)  # its error is seen once
         if receive.done() and not receive.cancelled():
             return receive.result()  # a message that came with the drain is still read
         if self._draining.is_set():
@@ -367,3 +549,27 @@ class StreamEndpoint:
         with contextlib.suppress(ConnectionClosed):
             await connection.close(close_code, close_reason(error.message))
 
+
+def _resume_point(dialect: Dialect, params: dict[str, str]) -> int:
+    """The ``last_seq`` of a resume (0: none of the session's messages arrived)."""
+    if not dialect.resumable:
+        raise Refused(Error(ErrorCode.BAD_CONFIG, f"sessions on {dialect.path} cannot be "
+                            f"resumed (only {STREAM_PATH})"))
+    unknown = set(params) - {"resume", "last_seq", "token"}
+    if unknown:
+        raise Refused(Error(ErrorCode.BAD_CONFIG, "a resume takes only resume, last_seq and "
+                            f"token; not {', '.join(sorted(unknown))}"))
+    raw = params.get("last_seq", "0")
+    if not raw.isdigit() or len(raw) > 12:
+        raise Refused(Error(ErrorCode.BAD_CONFIG, "last_seq must be the seq of the last "
+                            "message received (a whole number, 0 for none)"))
+    return int(raw)
+
+
+def _dropped(closed: ConnectionClosed) -> bool:
+    """Whether the connection went without its client closing it: no close frame
+    (1006; uvicorn says 1005 for a connection lost after the handshake), or a send that
+    failed."""
+    close = closed.rcvd or closed.sent
+    return close is None or close.code in (CloseCode.ABNORMAL_CLOSURE,
+                                           CloseCode.NO_STATUS_RCVD)

@@ -1,0 +1,86 @@
+"""Admission by measured capacity: whether one more live stream keeps every stream real
+time, from what the ASR thread's finals and the diarization thread's steps have cost
+per second of audio (``core.capacity``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parley.core.capacity import CapacityPolicy, StreamCost
+from parley.runtime.diarization import DiarizationWorker
+from parley.runtime.scheduler import AsrScheduler
+
+# Before the first measurement: a final's cost per audio second is about this many
+# one-clip encoder passes (the warm-up times one). Measured on bench/load.py's
+# conversations, tiny.en, this 2-core CPU: 0.104 s per audio second, 0.376 s a pass.
+ENCODER_PASSES_PER_AUDIO_S = 0.28
+# A labelled stream steps its speaker window every this many seconds of audio
+# (diarization.step_s), each step costing about this much before one is measured.
+DIARIZATION_STEP_PRIOR_S = 0.06
+
+
+@dataclass(frozen=True)
+class LiveLoad:
+    """The live streams now: all of them, and those with speaker labels."""
+
+    streams: int
+    diarized: int
+
+
+class LiveCapacity:
+    """Measures the workers' cost per audio second, and says why one more stream would
+    not fit (``refusal``).
+
+    The ASR thread's cost is counted against the audio its finals have settled
+    (``settled``: a final settles its stream up to its end, silence before it
+    included), so a fast stream whose finals are still decoding is not measured as
+    cheap. Speaker steps follow the audio closely, so theirs is counted as audio
+    arrives (``heard``)."""
+
+    def __init__(self, asr: AsrScheduler, diarization: DiarizationWorker | None,
+                 policy: CapacityPolicy, diarization_step_s: float | None = None):
+        self._asr = asr
+        self._diarization = diarization
+        self.policy = policy
+        self._audio_s = 0.0
+        self._diarized_audio_s = 0.0
+        encoder = asr.encoder_cost.known.get(1)
+        self.asr_cost = StreamCost(None if encoder is None else
+                                   encoder * ENCODER_PASSES_PER_AUDIO_S)
+        self.diarization_cost = StreamCost(
+            None if not diarization_step_s else DIARIZATION_STEP_PRIOR_S / diarization_step_s)
+
+    def settled(self, seconds: float) -> None:
+        """A live stream's finals now cover ``seconds`` more of its audio."""
+        self._audio_s += seconds
+        self.asr_cost.observe(self._asr.live_finals_cost_s, self._audio_s)
+
+    def heard(self, seconds: float) -> None:
+        """``seconds`` of a labelled stream's audio arrived."""
+        if self._diarization is not None:
+            self._diarized_audio_s += seconds
+            self.diarization_cost.observe(self._diarization.stats.busy_seconds,
+                                          self._diarized_audio_s)
+
+    def streams(self) -> dict[str, float]:
+        """Real-time streams each worker carries at the target (inf: not yet known)."""
+        carried = {"asr": self.asr_cost.streams(self.policy)}
+        if self._diarization is not None:
+            carried["diarization"] = self.diarization_cost.streams(self.policy)
+        return carried
+
+    def refusal(self, load: LiveLoad, diarized: bool) -> str | None:
+        """Why one more stream (``diarized`` or not) would not fit; None if it does."""
+        if not self.asr_cost.admits(load.streams, self.policy):
+            return (f"the server is at its measured capacity of "
+                    f"{int(self.asr_cost.streams(self.policy))} real-time streams; "
+                    "try again later")
+        if diarized and not self.diarization_cost.admits(load.diarized, self.policy):
+            return (f"the server is at its measured capacity of "
+                    f"{int(self.diarization_cost.streams(self.policy))} streams with speaker "
+                    "labels; try again later, or stream without diarization")
+        return None
+
+    def full(self, load: LiveLoad) -> bool:
+        """Whether even a stream without labels would be refused (``/readyz``)."""
+        return self.refusal(load, diarized=False) is not None
