@@ -42,8 +42,11 @@ run: install
 cluster: install
 	$(VENV)/bin/parley cluster --host $(HOST) --port 8000 --replicas 2 --models-dir "$(MODELS_DIR)" --diarization bundle
 
+# Both cores: most of the suite waits on real-time streams, sockets and subprocesses;
+# a test file stays on one worker, so its servers start once.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: install
 	$(PY) bench/asr.py

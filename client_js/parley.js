@@ -8,16 +8,19 @@
 //
 // Events (CustomEvent, message in `detail`): started, speech_started, partial, final,
 // speaker_update, finalized, ended, error, level ({ rms }), state ({ state }), closed
-// ({ code, reason }).
+// ({ code, reason }), resuming ({ code }), resumed (session_resumed).
 //
-// Reconnect policy: none automatic. A session is one stream; after a close the server
-// has settled everything it will say, so reconnecting silently would split the
-// transcript into two sessions with separate speaker labels. The page decides: on
-// `closed` with a code other than 1000, it may call start() again (a new session).
+// Reconnect policy: a dropped connection (close 1006: Wi-Fi, a sleeping laptop) is
+// resumed within the server's resume window (protocol.md section 6a): the same
+// session, its speaker labels kept, the audio the server did not get sent again (up to
+// resumeBufferBytes of the latest), and no message twice. Any other close ends the
+// session; the page may call start() again for a new one.
 
 export const PROTOCOL_VERSION = 1;
 const TARGET_RATE = 16000;
 const CHUNK_SECONDS = 0.1;
+const RESUME_BUFFER_BYTES = 2 * 1024 * 1024; // 64 s of 16 kHz PCM16
+const DROPPED = 1006; // what a browser reports for a connection lost without a close
 
 export class ParleyError extends Error {
   constructor(message, code) {
@@ -45,9 +48,11 @@ export function streamUrl(base, { token, language, diarization, partials, sample
 export class ParleyClient extends EventTarget {
   constructor(options = {}) {
     super();
-    this.options = { url: "/v1/stream", partials: true, ...options };
+    this.options = { url: "/v1/stream", partials: true,
+                     resumeBufferBytes: RESUME_BUFFER_BYTES, ...options };
     this.state = "idle";
     this.session = null;
+    this.resumes = 0;
     this._socket = null;
     this._audio = null;
     this._ended = null;
@@ -93,42 +98,107 @@ export class ParleyClient extends EventTarget {
     const url = streamUrl(this.options.url, { ...this.options, sampleRate });
     this._rate = sampleRate;
     this._sentBytes = 0;
-    const socket = new WebSocket(url);
-    socket.binaryType = "arraybuffer";
-    this._socket = socket;
+    this._url = url;
+    this._lastSeq = 0;
+    this._kept = []; // [offset, ArrayBuffer] of audio kept to send again after a drop
+    this._keptBytes = 0;
+    this._endSent = false;
+    this._sessionEnded = false;
     let ended;
     this._ended = new Promise((resolve) => { ended = resolve; });
+    this._finish = ended;
     return new Promise((resolve, reject) => {
-      let opened = false;
-      socket.addEventListener("message", (event) => {
-        const message = parseMessage(event.data);
-        if (!message) return;
-        if (message.type === "session_started") {
-          opened = true;
-          this.session = message;
-          this._emit("started", message);
-          resolve(message);
-          return;
-        }
-        if (message.type === "error") {
-          this._emit("error", message);
-          if (!opened) reject(new ParleyError(message.message, message.code));
-          return;
-        }
-        if (message.type === "session_ended") {
-          this._emit("ended", message);
-          return;
-        }
-        this._emit(message.type, message);
-      });
-      socket.addEventListener("close", (event) => {
-        this._closeAudio();
-        this._setState("closed");
-        this._emit("closed", { code: event.code, reason: event.reason });
-        ended({ code: event.code, reason: event.reason });
-        if (!opened) reject(new ParleyError(event.reason || "connection failed", "closed"));
-      });
+      this._attach(new WebSocket(url), resolve, reject);
     });
+  }
+
+  // One connection's handlers: the first one's (resolve/reject the connect), or a
+  // resumed one's (first comes session_resumed).
+  _attach(socket, resolve, reject) {
+    socket.binaryType = "arraybuffer";
+    this._socket = socket;
+    let opened = false;
+    socket.addEventListener("message", (event) => {
+      const message = parseMessage(event.data);
+      if (!message) return;
+      if (typeof message.seq === "number") {
+        if (message.seq <= this._lastSeq) return; // had it before the drop
+        this._lastSeq = message.seq;
+      }
+      if (message.type === "session_started" || message.type === "session_resumed") {
+        opened = true;
+        if (message.type === "session_started") this.session = message;
+        resolve(message);
+        this._emit(message.type === "session_started" ? "started" : "resumed", message);
+        return;
+      }
+      if (message.type === "error") {
+        this._emit("error", message);
+        if (!opened) reject(new ParleyError(message.message, message.code));
+        return;
+      }
+      if (message.type === "session_ended") {
+        this._sessionEnded = true;
+        this._emit("ended", message);
+        return;
+      }
+      this._emit(message.type, message);
+    });
+    socket.addEventListener("close", (event) => {
+      if (socket !== this._socket) return;
+      if (opened && event.code === DROPPED && !this._sessionEnded && this.session?.resume_token) {
+        this._resume(event.code);
+        return;
+      }
+      this._closed(event);
+      if (!opened) reject(new ParleyError(event.reason || "connection failed", "closed"));
+    });
+  }
+
+  _closed(event) {
+    this._closeAudio();
+    this._setState("closed");
+    this._emit("closed", { code: event.code, reason: event.reason });
+    this._finish({ code: event.code, reason: event.reason });
+  }
+
+  // Reconnect with the token until the window passes; then send again what the server
+  // did not get (and the end of stream, if it was sent).
+  async _resume(code) {
+    this._resuming = true; // audio is kept, not sent, until what was lost is sent again
+    this._emit("resuming", { code });
+    const windowS = this.session.limits?.resume_window_s ?? 0;
+    const deadline = Date.now() + windowS * 1000;
+    const url = new URL(this._url);
+    const token = url.searchParams.get("token");
+    url.search = "";
+    url.searchParams.set("resume", this.session.resume_token);
+    if (token) url.searchParams.set("token", token);
+    let wait = 50;
+    while (Date.now() + wait < deadline) {
+      url.searchParams.set("last_seq", String(this._lastSeq));
+      try {
+        const resumed = await new Promise((resolve, reject) => {
+          this._attach(new WebSocket(url.toString()), resolve, reject);
+        });
+        const from = resumed.audio_received_bytes;
+        for (const [offset, buffer] of this._kept) {
+          if (offset + buffer.byteLength > from) {
+            this._socket.send(buffer.slice(Math.max(0, from - offset)));
+          }
+        }
+        if (this._endSent) this._socket.send(JSON.stringify({ type: "end_of_stream" }));
+        this._resuming = false;
+        this.resumes += 1;
+        return;
+      } catch (error) {
+        if (error.code && error.code !== "closed") break; // refused: no use retrying
+        await new Promise((r) => setTimeout(r, wait));
+        wait = Math.min(2 * wait, 1000);
+      }
+    }
+    this._resuming = false;
+    this._closed({ code, reason: "the session could not be resumed" });
   }
 
   /** Send audio yourself: an ArrayBuffer of PCM16 LE at the session's rate. */
@@ -137,10 +207,18 @@ export class ParleyClient extends EventTarget {
   }
 
   _send(buffer) {
-    if (this._socket && this._socket.readyState === WebSocket.OPEN) {
-      this._socket.send(buffer);
-      this._sentBytes += buffer.byteLength;
+    if (!this._socket) return;
+    if (this.session?.resume_token) {
+      this._kept.push([this._sentBytes, buffer]);
+      this._keptBytes += buffer.byteLength;
+      while (this._keptBytes - this._kept[0][1].byteLength >= this.options.resumeBufferBytes) {
+        this._keptBytes -= this._kept.shift()[1].byteLength;
+      }
+    } else if (this._socket.readyState !== WebSocket.OPEN) {
+      return;
     }
+    this._sentBytes += buffer.byteLength;
+    if (this._socket.readyState === WebSocket.OPEN && !this._resuming) this._socket.send(buffer);
   }
 
   /** Close the open segment now: its final comes, then a `finalized` event. */
@@ -159,7 +237,8 @@ export class ParleyClient extends EventTarget {
   }
 
   _control(type) {
-    if (this._socket && this._socket.readyState === WebSocket.OPEN) {
+    if (type === "end_of_stream") this._endSent = true; // said again after a resume
+    if (this._socket && this._socket.readyState === WebSocket.OPEN && !this._resuming) {
       this._socket.send(JSON.stringify({ type }));
     }
   }

@@ -54,8 +54,12 @@ async def serve_real(models_dir: Path, token: str | None = None, **sections):
     """A real server on a free loopback port, with the real models (stop() it after)."""
     from parley.app import in_passing_thread, load_asr, load_diarization, start_server
 
+    # Without admission by measured capacity: these servers are shared by tests that
+    # stream faster than real time, on a machine the other tests load too; what the
+    # admission does is test_capacity's.
     settings = Settings(models_dir=models_dir, token=token,
-                        server={"port": 0, **sections.pop("server", {})}, **sections)
+                        server={"port": 0, "admit_by_capacity": False,
+                                **sections.pop("server", {})}, **sections)
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
     return await start_server(settings, worker, asr, diarization, warm_up=False)

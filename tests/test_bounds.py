@@ -109,3 +109,32 @@ async def test_an_hour_gap_in_a_timed_track_costs_under_10_ms():
     finally:
         await worker.stop()
     assert costs[3600.0] < 0.010, costs
+
+
+async def test_audio_a_session_has_not_read_is_capped_in_bytes():
+    """The connection reads ahead of its session at most INBOX_BYTES (and one message);
+    past that it stops taking messages from the ASGI server, which stops reading the
+    socket, so a client sending faster than its session reads holds no more memory."""
+    from parley.cluster.asgi import INBOX_BYTES, AsgiConnection, request_of
+
+    size, offered, taken = 256 * 1024, 64, []
+
+    async def receive() -> dict:
+        if len(taken) == offered:
+            await asyncio.Event().wait()  # nothing more: as a quiet client
+        taken.append(len(taken))
+        return {"type": "websocket.receive", "bytes": bytes([len(taken) % 256]) * size}
+
+    async def send(message: dict) -> None:
+        pass
+
+    connection = AsgiConnection(request_of({"path": "/v1/stream", "headers": []}), receive,
+                                send)
+    await asyncio.sleep(0.2)
+    assert connection.queued_bytes <= INBOX_BYTES + size
+    assert len(taken) <= INBOX_BYTES // size + 2
+    first = await connection.recv()
+    assert first[0] == 1 and len(first) == size  # in order, none lost
+    await asyncio.sleep(0.05)
+    assert connection.queued_bytes <= INBOX_BYTES + size
+    await connection.stop_reading()

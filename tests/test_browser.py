@@ -10,11 +10,12 @@ import shutil
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from playwright.async_api import async_playwright
 
 from audio_fixtures import SAMPLE_WAV, dialogue, read_wav, words_of, write_wav
-from conftest import serve_real
+from conftest import serve_fake, serve_real
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -116,3 +117,60 @@ async def test_page_is_served_with_types_and_a_content_security_policy(server):
         assert got["X-Content-Type-Options"] == "nosniff"
     with pytest.raises(urllib.error.HTTPError):
         await asyncio.to_thread(headers, "/../pyproject.toml")
+
+
+async def test_parley_js_resumes_a_dropped_connection(talk):
+    """parley.js through the fault proxy, cut once mid-stream with no close handshake:
+    it resumes the session (close 1006 in the browser), sends again the audio the server
+    did not get and the end, and its finals equal an uninterrupted stream's."""
+    from fault_proxy import FaultProxy, Faults
+    from parley.client.stream import run_stream, stream_url
+    from parley.protocol.messages import StreamConfig
+
+    audio, _ = talk
+    data = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
+    running = await serve_fake(server={"allowed_origins": ["*"]})  # the proxy is another port
+    try:
+        async def chunks():
+            for i in range(0, len(data), 3200):
+                yield data[i:i + 3200]
+
+        base = f"ws://127.0.0.1:{running.port}/v1/stream"
+        direct = await run_stream(stream_url(base, StreamConfig(partials=False), None),
+                                  chunks(), 32000, fast=True)
+        async with FaultProxy(running.port, Faults(cut_after=[len(data) // 2])) as proxy:
+            async with async_playwright() as playwright:
+                browser = await launch(playwright)
+                page = await browser.new_page()
+                await page.goto(f"http://127.0.0.1:{running.port}/")
+                result = await page.evaluate("""async ([url, pcmBase64]) => {
+                    const { ParleyClient } = await import('/parley.js');
+                    const client = new ParleyClient({ url, partials: false });
+                    const finals = [];
+                    const seen = [];
+                    for (const type of ['final', 'resuming', 'resumed', 'error']) {
+                      client.addEventListener(type, (e) => {
+                        seen.push(type);
+                        if (type === 'final') finals.push(e.detail);
+                      });
+                    }
+                    await client.connect(16000);
+                    const bytes = Uint8Array.from(atob(pcmBase64), (c) => c.charCodeAt(0));
+                    for (let i = 0; i < bytes.length; i += 3200) {
+                      client.sendAudio(bytes.slice(i, i + 3200).buffer);
+                      await new Promise((r) => setTimeout(r, 5));
+                    }
+                    const closed = await client.stop();
+                    return { finals, seen, closed, resumes: client.resumes };
+                }""", [f"ws://127.0.0.1:{proxy.port}/v1/stream",
+                       base64.b64encode(data).decode()])
+                await browser.close()
+    finally:
+        await running.stop()
+    assert proxy.cuts == 1 and result["resumes"] == 1, result["seen"]
+    assert result["closed"]["code"] == 1000 and "error" not in result["seen"]
+
+    def plain(finals):
+        return [{k: v for k, v in f.items() if k != "seq"} for f in finals]
+
+    assert plain(result["finals"]) == plain(direct.finals) and len(direct.finals) == 3

@@ -28,8 +28,10 @@ Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
 
 # Client messages read ahead of the endpoint: enough to keep the proxy's hop busy,
-# and a bound on what one slow session can hold in memory.
+# and a bound on what one slow session can hold in memory (past either, the ASGI
+# server stops reading the socket and TCP slows the client).
 INBOX_MESSAGES = 16
+INBOX_BYTES = 1024 * 1024  # 32 s of 16 kHz PCM16; one message more than this is let in
 HTTP_RESPONSE_EXTENSION = "websocket.http.response"
 
 
@@ -60,6 +62,8 @@ class AsgiConnection:
         self._send = send
         self._inbox: asyncio.Queue[str | bytes | Close] = asyncio.Queue(INBOX_MESSAGES)
         self._closed: Close | None = None  # set once either side closed
+        self.queued_bytes = 0  # in the inbox, not yet read by recv()
+        self._taken = asyncio.Event()  # recv() took a message
         self._reader = asyncio.ensure_future(self._read())
 
     @property
@@ -75,7 +79,12 @@ class AsgiConnection:
                 return
             if message["type"] == "websocket.receive":
                 data = message.get("bytes")
-                await self._inbox.put(data if data is not None else message.get("text", ""))
+                item = data if data is not None else message.get("text", "")
+                while self.queued_bytes >= INBOX_BYTES:
+                    self._taken.clear()
+                    await self._taken.wait()
+                self.queued_bytes += len(item)
+                await self._inbox.put(item)
 
     async def recv(self) -> str | bytes:
         """The client's next message; ConnectionClosed once either side closed."""
@@ -85,6 +94,8 @@ class AsgiConnection:
         if isinstance(message, Close):
             self._closed = message
             raise ConnectionClosedError(message, None)
+        self.queued_bytes -= len(message)
+        self._taken.set()
         return message
 
     async def send(self, message: str | bytes) -> None:

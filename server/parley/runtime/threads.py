@@ -24,5 +24,12 @@ async def in_passing_thread(function, *args):
         else:
             loop.call_soon_threadsafe(done.set_result, result)
 
-    threading.Thread(target=run, name="parley-load", daemon=True).start()
-    return await done
+    thread = threading.Thread(target=run, name="parley-load", daemon=True)
+    thread.start()
+    try:
+        return await done
+    finally:
+        # Returned only once the thread is gone: a process that exits while one still
+        # unwinds native code (its OpenMP team) aborts ("terminate called without an
+        # active exception"), as `parley transcribe` did under load.
+        await loop.run_in_executor(None, thread.join)
