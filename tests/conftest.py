@@ -82,6 +82,32 @@ async def serve_fake(engine=None, token: str | None = None, **sections):
     return await start_server(settings, scheduler, asr, warm_up=False)
 
 
+@pytest.fixture(scope="module")
+def threaded_fake_port():
+    """The port of a fake-engine server on a thread (and event loop) of its own, for a
+    module's synchronous clients (hypothesis examples are synchronous)."""
+    import asyncio
+    import threading
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    holder = {}
+
+    async def run():
+        holder["server"] = await serve_fake()
+        holder["stop"] = asyncio.Event()
+        started.set()
+        await holder["stop"].wait()
+        await holder["server"].stop()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
+    thread.start()
+    assert started.wait(60)
+    yield holder["server"].port
+    loop.call_soon_threadsafe(holder["stop"].set)
+    thread.join(30)
+
+
 @pytest.fixture(scope="session")
 async def diarized_server(models_dir):
     """One real server for the whole run, with the real ASR and speaker models (sessions

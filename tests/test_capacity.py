@@ -69,7 +69,8 @@ async def test_past_its_measured_capacity_the_server_refuses_new_streams_at_once
     assert (message["code"], code) == ("server_busy", 1013)
     assert "measured capacity" in message["message"]
     with pytest.raises(InvalidStatus) as http_refusal:  # Deepgram's wire refuses in HTTP
-        async with connect(f"ws://127.0.0.1:{server.port}/v1/listen?encoding=linear16&sample_rate=16000"):
+        listen = "/v1/listen?encoding=linear16&sample_rate=16000"
+        async with connect(f"ws://127.0.0.1:{server.port}{listen}"):
             pass
     response = http_refusal.value.response
     assert response.status_code == 503 and response.headers["Retry-After"] == "10"

@@ -6,10 +6,8 @@ for the whole module."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +15,6 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from conftest import serve_fake
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -46,25 +43,8 @@ DOCUMENTED_CLOSES = {1000, 1009, 4400}
 
 
 @pytest.fixture(scope="module")
-def port():
-    """A fake-engine server on a thread of its own (hypothesis examples are synchronous)."""
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    holder = {}
-
-    async def run():
-        holder["server"] = await serve_fake()
-        started.set()
-        holder["stop"] = asyncio.Event()
-        await holder["stop"].wait()
-        await holder["server"].stop()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
-    thread.start()
-    assert started.wait(60)
-    yield holder["server"].port
-    loop.call_soon_threadsafe(holder["stop"].set)
-    thread.join(30)
+def port(threaded_fake_port):
+    return threaded_fake_port
 
 
 any_or_audio = json_values | base64_audio

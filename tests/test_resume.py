@@ -7,7 +7,6 @@ on loopback, the fake engine."""
 import asyncio
 import json
 import random
-import threading
 import urllib.parse
 
 import numpy as np
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from conftest import pcm16, serve_fake
+from conftest import pcm16
 from fault_proxy import Faults, FaultProxy
 from fake_engine import FakeEngine
 from parley.client.live import LiveStream, send_paced
@@ -131,35 +130,14 @@ async def test_sessions_that_cannot_resume_say_so(start):
 DOCUMENTED = {("not_found", 4404), ("bad_config", 4400)}
 
 
-@pytest.fixture(scope="module")
-def resume_port():
-    """A fake-engine server on a thread of its own (hypothesis examples are synchronous)."""
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    holder = {}
-
-    async def run():
-        holder["server"] = await serve_fake()
-        holder["stop"] = asyncio.Event()
-        started.set()
-        await holder["stop"].wait()
-        await holder["server"].stop()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(run(),), daemon=True)
-    thread.start()
-    assert started.wait(60)
-    yield holder["server"].port
-    loop.call_soon_threadsafe(holder["stop"].set)
-    thread.join(30)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(resume=st.text(max_size=40), last_seq=st.one_of(st.none(), st.text(max_size=14),
                                                         st.integers(-5, 10**13).map(str)),
        extra=st.dictionaries(st.sampled_from(["encoding", "language", "x", "last_seq"]),
                              st.text(max_size=5), max_size=2))
-def test_any_resume_parameters_get_a_documented_answer(resume_port, resume, last_seq, extra):
+def test_any_resume_parameters_get_a_documented_answer(threaded_fake_port, resume, last_seq,
+                                                       extra):
     """Whatever ``resume`` and ``last_seq`` hold (and whatever else comes with them),
     the answer is a documented error and close code, never internal_error."""
     from websockets.sync.client import connect as connect_sync
@@ -167,7 +145,7 @@ def test_any_resume_parameters_get_a_documented_answer(resume_port, resume, last
     query = {**extra, "resume": resume}
     if last_seq is not None:
         query["last_seq"] = last_seq
-    url = f"ws://127.0.0.1:{resume_port}/v1/stream?{urllib.parse.urlencode(query)}"
+    url = f"ws://127.0.0.1:{threaded_fake_port}/v1/stream?{urllib.parse.urlencode(query)}"
     with connect_sync(url) as ws:
         first = json.loads(ws.recv(timeout=5))
         try:

@@ -22,8 +22,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from parley.protocol.messages import Error, ErrorCode
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
+
+from parley.protocol.messages import STREAM_PATH, Error, ErrorCode
 from parley.transport.connection import Connection
+from parley.transport.dialect import Dialect
 
 REPLAY_KEEP = 1024  # messages a session keeps for its client, sent or not
 
@@ -149,3 +153,31 @@ class ResumeRefused(Exception):
     def __init__(self, error: Error):
         super().__init__(error.message)
         self.error = error
+
+
+def resume_point(dialect: Dialect, params: dict[str, str]) -> int:
+    """The ``last_seq`` of a resume (0: none of the session's messages arrived), or
+    ResumeRefused (bad_config)."""
+    def refused(message: str) -> ResumeRefused:
+        return ResumeRefused(Error(ErrorCode.BAD_CONFIG, message))
+
+    if not dialect.resumable:
+        raise refused(f"sessions on {dialect.path} cannot be resumed (only {STREAM_PATH})")
+    unknown = set(params) - {"resume", "last_seq", "token"}
+    if unknown:
+        raise refused("a resume takes only resume, last_seq and token; not "
+                      f"{', '.join(sorted(unknown))}")
+    raw = params.get("last_seq", "0")
+    if not raw.isdigit() or len(raw) > 12:
+        raise refused("last_seq must be the seq of the last message received (a whole "
+                      "number, 0 for none)")
+    return int(raw)
+
+
+def dropped(closed: ConnectionClosed) -> bool:
+    """Whether the connection went without its client closing it: no close frame
+    (1006; uvicorn says 1005 for a connection lost after the handshake), or a send that
+    failed."""
+    close = closed.rcvd or closed.sent
+    return close is None or close.code in (CloseCode.ABNORMAL_CLOSURE,
+                                           CloseCode.NO_STATUS_RCVD)

@@ -22,10 +22,9 @@ from typing import Callable
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import CloseCode
 from websockets.http11 import Request, Response
 
-from parley.protocol.messages import (STREAM_PATH, EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
+from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
                                       ServerMessage, SpeakerUpdate, as_json, close_reason)
 from parley.runtime.capacity import LiveCapacity, LiveLoad
 from parley.runtime.diarization import DiarizationWorker
@@ -40,7 +39,8 @@ from parley.transport.connection import Connection
 from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator
 from parley.transport.followers import Followers
 from parley.transport.native import NativeTranslator
-from parley.transport.resume import REPLAY_KEEP, Handoff, Resumes, ResumeRefused, SentLog
+from parley.transport.resume import (REPLAY_KEEP, Handoff, ResumeRefused, Resumes, SentLog,
+                                     dropped, resume_point)
 
 log = logging.getLogger(__name__)
 # Told to HTTP clients refused as busy: about the span over which the load is measured.
@@ -292,13 +292,10 @@ class StreamEndpoint:
             key = self._admission.identify(connection.request, dialect, params)
             if self._draining.is_set():
                 raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
-            last_seq = _resume_point(dialect, params)
+            last_seq = resume_point(dialect, params)
             handoff = Handoff(connection, last_seq)
-            try:
-                self._resumes.claim(params["resume"], key, handoff)
-            except ResumeRefused as refused:
-                raise Refused(refused.error) from None
-        except Refused as refusal:
+            self._resumes.claim(params["resume"], key, handoff)
+        except (Refused, ResumeRefused) as refusal:
             await self._close_with(connection, this, refusal.error)
             log.info("refused a resume: %s", refusal.error.code.value,
                      extra={"outcome": refusal.error.code.value})
@@ -348,7 +345,7 @@ class StreamEndpoint:
         except ConnectionClosed as closed:
             # A client that closed the connection meant to; one that dropped it (no close
             # frame) gets its session kept, if it may still be owed something.
-            return _dropped(closed) and not (pump.done() and sent.sent_seq == sent.last_seq)
+            return dropped(closed) and not (pump.done() and sent.sent_seq == sent.last_seq)
         except Exception:
             log.exception("session %s failed", this.session_id)
             this.outcome = ErrorCode.INTERNAL_ERROR.value
@@ -549,27 +546,3 @@ class StreamEndpoint:
         with contextlib.suppress(ConnectionClosed):
             await connection.close(close_code, close_reason(error.message))
 
-
-def _resume_point(dialect: Dialect, params: dict[str, str]) -> int:
-    """The ``last_seq`` of a resume (0: none of the session's messages arrived)."""
-    if not dialect.resumable:
-        raise Refused(Error(ErrorCode.BAD_CONFIG, f"sessions on {dialect.path} cannot be "
-                            f"resumed (only {STREAM_PATH})"))
-    unknown = set(params) - {"resume", "last_seq", "token"}
-    if unknown:
-        raise Refused(Error(ErrorCode.BAD_CONFIG, "a resume takes only resume, last_seq and "
-                            f"token; not {', '.join(sorted(unknown))}"))
-    raw = params.get("last_seq", "0")
-    if not raw.isdigit() or len(raw) > 12:
-        raise Refused(Error(ErrorCode.BAD_CONFIG, "last_seq must be the seq of the last "
-                            "message received (a whole number, 0 for none)"))
-    return int(raw)
-
-
-def _dropped(closed: ConnectionClosed) -> bool:
-    """Whether the connection went without its client closing it: no close frame
-    (1006; uvicorn says 1005 for a connection lost after the handshake), or a send that
-    failed."""
-    close = closed.rcvd or closed.sent
-    return close is None or close.code in (CloseCode.ABNORMAL_CLOSURE,
-                                           CloseCode.NO_STATUS_RCVD)
