@@ -26,6 +26,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from parley.protocol.messages import STREAM_PATH, Error, ErrorCode
+from parley.transport.admission import Refused
 from parley.transport.connection import Connection
 from parley.transport.dialect import Dialect
 
@@ -133,12 +134,12 @@ class Resumes:
         such live session for this key, or another connection is already taking it."""
         found = self._by_token.get(token)
         if found is None or found.key != key:  # another key's token says nothing of it
-            raise ResumeRefused(Error(ErrorCode.NOT_FOUND, "no live session to resume with "
+            raise Refused(Error(ErrorCode.NOT_FOUND, "no live session to resume with "
                                       "that token (it ended, or its resume window passed)"))
         try:
             found.handoffs.put_nowait(handoff)
         except asyncio.QueueFull:
-            raise ResumeRefused(Error(ErrorCode.NOT_FOUND, "another connection is resuming "
+            raise Refused(Error(ErrorCode.NOT_FOUND, "another connection is resuming "
                                       "this session")) from None
 
     def give_back(self, token: str, handoff: Handoff) -> None:
@@ -149,17 +150,11 @@ class Resumes:
         return await self._by_token[token].handoffs.get()
 
 
-class ResumeRefused(Exception):
-    def __init__(self, error: Error):
-        super().__init__(error.message)
-        self.error = error
-
-
 def resume_point(dialect: Dialect, params: dict[str, str]) -> int:
     """The ``last_seq`` of a resume (0: none of the session's messages arrived), or
-    ResumeRefused (bad_config)."""
-    def refused(message: str) -> ResumeRefused:
-        return ResumeRefused(Error(ErrorCode.BAD_CONFIG, message))
+    Refused (bad_config)."""
+    def refused(message: str) -> Refused:
+        return Refused(Error(ErrorCode.BAD_CONFIG, message))
 
     if not dialect.resumable:
         raise refused(f"sessions on {dialect.path} cannot be resumed (only {STREAM_PATH})")

@@ -39,8 +39,8 @@ from parley.transport.connection import Connection
 from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator
 from parley.transport.followers import Followers
 from parley.transport.native import NativeTranslator
-from parley.transport.resume import (REPLAY_KEEP, Handoff, ResumeRefused, Resumes, SentLog,
-                                     dropped, resume_point)
+from parley.transport.resume import (REPLAY_KEEP, Handoff, Resumes, SentLog, dropped,
+                                     resume_point)
 
 log = logging.getLogger(__name__)
 # Told to HTTP clients refused as busy: about the span over which the load is measured.
@@ -279,8 +279,9 @@ class StreamEndpoint:
         """Resumes that came as the session ended: refused, as after it."""
         for handoff in late:
             code = ErrorCode.SHUTTING_DOWN if self._draining.is_set() else ErrorCode.NOT_FOUND
-            await self._close_with(handoff.connection, this, Error(
-                code, "the session ended as this connection came to resume it"))
+            await self._close_with(handoff.connection, _Connection(this.session_id, this.key),
+                                   Error(code, "the session ended as this connection came "
+                                         "to resume it"))
             handoff.done.set_result(None)
 
     async def _resume(self, connection: Connection, dialect: Dialect,
@@ -295,7 +296,7 @@ class StreamEndpoint:
             last_seq = resume_point(dialect, params)
             handoff = Handoff(connection, last_seq)
             self._resumes.claim(params["resume"], key, handoff)
-        except (Refused, ResumeRefused) as refusal:
+        except Refused as refusal:
             await self._close_with(connection, this, refusal.error)
             log.info("refused a resume: %s", refusal.error.code.value,
                      extra={"outcome": refusal.error.code.value})
@@ -316,9 +317,12 @@ class StreamEndpoint:
                     await connection.send(text)
             else:
                 if not sent.can_replay_after(after):
-                    await self._close_with(connection, this, Error(
-                        ErrorCode.NOT_FOUND, f"cannot resume after message {after}: the "
-                        f"session has sent {sent.last_seq} and keeps the last {REPLAY_KEEP}"))
+                    too_old = Error(ErrorCode.NOT_FOUND, f"cannot resume after message "
+                                    f"{after}: the session has sent {sent.last_seq} and keeps "
+                                    f"the last {REPLAY_KEEP}")
+                    # That connection's error, not the session's: it may yet be resumed.
+                    await self._close_with(connection, _Connection(this.session_id, this.key),
+                                           too_old)
                     return True
                 assert isinstance(this.translator, NativeTranslator)  # the resumable wire
                 await connection.send(this.translator.resumed(sent.last_seq))
