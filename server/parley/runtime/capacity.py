@@ -14,9 +14,10 @@ from parley.runtime.scheduler import AsrScheduler
 # one-clip encoder passes (the warm-up times one). Measured on bench/load.py's
 # conversations, tiny.en, this 2-core CPU: 0.104 s per audio second, 0.376 s a pass.
 ENCODER_PASSES_PER_AUDIO_S = 0.28
-# A labelled stream steps its speaker window every this many seconds of audio
-# (diarization.step_s), each step costing about this much before one is measured.
-DIARIZATION_STEP_PRIOR_S = 0.06
+# A labelled stream steps its speaker window every diarization.step_s of audio, each
+# step costing about this much before one is measured: bench/load.py's labelled run
+# measured 0.277 s of steps per audio second at step_s 0.5.
+DIARIZATION_STEP_PRIOR_S = 0.14
 
 
 @dataclass(frozen=True)

@@ -187,14 +187,12 @@ class Session:
 
     async def skip_silence(self, seconds: float) -> None:
         """``seconds`` of digital silence after the audio so far (a gap in a timed
-        track), told to the VAD at a cost that does not grow with the gap. A diarized
-        stream hears it all: its speaker windows need the samples."""
+        track, which carries one speaker), told to the VAD at a cost that does not grow
+        with the gap."""
         self._check_open()
+        if self._speakers is not None:  # its speaker windows would need every sample
+            raise ValueError("a diarized stream cannot skip silence")
         samples = round(seconds * SAMPLE_RATE)
-        if self._speakers is not None:
-            for start in range(0, samples, SAMPLE_RATE):
-                await self.feed_audio(np.zeros(min(SAMPLE_RATE, samples - start), np.float32))
-            return
         self.last_audio_at = time.monotonic()
         for event in self._vad.push_silence(samples):
             await self._on_event(event)
