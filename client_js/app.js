@@ -55,6 +55,20 @@ function render(final) {
   time.className = "time";
   time.textContent = clock(final.start);
   element.append(time);
+  if (final.language && client?.session?.model_languages?.length > 1) {
+    const language = document.createElement("span");
+    language.className = "language";
+    language.textContent = final.language;
+    element.append(language);
+  }
+  if (final.warnings?.includes("language_unsupported")) {
+    // The model wrote English it probably did not hear: say so rather than show it as said.
+    element.classList.add("doubtful");
+    element.title = "this model may not read this language: the text is likely not what was said";
+  } else {
+    element.classList.remove("doubtful");
+    element.removeAttribute("title");
+  }
   for (const run of runsOf(final)) {
     const span = document.createElement("span");
     span.className = "run";
@@ -117,6 +131,11 @@ async function start() {
   client.addEventListener("state", (e) => {
     $("state").textContent = e.detail.state;
     $("state").dataset.state = e.detail.state;
+  });
+  client.addEventListener("started", (e) => {
+    const languages = e.detail.model_languages ?? [];
+    $("model").textContent = `${e.detail.model} · ` +
+      (languages.length === 1 ? `${languages[0]} only` : `${languages.length} languages`);
   });
   client.addEventListener("level", (e) => { $("level").value = e.detail.rms; });
   client.addEventListener("partial", (e) => { $("partial").textContent = e.detail.text; });

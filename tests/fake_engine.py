@@ -17,7 +17,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from parley.core.asr import AsrRequest, DecodeStats, StepReport, Transcription, transcribe
+from parley.core.asr import (AsrRequest, Decoding, DecodeStats, StepReport, Transcription,
+                             Vocabulary, decoding_problem, transcribe)
 from parley.core.audio import SAMPLE_RATE
 from parley.core.words import TimedWord
 
@@ -67,6 +68,9 @@ class FakeEngine:
     label = "fake"
     max_audio_s = 30.0
     max_draft = 15
+    multilingual = False
+    languages = frozenset({"en"})
+    max_prompt_tokens = 223
 
     def __init__(self, max_rows: int = 8, encode_s: float = 0.0, step_s: float = 0.0,
                  fail: Callable[[AsrRequest], bool] | None = None):
@@ -81,12 +85,20 @@ class FakeEngine:
         return tuple(FIRST_TOKEN + len(word) % 10 for word in text.split())[-223:]
 
     def check_language(self, language: str | None) -> None:
-        if language not in (None, "en"):
-            raise ValueError(f"model {self.label} is English-only; language must be 'en'")
+        self.check_decoding(Decoding(language=language))
+
+    def check_decoding(self, decoding: Decoding) -> None:
+        problem = decoding_problem(decoding, self.label, self.multilingual, frozenset({"en"}))
+        if problem:
+            raise ValueError(problem)
+
+    def vocabulary(self, decoding: Decoding) -> Vocabulary:
+        """The prompt's words as tokens; the fake hears loudness, so no bias changes it."""
+        return Vocabulary(self.prompt_tokens(decoding.prompt), None)
 
     def start(self, requests: Sequence[AsrRequest]) -> list[FakeDecode]:
         for request in requests:
-            self.check_language(request.language)
+            self.check_decoding(Decoding(request.language, request.languages, request.task))
             if request.seconds > self.max_audio_s:
                 raise ValueError(f"{request.seconds:.1f} s of audio; at most 30 s at once")
             if self._fail is not None and self._fail(request):
@@ -131,7 +143,7 @@ class FakeEngine:
             words = tuple(TimedWord(f"w{token - FIRST_TOKEN}", start, end, 1.0)
                           for token, start, end in decode.target)
         return Transcription(text_of(decode.tokens), tuple(decode.tokens), words,
-                             stats=decode.stats)
+                             stats=decode.stats, language="en")
 
     def drop(self, decode: FakeDecode) -> None:
         if not decode.released:

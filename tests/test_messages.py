@@ -68,12 +68,16 @@ def test_bad_control_messages_are_bad_message(text, fragment):
 
 
 def test_final_encodes_as_documented():
-    """A final carries its times, text, words, speaker and reason, times rounded to ms."""
+    """A final carries its times, text, words, speaker, reason and language, times
+    rounded to ms."""
     final = Final(3, 1.23456, 2.5, "hi there", FinalReason.SILENCE,
-                  [Word("hi", 1.3, 1.5, 0.9), Word("there", 1.5, 2.0, 0.8)])
+                  [Word("hi", 1.3, 1.5, 0.9), Word("there", 1.5, 2.0, 0.8)],
+                  language="en", language_probability=0.97, confidence=0.81)
     data = json.loads(encode(final))
     assert data == {"type": "final", "segment_id": 3, "start": 1.235, "end": 2.5,
                     "text": "hi there", "reason": "silence", "speaker": None,
+                    "language": "en", "language_probability": 0.97, "confidence": 0.81,
+                    "warnings": [],
                     "words": [{"word": "hi", "start": 1.3, "end": 1.5, "probability": 0.9,
                                "speaker": None},
                               {"word": "there", "start": 1.5, "end": 2.0, "probability": 0.8,

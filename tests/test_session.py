@@ -67,7 +67,8 @@ async def test_turns_become_finals_with_words(worker):
 
 
 async def test_partials_come_before_their_final(worker):
-    """While a long turn is spoken in real time, partials for it arrive before its final."""
+    """While a long turn is spoken in real time, partials for it arrive before its final,
+    each with the language it was decoded in, as the final has."""
     speech = speak("This sentence is long enough to be decoded a few times while it is still "
                    "being spoken by the synthetic voice.")
     audio = np.concatenate([silence(0.3), speech, silence(1.0)])
@@ -81,6 +82,7 @@ async def test_partials_come_before_their_final(worker):
     assert all(p.segment_id == final.segment_id and p.start == final.start for p in partials)
     ends = [p.end for p in partials]
     assert ends == sorted(ends) and ends[-1] <= final.end
+    assert {p.language for p in partials} == {final.language} == {"en"}
 
 
 async def test_finalize_flushes_mid_speech(worker):

@@ -201,7 +201,7 @@ async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrServic
                                 StaticFiles(settings.server.static_dir), endpoint.paths,
                                 followers.matches, endpoint.check_handshake)
     jobs = file_jobs(settings, worker, diarization)
-    door = FileDoor(jobs, access, metrics, asr.check_language,
+    door = FileDoor(jobs, access, metrics, asr.check_decoding,
                     settings.server.max_sessions_per_key)
     return Service(endpoint, worker, metrics, followers, route, diarization, webhooks,
                    file_jobs=jobs, file_routes=FileRoutes(door, asr.model_label, webhooks))

@@ -17,13 +17,51 @@ same contract. Nothing here imports torch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Protocol, Sequence, TypeVar
 
 import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
+from parley.core.keyterms import KeytermBias
 from parley.core.words import TimedWord
+
+
+class Task(str, Enum):
+    """What Whisper writes: the speech in its own language, or its English translation."""
+
+    TRANSCRIBE = "transcribe"
+    TRANSLATE = "translate"
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What a caller asks of the model besides its audio, for a whole stream or file.
+
+    ``language`` forces one language; else a multilingual model detects each segment's,
+    among ``languages`` when that is not empty. ``keyterms`` and ``prompt`` steer the
+    text towards the caller's words (``Transcriber.vocabulary``)."""
+
+    language: str | None = None
+    languages: frozenset[str] = frozenset()
+    task: Task = Task.TRANSCRIBE
+    keyterms: tuple[str, ...] = ()
+    prompt: str = ""
+
+    @property
+    def detects(self) -> bool:
+        """Each segment's language is detected (none was forced)."""
+        return self.language is None
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A caller's words as the engine takes them: prompt tokens and a keyterm trie."""
+
+    prompt: tuple[int, ...] = ()
+    bias: KeytermBias | None = None
 
 
 @dataclass(frozen=True)
@@ -34,7 +72,10 @@ class AsrRequest:
     language: str | None = None           # None: a multilingual model detects it
     with_words: bool = False              # word timings (finals want them, partials not)
     draft: tuple[int, ...] | None = None  # an earlier hypothesis of this audio's prefix
-    context: tuple[int, ...] = ()         # earlier text of the session, as the prompt
+    context: tuple[int, ...] = ()         # the prompt: the caller's words, earlier text
+    languages: frozenset[str] = frozenset()  # detection restricted to these (empty: any)
+    task: Task = Task.TRANSCRIBE
+    bias: KeytermBias | None = None       # keyterms the decoder favours (lossless w.r.t. it)
 
     @property
     def seconds(self) -> float:
@@ -62,6 +103,17 @@ class Transcription:
     avg_logprob: float = 0.0
     rejected: str | None = None       # why the text was dropped (no_speech, repetition)
     stats: DecodeStats = field(default_factory=DecodeStats)
+    language: str | None = None       # the language decoded in ("en" on an English-only model)
+    language_probability: float | None = None  # when it was detected, not forced
+    compression_ratio: float = 0.0    # of the text (repetitive text compresses well)
+    # The decode looks like speech the model cannot read (protocol.md's
+    # ``language_unsupported``): an English-only model hearing another language.
+    foreign: bool = False
+
+    @property
+    def confidence(self) -> float:
+        """The decode's mean token probability (of its mean log-probability)."""
+        return math.exp(self.avg_logprob)
 
 
 @dataclass(frozen=True)
@@ -102,13 +154,26 @@ class Transcriber(Protocol[D]):
     max_audio_s: float   # longest request audio
     max_draft: int       # longest draft one step verifies
 
+    multilingual: bool   # it detects, transcribes and translates many languages
+    languages: frozenset[str]  # the languages it transcribes
+    max_prompt_tokens: int  # the longest ``AsrRequest.context``
+
     def check_language(self, language: str | None) -> None:
         """Raise ValueError when this model cannot transcribe ``language``."""
+        ...
+
+    def check_decoding(self, decoding: Decoding) -> None:
+        """Raise ValueError when this model cannot do what ``decoding`` asks."""
         ...
 
     def prompt_tokens(self, text: str) -> tuple[int, ...]:
         """``text`` as the tokens of a prompt (``AsrRequest.context``): a caller's
         vocabulary or earlier text, at most the decoder's prompt length."""
+        ...
+
+    def vocabulary(self, decoding: Decoding) -> Vocabulary:
+        """``decoding``'s keyterms and prompt as prompt tokens and a keyterm trie
+        (ValueError when they do not fit the prompt)."""
         ...
 
     def start(self, requests: Sequence[AsrRequest]) -> list[D]:
@@ -145,3 +210,20 @@ def transcribe(engine: Transcriber, request: AsrRequest, budget: int | None = No
         engine.drop(decode)
         raise
     return engine.finish(decode)
+
+
+def decoding_problem(decoding: Decoding, label: str, multilingual: bool,
+                     known: frozenset[str]) -> str | None:
+    """Why a model (``label``; ``known`` its languages) cannot do what ``decoding`` asks,
+    or None: the one rule both engines apply."""
+    asked = ({decoding.language} if decoding.language else set()) | set(decoding.languages)
+    if not multilingual:
+        if asked - {"en"}:
+            return f"model {label} is English-only; language must be 'en'"
+        if decoding.task is Task.TRANSLATE:
+            return f"model {label} is English-only; it cannot translate (task=translate)"
+        return None
+    unknown = sorted(asked - known)
+    if unknown:
+        return f"model {label} does not know language(s) {', '.join(map(repr, unknown))}"
+    return None

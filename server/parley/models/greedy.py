@@ -5,7 +5,10 @@ pass. Per row, the main model's greedy choice at every position decides: the dra
 is kept up to its first disagreement, and the model's own choice there is the next
 token; the rejected rest is rolled back by moving the row's length. The output of
 every row is therefore the main model's plain greedy output, token for token:
-drafts and batching only change how many passes it takes.
+drafts and batching only change how many passes it takes. A row with keyterms
+(``core.keyterms.KeytermBias``) has its logits biased at every position by the tokens
+before that position, drafted ones included, so the same holds of greedy decoding
+under that bias.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Sequence
 import torch
 
 from parley.core.asr import DecodeStats, StepReport
+from parley.core.keyterms import KeytermBias
 from parley.models.drafters import Drafter
 from parley.models.output_head import OutputHead
 from parley.models.row_decoder import Row, RowDecoder
@@ -39,6 +43,7 @@ class RowDecode:
     no_speech_prob: float = 0.0
     stats: DecodeStats = field(default_factory=DecodeStats)
     eot: int = -1
+    bias: KeytermBias | None = None
 
     @property
     def finished(self) -> bool:
@@ -73,6 +78,7 @@ class GreedyVerifier:
         """Feed every decode its prompt in one pass and choose its first token."""
         hiddens = self.decoder.forward([d.row for d in decodes], [d.prompt for d in decodes])
         last = self.head(torch.stack([h[-1] for h in hiddens]))
+        _add_bias(last, [(i, d.bias, []) for i, d in enumerate(decodes)])
         first = last.masked_fill(self._begin_suppress, -math.inf)
         choices = first.argmax(-1)
         logprobs = first.log_softmax(-1).gather(1, choices[:, None])[:, 0].tolist()
@@ -99,7 +105,13 @@ class GreedyVerifier:
             drafts.append(draft)
             feeds.append([d.next_token] + draft)
         hiddens = self.decoder.forward([d.row for d in decodes], feeds)
-        logits = self.head(torch.cat(hiddens)).masked_fill(self.suppress, -math.inf)
+        logits = self.head(torch.cat(hiddens))
+        biased, offset = [], 0
+        for d, draft in zip(decodes, drafts):
+            biased += [(offset + j, d.bias, d.tokens + draft[:j]) for j in range(len(draft) + 1)]
+            offset += len(draft) + 1
+        _add_bias(logits, biased)
+        logits = logits.masked_fill(self.suppress, -math.inf)
         choices = logits.argmax(-1).tolist()
         kept_rows, picked, offset, keeps = [], [], 0, []
         for draft in drafts:
@@ -132,3 +144,22 @@ class GreedyVerifier:
             d.next_token = picked[at - 1]
             reports.append(StepReport(len(draft), kept))
         return reports
+
+
+def _add_bias(logits: torch.Tensor,
+              positions: Sequence[tuple[int, KeytermBias | None, Sequence[int]]]) -> None:
+    """Add each (row of ``logits``, bias, text before that position)'s keyterm bonuses."""
+    rows: list[int] = []
+    tokens: list[int] = []
+    values: list[float] = []
+    for row, bias, before in positions:
+        if bias is None:
+            continue
+        for token, bonus in bias.bonuses(before).items():
+            rows.append(row)
+            tokens.append(token)
+            values.append(bonus)
+    if rows:
+        where = (torch.tensor(rows, device=logits.device), torch.tensor(tokens, device=logits.device))
+        logits.index_put_(where, torch.tensor(values, device=logits.device, dtype=logits.dtype),
+                          accumulate=True)

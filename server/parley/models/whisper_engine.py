@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -19,8 +20,10 @@ import torch
 from transformers import AutoConfig, WhisperForConditionalGeneration, WhisperProcessor
 from transformers.utils import logging as hf_logging
 
-from parley.core.asr import AsrRequest, StepReport, Transcription, transcribe
+from parley.core.asr import (AsrRequest, Decoding, StepReport, Task, Transcription, Vocabulary,
+                             decoding_problem, transcribe)
 from parley.core.audio import SAMPLE_RATE
+from parley.core.keyterms import KeytermBias
 from parley.core.words import TimedWord, group_words
 from parley.models.alignment import token_times
 from parley.models.assistant import Assistant, load_assistant
@@ -54,6 +57,17 @@ class QualityGuards:
     certain_no_speech: float = 0.9
     short_text_tokens: int = 3            # a text this short (or shorter) is a "short" one
     short_no_speech_threshold: float = 0.4
+    # An English-only model hearing another language writes fluent English with little
+    # confidence, and more doubt that it heard speech at all: its mean log-probability
+    # less twice its no-speech probability below this flags it (bench/vocabulary.py:
+    # -1.3 flagged 31 of 31 other-language finals and 4 of 124 English ones; the
+    # log-probability alone at -0.9, 29 and 10).
+    foreign_doubt: float = -1.3
+    foreign_no_speech_weight: float = 2.0
+
+    def foreign(self, avg_logprob: float, no_speech_prob: float) -> bool:
+        """The decode of an English-only model looks like another language's speech."""
+        return avg_logprob - self.foreign_no_speech_weight * no_speech_prob < self.foreign_doubt
 
     def rejects(self, no_speech_prob: float, avg_logprob: float, compression: float,
                 text_tokens: int) -> str | None:
@@ -82,6 +96,8 @@ class WhisperDecode:
     request: AsrRequest
     main: RowDecode
     assistant_row: Row | None = None
+    language: str = "en"
+    language_probability: float | None = None  # when it was detected
 
     @property
     def finished(self) -> bool:
@@ -107,6 +123,7 @@ class WhisperEngine:
         self.max_draft = max_draft
         self.max_rows = max_rows
         self.max_audio_s = MAX_AUDIO_SECONDS
+        self.max_prompt_tokens = MAX_PROMPT_TOKENS
         self.graphs = cuda_graphs and plan.device.type == "cuda"
         self.processor = WhisperProcessor.from_pretrained(source)
         tokenizer = self.processor.tokenizer
@@ -120,7 +137,9 @@ class WhisperEngine:
         ).to(plan.device).eval()
         generation = self.model.generation_config
         self.multilingual = bool(getattr(generation, "is_multilingual", False))
-        self.languages = {token[2:-2] for token in getattr(generation, "lang_to_id", {}) or {}}
+        self.languages = frozenset(token[2:-2] for token in
+                                   getattr(generation, "lang_to_id", {}) or {}) \
+            if self.multilingual else frozenset({"en"})
         self._eot = generation.eos_token_id
         self._sot = generation.decoder_start_token_id
         self._prev = tokenizer.convert_tokens_to_ids("<|startofprev|>")
@@ -141,23 +160,40 @@ class WhisperEngine:
 
     def check_language(self, language: str | None) -> None:
         """Raise ValueError when this model cannot transcribe ``language``."""
-        if language is None:
-            return
-        if not self.multilingual:
-            if language != "en":
-                raise ValueError(f"model {self.label} is English-only; language must be 'en'")
-        elif language not in self.languages:
-            raise ValueError(f"model {self.label} does not know language {language!r}")
+        self.check_decoding(Decoding(language=language))
+
+    def check_decoding(self, decoding: Decoding) -> None:
+        """Raise ValueError when this model cannot do what ``decoding`` asks."""
+        problem = decoding_problem(decoding, self.label, self.multilingual, self.languages)
+        if problem:
+            raise ValueError(problem)
+        if decoding.prompt:
+            self.vocabulary(decoding)  # raises when it does not fit Whisper's prompt
 
     def prompt_tokens(self, text: str) -> tuple[int, ...]:
         tokens = self.processor.tokenizer.encode(" " + text.strip(), add_special_tokens=False)
         return tuple(tokens[-MAX_PROMPT_TOKENS:]) if text.strip() else ()
 
-    def sot_sequence(self, language: str | None) -> list[int]:
+    def vocabulary(self, decoding: Decoding) -> Vocabulary:
+        """The prompt as prompt tokens, and the keyterms' trie (each term as it is written
+        after a space, as it is written mid-sentence)."""
+        text = decoding.prompt.strip()
+        tokenizer = self.processor.tokenizer
+        prompt = tuple(tokenizer.encode(" " + text, add_special_tokens=False)) if text else ()
+        if len(prompt) > MAX_PROMPT_TOKENS:
+            raise ValueError(f"the prompt makes {len(prompt)} tokens; Whisper's prompt holds "
+                             f"at most {MAX_PROMPT_TOKENS}")
+        bias = None
+        if decoding.keyterms:
+            bias = KeytermBias(tuple(tuple(tokenizer.encode(" " + term, add_special_tokens=False))
+                                     for term in decoding.keyterms))
+        return Vocabulary(prompt, bias)
+
+    def sot_sequence(self, language: str | None, task: Task = Task.TRANSCRIBE) -> list[int]:
         tokenizer = self.processor.tokenizer
         sequence = [self._sot]
         if self.multilingual:
-            sequence += tokenizer.convert_tokens_to_ids([f"<|{language}|>", "<|transcribe|>"])
+            sequence += tokenizer.convert_tokens_to_ids([f"<|{language}|>", f"<|{task.value}|>"])
         sequence.append(self.model.generation_config.no_timestamps_token_id)
         return sequence
 
@@ -175,7 +211,7 @@ class WhisperEngine:
     def start(self, requests: Sequence[AsrRequest]) -> list[WhisperDecode]:
         """One encoder pass over the requests' audio, then their prompts in one pass."""
         for request in requests:
-            self.check_language(request.language)
+            self.check_decoding(Decoding(request.language, request.languages, request.task))
         features = torch.cat([self.features(r.audio) for r in requests])
         # The encoder runs once; language detection, decoding and alignment share it.
         encoder_hidden = self.model.model.encoder(features).last_hidden_state
@@ -184,16 +220,18 @@ class WhisperEngine:
         assistant_rows: list[Row] = []
         try:
             languages = self._languages(requests, rows)
-            for i, (request, row, language) in enumerate(zip(requests, rows, languages)):
+            for i, (request, row, (language, probability)) in enumerate(
+                    zip(requests, rows, languages)):
                 prefix = [self._prev, *request.context] if request.context else []
-                prompt = prefix + self.sot_sequence(language)
+                prompt = prefix + self.sot_sequence(language, request.task)
                 drafter, assistant_row = self._drafter(request, language, features[i:i + 1],
                                                        encoder_hidden[i:i + 1])
                 if assistant_row is not None:
                     assistant_rows.append(assistant_row)
                 main = RowDecode(row, prompt, len(prefix), self.decoder.max_positions - len(prompt),
-                                 drafter)
-                decodes.append(WhisperDecode(request, main, assistant_row))
+                                 drafter, bias=request.bias)
+                decodes.append(WhisperDecode(request, main, assistant_row,
+                                             language or "en", probability))
             self.verifier.prime([d.main for d in decodes])
         except BaseException:
             for row in rows:
@@ -212,8 +250,9 @@ class WhisperEngine:
         main, request = decode.main, decode.request
         tokens = main.tokens
         text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+        compression = compression_ratio(text)
         rejected = self.guards.rejects(main.no_speech_prob, main.avg_logprob,
-                                       compression_ratio(text), len(tokens)) \
+                                       compression, len(tokens)) \
             if self.guards else None
         words: tuple[TimedWord, ...] = ()
         try:
@@ -225,7 +264,12 @@ class WhisperEngine:
             self.drop(decode)
         return Transcription(text=text, tokens=tuple(tokens), words=words,
                              no_speech_prob=main.no_speech_prob, avg_logprob=main.avg_logprob,
-                             rejected=rejected, stats=main.stats)
+                             rejected=rejected, stats=main.stats, language=decode.language,
+                             language_probability=decode.language_probability,
+                             compression_ratio=compression,
+                             foreign=bool(text and self.guards and not self.multilingual
+                                          and self.guards.foreign(main.avg_logprob,
+                                                                  main.no_speech_prob)))
 
     def drop(self, decode: WhisperDecode) -> None:
         self.decoder.release(decode.main.row)
@@ -234,34 +278,52 @@ class WhisperEngine:
 
     def transcribe(self, audio: np.ndarray, *, language: str | None = None,
                    with_words: bool = False, draft: tuple[int, ...] | None = None,
-                   context: tuple[int, ...] = (), budget: int | None = None) -> Transcription:
-        """One clip decoded alone (tests and benchmarks); ``budget`` 0 means no drafts."""
-        request = AsrRequest(audio, language, with_words, draft, context)
+                   context: tuple[int, ...] = (), budget: int | None = None,
+                   **options) -> Transcription:
+        """One clip decoded alone (tests and benchmarks); ``budget`` 0 means no drafts;
+        ``options``: the rest of ``AsrRequest`` (languages, task, bias)."""
+        request = AsrRequest(audio, language, with_words, draft, context, **options)
         return transcribe(self, request, budget)
 
     # ------------------------------------------------------------------ internals
 
-    def _languages(self, requests: Sequence[AsrRequest], rows: list[Row]) -> list[str | None]:
-        """Each request's language; a multilingual model detects the missing ones from
-        the first decoder position (<|startoftranscript|> alone), all rows in one pass."""
-        languages = [r.language for r in requests]
-        if not self.multilingual or all(language is not None for language in languages):
-            return languages
+    def _languages(self, requests: Sequence[AsrRequest], rows: list[Row]
+                   ) -> list[tuple[str | None, float | None]]:
+        """Each request's language, and its probability where it was detected: a
+        multilingual model detects the missing ones from the first decoder position
+        (<|startoftranscript|> alone), all rows in one pass, among the request's
+        ``languages`` when it names some."""
+        forced: list[tuple[str | None, float | None]] = [(r.language, None) for r in requests]
+        if not self.multilingual or all(r.language is not None for r in requests):
+            return forced
         hidden = self.decoder.forward(rows, [[self._sot]] * len(rows))
-        lang_to_id = self.model.generation_config.lang_to_id
-        ids = torch.tensor(list(lang_to_id.values()), device=self.plan.device)
-        logits = self.verifier.head(torch.stack([h[-1] for h in hidden]))[:, ids]
-        names = list(lang_to_id)
         for row in rows:
             row.truncate(0)
-        return [language or names[int(best)][2:-2]
-                for language, best in zip(languages, logits.argmax(-1).tolist())]
+        lang_to_id = self.model.generation_config.lang_to_id
+        names = [token[2:-2] for token in lang_to_id]
+        ids = torch.tensor(list(lang_to_id.values()), device=self.plan.device)
+        logits = self.verifier.head(torch.stack([h[-1] for h in hidden]))[:, ids].float()
+        out = []
+        for request, row_logits, known in zip(requests, logits, forced):
+            if request.language is not None:
+                out.append(known)
+                continue
+            if request.languages:
+                allowed = torch.tensor([name in request.languages for name in names],
+                                       device=row_logits.device)
+                row_logits = row_logits.masked_fill(~allowed, -math.inf)
+            probabilities = row_logits.softmax(-1)
+            best = int(probabilities.argmax())
+            out.append((names[best], float(probabilities[best])))
+        return out
 
     def _drafter(self, request: AsrRequest, language: str | None, features: torch.Tensor,
                  encoder_hidden: torch.Tensor) -> tuple[Drafter | None, Row | None]:
         hypothesis = HypothesisDrafter(request.draft) if request.draft else None
         assistant, row = None, None
-        if self.assistant is not None and self.assistant.serves(language):
+        # The assistants (distil-whisper) learnt to transcribe, not to translate.
+        if (self.assistant is not None and request.task is Task.TRANSCRIBE
+                and self.assistant.serves(language)):
             (row,) = self._assistant_decoder.add(self.assistant.encode(features, encoder_hidden))
             assistant = AssistantDrafter(row, self._assistant_head, self.verifier.suppress,
                                          self._eot, max_length=self.max_draft)

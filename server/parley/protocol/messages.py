@@ -10,6 +10,10 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
+from parley.core.asr import Decoding, Task
+from parley.core.keyterms import check_keyterms
+from parley.core.redaction import Redact, parse_redact
+
 PROTOCOL_VERSION = 1
 STREAM_PATH = "/v1/stream"
 
@@ -97,30 +101,69 @@ class StreamConfig:
     language: str | None = None
     partials: bool = True
     diarization: bool = False
+    languages: tuple[str, ...] = ()    # detection among these (section 2, "Languages")
+    task: Task = Task.TRANSCRIBE
+    keyterms: tuple[str, ...] = ()     # names and terms the decoder favours
+    prompt: str | None = None          # text the model reads first (Whisper's prompt)
+    redact: tuple[str, ...] = ()       # Redact categories, applied to every result
+    numerals: bool = False             # number words written as digits
 
     MIN_RATE = 8000
     MAX_RATE = 48000
     MAX_CHANNELS = 8
+    MAX_PROMPT_CHARS = 1000
+    _LISTS = ("languages", "keyterms", "redact")  # comma-separated on the query string
 
     @property
     def bytes_per_frame(self) -> int:
         """Bytes of one sample on every channel: audio messages are whole multiples of it."""
         return self.encoding.sample_width * self.channels
 
+    @property
+    def decoding(self) -> Decoding:
+        """What the stream asks of the model besides its audio."""
+        return Decoding(self.language, frozenset(self.languages), self.task, self.keyterms,
+                        self.prompt or "")
+
+    @property
+    def redaction(self) -> frozenset[Redact]:
+        return frozenset(map(Redact, self.redact))
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["encoding"] = self.encoding.value
+        out["task"] = self.task.value
+        for name in self._LISTS:
+            out[name] = list(out[name])
         return out
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "StreamConfig":
+        """The inverse of ``to_json`` (a ``session_started``'s config); fields this
+        version does not know are left out."""
+        known = {f for f in cls.__dataclass_fields__}
+        fields = {k: v for k, v in data.items() if k in known}
+        fields["encoding"] = Encoding(fields.get("encoding", cls.encoding.value))
+        fields["task"] = Task(fields.get("task", cls.task.value))
+        for name in cls._LISTS:
+            fields[name] = tuple(fields.get(name) or ())
+        return cls(**fields)
+
     def to_query(self) -> dict[str, str]:
-        query = {k: (str(v).lower() if isinstance(v, bool) else str(v))
-                 for k, v in self.to_json().items() if v is not None}
+        query = {}
+        for name, value in self.to_json().items():
+            if isinstance(value, list):
+                if value:
+                    query[name] = ",".join(value)
+            elif value is not None:
+                query[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return query
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> "StreamConfig":
         known = {"encoding", "sample_rate", "channels", "language", "partials", "diarization",
-                 "token", "webhook_url"}
+                 "token", "webhook_url", "languages", "task", "keyterms", "prompt", "redact",
+                 "numerals"}
         unknown = sorted(set(params) - known)
         if unknown:
             raise ProtocolError(ErrorCode.BAD_CONFIG, f"unknown parameter(s): {', '.join(unknown)}")
@@ -133,18 +176,51 @@ class StreamConfig:
         sample_rate = _int_param(params, "sample_rate", cls.sample_rate, cls.MIN_RATE, cls.MAX_RATE)
         channels = _int_param(params, "channels", cls.channels, 1, cls.MAX_CHANNELS)
         language = params.get("language") or None
-        if language is not None and not (language.isascii() and language.isalpha()
-                                         and 2 <= len(language) <= 3):
+        if language is not None and language.lower() == "auto":
+            language = None
+        prompt = params.get("prompt") or None
+        if prompt is not None and len(prompt) > cls.MAX_PROMPT_CHARS:
             raise ProtocolError(ErrorCode.BAD_CONFIG,
-                                "language must be a 2 or 3 letter code such as 'en'")
+                                f"prompt has at most {cls.MAX_PROMPT_CHARS} characters")
+        try:
+            task = Task(params.get("task", cls.task.value))
+        except ValueError:
+            raise ProtocolError(ErrorCode.BAD_CONFIG,
+                                "task must be transcribe or translate") from None
+        try:
+            keyterms = check_keyterms(_listed(params, "keyterms"))
+            redact = tuple(sorted(r.value for r in parse_redact(_listed(params, "redact"))))
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
         return cls(
             encoding=encoding,
             sample_rate=sample_rate,
             channels=channels,
-            language=language.lower() if language else None,
+            language=language_tag(language, "language") if language else None,
             partials=_bool_param(params, "partials", cls.partials),
             diarization=_bool_param(params, "diarization", cls.diarization),
+            languages=tuple(dict.fromkeys(language_tag(tag, "languages")
+                                          for tag in _listed(params, "languages"))),
+            task=task,
+            keyterms=keyterms,
+            prompt=prompt,
+            redact=redact,
+            numerals=_bool_param(params, "numerals", cls.numerals),
         )
+
+
+def language_tag(raw: str, name: str) -> str:
+    """A 2 or 3 letter language code, lower case (BCP-47's region dropped: en-US is en)."""
+    base = raw.strip().split("-")[0].split("_")[0]
+    if not (base.isascii() and base.isalpha() and 2 <= len(base) <= 3):
+        raise ProtocolError(ErrorCode.BAD_CONFIG,
+                            f"{name} takes 2 or 3 letter codes such as 'en'; not {raw!r}")
+    return base.lower()
+
+
+def _listed(params: Mapping[str, str], name: str) -> list[str]:
+    raw = params.get(name) or ""
+    return [part for part in (p.strip() for p in raw.split(",")) if part]
 
 
 def _int_param(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -231,6 +307,7 @@ class SessionStarted:
     model: str
     server: str | None = None  # on a cluster: the replica serving the session
     resume_token: str | None = None  # where the session may be resumed (section 6a)
+    model_languages: list[str] = field(default_factory=lambda: ["en"])  # it transcribes
     type: str = "session_started"
     protocol: int = PROTOCOL_VERSION
 
@@ -270,6 +347,7 @@ class Partial:
     end: float
     text: str
     speaker: str | None = None
+    language: str | None = None  # the language its segment is decoded in
     type: str = "partial"
 
 
@@ -282,7 +360,19 @@ class Final:
     reason: FinalReason
     words: list[Word] = field(default_factory=list)
     speaker: str | None = None
+    language: str | None = None  # the language decoded in (section 5, "Languages")
+    language_probability: float | None = None  # when it was detected, not forced
+    confidence: float | None = None  # the decode's mean token probability
+    warnings: list[str] = field(default_factory=list)  # FinalWarning values
     type: str = "final"
+
+
+class FinalWarning(str, Enum):
+    """What a final's ``warnings`` may say about it."""
+
+    # The decode shows the signs of speech the model cannot read (an English-only model
+    # hearing another language): its text is likely not what was said.
+    LANGUAGE_UNSUPPORTED = "language_unsupported"
 
 
 @dataclass(frozen=True)
@@ -387,9 +477,7 @@ def parse(data: Mapping[str, Any]) -> ServerMessage | None:
     fields = {k: v for k, v in data.items() if k not in ("type", "seq")}  # seq: the wire's
     kind = data.get("type")
     if kind == "session_started":
-        config = dict(fields.pop("config"))
-        config["encoding"] = Encoding(config["encoding"])
-        return SessionStarted(config=StreamConfig(**config), **fields)
+        return SessionStarted(config=StreamConfig.from_json(fields.pop("config")), **fields)
     if kind in ("final", "speaker_update"):
         fields["words"] = [Word(**w) for w in fields.get("words") or []]
         if kind == "speaker_update":

@@ -22,20 +22,24 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from parley.core.asr import AsrRequest, Transcription
+from parley.core.asr import Task, Transcription
+from parley.core.keyterms import check_keyterms
 from parley.core.audio import SAMPLE_RATE
 from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering, SpeakerCount
+from parley.core.redaction import parse_redact
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
 from parley.core.word_timing import WordTimingConfig, fit_words
 from parley.core.words import TimedWord
-from parley.protocol.messages import Final, FinalReason, Word
+from parley.protocol.messages import Final, FinalReason, StreamConfig, Word
+from parley.runtime.decoding import StreamDecoding
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.threads import in_passing_thread
 
@@ -59,7 +63,19 @@ class FileRequest:
     language: str | None = None
     diarize: bool = False
     speakers: SpeakerCount = SpeakerCount()
-    prompt: str = ""  # words the caller expects (names, terms), given to every window
+    prompt: str = ""  # text the model reads first, given to every window
+    task: Task = Task.TRANSCRIBE
+    keyterms: tuple[str, ...] = ()  # names and terms the decoder favours
+    redact: tuple[str, ...] = ()    # Redact categories
+    numerals: bool = False
+
+    @property
+    def config(self) -> StreamConfig:
+        """The same decoding settings as a stream's (ValueError past their bounds)."""
+        return StreamConfig(language=self.language, task=self.task,
+                            keyterms=check_keyterms(self.keyterms), prompt=self.prompt or None,
+                            redact=tuple(sorted(r.value for r in parse_redact(self.redact))),
+                            numerals=self.numerals)
 
 
 @dataclass(frozen=True)
@@ -208,12 +224,10 @@ class FileJobs:
                 raise RuntimeError("this server has diarization off")
             speakers = asyncio.ensure_future(in_passing_thread(
                 self._diarize, audio, request.speakers))
+        decoding = StreamDecoding.of(request.config, self.worker.engine)
         try:
             progress = _Progress(len(windows), on_change=on_progress)
-            context = self.worker.engine.prompt_tokens(request.prompt) if request.prompt \
-                else ()
-            results, waited = await self._decode(audio, windows, request.language, context,
-                                                 progress, on_text)
+            results, waited = await self._decode(audio, windows, decoding, progress, on_text)
             snapshot = await speakers if speakers is not None else None
         finally:
             if speakers is not None and not speakers.done():
@@ -223,18 +237,19 @@ class FileJobs:
             len(results), len(segments),
             (stats.rows_stepped - rows_before) / steps if steps else 0.0,
             sum(r.stats.drafted for _, r in results), sum(r.stats.accepted for _, r in results))
-        finals = _finals(results, reasons, snapshot, self.word_timing)
+        finals = _finals(results, reasons, snapshot, self.word_timing, decoding)
         labels = tuple(dict.fromkeys(f.speaker for f in finals if f.speaker))
+        heard = Counter(f.language for f in finals if f.language)
+        language = request.language or (heard.most_common(1)[0][0] if heard else None)
         transcript = FileTranscript(len(audio) / SAMPLE_RATE, tuple(finals), labels,
-                                    request.language, report, time.perf_counter() - began,
-                                    waited)
+                                    language, report, time.perf_counter() - began, waited)
         log.info("transcribed a recording of %.1f s in %.2f s: %d windows, %d segments, "
                  "%d speakers", transcript.duration, transcript.processing_s, len(windows),
                  len(segments), len(labels))
         return transcript
 
-    async def _decode(self, audio: np.ndarray, windows: list[Window], language: str | None,
-                      context: tuple[int, ...], progress: _Progress,
+    async def _decode(self, audio: np.ndarray, windows: list[Window], decoding: StreamDecoding,
+                      progress: _Progress,
                       on_text: Callable[[str], None] | None
                       ) -> tuple[list[tuple[Window, Transcription]], float]:
         """Every window through the scheduler, at most ``windows_in_flight`` at once, and
@@ -250,8 +265,8 @@ class FileJobs:
             while True:
                 while len(pending) < self.limits.windows_in_flight and queued:
                     index, window, retry = queued.pop()
-                    request = AsrRequest(window.audio(audio), language, with_words=True,
-                                         context=context)
+                    request = decoding.request(window.audio(audio), with_words=True,
+                                               draft=None, context=())
                     pending[self.worker.submit_background(request, owner)] = \
                         (index, window, retry)
                 if not pending:
@@ -277,7 +292,7 @@ class FileJobs:
                 while told < len(windows) and not waiting[told]:
                     for _, result in sorted(parts[told], key=lambda p: p[0].pieces[0].start):
                         if on_text is not None and result.text and not result.rejected:
-                            on_text(result.text)
+                            on_text(decoding.text(result.text))
                     told += 1
         finally:
             for future in pending:
@@ -310,9 +325,10 @@ def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
 
 def _finals(results: list[tuple[Window, Transcription]],
             reasons: dict[int, CloseReason], speakers: TimelineSnapshot | None,
-            timing: WordTimingConfig) -> list[Final]:
+            timing: WordTimingConfig, decoding: StreamDecoding) -> list[Final]:
     """One final per speaker's run of words in each segment: the segment's own text when
-    it had a window to itself and one speaker, else its words joined."""
+    it had a window to itself and one speaker, else its words joined; each with its
+    window's language, redacted as asked."""
     finals: list[Final] = []
     for window, result in results:
         if result.rejected:
@@ -323,14 +339,16 @@ def _finals(results: list[tuple[Window, Transcription]],
             for i, (run, label) in enumerate(runs):
                 first, last = i == 0, i == len(runs) - 1
                 alone = len(window.pieces) == 1 and len(runs) == 1
+                words = decoding.words([Word(w.word, round(w.start, 3), round(w.end, 3),
+                                             round(w.probability, 3), label) for w in run])
                 finals.append(Final(
                     len(finals), piece.start if first else run[0].start,
                     piece.end if last else run[-1].end,
-                    result.text if alone else " ".join(w.word for w in run),
+                    decoding.text(result.text, words) if alone
+                    else " ".join(w.word for w in words),
                     FinalReason(reasons[piece.segment_id].value) if last
-                    else FinalReason.SPEAKER_CHANGE,
-                    [Word(w.word, round(w.start, 3), round(w.end, 3), round(w.probability, 3),
-                          label) for w in run], label))
+                    else FinalReason.SPEAKER_CHANGE, words, label,
+                    **decoding.language_fields(result)))
     return finals
 
 

@@ -18,7 +18,7 @@ from typing import AsyncIterator, Callable
 
 import numpy as np
 
-from parley.core.asr import AsrRequest
+from parley.core.asr import Transcription
 from parley.core.audio import SAMPLE_RATE
 from parley.core.vad import (CloseReason, SegmentClosed, SpeechStart, VadConfig,
                              VadSegmenter)
@@ -30,6 +30,7 @@ from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Finali
                                       SegmentEnded, SpeechStarted, StreamConfig, Word)
 from parley.protocol.recast import shifted, with_speaker
 from parley.runtime.decode_hints import DecodeHints
+from parley.runtime.decoding import StreamDecoding
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.speaker_track import SpeakerTrack
 
@@ -101,6 +102,7 @@ class Session:
         self._offset_s = offset_s
         self._worker = worker
         self._options = options
+        self._decoding = self._decoding_of(config)
         self._decoder = AudioDecoder(config)
         self._vad = VadSegmenter(options.vad)
         self._heard_audio = False
@@ -161,6 +163,7 @@ class Session:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "diarization is chosen when connecting")
         if config.partials != self.config.partials:
             self._stop_wanting_partials()  # the next speech start asks again if wanted
+        self._decoding = self._decoding_of(config)
         self.config = config
         if audio_changes:
             self._decoder = AudioDecoder(config)
@@ -245,6 +248,12 @@ class Session:
             item = self._outbox.get_nowait()
             if isinstance(item, (_Decode, _DiarizationStep)):
                 item.future.cancel()
+
+    def _decoding_of(self, config: StreamConfig) -> StreamDecoding:
+        try:
+            return StreamDecoding.of(config, self._worker.engine)
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
 
     def _check_open(self) -> None:
         if self._ended:
@@ -370,20 +379,22 @@ class Session:
         if self._partial is not None:
             self._partial.cancel()  # queued or mid-decode: it leaves at the next step
             self._partial = None
-        request = AsrRequest(segment.audio, self.config.language, with_words=True, draft=draft,
-                             context=self._hints.context())
+        decoding = self._decoding
+        request = decoding.request(segment.audio, with_words=True, draft=draft,
+                                   context=self._hints.context())
         future = await self._worker.submit_final(request)
         self._hints.final(future)
         self._segments += 1
         reason = FinalReason(segment.reason.value)
         timing = self._options.word_timing
 
-        def to_final(result) -> Final:
+        def to_final(result: Transcription) -> Final:
             fitted = fit_words(result.words, segment.voiced_regions(timing.bridge_s), timing)
-            words = [Word(w.word, w.start, w.end, w.probability)
-                     for w in shift_words(fitted, segment.start, segment.end)]
-            return Final(segment.segment_id, segment.start, segment.end, result.text, reason,
-                         words)
+            words = decoding.words([Word(w.word, w.start, w.end, w.probability)
+                                    for w in shift_words(fitted, segment.start, segment.end)])
+            return Final(segment.segment_id, segment.start, segment.end,
+                         decoding.text(result.text, words), reason, words,
+                         **decoding.language_fields(result))
 
         await self._outbox.put(_Decode(future, to_final, segment.segment_id, is_final=True))
 
@@ -398,9 +409,10 @@ class Session:
             return  # decided before the open segment's audio is copied
         segment = self._vad.open_segment()
         assert segment is not None
-        request = AsrRequest(segment.audio, self.config.language, with_words=False,
-                             draft=self._hints.draft_for(segment.segment_id),
-                             context=self._hints.context())
+        decoding = self._decoding
+        request = decoding.request(segment.audio, with_words=False,
+                                   draft=self._hints.draft_for(segment.segment_id),
+                                   context=self._hints.context())
         future = await self._worker.try_submit_partial(request)
         if future is None:
             return  # a final waits: skip this partial, never a final
@@ -408,7 +420,8 @@ class Session:
         self._hints.partial(future, segment.segment_id)
         self._partial_end = segment.end
 
-        def to_partial(result) -> Partial:
-            return Partial(segment.segment_id, segment.start, segment.end, result.text)
+        def to_partial(result: Transcription) -> Partial:
+            return Partial(segment.segment_id, segment.start, segment.end,
+                           decoding.text(result.text), language=result.language)
 
         await self._outbox.put(_Decode(future, to_partial, segment.segment_id, is_final=False))

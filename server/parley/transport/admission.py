@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
-from urllib.parse import parse_qsl, urlsplit
+from typing import Callable, Mapping
 
 from websockets.http11 import Request
 
+from parley.core.asr import Decoding
 from parley.protocol.messages import Error, ErrorCode, ProtocolError
 from parley.transport.auth import ApiKeys, OriginPolicy
-from parley.transport.dialect import ANONYMOUS, Dialect, Setup
+from parley.transport.dialect import ANONYMOUS, Dialect, Setup, query_of
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,11 @@ class Admission:
     """Admits or refuses; counts each key's open sessions (``opened``/``closed``)."""
 
     def __init__(self, access: Access, limits: StreamLimits,
-                 check_language: Callable[[str | None], None], diarization: bool,
+                 check_decoding: Callable[[Decoding], None], diarization: bool,
                  allows_webhook: Callable[[str], bool]):
         self._access = access
         self._limits = limits
-        self._check_language = check_language
+        self._check_decoding = check_decoding
         self._diarization = diarization
         self._allows_webhook = allows_webhook
         self._per_key: Counter[str] = Counter()
@@ -73,7 +73,7 @@ class Admission:
     def closed(self, key: str) -> None:
         self._per_key[key] -= 1
 
-    def identify(self, request: Request, dialect: Dialect, params: dict[str, str]) -> str:
+    def identify(self, request: Request, dialect: Dialect, params: Mapping[str, str]) -> str:
         """The name of the key an allowed origin came with, or Refused."""
         headers = request.headers
         if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
@@ -87,7 +87,7 @@ class Admission:
     def admit(self, request: Request, dialect: Dialect, live: int,
               draining: bool) -> tuple[Setup, str]:
         """The stream's settings and the name of the key it came with, or Refused."""
-        params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
+        params = query_of(request)
         key = self.identify(request, dialect, params)
         if draining:
             raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
@@ -101,10 +101,10 @@ class Admission:
                                 f"this key has its limit of {per_key} sessions open"))
         return self._setup(request, dialect, params), key
 
-    def _setup(self, request: Request, dialect: Dialect, params: dict[str, str]) -> Setup:
+    def _setup(self, request: Request, dialect: Dialect, params: Mapping[str, str]) -> Setup:
         try:
             setup = dialect.setup(params, request.headers)
-            self._check_language(setup.config.language)
+            self._check_decoding(setup.config.decoding)
         except ProtocolError as exc:
             raise Refused(Error(exc.code, exc.message)) from None
         except ValueError as exc:

@@ -20,12 +20,14 @@ from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from parley import __version__
+from parley.core.redaction import REDACTED
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, FinalReason, Partial,
                                       ProtocolError, ServerMessage, SessionEnded, SpeechStarted,
                                       StreamConfig, Word)
 from parley.runtime.session import Mark, Session
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream
+from parley.transport.dialect import (MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream,
+                                      every)
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
@@ -71,11 +73,51 @@ def _whole(params: Mapping[str, str], name: str) -> int | None:
         raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be an integer") from None
 
 
+# Deepgram's redact values → Parley's categories (protocol.md section 9).
+REDACT = {"pci": ("pci",), "credit_card": ("pci",), "credit_card_number": ("pci",),
+          "ssn": ("ssn",), "phone_number": ("phone",), "numbers": ("numbers",),
+          "true": ("pci", "ssn"), "pii": ("pci", "ssn", "phone")}
+
+
+@dataclass(frozen=True)
+class ListenVocabulary:
+    """``keyterm`` and ``keywords`` (``word:boost``, the boost not used) as keyterms,
+    ``redact`` (repeatable) as categories, and ``numerals``: live and pre-recorded."""
+
+    keyterms: tuple[str, ...] = ()
+    redact: tuple[str, ...] = ()
+    numerals: bool = False
+
+    @classmethod
+    def of(cls, params: Mapping[str, str]) -> "ListenVocabulary":
+        terms = every(params, "keyterm") + [k.rsplit(":", 1)[0] if ":" in k else k
+                                            for k in every(params, "keywords")]
+        categories: list[str] = []
+        for value in every(params, "redact"):
+            if value.lower() == "false":
+                continue
+            if value.lower() not in REDACT:
+                raise ProtocolError(ErrorCode.BAD_CONFIG, f"redact takes "
+                                    f"{', '.join(REDACT)}; not {value!r}")
+            categories += REDACT[value.lower()]
+        return cls(tuple(terms), tuple(dict.fromkeys(categories)), _flag(params, "numerals"))
+
+    def query(self) -> dict[str, str]:
+        """As /v1/stream's parameters."""
+        if any("," in term for term in self.keyterms):
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "a keyterm may not hold a comma")
+        native = {"keyterms": ",".join(self.keyterms), "redact": ",".join(self.redact)}
+        if self.numerals:
+            native["numerals"] = "true"
+        return native
+
+
 def _language(raw: str | None) -> str | None:
-    """Deepgram's BCP-47 tag (en-US) → the base language (en); multi → detect."""
+    """Deepgram's language: a BCP-47 tag (en-US, which StreamConfig reads as en), or
+    multi: detect each segment's."""
     if raw is None or raw.lower() == "multi":
         return None
-    return raw.split("-")[0].lower()
+    return raw
 
 
 class DeepgramDialect(KeyOffered):
@@ -121,6 +163,7 @@ class DeepgramDialect(KeyOffered):
         language = _language(params.get("language"))
         if language is not None:
             native["language"] = language
+        native.update(ListenVocabulary.of(params).query())
         config = StreamConfig.from_query(native)
         # Deepgram's callback: results also POSTed there (Parley signs them as webhooks).
         return Setup(config, self._vad_of(params), self.options(params),
@@ -176,6 +219,8 @@ def _error_message(error: Error) -> dict:
 
 def bare(word: str) -> str:
     """Deepgram's ``word``: lower case, without the punctuation around it."""
+    if word.startswith(REDACTED):
+        return REDACTED
     return word.strip().strip(string.punctuation + "“”‘’¿¡…").lower()
 
 
@@ -242,12 +287,13 @@ class DeepgramTranslator:
             if message.words:
                 self._last_word_end = message.words[-1].end
             return [self._results(message.start, message.end, message.text, message.words,
-                                  is_final=True, reason=message.reason)]
+                                  is_final=True, reason=message.reason,
+                                  language=message.language)]
         if isinstance(message, Partial):
             if not message.text.strip():
                 return []
             return [self._results(message.start, message.end, message.text, [],
-                                  is_final=False, reason=None)]
+                                  is_final=False, reason=None, language=message.language)]
         if isinstance(message, SpeechStarted):
             if not self._options.vad_events:
                 return []
@@ -265,7 +311,7 @@ class DeepgramTranslator:
         return []  # speaker_update (Deepgram cannot revise a result), finalized, marks
 
     def _results(self, start: float, end: float, text: str, words: list[Word], *,
-                 is_final: bool, reason: FinalReason | None) -> dict:
+                 is_final: bool, reason: FinalReason | None, language: str | None) -> dict:
         if self._options.punctuate:
             transcript = text.strip()
         elif words:
@@ -274,24 +320,29 @@ class DeepgramTranslator:
             transcript = " ".join(filter(None, (bare(w) for w in text.split())))
         speech_final = self._options.endpointing and reason in (FinalReason.SILENCE,
                                                                 FinalReason.END_OF_STREAM)
+        alternative = {
+            "transcript": transcript,
+            "confidence": round(sum(w.probability for w in words) / len(words), 4)
+            if words else 0.0,
+            "words": [self._word(w, language) for w in words]}
+        if language is not None:
+            alternative["languages"] = [language]  # as language=multi answers
         return {
             "type": "Results", "channel_index": CHANNEL,
             "start": round(start, 3), "duration": round(end - start, 3),
             "is_final": is_final, "speech_final": speech_final,
             "from_finalize": reason is FinalReason.FINALIZE,
-            "channel": {"alternatives": [{
-                "transcript": transcript,
-                "confidence": round(sum(w.probability for w in words) / len(words), 4)
-                if words else 0.0,
-                "words": [self._word(w) for w in words]}]},
+            "channel": {"alternatives": [alternative]},
             "metadata": {"request_id": self._request_id, "model_info": self._model_info,
                          "model_uuid": self._model_uuid},
         }
 
-    def _word(self, word: Word) -> dict:
+    def _word(self, word: Word, language: str | None) -> dict:
         out = {"word": bare(word.word), "start": round(word.start, 3),
                "end": round(word.end, 3), "confidence": round(word.probability, 4),
                "punctuated_word": word.word.strip()}
+        if language is not None:
+            out["language"] = language
         if word.speaker is not None:
             out["speaker"] = int(word.speaker.lstrip("S")) - 1  # S1 → 0, as Deepgram counts
         return out

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol
+from urllib.parse import urlsplit
 
+from starlette.datastructures import QueryParams
 from websockets.datastructures import Headers
-from websockets.http11 import Response
-
-from websockets.http11 import Request
+from websockets.http11 import Request, Response
 
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Error, ErrorCode, ProtocolError, ServerMessage, StreamConfig
@@ -36,6 +36,19 @@ Stream = Session | SessionGroup
 # silence_duration_ms) is raised to this: Whisper needs whole phrases, and shorter
 # pauses would cut them (it is the server's own default).
 MIN_TURN_SILENCE_MS = 300
+
+
+def query_of(request: Request) -> QueryParams:
+    """A handshake's query string: a mapping to each name's last value, whose
+    ``getlist`` gives every value of a repeated one (Deepgram's ``keyterm``)."""
+    return QueryParams(urlsplit(request.path).query)
+
+
+def every(params: Mapping[str, str], name: str) -> list[str]:
+    """Every value of ``name`` in ``params`` (repeated, or one of a plain mapping)."""
+    if isinstance(params, QueryParams):
+        return params.getlist(name)
+    return [params[name]] if name in params else []
 
 
 def json_object(value: object, name: str) -> dict:
@@ -99,6 +112,7 @@ class Opened:
     check_language: Callable[[str | None], None]  # ValueError for one the model lacks
     server: str | None = None  # the serving replica's name, on a cluster
     resume_token: str | None = None  # a resumable session's
+    model_languages: tuple[str, ...] = ("en",)  # what the model transcribes
 
 
 class Translator(Protocol):

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 import re
+from collections import Counter
 
 from parley.client.formats import render
 from parley.client.transcript import Transcript
+from parley.core.asr import Task
 from parley.protocol.messages import Final, as_json
 from parley.runtime.files import FileTranscript
 
@@ -49,18 +52,20 @@ def openai_json(result: FileTranscript) -> dict:
                                            "seconds": round(result.duration, 3)}}
 
 
-def openai_verbose(result: FileTranscript, language: str, with_words: bool,
+def openai_verbose(result: FileTranscript, language: str, task: Task, with_words: bool,
                    with_segments: bool = True) -> dict:
     """``verbose_json``: segments as Whisper's (tokens and temperature are not kept:
-    empty and 0), words when asked for."""
-    answer: dict = {"task": "transcribe", "language": language,
+    empty and 0), each with the code of the language it was decoded in; words when
+    asked for."""
+    answer: dict = {"task": task.value, "language": language,
                     "duration": round(result.duration, 3), "text": result.text,
                     "usage": {"type": "duration", "seconds": round(result.duration, 3)}}
     if with_segments:
         answer["segments"] = [
             {"id": i, "seek": 0, "start": f.start, "end": f.end, "text": " " + f.text,
              "tokens": [], "temperature": 0.0,
-             "avg_logprob": 0.0, "compression_ratio": 1.0, "no_speech_prob": 0.0}
+             "avg_logprob": round(math.log(f.confidence), 4) if f.confidence else 0.0,
+             "compression_ratio": 1.0, "no_speech_prob": 0.0, "language": f.language}
             for i, f in enumerate(_spoken(result))]
     if with_words:
         answer["words"] = [{"word": w.word, "start": w.start, "end": w.end}
@@ -90,7 +95,7 @@ def _speaker_number(label: str | None) -> int | None:
 
 def deepgram_response(result: FileTranscript, request_id: str, model: str, *,
                       diarize: bool, punctuate: bool, utterances: bool,
-                      audio_sha256: str) -> dict:
+                      audio_sha256: str, detected: bool = False) -> dict:
     """Deepgram's pre-recorded response: one channel, one alternative."""
     finals = _spoken(result)
 
@@ -117,7 +122,17 @@ def deepgram_response(result: FileTranscript, request_id: str, model: str, *,
                 "created": dt.datetime.now(dt.timezone.utc).isoformat(),
                 "duration": round(result.duration, 3), "channels": 1, "models": [model_id],
                 "model_info": {model_id: {"name": model, "version": "parley", "arch": "whisper"}}}
-    results: dict = {"channels": [{"alternatives": [alternative]}]}
+    languages = Counter(f.language for f in finals if f.language)
+    channel: dict = {"alternatives": [alternative]}
+    if languages:
+        alternative["languages"] = [code for code, _ in languages.most_common()]
+        if detected:  # detect_language=true, or no language given
+            channel["detected_language"] = languages.most_common(1)[0][0]
+            probabilities = [f.language_probability for f in finals
+                             if f.language_probability is not None]
+            if probabilities:
+                channel["language_confidence"] = round(sum(probabilities) / len(probabilities), 3)
+    results: dict = {"channels": [channel]}
     if utterances:
         results["utterances"] = [
             {"id": f"{request_id}-{i}", "start": f.start, "end": f.end, "channel": 0,

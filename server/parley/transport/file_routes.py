@@ -20,9 +20,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from parley.core.asr import Task
+from parley.protocol.messages import ProtocolError
 from parley.runtime.files import FileRequest, FileTranscript
 from parley.runtime.webhooks import WebhookSender
 from parley.transport import file_answers
+from parley.transport.deepgram import ListenVocabulary
 from parley.transport.uploads import FileDoor, UploadCode, UploadError, speaker_count
 
 log = logging.getLogger(__name__)
@@ -31,7 +34,8 @@ TRUE = ("1", "true", "yes", "on")
 # The reference handler's parameters (its validation_utils), all accepted; those it
 # chose for the caller are reported, not obeyed: Parley's scheduler chooses.
 PREDICT_PARAMETERS = ("task", "batch_size", "chunk_length_s", "sampling_rate", "assisted",
-                      "language", "num_speakers", "min_speakers", "max_speakers")
+                      "language", "num_speakers", "min_speakers", "max_speakers",
+                      "prompt", "keyterms")  # the last two are Parley's own
 
 
 def _flag(value: str | None, default: bool = False) -> bool:
@@ -53,6 +57,7 @@ class FileRoutes:
 
     def routes(self) -> list[Route]:
         return [Route("/v1/audio/transcriptions", self.openai, methods=["POST"]),
+                Route("/v1/audio/translations", self.openai_translation, methods=["POST"]),
                 Route("/v1/listen", self.deepgram, methods=["POST"]),
                 Route("/predict", self.predict, methods=["POST"])]
 
@@ -61,7 +66,12 @@ class FileRoutes:
 
     # ------------------------------------------------------------------ OpenAI
 
-    async def openai(self, request: Request) -> Response:
+    async def openai_translation(self, request: Request) -> Response:
+        """OpenAI's translations: the same form, English text out (diarization and
+        streaming are transcription's)."""
+        return await self.openai(request, Task.TRANSLATE)
+
+    async def openai(self, request: Request, task: Task = Task.TRANSCRIBE) -> Response:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 key = self._door.authorize(request)
@@ -76,8 +86,12 @@ class FileRoutes:
                     raise UploadError(UploadCode.BAD_REQUEST, "timestamp_granularities are "
                                       "word and segment", "timestamp_granularities")
                 diarize = fmt == "diarized_json" or _flag(form.get("diarize"))
+                if task is Task.TRANSLATE and (diarize or _flag(form.get("stream"))):
+                    raise UploadError(UploadCode.BAD_REQUEST, "translations take json, text, "
+                                      "srt, vtt or verbose_json, without stream",
+                                      "response_format")
                 job = FileRequest(language=form.get("language") or None, diarize=diarize,
-                                  prompt=form.get("prompt") or "")
+                                  prompt=form.get("prompt") or "", task=task)
                 if _flag(form.get("stream")):
                     # the stream takes the upload over, and closes it when done
                     return await self._openai_stream(form.path, job, key, stack)
@@ -90,9 +104,9 @@ class FileRoutes:
             return PlainTextResponse(file_answers.rendered(result, fmt),
                                      media_type="text/vtt" if fmt == "vtt" else "text/plain")
         if fmt == "verbose_json":
-            language = _language_name(self._language(job.language))
+            language = _language_name(self._language(result.language))
             return JSONResponse(file_answers.openai_verbose(
-                result, language, with_words="word" in granularities,
+                result, language, task, with_words="word" in granularities,
                 with_segments="segment" in granularities or "word" not in granularities))
         if fmt == "diarized_json":
             return JSONResponse(file_answers.openai_diarized(result))
@@ -149,11 +163,18 @@ class FileRoutes:
 
         async def run(path, key) -> dict:
             digest = await asyncio.to_thread(_sha256, path)
-            job = FileRequest(language=_deepgram_language(params), diarize=diarize)
+            try:
+                vocabulary = ListenVocabulary.of(params)
+            except ProtocolError as exc:
+                raise UploadError(UploadCode.BAD_REQUEST, exc.message) from None
+            job = FileRequest(language=_deepgram_language(params), diarize=diarize,
+                              keyterms=vocabulary.keyterms, redact=vocabulary.redact,
+                              numerals=vocabulary.numerals)
             result = await self._door.transcribe(path, job, key)
             return file_answers.deepgram_response(
                 result, request_id, self._model, diarize=diarize, punctuate=punctuate,
-                utterances=utterances, audio_sha256=digest)
+                utterances=utterances, audio_sha256=digest,
+                detected=job.language is None)
 
         try:
             key = self._door.authorize(request)
@@ -204,15 +225,12 @@ class FileRoutes:
             key = self._door.authorize(request)
             async with self._door.form(request) as form:
                 parameters, warnings = _predict_parameters(form.get("parameters"))
-                if str(parameters.get("task", "transcribe")) != "transcribe":
-                    raise UploadError(UploadCode.BAD_REQUEST, "task: Parley transcribes; "
-                                      "translation is not served yet", "parameters")
                 count = speaker_count(parameters.get("num_speakers"),
                                       parameters.get("min_speakers"),
                                       parameters.get("max_speakers"))
                 diarize = self._door.jobs.can_diarize
                 job = FileRequest(language=parameters.get("language") or None,
-                                  diarize=diarize, speakers=count)
+                                  diarize=diarize, speakers=count, **_predict_decoding(parameters))
                 result = await self._door.transcribe(form.path, job, key)
         except UploadError as error:
             return JSONResponse({"detail": error.message, "error": error.code.value},
@@ -237,6 +255,22 @@ def _predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
     for warning in warnings:
         log.warning("predict: %s", warning)
     return {k: v for k, v in parameters.items() if k in PREDICT_PARAMETERS}, warnings
+
+
+def _predict_decoding(parameters: dict) -> dict:
+    """The reference handler's ``task``, and Parley's ``prompt`` and ``keyterms`` (a list)."""
+    try:
+        task = Task(str(parameters.get("task", "transcribe")))
+    except ValueError:
+        raise UploadError(UploadCode.BAD_REQUEST, "task must be transcribe or translate",
+                          "parameters") from None
+    keyterms = parameters.get("keyterms") or []
+    prompt = parameters.get("prompt") or ""
+    if not (isinstance(keyterms, list) and all(isinstance(k, str) for k in keyterms)
+            and isinstance(prompt, str)):
+        raise UploadError(UploadCode.BAD_REQUEST, "keyterms must be a list of strings and "
+                          "prompt a string", "parameters")
+    return {"task": task, "keyterms": tuple(keyterms), "prompt": prompt}
 
 
 def _deepgram_language(params) -> str | None:

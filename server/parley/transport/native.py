@@ -55,7 +55,8 @@ class NativeTranslator:
     def opening(self) -> list[str]:
         opened = self._opened
         return [encode(SessionStarted(opened.session_id, opened.setup.config, opened.limits,
-                                      opened.model, opened.server, opened.resume_token))]
+                                      opened.model, opened.server, opened.resume_token,
+                                      list(opened.model_languages)))]
 
     def resumed(self, last_seq: int) -> str:
         """The first message on a connection that resumed the session."""

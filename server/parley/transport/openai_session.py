@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from parley.core.vad import VadConfig
-from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
+from parley.protocol.messages import (Encoding, ErrorCode, ProtocolError, StreamConfig,
+                                      language_tag)
 from parley.transport.dialect import MIN_TURN_SILENCE_MS, json_object
 
 FORMATS = {"audio/pcm": Encoding.PCM_S16LE, "audio/pcmu": Encoding.MULAW,
@@ -26,7 +27,6 @@ class SessionSettings:
     config: StreamConfig
     vad: VadConfig
     server_vad: bool = True  # False: turn_detection null, the client commits
-    prompt: str = ""         # accepted and echoed, not used
 
     def to_json(self, session_id: str, model: str) -> dict:
         """The session object of ``session.created`` and ``session.updated``."""
@@ -41,7 +41,7 @@ class SessionSettings:
                 "audio": {"input": {"format": audio_format,
                                     "transcription": {"model": model,
                                                       "language": config.language,
-                                                      "prompt": self.prompt},
+                                                      "prompt": config.prompt or ""},
                                     "turn_detection": turns, "noise_reduction": None}},
                 "include": None}
 
@@ -78,13 +78,20 @@ class SessionSettings:
         if language is not None and not isinstance(language, str):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.language must be a "
                                 "language code such as \"en\"")
-        config = replace(self.config, language=language.split("-")[0].lower()
+        prompt = transcription.get("prompt") or None
+        if prompt is not None and not isinstance(prompt, str):
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.prompt must be a string")
+        if prompt is not None and len(prompt) > StreamConfig.MAX_PROMPT_CHARS:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.prompt has at most "
+                                f"{StreamConfig.MAX_PROMPT_CHARS} characters")
+        config = replace(self.config, prompt=prompt,
+                         language=language_tag(language, "transcription.language")
                          if language else None)
         try:
             check_language(config.language)
         except ValueError as exc:
             raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
-        return replace(self, config=config, prompt=str(transcription.get("prompt") or ""))
+        return replace(self, config=config)
 
 
 def _turn_vad(turns: Any, base: VadConfig) -> VadConfig:

@@ -26,6 +26,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from websockets.datastructures import Headers
 
+from parley.core.asr import Decoding
 from parley.core.recording_speakers import SpeakerCount
 from parley.runtime.files import Busy, Draining, FileJobs, FileRequest, FileTranscript
 from parley.runtime.media import AudioTooLong, UndecodableAudio, decode_file
@@ -97,7 +98,7 @@ class FileDoor:
     jobs: FileJobs
     access: Access
     metrics: Metrics
-    check_language: Callable[[str | None], None]
+    check_decoding: Callable[[Decoding], None]
     max_jobs_per_key: int | None = None
 
     def __post_init__(self) -> None:
@@ -222,9 +223,9 @@ class FileDoor:
 
     def _check_request(self, request: FileRequest) -> None:
         try:
-            self.check_language(request.language)
+            self.check_decoding(request.config.decoding)
         except ValueError as exc:
-            raise UploadError(UploadCode.BAD_REQUEST, str(exc), param="language") from None
+            raise UploadError(UploadCode.BAD_REQUEST, str(exc)) from None
         if request.diarize and not self.jobs.can_diarize:
             raise UploadError(UploadCode.BAD_REQUEST, "diarization is not available on this "
                               "server (start it with --diarization bundle)", param="diarize")

@@ -19,11 +19,12 @@ import logging
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from parley.core.asr import Decoding
 from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
                                       ServerMessage, SpeakerUpdate, as_json, close_reason)
 from parley.runtime.capacity import LiveCapacity, LiveLoad
@@ -36,7 +37,8 @@ from parley.runtime.session_group import SessionGroup
 from parley.runtime.webhooks import WebhookEvent, WebhookFeed, WebhookSender
 from parley.transport.admission import Access, Admission, Refused, StreamLimits
 from parley.transport.connection import Connection
-from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator
+from parley.transport.dialect import (ANONYMOUS, Dialect, Opened, Setup, Stream, Translator,
+                                      query_of)
 from parley.transport.followers import Followers
 from parley.transport.native import NativeTranslator
 from parley.transport.resume import (REPLAY_KEEP, Handoff, Resumes, SentLog, dropped,
@@ -52,6 +54,15 @@ class AsrService:
     worker: AsrScheduler
     model_label: str
     check_language: Callable[[str | None], None]
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        """The languages the model transcribes, sorted."""
+        return tuple(sorted(self.worker.engine.languages))
+
+    def check_decoding(self, decoding: Decoding) -> None:
+        """ValueError when the model cannot do what ``decoding`` asks."""
+        self.worker.engine.check_decoding(decoding)
 
 
 @dataclass
@@ -87,7 +98,7 @@ class StreamEndpoint:
         self._diarization = diarization
         self._options = options
         self._limits = limits
-        self._admission = Admission(access, limits, asr.check_language, diarization is not None,
+        self._admission = Admission(access, limits, asr.check_decoding, diarization is not None,
                                     lambda url: webhooks is not None and webhooks.allows(url))
         self._metrics = metrics
         self._live: set[asyncio.Task] = set()
@@ -164,7 +175,7 @@ class StreamEndpoint:
         request = connection.request
         assert request is not None
         dialect = self.dialect_of(request)
-        params = dict(parse_qsl(urlsplit(request.path).query, keep_blank_values=True))
+        params = query_of(request)
         if "resume" in params:
             await self._resume(connection, dialect, params, this)
             return
@@ -199,7 +210,8 @@ class StreamEndpoint:
                                                     self._asr.model_label,
                                                     self._limits.to_json(),
                                                     self._asr.check_language,
-                                                    self._server_name, this.resume_token))
+                                                    self._server_name, this.resume_token,
+                                                    self._asr.languages))
         log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
                  dialect.path, setup.config,
                  extra={"session_id": this.session_id, "key": this.key})

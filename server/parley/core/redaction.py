@@ -1,0 +1,138 @@
+"""Redaction and numerals for telephony: what a final says before it leaves the server.
+
+Whisper writes a spoken card number as digits ("4111 1111 1111 1111") or as words
+("four one one one …"), so a *number run* is found over words: consecutive words that
+are digits or number words, punctuation between them allowed. A run is then known by
+how many digits it holds (text2num reads the number words): 12 or more a card number
+(``pci``), 8 to 10 a social security number (``ssn``), 7 to 12 a phone number
+(``phone``); ``numbers`` takes every run. The ranges are wider than the numbers
+themselves (16, 9, 10) because the recogniser drops or repeats a digit of a long
+spoken number now and then (bench/vocabulary.py), and a number let through is worse
+than one redacted too many; a run written as an amount ($, %, a decimal point) is
+not a card, an SSN or a phone number. A redacted run becomes one word,
+``[redacted]``, timed from the run's first word to its last. ``numerals`` writes number
+words as digits ("twenty one" → "21"), as Deepgram's option does.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Callable, Iterable, Sequence, TypeVar
+
+from text_to_num import alpha2digit
+
+REDACTED = "[redacted]"
+
+
+class Redact(str, Enum):
+    PCI = "pci"          # card numbers
+    SSN = "ssn"          # US social security numbers
+    PHONE = "phone"      # phone numbers
+    NUMBERS = "numbers"  # every number
+
+
+DIGITS = {Redact.PCI: range(12, 10_000), Redact.SSN: range(8, 11),
+          Redact.PHONE: range(7, 13)}
+_AMOUNT = re.compile(r"[$%€£]|\d\.\d")
+_NUMBER_WORDS = frozenset(
+    "zero oh one two three four five six seven eight nine ten eleven twelve thirteen "
+    "fourteen fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty "
+    "seventy eighty ninety hundred thousand million".split())
+_EDGE = re.compile(r"^[^\w$#+]+|[^\w%]+$")     # punctuation around a word
+_DIGITAL = re.compile(r"^[$#+]?\d[\d\-./,:]*%?$")  # 4111, 4111-1111, 555-0123, $20
+
+
+def parse_redact(values: Iterable[str]) -> frozenset[Redact]:
+    """Categories by name; ValueError for one that is not a category."""
+    out = set()
+    for value in values:
+        try:
+            out.add(Redact(value.strip().lower()))
+        except ValueError:
+            choices = ", ".join(r.value for r in Redact)
+            raise ValueError(f"redact takes {choices}; not {value!r}") from None
+    return frozenset(out)
+
+
+def _core(word: str) -> str:
+    return _EDGE.sub("", word).lower()
+
+
+def _is_number_word(word: str) -> bool:
+    core = _core(word)
+    return bool(_DIGITAL.match(core)) or all(
+        part in _NUMBER_WORDS for part in core.split("-") if part) and bool(core)
+
+
+def _as_digits(words: Sequence[str]) -> str:
+    """The run's words as text2num writes them ("oh" is a zero in a run of digits)."""
+    spoken = " ".join("zero" if _core(w) == "oh" else _core(w) for w in words)
+    return alpha2digit(spoken, "en")
+
+
+def number_runs(words: Sequence[str]) -> list[tuple[int, int]]:
+    """``[start, end)`` word ranges of consecutive numbers (a lone "oh" is not one)."""
+    runs, start = [], None
+    for i, word in enumerate([*words, ""]):
+        if word and _is_number_word(word):
+            if start is None:
+                start = i
+            continue
+        if start is not None:
+            if not (i - start == 1 and _core(words[start]) == "oh"):
+                runs.append((start, i))
+            start = None
+    return runs
+
+
+def redacted_runs(words: Sequence[str], categories: frozenset[Redact]) -> list[tuple[int, int]]:
+    """The number runs that ``categories`` redact."""
+    if not categories:
+        return []
+    runs = number_runs(words)
+    if Redact.NUMBERS in categories:
+        return runs
+    out = []
+    for start, end in runs:
+        written = " ".join(words[start:end])
+        count = sum(ch.isdigit() for ch in _as_digits(words[start:end]))
+        if not _AMOUNT.search(written) and any(count in DIGITS[c] for c in categories):
+            out.append((start, end))
+    return out
+
+
+W = TypeVar("W")
+
+
+def rewrite(words: Sequence[W], text_of: Callable[[W], str],
+            join: Callable[[Sequence[W], str], W], categories: frozenset[Redact],
+            numerals: bool) -> list[W]:
+    """``words`` with each redacted run made one ``[redacted]`` word and, with
+    ``numerals``, each other run's number words written as digits. ``join(run, text)``
+    makes one word of a run (keeping its times); the run's last punctuation stays."""
+    texts = [text_of(w) for w in words]
+    redacted = set(redacted_runs(texts, categories))
+    runs = number_runs(texts) if numerals else sorted(redacted)
+    out: list[W] = []
+    at = 0
+    for start, end in sorted(set(runs) | redacted):
+        out.extend(words[at:start])
+        trailing = texts[end - 1][len(texts[end - 1].rstrip(".,!?;:")):]
+        if (start, end) in redacted:
+            out.append(join(words[start:end], REDACTED + trailing))
+        else:
+            written = alpha2digit(" ".join(texts[start:end]), "en").split()
+            if len(written) == end - start:
+                out.extend(join([w], t) for w, t in zip(words[start:end], written))
+            else:
+                out.append(join(words[start:end], " ".join(written)))
+        at = end
+    out.extend(words[at:])
+    return out
+
+
+def rewrite_text(text: str, categories: frozenset[Redact], numerals: bool) -> str:
+    """A text without word times (a partial's) rewritten as ``rewrite`` does."""
+    words = text.split()
+    return " ".join(rewrite(words, str, lambda run, t: t, categories, numerals))

@@ -1,0 +1,222 @@
+"""Keyterms, languages, translation and redaction on the real models and the real
+wires: exact decoding under keyterm bias, languages detected per segment (base),
+the English-only model's flag, Whisper's translation, and redaction reaching finals,
+followers and webhooks; deepgram-sdk's ``keyterm``/``redact`` and the openai package's
+``prompt`` and translations on a real tiny.en server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+
+from audio_fixtures import speak, write_wav
+from conftest import chunks_of, pcm16, serve_real
+from parley.core.asr import AsrRequest, Task, transcribe
+from parley.models.bundle import resolve_model
+from parley.models.device import plan_device
+from parley.models.whisper_engine import WhisperEngine
+from parley.core.vad import VadConfig
+from parley.protocol.messages import Final, StreamConfig
+from parley.runtime.decoding import StreamDecoding
+from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.session import Session, SessionOptions
+from test_compat import deepgram_session
+from test_webhooks import SECRET, Receiver
+
+# A sentence tiny.en misspells without its keyterm and writes right with it (measured).
+TERM_SENTENCE, TERM = "Please restart the Kubernetes cluster before noon.", "Kubernetes"
+CARD = "My card number is 4 5 3 9, 1 4 8 8, 0 3 4 3, 6 4 6 7, and it expires soon."
+
+
+@pytest.fixture(scope="module")
+def base_engine(models_dir):
+    return WhisperEngine(resolve_model("base", models_dir), "base", plan_device("cpu"))
+
+
+def _request(engine, audio, config: StreamConfig, **fields) -> AsrRequest:
+    return StreamDecoding.of(config, engine).request(audio, with_words=False, context=(),
+                                                     **{"draft": None, **fields})
+
+
+# ---------------------------------------------------------------- the engines
+
+def test_keyterm_bias_is_exact_under_drafts_and_batching(tiny_engine):
+    """With keyterms, a decode that verifies drafts (a wrong hypothesis, or the right one),
+    or shares its steps with other rows, keeps exactly the tokens that plain greedy
+    decoding under the same bias chooses; and the bias changes what is written."""
+    audio = speak(TERM_SENTENCE)
+    plain = transcribe(tiny_engine, _request(tiny_engine, audio, StreamConfig()), budget=0)
+    config = StreamConfig(keyterms=(TERM, "PostgreSQL", "Siobhan"))
+    alone = transcribe(tiny_engine, _request(tiny_engine, audio, config), budget=0)
+    assert TERM in alone.text and TERM not in plain.text
+    for draft in (plain.tokens, alone.tokens, alone.tokens[:3] + plain.tokens[3:]):
+        drafted = transcribe(tiny_engine, _request(tiny_engine, audio, config, draft=draft))
+        assert drafted.tokens == alone.tokens
+    others = [speak("The meeting starts at nine."), speak("Siobhan will present the numbers.")]
+    decodes = tiny_engine.start([_request(tiny_engine, a, config)
+                                 for a in [audio, *others]])
+    while not all(d.finished for d in decodes):
+        live = [d for d in decodes if not d.finished]
+        tiny_engine.step(live, [tiny_engine.max_draft] * len(live))
+    assert tiny_engine.finish(decodes[0]).tokens == alone.tokens
+    for decode, clip in zip(decodes[1:], others):
+        assert tiny_engine.finish(decode).tokens == transcribe(
+            tiny_engine, _request(tiny_engine, clip, config), budget=0).tokens
+
+
+def test_languages_are_detected_per_segment_and_restricted_on_request(base_engine):
+    """base tells Spanish from French from English, with a probability; restricted to
+    en and fr it never says es; a forced language has no probability."""
+    clips = {"es": speak("Por favor, envíame el informe antes del almuerzo del viernes.", "es"),
+             "fr": speak("Nous devons terminer le projet avant la fin du mois.", "fr"),
+             "en": speak("Please send me the report before lunch on Friday.")}
+    for code, clip in clips.items():
+        result = transcribe(base_engine, _request(base_engine, clip, StreamConfig()))
+        assert result.language == code and 0.0 < result.language_probability <= 1.0
+    restricted = transcribe(base_engine, _request(
+        base_engine, clips["es"], StreamConfig(languages=("en", "fr"))))
+    assert restricted.language in ("en", "fr")
+    forced = transcribe(base_engine, _request(base_engine, clips["fr"],
+                                              StreamConfig(language="fr")))
+    assert (forced.language, forced.language_probability) == ("fr", None)
+
+
+async def test_a_conversation_that_switches_language_labels_every_final(base_engine):
+    """A stream in Spanish, English, then French (a pause between turns), through a real
+    Session on base: each final carries the language of its own turn, with its
+    probability (partials carry theirs as the fake engine's tests show: under load
+    they may be shed, by design)."""
+    from test_session import drive
+
+    turns = [("es", "Tenemos que terminar el proyecto antes de fin de mes."),
+             ("en", "Please send me the report before lunch on Friday."),
+             ("fr", "Il faisait très froid hier, alors nous sommes restés à la maison.")]
+    pause = np.zeros(16000, np.float32)
+    audio = np.concatenate([x for code, said in turns for x in (speak(said, code), pause)])
+    worker = AsrScheduler(base_engine, 8)
+    await worker.start()
+    try:
+        session = Session(StreamConfig(partials=False), worker, SessionOptions(VadConfig()))
+        messages = await drive(session, audio)
+    finally:
+        await worker.stop()
+    finals = [m for m in messages if isinstance(m, Final) and m.text]
+    assert [f.language for f in finals] == [code for code, _ in turns]
+    assert all(f.language_probability is not None for f in finals)
+
+
+def test_translation_writes_english(base_engine):
+    """task=translate: Whisper's own translation of Spanish speech is English, and the
+    final still names the spoken language."""
+    clip = speak("Mi hermano trabaja en un pequeño hospital cerca de la estación.", "es")
+    result = transcribe(base_engine, _request(base_engine, clip,
+                                              StreamConfig(task=Task.TRANSLATE)))
+    assert result.language == "es"
+    assert {"brother", "hospital"} <= set(re.findall(r"[a-z]+", result.text.lower()))
+
+
+def test_the_english_only_model_flags_other_languages(tiny_engine):
+    """tiny.en writes French as fluent English; its final is flagged, English is not."""
+    french = transcribe(tiny_engine, AsrRequest(
+        speak("La réunion commence demain à neuf heures dans la grande salle.", "fr")))
+    english = transcribe(tiny_engine, AsrRequest(speak(TERM_SENTENCE)))
+    assert french.text and french.foreign and french.language == "en"
+    assert not english.foreign
+
+
+# ---------------------------------------------------------------- the wires
+
+@pytest.fixture(scope="module")
+async def hooked_server(models_dir):
+    """A real tiny.en server whose result webhooks go to a verifying receiver."""
+    receiver = Receiver()
+    async with receiver as url:
+        server = await serve_real(models_dir, webhooks={"url": url, "secret": SECRET})
+        yield server, receiver
+        await server.stop()
+
+
+async def test_redaction_reaches_finals_followers_and_webhooks(hooked_server):
+    """A spoken card number with redact=pci&keyterms=…: the final says [redacted] with
+    no digit and keeps the other words, timed; the follower and the webhook get the same
+    final, and no digit of it anywhere."""
+    server, receiver = hooked_server
+    base = f"ws://127.0.0.1:{server.port}"
+    audio = speak(CARD)
+    async with connect(f"{base}/v1/stream?redact=pci&keyterms=Kubernetes") as ws:
+        started = json.loads(await ws.recv())
+        assert started["config"]["redact"] == ["pci"]
+        async with connect(f"{base}/v1/sessions/{started['session_id']}/events") as follower:
+            assert json.loads(await follower.recv())["type"] == "following"
+            async for chunk in chunks_of(audio):
+                await ws.send(chunk)
+            await ws.send(json.dumps({"type": "end_of_stream"}))
+            sent = [json.loads(m) async for m in ws]
+            followed = [json.loads(m) async for m in follower]
+    finals = [m for m in sent if m["type"] == "final"]
+    text = " ".join(f["text"] for f in finals)
+    assert "[redacted]" in text and not re.search(r"\d", text) and "expires" in text
+    words = [w for f in finals for w in f["words"]]
+    redacted = [w for w in words if w["word"].startswith("[redacted]")]
+    assert len(redacted) == 1 and redacted[0]["end"] - redacted[0]["start"] > 1.0
+    assert finals[0]["language"] == "en"
+    assert [m for m in followed if m["type"] == "final"] == [
+        {k: v for k, v in f.items() if k != "seq"} for f in finals]
+    for _ in range(100):
+        if any(e["type"] == "session.ended" for e in receiver.events):
+            break
+        await asyncio.sleep(0.1)
+    hooked = [e for e in receiver.events if e["type"] == "transcript.final"]
+    assert hooked and all("[redacted]" in json.dumps(e) for e in hooked)
+    for group in ("4539", "1488", "0343", "6467"):  # nor the card in any delivery
+        assert not any(group.encode() in body for body, _ in receiver.bodies)
+
+
+async def test_deepgram_keyterm_and_redact(hooked_server):
+    """deepgram-sdk with keyterm and redact=pci: the term is written, the card is not."""
+    server, _ = hooked_server
+    for said, query, want, unwanted in [
+            (TERM_SENTENCE, {"keyterm": TERM}, "kubernetes", None),
+            (CARD, {"redact": "pci"}, "[redacted]", r"\d")]:
+        got = await deepgram_session(server.port, speak(said), **query)
+        transcript = " ".join(m.channel.alternatives[0].transcript for m in got
+                              if m.type == "Results")
+        assert want in transcript
+        assert unwanted is None or not re.search(unwanted, transcript)
+
+
+async def test_openai_prompt_is_used_and_translations_refused_by_english_only(hooked_server,
+                                                                               tmp_path):
+    """openai's realtime session takes a prompt (echoed, and one past Whisper's prompt is
+    refused as bad_config); audio.translations.create on the English-only model is a 400
+    that says why; audio.transcriptions.create takes a prompt."""
+    from openai import AsyncOpenAI, BadRequestError
+
+    server, _ = hooked_server
+    client = AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused",
+                         max_retries=0)
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
+        assert (await rt.recv()).type == "session.created"
+        for prompt, answer in [("Kubernetes and PostgreSQL.", "session.updated"),
+                               ("word " * 400, "error")]:
+            await rt.send({"type": "session.update", "session": {
+                "type": "transcription",
+                "audio": {"input": {"transcription": {"model": "x", "prompt": prompt}}}}})
+            event = await rt.recv()
+            assert event.type == answer
+            if answer == "session.updated":
+                assert event.session.audio.input.transcription.prompt == prompt
+            else:
+                assert event.error.code == "bad_config"
+    path = tmp_path / "term.wav"
+    write_wav(path, speak(TERM_SENTENCE))
+    with pytest.raises(BadRequestError, match="English-only"):
+        await client.audio.translations.create(model="whisper-1", file=path.open("rb"))
+    result = await client.audio.transcriptions.create(
+        model="whisper-1", file=path.open("rb"), prompt="We run Kubernetes clusters.")
+    assert TERM in result.text
