@@ -1,0 +1,233 @@
+"""Keyterms, languages, translation and redaction, measured on speech with known text.
+
+    python bench/vocabulary.py [--parts keyterms languages flag translation redaction]
+
+Every decode goes through the server's own request building and result shaping
+(``runtime.decoding.StreamDecoding``: prompt, keyterm bias, language, task, redaction)
+and the real engine, one segment at a time, so the figures are the model's and
+Parley's, not a transport's (tests/test_vocabulary.py proves the wires). Speech is
+espeak-ng's (bench/vocabulary_set.py); tiny.en for English, the multilingual base
+model for languages and translation. Prints a table per part and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import jiwer
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from audio_fixtures import speak  # noqa: E402
+from common import machine, print_table, write_json  # noqa: E402
+from vocabulary_set import (FOREIGN_SENTENCES, KEYTERM_SENTENCES, LANGUAGE_SENTENCES,  # noqa: E402
+                            LANGUAGE_VOICES, PLAIN_SENTENCES, REDACTION_SENTENCES, all_keyterms,
+                            keyterm_items)
+
+from parley.core.asr import Task, transcribe  # noqa: E402
+from parley.core.redaction import REDACTED  # noqa: E402
+from parley.config import default_models_dir  # noqa: E402
+from parley.models.bundle import resolve_model  # noqa: E402
+from parley.models.device import plan_device  # noqa: E402
+from parley.models.whisper_engine import WhisperEngine  # noqa: E402
+from parley.protocol.messages import StreamConfig, Word  # noqa: E402
+from parley.runtime.decoding import StreamDecoding  # noqa: E402
+
+PARTS = ("keyterms", "languages", "flag", "translation", "redaction")
+
+
+def engine(label: str) -> WhisperEngine:
+    return WhisperEngine(resolve_model(label, default_models_dir()), label, plan_device("cpu"))
+
+
+def decode(model: WhisperEngine, audio: np.ndarray, config: StreamConfig):
+    """(text, result) of one segment as a stream with ``config`` gets its final."""
+    decoding = StreamDecoding.of(config, model)
+    result = transcribe(model, decoding.request(audio, with_words=True, draft=None, context=()))
+    words = decoding.words([Word(w.word, w.start, w.end, w.probability) for w in result.words])
+    return decoding.text(result.text, words), result
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w ]", " ", text.lower()).split())
+
+
+def _said(term: str, text: str) -> bool:
+    return re.search(rf"\b{re.escape(_norm(term))}\b", _norm(text)) is not None
+
+
+# ---------------------------------------------------------------- keyterms
+
+def keyterms(tiny: WhisperEngine) -> list[dict]:
+    """Recall of the terms, WER of the sentences without any, and false insertions, with
+    the whole glossary (every term of the set) given to every sentence."""
+    glossary = all_keyterms()
+    variants = {"no keyterms": StreamConfig(), "keyterms": StreamConfig(keyterms=glossary)}
+    items = keyterm_items()
+    audio = [speak(item.text, item.voice) for item in items]
+    rows = []
+    for name, config in variants.items():
+        hits = terms = inserted = 0
+        refs, hyps = [], []
+        for item, clip in zip(items, audio):
+            text, _ = decode(tiny, clip, config)
+            hits += sum(_said(t, text) for t in item.terms)
+            terms += len(item.terms)
+            inserted += any(_said(t, text) for t in glossary if t not in item.terms)
+            if not item.terms:
+                refs.append(_norm(item.text))
+                hyps.append(_norm(text))
+        rows.append({"variant": name, "sentences": len(items),
+                     "with terms": sum(bool(i.terms) for i in items),
+                     "keyterm recall": round(hits / terms, 3),
+                     "plain WER": round(jiwer.wer(refs, hyps), 3),
+                     "false insertions": round(inserted / len(items), 3)})
+    return rows
+
+
+# ---------------------------------------------------------------- languages
+
+def languages(base: WhisperEngine) -> list[dict]:
+    """Per-segment language accuracy (any language, and among the set's six with
+    ``languages``), and WER detected against forced, per language."""
+    rows = []
+    six = StreamConfig(languages=tuple(LANGUAGE_SENTENCES))
+    for code, sentences in LANGUAGE_SENTENCES.items():
+        right, among, refs, detected, forced, probabilities = 0, 0, [], [], [], []
+        for sentence, _ in sentences:
+            clip = speak(sentence, LANGUAGE_VOICES[code])
+            text, result = decode(base, clip, StreamConfig())
+            right += result.language == code
+            among += decode(base, clip, six)[1].language == code
+            probabilities.append(result.language_probability or 0.0)
+            refs.append(_norm(sentence))
+            detected.append(_norm(text))
+            forced.append(_norm(decode(base, clip, StreamConfig(language=code))[0]))
+        rows.append({"language": code, "segments": len(sentences),
+                     "language accuracy": round(right / len(sentences), 3),
+                     "among the six": round(among / len(sentences), 3),
+                     "mean probability": round(float(np.mean(probabilities)), 3),
+                     "WER detected": round(jiwer.wer(refs, detected), 3),
+                     "WER forced": round(jiwer.wer(refs, forced), 3)})
+    return rows
+
+
+def flag(tiny: WhisperEngine) -> list[dict]:
+    """How often the English-only model's finals are flagged language_unsupported: on
+    other languages (should be all) and on English (should be none)."""
+    rows = []
+    english = [(s, v) for s in PLAIN_SENTENCES + tuple(t for t, _ in KEYTERM_SENTENCES)
+               for v in ("en-us", "en-gb-x-rp")]
+    groups = {"en": english}
+    groups.update({code: [(s, LANGUAGE_VOICES.get(code, code)) for s in sentences]
+                   for code, sentences in FOREIGN_SENTENCES.items()})
+    for code, spoken in groups.items():
+        flagged = spoken_n = 0
+        for sentence, voice in spoken:
+            text, result = decode(tiny, speak(sentence, voice), StreamConfig())
+            if not text:
+                continue  # dropped as no speech: nothing shown to flag
+            spoken_n += 1
+            flagged += result.foreign
+        rows.append({"speech": code, "finals": spoken_n,
+                     "flagged language_unsupported": round(flagged / max(spoken_n, 1), 3)})
+    return rows
+
+
+# ---------------------------------------------------------------- translation
+
+def translation(base: WhisperEngine) -> list[dict]:
+    """chrF and BLEU of task=translate against the English references."""
+    import sacrebleu
+
+    rows = []
+    for code, sentences in LANGUAGE_SENTENCES.items():
+        if code == "en":
+            continue
+        hyps, refs, english = [], [], 0
+        for sentence, reference in sentences:
+            clip = speak(sentence, LANGUAGE_VOICES[code])
+            text, result = decode(base, clip, StreamConfig(task=Task.TRANSLATE))
+            hyps.append(text)
+            refs.append(reference)
+            english += _looks_english(text)
+        rows.append({"source": code, "sentences": len(sentences),
+                     "chrF": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 1),
+                     "BLEU": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 1),
+                     "output in English": round(english / len(sentences), 3)})
+    return rows
+
+
+_ENGLISH = set("the a an to of in is it at on we my you me can where before please very "
+               "so was has have and for from with near this that".split())
+
+
+def _looks_english(text: str) -> bool:
+    words = _norm(text).split()
+    return bool(words) and sum(w in _ENGLISH for w in words) / len(words) >= 0.2
+
+
+# ---------------------------------------------------------------- redaction
+
+def redaction(tiny: WhisperEngine) -> list[dict]:
+    """Each spoken number's final under its own category alone: redacted with no digit
+    left (or, with none to redact, unchanged), and every word outside the numbers kept."""
+    rows = []
+    for sentence, category in REDACTION_SENTENCES:
+        clip = speak(sentence)
+        plain, _ = decode(tiny, clip, StreamConfig())
+        asked = (category,) if category else ("pci", "phone", "ssn")
+        text, _ = decode(tiny, clip, StreamConfig(redact=asked))
+        outside = [w for w in plain.split() if not any(ch.isdigit() for ch in w)]
+        rows.append({"said": sentence[:36], "category": category or "none",
+                     "decoded": plain[:44], "redacted": text[:44],
+                     "number gone": (REDACTED in text and not re.search(r"\d", text))
+                     if category else text == plain,
+                     "rest kept": [w for w in text.split() if w.rstrip(".,") != REDACTED
+                                   and not any(ch.isdigit() for ch in w)] == outside})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--english-model", default="tiny.en",
+                        help="the model of the keyterms, flag and redaction parts")
+    args = parser.parse_args()
+    tiny = engine(args.english_model)
+    base = engine("base") if {"languages", "translation"} & set(args.parts) else None
+    out: dict = {"machine": machine(), "english_model": args.english_model}
+    columns = {"keyterms": ["variant", "sentences", "with terms", "keyterm recall", "plain WER",
+                            "false insertions"],
+               "languages": ["language", "segments", "language accuracy", "among the six",
+                             "mean probability",
+                             "WER detected", "WER forced"],
+               "flag": ["speech", "finals", "flagged language_unsupported"],
+               "translation": ["source", "sentences", "chrF", "BLEU", "output in English"],
+               "redaction": ["said", "category", "decoded", "redacted", "number gone",
+                             "rest kept"]}
+    for part in args.parts:
+        model = base if part in ("languages", "translation") else tiny
+        rows = globals()[part](model)
+        print(f"\n{part}")
+        print_table(rows, columns[part])
+        out[part] = rows
+    if "languages" in out:
+        segments: Counter = Counter()
+        for row in out["languages"]:
+            segments["right"] += round(row["language accuracy"] * row["segments"])
+            segments["among"] += round(row["among the six"] * row["segments"])
+            segments["all"] += row["segments"]
+        out["language_accuracy"] = {"any": round(segments["right"] / segments["all"], 3),
+                                    "among the six": round(segments["among"] / segments["all"], 3)}
+        print(f"\nlanguage accuracy over all segments: {out['language_accuracy']}")
+    print(write_json("vocabulary", out))
+
+
+if __name__ == "__main__":
+    main()
