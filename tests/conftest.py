@@ -78,7 +78,7 @@ async def serve_fake(engine=None, token: str | None = None, **sections):
         scheduler, asr = load_fake_asr(settings)
     else:
         scheduler = AsrScheduler(engine, settings.asr.queue_size)
-        asr = AsrService(scheduler, engine.label, engine.check_language)
+        asr = AsrService(scheduler, engine.label)
     return await start_server(settings, scheduler, asr, warm_up=False)
 
 

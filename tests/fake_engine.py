@@ -162,4 +162,4 @@ def load_fake_asr(settings):
 
     engine = FakeEngine()
     scheduler = AsrScheduler(engine, settings.asr.queue_size)
-    return scheduler, AsrService(scheduler, engine.label, engine.check_language)
+    return scheduler, AsrService(scheduler, engine.label)

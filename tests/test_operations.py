@@ -313,7 +313,7 @@ async def test_a_diarization_fault_is_reported_once_and_transcription_goes_on(se
     scheduler = AsrScheduler(engine, settings.asr.queue_size)
     diarization = DiarizationWorker(BrokenSpeakerModels(), DiarizationConfig())
     url, _ = await servers(await start_server(settings, scheduler, AsrService(
-        scheduler, engine.label, engine.check_language), diarization, warm_up=False))
+        scheduler, engine.label), diarization, warm_up=False))
     audio, truth = talk
     result = await run_stream(stream_url(url, StreamConfig(diarization=True), None),
                               chunks_of(audio), 32000, fast=True)

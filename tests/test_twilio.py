@@ -256,3 +256,21 @@ async def test_a_call_can_be_followed_live(start):
     assert followed[-1]["type"] == "session_ended" and ws.close_code == 1000
     finals = [m for m in followed if m["type"] == "final" and m["text"]]
     assert {f["speaker"] for f in finals} == {"caller", "agent"}
+
+
+async def test_a_calls_parameters_set_its_decoding(start):
+    """The <Stream>'s <Parameter>s set the call's decoding as /v1/stream's query does:
+    ones the model can do are taken; one it cannot (translation on an English-only model)
+    or an unknown redaction is a bad_config error, told in the call's session.ended, and
+    the call goes on with its decoding as before."""
+    receiver = Receiver()
+    async with receiver as hooks:
+        _, server = await start(webhooks={"url": hooks, "secret": SECRET})
+        url = f"ws://127.0.0.1:{server.port}/v1/twilio"
+        call = {"inbound": np.zeros(1600, np.float32)}
+        for parameters in ({"redact": "pci,ssn", "keyterms": "Okonkwo", "numerals": "true"},
+                           {"task": "translate"}, {"redact": "email"}):
+            await twilio_call(url, call, signature=None, parameters=parameters)
+        await server.stop()
+    ended = [e["data"]["error_codes"] for e in receiver.events if e["type"] == "session.ended"]
+    assert ended == [[], ["bad_config"], ["bad_config"]]

@@ -50,7 +50,7 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
     threads = asr_threads(settings)
     scheduler = AsrScheduler(engine, asr.queue_size, target_busy=asr.target_busy,
                              on_thread_start=lambda: set_threads(threads))
-    return scheduler, AsrService(scheduler, settings.asr.model, engine.check_language)
+    return scheduler, AsrService(scheduler, settings.asr.model)
 
 
 def asr_threads(settings: Settings) -> int | None:

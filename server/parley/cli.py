@@ -37,6 +37,27 @@ CLUSTER_FLAGS = [("address", "cluster", "address"), ("host", "cluster", "host"),
                    if flag[0] not in ("host", "port", "ssl_certfile", "ssl_keyfile")]]
 
 
+
+def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keyterm", action="append", default=[], metavar="TERM",
+                        help="a name or term to favour (repeatable)")
+    parser.add_argument("--prompt", help="text the model reads first (spelling, style)")
+    parser.add_argument("--task", choices=["transcribe", "translate"], default="transcribe",
+                        help="translate: into English (a multilingual model)")
+    parser.add_argument("--redact", action="append", default=[],
+                        choices=["pci", "ssn", "phone", "numbers"], help="(repeatable)")
+    parser.add_argument("--numerals", action="store_true", help="number words as digits")
+
+
+def _decoding_args(args: argparse.Namespace) -> dict:
+    """The decoding options of ``parley stream`` as StreamConfig's fields."""
+    from parley.core.asr import Task
+    from parley.core.keyterms import check_keyterms
+
+    return {"keyterms": check_keyterms(args.keyterm), "prompt": args.prompt,
+            "task": Task(args.task), "redact": tuple(sorted(set(args.redact))),
+            "numerals": args.numerals}
+
 def _settings(args: argparse.Namespace, flags: list[tuple[str, str, str]]):
     """Settings from the environment and these flags, the access they give, and the
     process's logging; or None (after saying why) when they are not valid."""
@@ -101,9 +122,14 @@ def _stream(args: argparse.Namespace) -> int:
     from parley.protocol.messages import StreamConfig
 
     rate = args.sample_rate if args.source == "-" else 16000
+    try:
+        decoding = _decoding_args(args)
+    except ValueError as exc:
+        print(f"parley: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     config = StreamConfig(sample_rate=rate, channels=args.channels if args.source == "-" else 1,
                           language=args.language, partials=not args.no_partials,
-                          diarization=args.diarization or args.format == "rttm")
+                          diarization=args.diarization or args.format == "rttm", **decoding)
     bytes_per_second = rate * 2 * config.channels
     if args.source == "-":
         chunks = stdin_pcm(int(bytes_per_second * 0.1) // config.bytes_per_frame
@@ -302,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ask for speaker labels (the server must run with diarization)")
     stream.add_argument("--output", "-o", help="write the transcript here, not to stdout")
     stream.add_argument("--language")
+    _add_decoding_args(stream)
     stream.add_argument("--token", help="the server's API key (default: $PARLEY_TOKEN)")
     stream.add_argument("--no-partials", action="store_true")
     stream.add_argument("--sample-rate", type=int, default=16000, help="of raw stdin PCM")

@@ -21,6 +21,7 @@ from starlette.datastructures import QueryParams
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Error, ErrorCode, ProtocolError, ServerMessage, StreamConfig
 from parley.runtime.session import Mark, Session
@@ -109,7 +110,7 @@ class Opened:
     setup: Setup
     model: str
     limits: dict
-    check_language: Callable[[str | None], None]  # ValueError for one the model lacks
+    check_decoding: Callable[[Decoding], None]  # ValueError for what the model cannot do
     server: str | None = None  # the serving replica's name, on a cluster
     resume_token: str | None = None  # a resumable session's
     model_languages: tuple[str, ...] = ("en",)  # what the model transcribes

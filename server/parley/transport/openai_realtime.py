@@ -177,7 +177,7 @@ class OpenAIRealtimeTranslator:
         if not isinstance(fields, dict):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "session.update needs a \"session\" object")
         new = self._settings.updated(fields, old_form, self._server_vad_defaults,
-                                     self._opened.check_language)
+                                     self._opened.check_decoding)
         session.reconfigure(new.config, new.vad)  # ProtocolError (nothing applied) if too late
         self._settings = new
         updated = "transcription_session.updated" if old_form else "session.updated"

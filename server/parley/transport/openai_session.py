@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (Encoding, ErrorCode, ProtocolError, StreamConfig,
                                       language_tag)
@@ -46,7 +47,7 @@ class SessionSettings:
                 "include": None}
 
     def updated(self, fields: dict, old_form: bool, server_vad_defaults: VadConfig,
-                check_language: Callable[[str | None], None]) -> "SessionSettings":
+                check_decoding: Callable[[Decoding], None]) -> "SessionSettings":
         """These settings with an update's ``session`` fields applied; ProtocolError
         (bad_config) for one Parley cannot take."""
         if old_form:
@@ -65,7 +66,7 @@ class SessionSettings:
             new = replace(new, config=replace(new.config, **_audio_format(audio_format)))
         if transcription is not None:
             new = new._transcribing(json_object(transcription, "transcription"),
-                                    check_language)
+                                    check_decoding)
         if turns is not ...:
             new = replace(new, server_vad=turns is not None,
                           vad=_turn_vad(turns, server_vad_defaults) if turns is not None
@@ -73,7 +74,7 @@ class SessionSettings:
         return new
 
     def _transcribing(self, transcription: dict,
-                      check_language: Callable[[str | None], None]) -> "SessionSettings":
+                      check_decoding: Callable[[Decoding], None]) -> "SessionSettings":
         language = transcription.get("language") or None
         if language is not None and not isinstance(language, str):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.language must be a "
@@ -88,7 +89,7 @@ class SessionSettings:
                          language=language_tag(language, "transcription.language")
                          if language else None)
         try:
-            check_language(config.language)
+            check_decoding(config.decoding)
         except ValueError as exc:
             raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
         return replace(self, config=config)

@@ -35,6 +35,9 @@ TWILIO_PATH = "/v1/twilio"
 TWILIO_KEY_NAME = "twilio"  # the key name of connections admitted by Twilio's signature
 TRACK_SPEAKERS = {"inbound": "caller", "outbound": "agent"}
 RENAME_PARAMETERS = {"inbound": "inbound_speaker", "outbound": "outbound_speaker"}
+# <Parameter>s of the <Stream> that set the call's decoding, as /v1/stream's query does.
+DECODING_PARAMETERS = ("language", "languages", "task", "keyterms", "prompt", "redact",
+                       "numerals")
 
 
 def twilio_signature(auth_token: str, url: str) -> str:
@@ -134,15 +137,15 @@ class TwilioTranslator:
         for track, parameter in RENAME_PARAMETERS.items():
             if parameters.get(parameter):
                 self._speakers[track] = str(parameters[parameter])
-        language = parameters.get("language")
-        if language:
-            language = str(language).split("-")[0].lower()
+        chosen = {name: str(parameters[name]) for name in DECODING_PARAMETERS
+                  if parameters.get(name)}
+        if chosen:
+            config = StreamConfig.from_query({**self._config.to_query(), **chosen})
             try:
-                self._opened.check_language(language)
+                self._opened.check_decoding(config.decoding)
             except ValueError as exc:
                 raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
-            self._config = StreamConfig.from_query({**self._config.to_query(),
-                                                    "language": language})
+            self._config = config
         self._started = True
         await session.mark(WebhookEvent("call.started", {
             "call_sid": start.get("callSid"), "stream_sid": start.get("streamSid"),

@@ -49,11 +49,15 @@ log = logging.getLogger(__name__)
 BUSY_RETRY_AFTER_S = 10
 @dataclass(frozen=True)
 class AsrService:
-    """What the transport may know of ASR: the worker, a label and a language check."""
+    """What the transport may know of ASR: the worker, a label, the model's languages and
+    the check of what a stream asks of it."""
 
     worker: AsrScheduler
     model_label: str
-    check_language: Callable[[str | None], None]
+
+    def check_language(self, language: str | None) -> None:
+        """ValueError when the model cannot transcribe ``language``."""
+        self.check_decoding(Decoding(language=language))
 
     @property
     def languages(self) -> tuple[str, ...]:
@@ -209,7 +213,7 @@ class StreamEndpoint:
         this.translator = dialect.translator(Opened(this.session_id, setup,
                                                     self._asr.model_label,
                                                     self._limits.to_json(),
-                                                    self._asr.check_language,
+                                                    self._asr.check_decoding,
                                                     self._server_name, this.resume_token,
                                                     self._asr.languages))
         log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
