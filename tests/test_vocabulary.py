@@ -15,7 +15,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from audio_fixtures import speak, write_wav
-from conftest import chunks_of, pcm16, serve_real
+from conftest import chunks_of, serve_real
 from parley.core.asr import AsrRequest, Task, transcribe
 from parley.models.bundle import resolve_model
 from parley.models.device import plan_device

@@ -18,7 +18,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from websockets.exceptions import ConnectionClosed
 
-from parley.protocol.messages import Error, ErrorCode, ServerMessage, close_reason, encode
+from parley.protocol.errors import close_reason
+from parley.protocol.messages import Error, ErrorCode, ServerMessage, encode
 from parley.transport.auth import ApiKeys
 from parley.transport.connection import Connection
 from parley.transport.dialect import by_key

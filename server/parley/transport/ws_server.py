@@ -18,15 +18,15 @@ import contextlib
 import logging
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Callable
 from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from parley.core.asr import Decoding
+from parley.protocol.errors import close_reason
 from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
-                                      ServerMessage, SpeakerUpdate, as_json, close_reason)
+                                      ServerMessage, SpeakerUpdate, as_json)
 from parley.runtime.capacity import LiveCapacity, LiveLoad
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics

@@ -1,0 +1,182 @@
+"""A stream's configuration (protocol.md section 1): the audio format and what the
+client asks of the decoding, read from the query string and told back in
+``session_started`` (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any, Mapping
+
+from parley.core.asr import Decoding, Task
+from parley.core.keyterms import check_keyterms
+from parley.core.redaction import Redact, parse_redact
+from parley.protocol.errors import ErrorCode, ProtocolError
+
+
+class Encoding(str, Enum):
+    PCM_S16LE = "pcm_s16le"
+    PCM_F32LE = "pcm_f32le"
+    MULAW = "mulaw"
+    ALAW = "alaw"
+
+    @property
+    def sample_width(self) -> int:
+        return {"pcm_s16le": 2, "pcm_f32le": 4, "mulaw": 1, "alaw": 1}[self.value]
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """What a client chooses for its stream, from the query string of /v1/stream."""
+
+    encoding: Encoding = Encoding.PCM_S16LE
+    sample_rate: int = 16000
+    channels: int = 1
+    language: str | None = None
+    partials: bool = True
+    diarization: bool = False
+    languages: tuple[str, ...] = ()    # detection among these (section 2, "Languages")
+    task: Task = Task.TRANSCRIBE
+    keyterms: tuple[str, ...] = ()     # names and terms the decoder favours
+    prompt: str | None = None          # text the model reads first (Whisper's prompt)
+    redact: tuple[str, ...] = ()       # Redact categories, applied to every result
+    numerals: bool = False             # number words written as digits
+
+    MIN_RATE = 8000
+    MAX_RATE = 48000
+    MAX_CHANNELS = 8
+    MAX_PROMPT_CHARS = 1000
+    _LISTS = ("languages", "keyterms", "redact")  # comma-separated on the query string
+
+    @property
+    def bytes_per_frame(self) -> int:
+        """Bytes of one sample on every channel: audio messages are whole multiples of it."""
+        return self.encoding.sample_width * self.channels
+
+    @property
+    def decoding(self) -> Decoding:
+        """What the stream asks of the model besides its audio."""
+        return Decoding(self.language, frozenset(self.languages), self.task, self.keyterms,
+                        self.prompt or "")
+
+    @property
+    def redaction(self) -> frozenset[Redact]:
+        return frozenset(map(Redact, self.redact))
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["encoding"] = self.encoding.value
+        out["task"] = self.task.value
+        for name in self._LISTS:
+            out[name] = list(out[name])
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "StreamConfig":
+        """The inverse of ``to_json`` (a ``session_started``'s config); fields this
+        version does not know are left out."""
+        known = {f for f in cls.__dataclass_fields__}
+        fields = {k: v for k, v in data.items() if k in known}
+        fields["encoding"] = Encoding(fields.get("encoding", cls.encoding.value))
+        fields["task"] = Task(fields.get("task", cls.task.value))
+        for name in cls._LISTS:
+            fields[name] = tuple(fields.get(name) or ())
+        return cls(**fields)
+
+    def to_query(self) -> dict[str, str]:
+        query = {}
+        for name, value in self.to_json().items():
+            if isinstance(value, list):
+                if value:
+                    query[name] = ",".join(value)
+            elif value is not None:
+                query[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return query
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, str]) -> "StreamConfig":
+        known = {"encoding", "sample_rate", "channels", "language", "partials", "diarization",
+                 "token", "webhook_url", "languages", "task", "keyterms", "prompt", "redact",
+                 "numerals"}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, f"unknown parameter(s): {', '.join(unknown)}")
+        try:
+            encoding = Encoding(params.get("encoding", cls.encoding.value))
+        except ValueError:
+            choices = ", ".join(e.value for e in Encoding)
+            raise ProtocolError(ErrorCode.BAD_CONFIG,
+                                f"encoding must be one of {choices}") from None
+        sample_rate = _int_param(params, "sample_rate", cls.sample_rate, cls.MIN_RATE, cls.MAX_RATE)
+        channels = _int_param(params, "channels", cls.channels, 1, cls.MAX_CHANNELS)
+        language = params.get("language") or None
+        if language is not None and language.lower() == "auto":
+            language = None
+        prompt = params.get("prompt") or None
+        if prompt is not None and len(prompt) > cls.MAX_PROMPT_CHARS:
+            raise ProtocolError(ErrorCode.BAD_CONFIG,
+                                f"prompt has at most {cls.MAX_PROMPT_CHARS} characters")
+        try:
+            task = Task(params.get("task", cls.task.value))
+        except ValueError:
+            raise ProtocolError(ErrorCode.BAD_CONFIG,
+                                "task must be transcribe or translate") from None
+        try:
+            keyterms = check_keyterms(_listed(params, "keyterms"))
+            redact = tuple(sorted(r.value for r in parse_redact(_listed(params, "redact"))))
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
+        return cls(
+            encoding=encoding,
+            sample_rate=sample_rate,
+            channels=channels,
+            language=language_tag(language, "language") if language else None,
+            partials=_bool_param(params, "partials", cls.partials),
+            diarization=_bool_param(params, "diarization", cls.diarization),
+            languages=tuple(dict.fromkeys(language_tag(tag, "languages")
+                                          for tag in _listed(params, "languages"))),
+            task=task,
+            keyterms=keyterms,
+            prompt=prompt,
+            redact=redact,
+            numerals=_bool_param(params, "numerals", cls.numerals),
+        )
+
+
+def language_tag(raw: str, name: str) -> str:
+    """A 2 or 3 letter language code, lower case (BCP-47's region dropped: en-US is en)."""
+    base = raw.strip().split("-")[0].split("_")[0]
+    if not (base.isascii() and base.isalpha() and 2 <= len(base) <= 3):
+        raise ProtocolError(ErrorCode.BAD_CONFIG,
+                            f"{name} takes 2 or 3 letter codes such as 'en'; not {raw!r}")
+    return base.lower()
+
+
+def _listed(params: Mapping[str, str], name: str) -> list[str]:
+    raw = params.get(name) or ""
+    return [part for part in (p.strip() for p in raw.split(",")) if part]
+
+
+def _int_param(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be an integer") from None
+    if not low <= value <= high:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be between {low} and {high}")
+    return value
+
+
+def _bool_param(params: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be true or false")
