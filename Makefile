@@ -43,10 +43,12 @@ cluster: install
 	$(VENV)/bin/parley cluster --host $(HOST) --port 8000 --replicas 2 --models-dir "$(MODELS_DIR)" --diarization bundle
 
 # Both cores: most of the suite waits on real-time streams, sockets and subprocesses;
-# a test file stays on one worker, so its servers start once.
+# a test file stays on one worker, so its servers start once. One OpenMP thread per
+# process: two workers each running torch on both cores made every model wait on the
+# other's threads (the suite took 440 s so, 322 s with one thread each).
 TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: install
 	$(PY) bench/asr.py
