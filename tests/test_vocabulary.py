@@ -192,7 +192,7 @@ async def test_deepgram_keyterm_and_redact(hooked_server):
 
 async def test_openai_prompt_is_used_and_translations_refused_by_english_only(hooked_server,
                                                                                tmp_path):
-    """openai's realtime session takes a prompt (echoed, and one past Whisper's prompt is
+    """openai's realtime session takes a prompt (echoed; one over 1000 characters is
     refused as bad_config); audio.translations.create on the English-only model is a 400
     that says why; audio.transcriptions.create takes a prompt."""
     from openai import AsyncOpenAI, BadRequestError

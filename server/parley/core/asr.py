@@ -172,8 +172,8 @@ class Transcriber(Protocol[D]):
         ...
 
     def vocabulary(self, decoding: Decoding) -> Vocabulary:
-        """``decoding``'s keyterms and prompt as prompt tokens and a keyterm trie
-        (ValueError when they do not fit the prompt)."""
+        """``decoding``'s prompt as prompt tokens (the last ``max_prompt_tokens`` of a
+        longer one) and its keyterms as a trie."""
         ...
 
     def start(self, requests: Sequence[AsrRequest]) -> list[D]:

@@ -167,22 +167,17 @@ class WhisperEngine:
         problem = decoding_problem(decoding, self.label, self.multilingual, self.languages)
         if problem:
             raise ValueError(problem)
-        if decoding.prompt:
-            self.vocabulary(decoding)  # raises when it does not fit Whisper's prompt
 
     def prompt_tokens(self, text: str) -> tuple[int, ...]:
         tokens = self.processor.tokenizer.encode(" " + text.strip(), add_special_tokens=False)
         return tuple(tokens[-MAX_PROMPT_TOKENS:]) if text.strip() else ()
 
     def vocabulary(self, decoding: Decoding) -> Vocabulary:
-        """The prompt as prompt tokens, and the keyterms' trie (each term as it is written
-        after a space, as it is written mid-sentence)."""
-        text = decoding.prompt.strip()
+        """The prompt as prompt tokens (its last 223, as openai-whisper keeps them), and
+        the keyterms' trie (each term as it is written after a space, as it is written
+        mid-sentence)."""
+        prompt = self.prompt_tokens(decoding.prompt)
         tokenizer = self.processor.tokenizer
-        prompt = tuple(tokenizer.encode(" " + text, add_special_tokens=False)) if text else ()
-        if len(prompt) > MAX_PROMPT_TOKENS:
-            raise ValueError(f"the prompt makes {len(prompt)} tokens; Whisper's prompt holds "
-                             f"at most {MAX_PROMPT_TOKENS}")
         bias = None
         if decoding.keyterms:
             bias = KeytermBias(tuple(tuple(tokenizer.encode(" " + term, add_special_tokens=False))
