@@ -106,11 +106,13 @@ class GreedyVerifier:
             feeds.append([d.next_token] + draft)
         hiddens = self.decoder.forward([d.row for d in decodes], feeds)
         logits = self.head(torch.cat(hiddens))
-        biased, offset = [], 0
-        for d, draft in zip(decodes, drafts):
-            biased += [(offset + j, d.bias, d.tokens + draft[:j]) for j in range(len(draft) + 1)]
-            offset += len(draft) + 1
-        _add_bias(logits, biased)
+        if any(d.bias is not None for d in decodes):
+            biased, offset = [], 0
+            for d, draft in zip(decodes, drafts):
+                biased += [(offset + j, d.bias, d.tokens + draft[:j])
+                           for j in range(len(draft) + 1)]
+                offset += len(draft) + 1
+            _add_bias(logits, biased)
         logits = logits.masked_fill(self.suppress, -math.inf)
         choices = logits.argmax(-1).tolist()
         kept_rows, picked, offset, keeps = [], [], 0, []
