@@ -220,3 +220,33 @@ async def test_openai_prompt_is_used_and_translations_refused_by_english_only(ho
     result = await client.audio.transcriptions.create(
         model="whisper-1", file=path.open("rb"), prompt="We run Kubernetes clusters.")
     assert TERM in result.text
+
+
+async def test_recordings_take_keyterms_and_redaction_and_say_their_language(hooked_server,
+                                                                             tmp_path):
+    """deepgram-sdk's transcribe_file with keyterm, redact=pci and numerals: the term is
+    written, the card redacted, the language reported as detected; openai's verbose_json
+    segments carry their language."""
+    from deepgram import DeepgramClient
+    from openai import AsyncOpenAI
+
+    from test_files import _deepgram_environment
+
+    server, _ = hooked_server
+    base = f"http://127.0.0.1:{server.port}"
+    audio = np.concatenate([speak(TERM_SENTENCE), np.zeros(16000, np.float32), speak(CARD)])
+    path = write_wav(tmp_path / "call.wav", audio)
+    client = DeepgramClient(api_key="unused", environment=_deepgram_environment(base))
+    response = await asyncio.to_thread(
+        client.listen.v1.media.transcribe_file, request=path.read_bytes(), keyterm=[TERM],
+        redact="pci", numerals=True, punctuate=True, model="nova-3")
+    channel = response.results.channels[0]
+    transcript = channel.alternatives[0].transcript
+    assert TERM in transcript and "[redacted]" in transcript
+    assert not re.search(r"\d", transcript) and channel.detected_language == "en"
+    openai = AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+    verbose = await openai.audio.transcriptions.create(
+        model="whisper-1", file=path.open("rb"), response_format="verbose_json")
+    assert verbose.language == "english"
+    assert verbose.segments and all(s.model_extra.get("language") == "en"
+                                    for s in verbose.segments)
