@@ -127,6 +127,9 @@ async function start() {
     token: params.get("token") ?? undefined,
     language: $("language").value.trim() || params.get("language") || undefined,
     diarization: params.has("diarization") ? params.get("diarization") === "true" : $("diarization").checked,
+    // the decoding options pass through from the page's own query (?keyterms=…&redact=pci)
+    ...Object.fromEntries(["languages", "task", "keyterms", "prompt", "redact", "numerals"]
+      .filter((name) => params.has(name)).map((name) => [name, params.get(name)])),
   });
   client.addEventListener("state", (e) => {
     $("state").textContent = e.detail.state;

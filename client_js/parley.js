@@ -29,7 +29,10 @@ export class ParleyError extends Error {
   }
 }
 
-export function streamUrl(base, { token, language, diarization, partials, sampleRate } = {}) {
+// The decoding options (protocol.md section 1): lists become comma-separated values.
+const DECODING_OPTIONS = ["languages", "task", "keyterms", "prompt", "redact", "numerals"];
+
+export function streamUrl(base, { token, language, diarization, partials, sampleRate, ...rest } = {}) {
   const url = new URL(base, typeof location === "undefined" ? undefined : location.href);
   if (url.protocol === "http:") url.protocol = "ws:";
   if (url.protocol === "https:") url.protocol = "wss:";
@@ -41,6 +44,11 @@ export function streamUrl(base, { token, language, diarization, partials, sample
   if (language) query.set("language", language);
   if (diarization !== undefined) query.set("diarization", String(Boolean(diarization)));
   if (partials !== undefined) query.set("partials", String(Boolean(partials)));
+  for (const name of DECODING_OPTIONS) {
+    const value = rest[name];
+    if (value === undefined || value === null || value === "" || value?.length === 0) continue;
+    query.set(name, Array.isArray(value) ? value.join(",") : String(value));
+  }
   if (token) query.set("token", token);
   return url.toString();
 }

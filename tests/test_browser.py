@@ -67,7 +67,8 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
 
 
 async def test_parley_js_against_the_server(server):
-    """parley.js in the page: refusals reject with the code; audio in, finals and a clean end."""
+    """parley.js in the page: refusals reject with the code; decoding options reach the
+    server; audio in, finals and a clean end."""
     audio, _ = dialogue(["A", "B"], turns=2)
     pcm = base64.b64encode((audio * 32767).astype("<i2").tobytes()).decode()
     async with async_playwright() as playwright:
@@ -79,7 +80,9 @@ async def test_parley_js_against_the_server(server):
             const refused = new ParleyClient({ url: '/v1/stream', language: 'xx' });
             let refusal;
             try { await refused.connect(); } catch (error) { refusal = error.code; }
-            const client = new ParleyClient({ url: '/v1/stream', diarization: true });
+            const client = new ParleyClient({ url: '/v1/stream', diarization: true,
+                                              keyterms: ['Kubernetes', 'Siobhan'],
+                                              redact: ['pci'] });
             const events = [];
             for (const type of ['started', 'speech_started', 'partial', 'final',
                                 'speaker_update', 'ended', 'closed', 'error']) {
@@ -98,6 +101,9 @@ async def test_parley_js_against_the_server(server):
     assert result["closed"]["code"] == 1000
     types = [e["type"] for e in result["events"]]
     assert types[0] == "started" and types[-2:] == ["ended", "closed"] and "error" not in types
+    started = result["events"][0]["detail"]  # the decoding options reached the server
+    assert started["config"]["keyterms"] == ["Kubernetes", "Siobhan"]
+    assert started["config"]["redact"] == ["pci"] and started["model_languages"] == ["en"]
     finals = [e["detail"] for e in result["events"] if e["type"] == "final"]
     assert len(finals) == 2 and all(f["speaker"] in ("S1", "S2") for f in finals)
     assert result["sent"] == pytest.approx(len(audio) / 16000, abs=0.01)
