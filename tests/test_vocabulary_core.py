@@ -85,8 +85,8 @@ def test_redaction_keeps_every_word_it_does_not_redact_in_order(words, categorie
 
 
 def test_decoding_settings_from_the_query():
-    """languages, task, keyterms, prompt, redact and numerals parse as section 1 says;
-    their errors are bad_config."""
+    """languages, task, keyterms, prompt, redact and numerals parse as section 1 says and
+    round-trip through the query; their errors are bad_config."""
     config = StreamConfig.from_query({"languages": "en, ES,fr-FR", "task": "translate",
                                       "keyterms": "Kubernetes,PostgreSQL", "prompt": "Hi.",
                                       "redact": "ssn,pci", "numerals": "true",
@@ -95,6 +95,9 @@ def test_decoding_settings_from_the_query():
                                        ("Kubernetes", "PostgreSQL"), "Hi.")
     assert config.redaction == {Redact.PCI, Redact.SSN} and config.numerals
     assert StreamConfig.from_query(config.to_query()) == config
+    # A default config's URL names none of them: servers that predate them accept it.
+    assert not set(StreamConfig().to_query()) & {"languages", "task", "keyterms", "prompt",
+                                                 "redact", "numerals"}
     for params, fragment in [({"task": "summarise"}, "transcribe or translate"),
                              ({"redact": "email"}, "redact takes"),
                              ({"languages": "en,english"}, "2 or 3 letter"),

@@ -84,11 +84,14 @@ class StreamConfig:
         return cls(**fields)
 
     def to_query(self) -> dict[str, str]:
+        """The query string of this config; the decoding options only where they are not
+        their defaults, so a client's URL stays one that servers before them accept."""
         query = {}
         for name, value in self.to_json().items():
+            if name in _DECODING_DEFAULTS and value == _DECODING_DEFAULTS[name]:
+                continue
             if isinstance(value, list):
-                if value:
-                    query[name] = ",".join(value)
+                query[name] = ",".join(value)
             elif value is not None:
                 query[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return query
@@ -180,3 +183,8 @@ def _bool_param(params: Mapping[str, str], name: str, default: bool) -> bool:
     if lowered in ("false", "0", "no"):
         return False
     raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be true or false")
+
+
+# The decoding options' defaults as to_json writes them (left out of a query).
+_DECODING_DEFAULTS = {"languages": [], "task": Task.TRANSCRIBE.value, "keyterms": [],
+                      "prompt": None, "redact": [], "numerals": False}
