@@ -188,3 +188,6 @@ def _bool_param(params: Mapping[str, str], name: str, default: bool) -> bool:
 # The decoding options' defaults as to_json writes them (left out of a query).
 _DECODING_DEFAULTS = {"languages": [], "task": Task.TRANSCRIBE.value, "keyterms": [],
                       "prompt": None, "redact": [], "numerals": False}
+# The query parameters that set the decoding (section 1), for wires that carry them
+# elsewhere (Twilio's <Parameter>s).
+DECODING_OPTIONS = tuple(_DECODING_DEFAULTS) + ("language",)

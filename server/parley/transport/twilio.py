@@ -23,6 +23,7 @@ from websockets.http11 import Request, Response
 
 from parley.protocol.messages import (Encoding, Error, ErrorCode, ProtocolError, ServerMessage,
                                       StreamConfig)
+from parley.protocol.stream_config import DECODING_OPTIONS
 from parley.runtime.session import Mark
 from parley.runtime.session_group import SessionGroup
 from parley.runtime.webhooks import WebhookEvent
@@ -35,9 +36,6 @@ TWILIO_PATH = "/v1/twilio"
 TWILIO_KEY_NAME = "twilio"  # the key name of connections admitted by Twilio's signature
 TRACK_SPEAKERS = {"inbound": "caller", "outbound": "agent"}
 RENAME_PARAMETERS = {"inbound": "inbound_speaker", "outbound": "outbound_speaker"}
-# <Parameter>s of the <Stream> that set the call's decoding, as /v1/stream's query does.
-DECODING_PARAMETERS = ("language", "languages", "task", "keyterms", "prompt", "redact",
-                       "numerals")
 
 
 def twilio_signature(auth_token: str, url: str) -> str:
@@ -137,7 +135,8 @@ class TwilioTranslator:
         for track, parameter in RENAME_PARAMETERS.items():
             if parameters.get(parameter):
                 self._speakers[track] = str(parameters[parameter])
-        chosen = {name: str(parameters[name]) for name in DECODING_PARAMETERS
+        # The <Stream>'s <Parameter>s set the call's decoding as /v1/stream's query does.
+        chosen = {name: str(parameters[name]) for name in DECODING_OPTIONS
                   if parameters.get(name)}
         if chosen:
             config = StreamConfig.from_query({**self._config.to_query(), **chosen})
