@@ -28,9 +28,10 @@ import argparse
 import asyncio
 import time
 
+from common import print_table, write_json
+
 import numpy as np
 import torch
-from common import print_table, write_json
 
 from audio_fixtures import SAMPLE_WAV, read_wav
 from parley.config import Settings
@@ -58,22 +59,37 @@ def prefixes(segment: SegmentClosed, step: float) -> list[np.ndarray]:
     return [segment.audio[:c] for c in cuts]
 
 
-def run_model(name: str, audio: np.ndarray, step: float, device: str,
-              max_draft: int) -> list[dict]:
+def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft: int) -> list[dict]:
     models_dir = Settings().models_dir
     assistant = ASSISTANT_FOR.get(name)
-    engine = WhisperEngine(resolve_model(name, models_dir), name, plan_device(device),
-                           max_draft=max_draft, guards=None)
+    engine = WhisperEngine(
+        resolve_model(name, models_dir), name, plan_device(device), max_draft=max_draft, guards=None
+    )
     engines = {"plain": engine, "hypothesis": engine}
     if assistant:
-        assisted = WhisperEngine(resolve_model(name, models_dir), name, plan_device(device),
-                                 max_draft=max_draft, guards=None, assistant_label=assistant,
-                                 assistant_source=resolve_model(assistant, models_dir))
+        assisted = WhisperEngine(
+            resolve_model(name, models_dir),
+            name,
+            plan_device(device),
+            max_draft=max_draft,
+            guards=None,
+            assistant_label=assistant,
+            assistant_source=resolve_model(assistant, models_dir),
+        )
         engines.update(assistant=assisted, both=assisted)
     language = "en" if engine.multilingual else None
     generate_kwargs = {"language": "en", "task": "transcribe"} if engine.multilingual else {}
-    totals = {v: {"seconds": 0.0, "tokens": 0, "passes": 0, "accepted": 0, "verify_steps": 0,
-                  "identical": True} for v in engines}
+    totals = {
+        v: {
+            "seconds": 0.0,
+            "tokens": 0,
+            "passes": 0,
+            "accepted": 0,
+            "verify_steps": 0,
+            "identical": True,
+        }
+        for v in engines
+    }
     audio_seconds = encoder_seconds = generate_seconds = 0.0
     for warm in set(engines.values()):
         warm.transcribe(audio[:16000], language=language)  # warm-up, not counted
@@ -89,8 +105,9 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str,
             for variant, decoder in engines.items():
                 draft = previous if variant in ("hypothesis", "both") else None
                 started = time.perf_counter()
-                result = decoder.transcribe(prefix, language=language, draft=draft,
-                                            budget=0 if variant == "plain" else None)
+                result = decoder.transcribe(
+                    prefix, language=language, draft=draft, budget=0 if variant == "plain" else None
+                )
                 t = totals[variant]
                 t["seconds"] += time.perf_counter() - started
                 t["tokens"] += len(result.tokens) + 1  # + end of text
@@ -109,39 +126,51 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str,
     rows = []
     for variant, t in totals.items():
         decode_only = max(t["seconds"] - encoder_seconds, 1e-9)
-        rows.append({
-            "model": name, "variant": variant,
-            "seconds": t["seconds"], "tokens_per_s": t["tokens"] / t["seconds"],
-            "rtf": t["seconds"] / audio_seconds,
-            "passes": t["passes"], "tokens": t["tokens"],
-            "mean_accepted": t["accepted"] / t["verify_steps"] if t["verify_steps"] else 0.0,
-            "speedup": plain_seconds / t["seconds"],
-            "decoder_speedup": (plain_seconds - encoder_seconds) / decode_only,
-            "vs_generate": generate_seconds / t["seconds"],
-            "identical": t["identical"],
-            "encoder_s": encoder_seconds,
-            "generate_s": generate_seconds,
-        })
+        rows.append(
+            {
+                "model": name,
+                "variant": variant,
+                "seconds": t["seconds"],
+                "tokens_per_s": t["tokens"] / t["seconds"],
+                "rtf": t["seconds"] / audio_seconds,
+                "passes": t["passes"],
+                "tokens": t["tokens"],
+                "mean_accepted": t["accepted"] / t["verify_steps"] if t["verify_steps"] else 0.0,
+                "speedup": plain_seconds / t["seconds"],
+                "decoder_speedup": (plain_seconds - encoder_seconds) / decode_only,
+                "vs_generate": generate_seconds / t["seconds"],
+                "identical": t["identical"],
+                "encoder_s": encoder_seconds,
+                "generate_s": generate_seconds,
+            }
+        )
     return rows
 
 
 def run_queue(name: str, audio: np.ndarray, sizes: list[int], device: str) -> list[dict]:
     """Finals of ``size`` streams waiting at once, each with its earlier partial as a draft."""
-    engine = WhisperEngine(resolve_model(name, Settings().models_dir), name,
-                           plan_device(device), guards=None)
+    engine = WhisperEngine(
+        resolve_model(name, Settings().models_dir), name, plan_device(device), guards=None
+    )
     language = "en" if engine.multilingual else None
     warmed = AsrScheduler(engine, capacity=64)
     warmed.warm_up()
     rows = []
     for size in sizes:
         starts = np.linspace(6.5, len(audio) / 16000 - 5.0, size)
-        clips = [audio[int(s * 16000):int(s * 16000) + 5 * 16000] for s in starts]
-        drafts = [engine.transcribe(c[: int(len(c) * 0.8)], language=language).tokens
-                  for c in clips]
+        clips = [audio[int(s * 16000) : int(s * 16000) + 5 * 16000] for s in starts]
+        drafts = [
+            engine.transcribe(c[: int(len(c) * 0.8)], language=language).tokens for c in clips
+        ]
         requests = [AsrRequest(c, language, draft=d) for c, d in zip(clips, drafts)]
         timings, outputs = {}, {}
-        for variant in ("plain one by one", "drafted one by one", "batched, budget 0",
-                        "batched, budget 15", "scheduler"):
+        for variant in (
+            "plain one by one",
+            "drafted one by one",
+            "batched, budget 0",
+            "batched, budget 15",
+            "scheduler",
+        ):
             started = time.perf_counter()
             if variant == "scheduler":
                 results = asyncio.run(_schedule(engine, warmed, requests))
@@ -149,14 +178,23 @@ def run_queue(name: str, audio: np.ndarray, sizes: list[int], device: str) -> li
                 results = _batched(engine, requests, int(variant.rsplit(" ", 1)[1]))
             else:
                 budget = 0 if variant.startswith("plain") else None
-                results = [engine.transcribe(r.audio, language=language, draft=r.draft,
-                                             budget=budget) for r in requests]
+                results = [
+                    engine.transcribe(r.audio, language=language, draft=r.draft, budget=budget)
+                    for r in requests
+                ]
             timings[variant] = time.perf_counter() - started
             outputs[variant] = [r.tokens for r in results]
-        rows += [{"model": name, "queue": size, "variant": v, "seconds": t,
-                  "speedup": timings["plain one by one"] / t,
-                  "identical": outputs[v] == outputs["plain one by one"]}
-                 for v, t in timings.items()]
+        rows += [
+            {
+                "model": name,
+                "queue": size,
+                "variant": v,
+                "seconds": t,
+                "speedup": timings["plain one by one"] / t,
+                "identical": outputs[v] == outputs["plain one by one"],
+            }
+            for v, t in timings.items()
+        ]
     return rows
 
 
@@ -194,23 +232,51 @@ def main() -> None:
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--max-draft", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=30.0, help="of sample.wav to use")
-    parser.add_argument("--queues", type=int, nargs="*", default=[1, 2, 4, 8],
-                        help="queue lengths for the batched-versus-drafted comparison")
+    parser.add_argument(
+        "--queues",
+        type=int,
+        nargs="*",
+        default=[1, 2, 4, 8],
+        help="queue lengths for the batched-versus-drafted comparison",
+    )
     args = parser.parse_args()
     audio = read_wav(SAMPLE_WAV)
     rows, queue_rows = [], []
     for name in args.models:
-        rows += run_model(name, audio[: int(args.seconds * 16000)], args.step, args.device,
-                          args.max_draft)
+        rows += run_model(
+            name, audio[: int(args.seconds * 16000)], args.step, args.device, args.max_draft
+        )
         queue_rows += run_queue(name, audio, args.queues, args.device)
     print("Streaming re-decodes (partials every step, then the final):")
-    print_table(rows, ["model", "variant", "seconds", "tokens_per_s", "rtf", "passes",
-                       "mean_accepted", "speedup", "decoder_speedup", "vs_generate",
-                       "identical", "encoder_s"])
+    print_table(
+        rows,
+        [
+            "model",
+            "variant",
+            "seconds",
+            "tokens_per_s",
+            "rtf",
+            "passes",
+            "mean_accepted",
+            "speedup",
+            "decoder_speedup",
+            "vs_generate",
+            "identical",
+            "encoder_s",
+        ],
+    )
     print("\nA queue of decodes waiting at once:")
     print_table(queue_rows, ["model", "queue", "variant", "seconds", "speedup", "identical"])
-    path = write_json("asr", {"step_s": args.step, "max_draft": args.max_draft,
-                              "device": args.device, "rows": rows, "queue_rows": queue_rows})
+    path = write_json(
+        "asr",
+        {
+            "step_s": args.step,
+            "max_draft": args.max_draft,
+            "device": args.device,
+            "rows": rows,
+            "queue_rows": queue_rows,
+        },
+    )
     print(f"\nwrote {path}")
 
 

@@ -28,8 +28,9 @@ import argparse
 import copy
 import time
 
-import torch
 from common import print_table, write_json
+
+import torch
 from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
 from parley.models.drafters import AssistantDrafter, HypothesisDrafter
@@ -50,12 +51,19 @@ MAX_DRAFT = 15
 
 def build(shape: str, tokens: int, device: torch.device, dtype: torch.dtype):
     d_model, enc_layers, dec_layers, heads, mels = SHAPES[shape]
-    config = WhisperConfig(vocab_size=VOCAB, num_mel_bins=mels, d_model=d_model,
-                           encoder_layers=enc_layers, decoder_layers=dec_layers,
-                           encoder_attention_heads=heads, decoder_attention_heads=heads,
-                           encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model,
-                           max_target_positions=len(PROMPT) + tokens,
-                           attn_implementation="sdpa")
+    config = WhisperConfig(
+        vocab_size=VOCAB,
+        num_mel_bins=mels,
+        d_model=d_model,
+        encoder_layers=enc_layers,
+        decoder_layers=dec_layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=4 * d_model,
+        decoder_ffn_dim=4 * d_model,
+        max_target_positions=len(PROMPT) + tokens,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(0)
     with torch.device(device):
         main = WhisperForConditionalGeneration(config).to(dtype).eval()
@@ -88,8 +96,9 @@ def decode(verifier: GreedyVerifier, hidden, drafters) -> list[RowDecode]:
     return decodes
 
 
-def run_shape(shape: str, tokens: int, repeats: int, device: torch.device, dtype,
-              row_counts: list[int]) -> list[dict]:
+def run_shape(
+    shape: str, tokens: int, repeats: int, device: torch.device, dtype, row_counts: list[int]
+) -> list[dict]:
     main, assistant = build(shape, tokens, device, dtype)
     capacity = max(row_counts)
     kinds = {"eager": False} | ({"graphs": True} if device.type == "cuda" else {})
@@ -101,48 +110,68 @@ def run_shape(shape: str, tokens: int, repeats: int, device: torch.device, dtype
     rows = []
     for kind, graphs in kinds.items():
         started = time.perf_counter()
-        decoder = RowDecoder(main.model.decoder, capacity=capacity, max_width=MAX_DRAFT + 1,
-                             graphs=graphs)
-        assistant_rows = RowDecoder(assistant.model.decoder, capacity=capacity,
-                                    max_width=MAX_DRAFT + 1, graphs=graphs)
+        decoder = RowDecoder(
+            main.model.decoder, capacity=capacity, max_width=MAX_DRAFT + 1, graphs=graphs
+        )
+        assistant_rows = RowDecoder(
+            assistant.model.decoder, capacity=capacity, max_width=MAX_DRAFT + 1, graphs=graphs
+        )
         capture_s = time.perf_counter() - started if graphs else None
-        verifier = GreedyVerifier(decoder, head, suppress=[], begin_suppress=[], eot=NEVER,
-                                  no_speech_token=None, vocab=VOCAB, device=device)
+        verifier = GreedyVerifier(
+            decoder,
+            head,
+            suppress=[],
+            begin_suppress=[],
+            eot=NEVER,
+            no_speech_token=None,
+            vocab=VOCAB,
+            device=device,
+        )
         (plain,) = decode(verifier, hidden, [None])  # warm-up, and the reference
         revised = [(t + 1) % VOCAB if i % 12 == 11 else t for i, t in enumerate(plain.tokens)]
 
-        def assisted():
+        def assisted(assistant_rows=assistant_rows):
             (row,) = assistant_rows.add(hidden)
             return AssistantDrafter(row, assistant_head, eot=NEVER)
 
-        drafters = {"plain": lambda: None,
-                    "hypothesis": lambda: HypothesisDrafter(plain.tokens),
-                    "revised": lambda: HypothesisDrafter(revised),
-                    "assistant": assisted}
+        drafters = {
+            "plain": lambda: None,
+            "hypothesis": lambda tokens=plain.tokens: HypothesisDrafter(tokens),
+            "revised": lambda tokens=revised: HypothesisDrafter(tokens),
+            "assistant": assisted,
+        }
         for count in row_counts:
             for variant, make in drafters.items():
                 best, out = float("inf"), None
                 for attempt in range(repeats + 1):  # the first one warms up
                     made = [make() for _ in range(count)]
-                    out, seconds = timed(lambda: decode(verifier, hidden, made), device)
+                    out, seconds = timed(lambda v=verifier, m=made: decode(v, hidden, m), device)
                     for drafter in made:
                         if isinstance(drafter, AssistantDrafter):
                             assistant_rows.release(drafter._state)
                     best = min(best, seconds) if attempt else best
                 generated = sum(len(d.tokens) + 1 for d in out)
-                rows.append({"shape": shape, "kind": kind, "rows": count, "variant": variant,
-                             "ms_per_token": 1000 * best * count / generated,
-                             "ms_per_step": 1000 * best / max(d.stats.passes for d in out),
-                             "tokens": generated,
-                             "mean_accepted": sum(d.stats.accepted for d in out) /
-                             max(1, sum(d.stats.verify_steps for d in out)),
-                             "identical": all(d.tokens == plain.tokens for d in out),
-                             "capture_s": capture_s})
+                rows.append(
+                    {
+                        "shape": shape,
+                        "kind": kind,
+                        "rows": count,
+                        "variant": variant,
+                        "ms_per_token": 1000 * best * count / generated,
+                        "ms_per_step": 1000 * best / max(d.stats.passes for d in out),
+                        "tokens": generated,
+                        "mean_accepted": sum(d.stats.accepted for d in out)
+                        / max(1, sum(d.stats.verify_steps for d in out)),
+                        "identical": all(d.tokens == plain.tokens for d in out),
+                        "capture_s": capture_s,
+                    }
+                )
     single = next(r for r in rows if (r["kind"], r["rows"], r["variant"]) == ("eager", 1, "plain"))
     for row in rows:  # tokens per second over all rows, against one eager plain row
         row["throughput"] = single["ms_per_token"] * row["rows"] / row["ms_per_token"]
     with torch.inference_mode():  # the encoder once, for scale
-        _, encoder_s = timed(lambda: main.model.encoder(features), device)
+        encoder = main.model.encoder
+        _, encoder_s = timed(lambda: encoder(features), device)
     for row in rows:
         row["encoder_ms"] = 1000 * encoder_s
     del main, assistant
@@ -157,8 +186,13 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=["large-v3", "turbo"], choices=SHAPES)
     parser.add_argument("--tokens", type=int, default=120, help="tokens per decode")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16],
-                        help="rows stepping together (ms per token per stream)")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        nargs="+",
+        default=[1, 4, 16],
+        help="rows stepping together (ms per token per stream)",
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -168,15 +202,33 @@ def main() -> None:
         rows += run_shape(shape, args.tokens, args.repeats, device, dtype, args.rows)
         print_table(rows[-1:], ["shape", "kind", "rows", "variant", "ms_per_token"])  # progress
     print()
-    print_table(rows, ["shape", "kind", "rows", "variant", "ms_per_token", "ms_per_step",
-                       "tokens", "mean_accepted", "throughput", "identical", "encoder_ms",
-                       "capture_s"])
-    payload = {"device": args.device,
-               "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
-               "torch": torch.__version__, "rows": rows}
+    print_table(
+        rows,
+        [
+            "shape",
+            "kind",
+            "rows",
+            "variant",
+            "ms_per_token",
+            "ms_per_step",
+            "tokens",
+            "mean_accepted",
+            "throughput",
+            "identical",
+            "encoder_ms",
+            "capture_s",
+        ],
+    )
+    payload = {
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "rows": rows,
+    }
     path = write_json("asr-gpu", payload)
     if args.json:
         import json
+
         with open(args.json, "w") as out:
             json.dump(payload, out, indent=2)
     print(f"\nwrote {path}")

@@ -26,9 +26,11 @@ import sys
 import time
 
 from common import ParleyProcess, print_table, write_json
+
+from websockets.asyncio.client import connect
+
 from conftest import free_port
 from load import Server
-from websockets.asyncio.client import connect
 
 PROBE = json.dumps({"type": "bench_probe"})
 
@@ -41,10 +43,25 @@ class ClusterProcess(ParleyProcess):
         self.base = f"127.0.0.1:{self.port}"
         began = time.perf_counter()
         super().__init__(
-            [sys.executable, "-m", "parley", "cluster", "--port", str(self.port),
-             "--replicas", str(replicas), "--model", model, "--diarization", diarization],
-            f"cluster-{diarization}", r"listening on .* \(ready in ([\d.]+) s", 600,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "parley",
+                "cluster",
+                "--port",
+                str(self.port),
+                "--replicas",
+                str(replicas),
+                "--model",
+                model,
+                "--diarization",
+                diarization,
+            ],
+            f"cluster-{diarization}",
+            r"listening on .* \(ready in ([\d.]+) s",
+            600,
+            start_new_session=True,
+        )
         self.launch_to_ready_s = time.perf_counter() - began
         self.reported_ready_s = float(self.ready[1])
 
@@ -104,9 +121,14 @@ def main() -> None:
     startup = []
     for diarization in ("off", "bundle"):
         cluster = ClusterProcess(args.model, diarization)
-        startup.append({"diarization": diarization, "replicas": 2,
-                        "launch_to_ready_s": cluster.launch_to_ready_s,
-                        "reported_ready_s": cluster.reported_ready_s})
+        startup.append(
+            {
+                "diarization": diarization,
+                "replicas": 2,
+                "launch_to_ready_s": cluster.launch_to_ready_s,
+                "reported_ready_s": cluster.reported_ready_s,
+            }
+        )
         if diarization == "bundle":
             cluster.stop()
             continue
@@ -124,8 +146,14 @@ def main() -> None:
     rows = []
     for name, samples in times.items():
         ms = sorted(1000 * t for t in samples)
-        rows.append({"path": name, "messages": len(ms), "rtt_p50_ms": statistics.median(ms),
-                     "rtt_p90_ms": ms[int(0.9 * len(ms))]})
+        rows.append(
+            {
+                "path": name,
+                "messages": len(ms),
+                "rtt_p50_ms": statistics.median(ms),
+                "rtt_p90_ms": ms[int(0.9 * len(ms))],
+            }
+        )
     added = rows[1]["rtt_p50_ms"] - rows[0]["rtt_p50_ms"]
     for row in rows:
         row["x_direct"] = row["rtt_p50_ms"] / rows[0]["rtt_p50_ms"]
@@ -136,9 +164,17 @@ def main() -> None:
     hop_rows = [{"audio_s": s, "handle_rtt_ms": ms} for s, ms in hops.items()]
     print_table(hop_rows, ["audio_s", "handle_rtt_ms"])
     print(f"replica's decode costs: {costs}")
-    path = write_json("cluster", {"model": args.model, "startup": startup, "round_trips": rows,
-                                  "proxy_added_ms_p50": added, "handle_hops": hop_rows,
-                                  "decode_costs": costs})
+    path = write_json(
+        "cluster",
+        {
+            "model": args.model,
+            "startup": startup,
+            "round_trips": rows,
+            "proxy_added_ms_p50": added,
+            "handle_hops": hop_rows,
+            "decode_costs": costs,
+        },
+    )
     print(f"\nwrote {path}")
 
 

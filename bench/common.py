@@ -21,9 +21,13 @@ sys.path.insert(0, str(ROOT / "tests"))  # the test suite's audio fixtures
 def machine() -> dict:
     import torch
 
-    return {"python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
-            "platform": platform.platform()}
+    return {
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+        "platform": platform.platform(),
+    }
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:
@@ -54,14 +58,26 @@ class LoggedProcess:
     returns once that log matches ``ready`` (kept as ``self.ready``), and raises if the
     process exits or ``timeout_s`` passes first."""
 
-    def __init__(self, argv: list[str], name: str, ready: str, timeout_s: float,
-                 env: dict[str, str] | None = None, **popen):
+    def __init__(
+        self,
+        argv: list[str],
+        name: str,
+        ready: str,
+        timeout_s: float,
+        env: dict[str, str] | None = None,
+        **popen,
+    ):
         RESULTS.mkdir(parents=True, exist_ok=True)
         self.log_path = RESULTS / f"{name}.log"
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            argv, stdout=self._log, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYANNOTE_METRICS_ENABLED": "false", **(env or {})}, **popen)
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYANNOTE_METRICS_ENABLED": "false", **(env or {})},
+            **popen,
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.process.poll() is None:
             found = re.search(ready, self.log_path.read_text())

@@ -21,12 +21,13 @@ import base64
 import statistics
 import time
 
+from common import print_table, write_json
+
 import aiohttp
 import soxr
-from common import print_table, write_json
-from load import Server
 
 from audio_fixtures import DIALOGUE_LINES, PLAIN_VOICES, conversation, wer
+from load import Server
 from parley.client.stream import run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.audio import SAMPLE_RATE
@@ -56,7 +57,7 @@ async def paced(data: bytes, bytes_per_s: int, clock: Clock, chunk_s: float = CH
     began = time.monotonic()
     for k, i in enumerate(range(0, len(data), step)):
         await asyncio.sleep(max(0.0, began + k * chunk_s - time.monotonic()))
-        yield data[i:i + step]
+        yield data[i : i + step]
         clock.mark((i + step) / bytes_per_s)
 
 
@@ -75,11 +76,18 @@ async def native(port: int, audio) -> dict:
         transcript.apply(message)
 
     url = stream_url(f"ws://127.0.0.1:{port}/v1/stream", StreamConfig(diarization=True), None)
-    await run_stream(url, paced(pcm16(audio), 2 * SAMPLE_RATE, clock), 2 * SAMPLE_RATE,
-                     fast=True, on_message=on_message)
-    return {"text": " ".join(f["text"] for f in transcript.finals),
-            "speakers": {w["speaker"] for f in transcript.finals for w in f["words"]},
-            "latencies": latencies}
+    await run_stream(
+        url,
+        paced(pcm16(audio), 2 * SAMPLE_RATE, clock),
+        2 * SAMPLE_RATE,
+        fast=True,
+        on_message=on_message,
+    )
+    return {
+        "text": " ".join(f["text"] for f in transcript.finals),
+        "speakers": {w["speaker"] for f in transcript.finals for w in f["words"]},
+        "latencies": latencies,
+    }
 
 
 async def deepgram_sdk(port: int, audio) -> dict:
@@ -87,12 +95,22 @@ async def deepgram_sdk(port: int, audio) -> dict:
     from deepgram.environment import DeepgramClientEnvironment
 
     local = f"127.0.0.1:{port}"
-    client = AsyncDeepgramClient(api_key="unused", environment=DeepgramClientEnvironment(
-        base=f"http://{local}", production=f"ws://{local}", agent="", agent_rest=""))
+    client = AsyncDeepgramClient(
+        api_key="unused",
+        environment=DeepgramClientEnvironment(
+            base=f"http://{local}", production=f"ws://{local}", agent="", agent_rest=""
+        ),
+    )
     clock, texts, speakers, latencies = Clock(), [], set(), []
-    async with client.listen.v1.connect(model="nova-3", encoding="linear16",
-                                        sample_rate=SAMPLE_RATE, interim_results="true",
-                                        diarize="true", punctuate="true") as live:
+    async with client.listen.v1.connect(
+        model="nova-3",
+        encoding="linear16",
+        sample_rate=SAMPLE_RATE,
+        interim_results="true",
+        diarize="true",
+        punctuate="true",
+    ) as live:
+
         async def receive():
             async for message in live:
                 if message.type == "Results" and message.is_final:
@@ -117,9 +135,17 @@ async def openai_realtime(port: int, audio) -> dict:
     clock, texts, latencies, stopped = Clock(), [], [], {}
     rate = 24000
     async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
-        await rt.session.update(session={"type": "transcription", "audio": {"input": {
-            "format": {"type": "audio/pcm", "rate": rate}, "turn_detection": {
-                "type": "server_vad"}}}})
+        await rt.session.update(
+            session={
+                "type": "transcription",
+                "audio": {
+                    "input": {
+                        "format": {"type": "audio/pcm", "rate": rate},
+                        "turn_detection": {"type": "server_vad"},
+                    }
+                },
+            }
+        )
 
         async def receive():
             async for event in rt:
@@ -146,9 +172,13 @@ async def livekit_plugin(port: int, audio) -> dict:
 
     clock, texts, speakers, latencies = Clock(), [], set(), []
     async with aiohttp.ClientSession() as http:
-        stt = deepgram.STT(api_key="unused", http_session=http, sample_rate=SAMPLE_RATE,
-                           base_url=f"http://127.0.0.1:{port}/v1/listen",
-                           enable_diarization=True)
+        stt = deepgram.STT(
+            api_key="unused",
+            http_session=http,
+            sample_rate=SAMPLE_RATE,
+            base_url=f"http://127.0.0.1:{port}/v1/listen",
+            enable_diarization=True,
+        )
         stream = stt.stream()
 
         async def feed():
@@ -167,19 +197,25 @@ async def livekit_plugin(port: int, audio) -> dict:
     return {"text": " ".join(texts), "speakers": speakers, "latencies": latencies}
 
 
-WIRES = {"native /v1/stream": native, "deepgram-sdk /v1/listen": deepgram_sdk,
-         "openai realtime /v1/realtime": openai_realtime,
-         "livekit-plugins-deepgram /v1/listen": livekit_plugin}
+WIRES = {
+    "native /v1/stream": native,
+    "deepgram-sdk /v1/listen": deepgram_sdk,
+    "openai realtime /v1/realtime": openai_realtime,
+    "livekit-plugins-deepgram /v1/listen": livekit_plugin,
+}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--model", default="tiny.en")
     args = parser.parse_args()
-    audio, truth = conversation([(PLAIN_VOICES[k % 2], DIALOGUE_LINES[k % len(DIALOGUE_LINES)])
-                                 for k in range(args.turns)], gap_s=0.6)
+    audio, truth = conversation(
+        [(PLAIN_VOICES[k % 2], DIALOGUE_LINES[k % len(DIALOGUE_LINES)]) for k in range(args.turns)],
+        gap_s=0.6,
+    )
     said = " ".join(u.text for u in truth)
     server = Server(args.model, "bundle", [], "warning", log_name="compat")
     rows = []
@@ -188,12 +224,17 @@ def main() -> None:
         for wire, run in WIRES.items():
             outcome = asyncio.run(run(port, audio))
             latencies = sorted(x for x in outcome["latencies"] if x is not None)
-            rows.append({"wire": wire, "wer": wer(said, outcome["text"]),
-                         "speaker_ids": len(outcome["speakers"] - {None}),
-                         "finals": len(latencies),
-                         "latency_p50_s": statistics.median(latencies) if latencies else None,
-                         "latency_max_s": latencies[-1] if latencies else None,
-                         "text": outcome["text"]})
+            rows.append(
+                {
+                    "wire": wire,
+                    "wer": wer(said, outcome["text"]),
+                    "speaker_ids": len(outcome["speakers"] - {None}),
+                    "finals": len(latencies),
+                    "latency_p50_s": statistics.median(latencies) if latencies else None,
+                    "latency_max_s": latencies[-1] if latencies else None,
+                    "text": outcome["text"],
+                }
+            )
             print(f"{wire}: done", flush=True)
     finally:
         server.stop()
@@ -202,10 +243,27 @@ def main() -> None:
         p50 = row["latency_p50_s"]
         row["latency_p50_vs_native"] = p50 / base if p50 and base else None
     print()
-    print_table(rows, ["wire", "wer", "speaker_ids", "finals", "latency_p50_s",
-                       "latency_p50_vs_native", "latency_max_s"])
-    path = write_json("compat", {"model": args.model, "turns": args.turns,
-                                 "audio_s": len(audio) / SAMPLE_RATE, "rows": rows})
+    print_table(
+        rows,
+        [
+            "wire",
+            "wer",
+            "speaker_ids",
+            "finals",
+            "latency_p50_s",
+            "latency_p50_vs_native",
+            "latency_max_s",
+        ],
+    )
+    path = write_json(
+        "compat",
+        {
+            "model": args.model,
+            "turns": args.turns,
+            "audio_s": len(audio) / SAMPLE_RATE,
+            "rows": rows,
+        },
+    )
     print(f"\nwrote {path}")
 
 

@@ -29,21 +29,55 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import common  # noqa: F401 (puts the test fixtures on the path)
+
 import numpy as np
 
-import common  # noqa: F401 (puts the test fixtures on the path)
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_dir, write_wav
 
 SAMPLE_RATE = 16000
 CACHE = Path(__file__).resolve().parent / "results" / "devset-cache"
 
 # Base voices and variants, split so that held-out meetings use voices never tuned on.
-BASES = {"dev": ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "de", "fr"],
-         "heldout": ["en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc", "es", "it", "nl"]}
-VARIANTS = {"dev": ["m1", "m2", "m3", "m4", "f1", "f2", "f3", "klatt", "klatt3", "Andy",
-                    "Annie", "edward", "max", "linda", "john"],
-            "heldout": ["m5", "m6", "m7", "f4", "f5", "klatt2", "klatt4", "adam", "anika",
-                        "benjamin", "david", "grandma", "paul", "belinda"]}
+BASES = {
+    "dev": ["en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-029", "de", "fr"],
+    "heldout": ["en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-us-nyc", "es", "it", "nl"],
+}
+VARIANTS = {
+    "dev": [
+        "m1",
+        "m2",
+        "m3",
+        "m4",
+        "f1",
+        "f2",
+        "f3",
+        "klatt",
+        "klatt3",
+        "Andy",
+        "Annie",
+        "edward",
+        "max",
+        "linda",
+        "john",
+    ],
+    "heldout": [
+        "m5",
+        "m6",
+        "m7",
+        "f4",
+        "f5",
+        "klatt2",
+        "klatt4",
+        "adam",
+        "anika",
+        "benjamin",
+        "david",
+        "grandma",
+        "paul",
+        "belinda",
+    ],
+}
 SENTENCES = {
     "dev": [
         "I think we should move the launch to the second week of June.",
@@ -92,20 +126,50 @@ SENTENCES = {
 }
 SHORT_TURNS = ["Yes.", "Right.", "Okay, sure.", "No.", "Exactly.", "Mm, I see."]
 # recordings per split: (kind, speakers) → how many
-PLAN = {"dev": {("espeak", 2): 4, ("espeak", 3): 4, ("espeak", 4): 4, ("espeak", 6): 3,
-                ("noisy", 2): 3, ("noisy", 3): 3, ("noisy", 4): 3, ("noisy", 6): 2,
-                ("phone", 2): 3, ("phone", 3): 3, ("phone", 4): 3, ("phone", 6): 2,
-                ("real", 2): 3, ("real", 3): 3, ("real", 4): 3, ("one voice", 1): 4},
-        "heldout": {("espeak", 2): 2, ("espeak", 3): 2, ("espeak", 4): 2, ("espeak", 6): 2,
-                    ("noisy", 2): 2, ("noisy", 3): 2, ("noisy", 4): 2, ("noisy", 6): 1,
-                    ("phone", 2): 2, ("phone", 3): 2, ("phone", 4): 2, ("phone", 6): 1,
-                    ("real", 2): 2, ("real", 3): 2, ("real", 4): 2, ("one voice", 1): 3}}
+PLAN = {
+    "dev": {
+        ("espeak", 2): 4,
+        ("espeak", 3): 4,
+        ("espeak", 4): 4,
+        ("espeak", 6): 3,
+        ("noisy", 2): 3,
+        ("noisy", 3): 3,
+        ("noisy", 4): 3,
+        ("noisy", 6): 2,
+        ("phone", 2): 3,
+        ("phone", 3): 3,
+        ("phone", 4): 3,
+        ("phone", 6): 2,
+        ("real", 2): 3,
+        ("real", 3): 3,
+        ("real", 4): 3,
+        ("one voice", 1): 4,
+    },
+    "heldout": {
+        ("espeak", 2): 2,
+        ("espeak", 3): 2,
+        ("espeak", 4): 2,
+        ("espeak", 6): 2,
+        ("noisy", 2): 2,
+        ("noisy", 3): 2,
+        ("noisy", 4): 2,
+        ("noisy", 6): 1,
+        ("phone", 2): 2,
+        ("phone", 3): 2,
+        ("phone", 4): 2,
+        ("phone", 6): 1,
+        ("real", 2): 2,
+        ("real", 3): 2,
+        ("real", 4): 2,
+        ("one voice", 1): 3,
+    },
+}
 SPLIT_SEED = {"dev": 1000, "heldout": 9000}
 
 
 @dataclass(frozen=True)
 class Voice:
-    name: str    # espeak-ng voice (base+variant), or "real:<speaker>"
+    name: str  # espeak-ng voice (base+variant), or "real:<speaker>"
     pitch: int = 50
     speed: int = 160
 
@@ -132,8 +196,11 @@ class Recording:
         return len(self.audio) / SAMPLE_RATE
 
     def rttm(self) -> str:
-        return "".join(f"SPEAKER {self.name} 1 {t.start:.3f} {t.end - t.start:.3f} <NA> <NA> "
-                       f"{t.speaker} <NA> <NA>\n" for t in self.turns)
+        return "".join(
+            f"SPEAKER {self.name} 1 {t.start:.3f} {t.end - t.start:.3f} <NA> <NA> "
+            f"{t.speaker} <NA> <NA>\n"
+            for t in self.turns
+        )
 
 
 def _speak(text: str, voice: Voice) -> np.ndarray:
@@ -144,17 +211,33 @@ def _speak(text: str, voice: Voice) -> np.ndarray:
         CACHE.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             raw = Path(tmp) / "raw.wav"
-            subprocess.run(["espeak-ng", "-v", voice.name, "-p", str(voice.pitch), "-s",
-                            str(voice.speed), "-w", str(raw), text], check=True,
-                           capture_output=True)
-            subprocess.run(["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16",
-                            str(path)], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "espeak-ng",
+                    "-v",
+                    voice.name,
+                    "-p",
+                    str(voice.pitch),
+                    "-s",
+                    str(voice.speed),
+                    "-w",
+                    str(raw),
+                    text,
+                ],
+                check=True,
+                capture_output=True,
+            )
+            subprocess.run(
+                ["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(path)],
+                check=True,
+                capture_output=True,
+            )
     return _trim(read_wav(path))
 
 
 def _trim(audio: np.ndarray, floor: float = 0.01) -> np.ndarray:
     loud = np.flatnonzero(np.abs(audio) > floor)
-    return audio[loud[0]:loud[-1] + 1] if len(loud) else audio[:0]
+    return audio[loud[0] : loud[-1] + 1] if len(loud) else audio[:0]
 
 
 def _real_voices() -> dict[str, list[np.ndarray]]:
@@ -166,10 +249,9 @@ def _real_voices() -> dict[str, list[np.ndarray]]:
     overlap = reference.get_overlap()
     clips: dict[str, list[np.ndarray]] = {}
     for segment, _, label in reference.itertracks(yield_label=True):
-        for part in reference.get_timeline().support().crop(segment).extrude(
-                overlap).support():
+        for part in reference.get_timeline().support().crop(segment).extrude(overlap).support():
             if part.duration >= 0.8:
-                clip = audio[int(part.start * SAMPLE_RATE):int(part.end * SAMPLE_RATE)]
+                clip = audio[int(part.start * SAMPLE_RATE) : int(part.end * SAMPLE_RATE)]
                 clips.setdefault(label, []).append(_trim(clip, 0.005))
     return clips
 
@@ -180,15 +262,19 @@ def _voices(rng: np.random.Generator, split: str, count: int) -> list[Voice]:
     while len(chosen) < count:
         base, variant = rng.choice(BASES[split]), rng.choice(VARIANTS[split])
         voice = Voice(f"{base}+{variant}", int(rng.integers(20, 91)), int(rng.integers(135, 186)))
-        if any(v.name == voice.name or (v.name.split("+")[1] == variant
-                                        and abs(v.pitch - voice.pitch) < 25) for v in chosen):
+        if any(
+            v.name == voice.name
+            or (v.name.split("+")[1] == variant and abs(v.pitch - voice.pitch) < 25)
+            for v in chosen
+        ):
             continue
         chosen.append(voice)
     return chosen
 
 
-def _noise(rng: np.random.Generator, samples: int, kind: str, level: float,
-           murmur: np.ndarray | None) -> np.ndarray:
+def _noise(
+    rng: np.random.Generator, samples: int, kind: str, level: float, murmur: np.ndarray | None
+) -> np.ndarray:
     if kind == "white":
         noise = rng.standard_normal(samples)
     elif kind == "pink":
@@ -197,13 +283,13 @@ def _noise(rng: np.random.Generator, samples: int, kind: str, level: float,
         noise = np.fft.irfft(spectrum, samples)
     else:  # a murmur: far-off voices, no words to read
         noise = np.resize(murmur, samples) if murmur is not None else rng.standard_normal(samples)
-    noise = noise / max(np.sqrt(np.mean(noise ** 2)), 1e-9)
+    noise = noise / max(np.sqrt(np.mean(noise**2)), 1e-9)
     return (noise * level).astype(np.float32)
 
 
 def _phone(audio: np.ndarray) -> np.ndarray:
     """Through an 8 kHz mu-law line and back to 16 kHz, as a phone call arrives."""
-    import audioop  # noqa: PLC0415 (deprecated in 3.13; the reference codec here)
+    import audioop
 
     import soxr
 
@@ -232,8 +318,11 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
     previous = -1
     for k in range(turns_wanted):
         # Everyone speaks in the first round (so each voice is heard), then at random.
-        who = k if k < speakers else int(rng.choice([i for i in range(speakers)
-                                                     if i != previous or speakers == 1]))
+        who = (
+            k
+            if k < speakers
+            else int(rng.choice([i for i in range(speakers) if i != previous or speakers == 1]))
+        )
         previous = who
         voice = voices[who]
         if voice.name.startswith("real:"):
@@ -242,8 +331,11 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
             said = ""
         else:
             short = k >= speakers and rng.random() < 0.15
-            lines = [str(rng.choice(SHORT_TURNS))] if short else [
-                str(rng.choice(sentences)) for _ in range(int(rng.integers(1, 3)))]
+            lines = (
+                [str(rng.choice(SHORT_TURNS))]
+                if short
+                else [str(rng.choice(sentences)) for _ in range(int(rng.integers(1, 3)))]
+            )
             said = " ".join(lines)
             speech = np.concatenate([_speak(line, voice) for line in lines])
         if kind == "noisy":
@@ -272,8 +364,15 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
         audio *= 0.99 / peak
     names = {v.name: f"spk{i}" for i, v in enumerate(voices)}
     turns = [Turn(s / SAMPLE_RATE, e / SAMPLE_RATE, names[v]) for s, e, v in spans]
-    return Recording(f"{split}-{kind.replace(' ', '_')}-{speakers}-{index}", split, kind,
-                     speakers, audio, turns, text)
+    return Recording(
+        f"{split}-{kind.replace(' ', '_')}-{speakers}-{index}",
+        split,
+        kind,
+        speakers,
+        audio,
+        turns,
+        text,
+    )
 
 
 def _murmur(rng: np.random.Generator, split: str) -> np.ndarray:
@@ -292,13 +391,17 @@ def hash_of(kind: str, speakers: int, index: int) -> int:
 
 def recordings(split: str) -> list[Recording]:
     """Every recording of ``split``, in a fixed order."""
-    return [make(split, kind, speakers, i) for (kind, speakers), count in PLAN[split].items()
-            for i in range(count)]
+    return [
+        make(split, kind, speakers, i)
+        for (kind, speakers), count in PLAN[split].items()
+        for i in range(count)
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--split", choices=sorted(PLAN), default="dev")
     parser.add_argument("--out", type=Path, default=Path("devset"))
     args = parser.parse_args()

@@ -4,14 +4,14 @@ A `parley serve --diarization bundle` runs in its own process; each recording is
 in real time (100 ms messages paced by the clock) through Parley's own client, which
 applies every ``speaker_update`` to the finals it kept. The finals' words, joined into
 turns (runs of one speaker's words, split at pauses of 0.3 s or more, as `parley stream
---format rttm` writes them), are scored against
-the reference with pyannote.metrics: diarization error rate with a 0.25 s collar and
-overlap scored, split into confusion, missed and false alarm (shares of scored speech),
-and again with overlapped speech left out (one speaker per word cannot cover it). Also: the number of speakers shown and whether the labels run S1…Sn
-in order of first appearance; single-word flips (a word whose speaker differs from
-the words on both sides of it in one final); finals holding more than one speaker;
-word timing against the reference speech (share of word time outside speech, share
-of speech inside no word); final latency.
+--format rttm` writes them), are scored against the reference with pyannote.metrics:
+diarization error rate with a 0.25 s collar and overlap scored, split into confusion,
+missed and false alarm (shares of scored speech), and again with overlapped speech left
+out (one speaker per word cannot cover it). Also: the number of speakers shown and
+whether the labels run S1…Sn in order of first appearance; single-word flips (a word
+whose speaker differs from the words on both sides of it in one final); finals holding
+more than one speaker; word timing against the reference speech (share of word time
+outside speech, share of speech inside no word); final latency.
 
 Recordings: sample.wav (two real speakers), espeak-ng dialogues of 2 and 3 voices, a
 single voice with pauses, and clean prompts answered by an old noisy recording.
@@ -29,19 +29,27 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from common import print_table, write_json
-from load import Server
 
-from audio_fixtures import (SAMPLE_WAV, dialogue, monologue, read_wav, recording_and_prompts,
-                            sample_dir, write_wav)
+import numpy as np
+from pyannote.core import Annotation, Segment
+from pyannote.database.util import load_rttm
+from pyannote.metrics.diarization import DiarizationErrorRate
+
+from audio_fixtures import (
+    SAMPLE_WAV,
+    dialogue,
+    monologue,
+    read_wav,
+    recording_and_prompts,
+    sample_dir,
+    write_wav,
+)
+from load import Server
 from parley.client.stream import ffmpeg_pcm, run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.audio import SAMPLE_RATE
 from parley.protocol.messages import StreamConfig
-from pyannote.core import Annotation, Segment
-from pyannote.database.util import load_rttm
-from pyannote.metrics.diarization import DiarizationErrorRate
 
 COLLAR_S = 0.25
 GRID_S = 0.01  # timing is scored on a 10 ms grid
@@ -51,12 +59,18 @@ def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotati
     """name → (wav file, reference annotation), each after ``lead_s`` of extra silence (the
     server's diarization steps fall elsewhere in the speech: it shows how much that moves)."""
     sample = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
-    made = {"sample.wav": (read_wav(SAMPLE_WAV), [(s.start, s.end, label) for s, _, label
-                                                  in sample.itertracks(yield_label=True)])}
-    for name, (audio, truth) in {"espeak 2 voices": dialogue(["A", "B"]),
-                                 "espeak 3 voices": dialogue(["A", "B", "C"]),
-                                 "1 voice, pauses": monologue(),
-                                 "prompts + recording": recording_and_prompts()}.items():
+    made = {
+        "sample.wav": (
+            read_wav(SAMPLE_WAV),
+            [(s.start, s.end, label) for s, _, label in sample.itertracks(yield_label=True)],
+        )
+    }
+    for name, (audio, truth) in {
+        "espeak 2 voices": dialogue(["A", "B"]),
+        "espeak 3 voices": dialogue(["A", "B", "C"]),
+        "1 voice, pauses": monologue(),
+        "prompts + recording": recording_and_prompts(),
+    }.items():
         made[name] = (audio, [(u.start, u.end, u.voice) for u in truth])
     out = {}
     for name, (audio, truth) in made.items():
@@ -82,8 +96,12 @@ async def stream_file(url: str, path: Path) -> dict:
             latencies.append(now - began[0] - message["end"])
         transcript.apply(message)
 
-    result = await run_stream(url, ffmpeg_pcm(str(path)), 2 * SAMPLE_RATE,  # PCM16 mono
-                              on_message=on_message)
+    result = await run_stream(
+        url,
+        ffmpeg_pcm(str(path)),
+        2 * SAMPLE_RATE,  # PCM16 mono
+        on_message=on_message,
+    )
     return {"transcript": transcript, "latencies": latencies, "errors": result.errors}
 
 
@@ -98,7 +116,7 @@ def hypothesis(transcript: Transcript) -> Annotation:
 def _grid(segments, length: int) -> np.ndarray:
     mask = np.zeros(length, bool)
     for start, end in segments:
-        mask[int(round(start / GRID_S)):int(round(end / GRID_S))] = True
+        mask[int(round(start / GRID_S)) : int(round(end / GRID_S))] = True
     return mask
 
 
@@ -107,9 +125,10 @@ def timing(transcript: Transcript, reference: Annotation) -> dict:
     speech = [(s.start, s.end) for s in reference.get_timeline().support()]
     length = int(max([e for _, e in words + speech] + [0]) / GRID_S) + 2
     in_words, in_speech = _grid(words, length), _grid(speech, length)
-    return {"words_outside_speech": float((in_words & ~in_speech).sum() / max(in_words.sum(), 1)),
-            "speech_outside_words": float((in_speech & ~in_words).sum()
-                                          / max(in_speech.sum(), 1))}
+    return {
+        "words_outside_speech": float((in_words & ~in_speech).sum() / max(in_words.sum(), 1)),
+        "speech_outside_words": float((in_speech & ~in_words).sum() / max(in_speech.sum(), 1)),
+    }
 
 
 def flips(transcript: Transcript) -> int:
@@ -127,21 +146,26 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
     latencies = sorted(outcome["latencies"])
     turns = hypothesis(transcript)
     parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
-        reference, turns, detailed=True)
+        reference, turns, detailed=True
+    )
     scored = max(parts["total"], 1e-9)
     return {
-        "audio": name, "mode": mode,
+        "audio": name,
+        "mode": mode,
         "der": parts["diarization error rate"],
         "confusion": parts["confusion"] / scored,
         "missed": parts["missed detection"] / scored,
         "false_alarm": parts["false alarm"] / scored,
         "der_no_overlap": DiarizationErrorRate(collar=COLLAR_S, skip_overlap=True)(
-            reference, turns),
-        "speakers": len(shown), "true_speakers": len(reference.labels()),
+            reference, turns
+        ),
+        "speakers": len(shown),
+        "true_speakers": len(reference.labels()),
         "labels_in_order": shown == [f"S{i + 1}" for i in range(len(shown))],
         "flips": flips(transcript),
-        "mixed_finals": sum(1 for f in finals
-                            if len({w["speaker"] for w in f.get("words") or []}) > 1),
+        "mixed_finals": sum(
+            1 for f in finals if len({w["speaker"] for w in f.get("words") or []}) > 1
+        ),
         "speaker_change_finals": sum(1 for f in finals if f["reason"] == "speaker_change"),
         "finals": len(finals),
         **timing(transcript, reference),
@@ -158,23 +182,38 @@ async def run_mode(url: str, mode: str, files: dict) -> list[dict]:
         outcomes = [await stream_file(url, path) for path, _ in files.values()]
     else:
         outcomes = await asyncio.gather(*(stream_file(url, path) for path, _ in files.values()))
-    return [score(name, mode, outcome, reference)
-            for (name, (_, reference)), outcome in zip(files.items(), outcomes)]
+    return [
+        score(name, mode, outcome, reference)
+        for (name, (_, reference)), outcome in zip(files.items(), outcomes)
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", nargs="+", choices=["realtime", "load"],
-                        default=["realtime", "load"])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--modes", nargs="+", choices=["realtime", "load"], default=["realtime", "load"]
+    )
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--only", nargs="+", help="recordings to send (names as in the table)")
-    parser.add_argument("--lead-s", type=float, default=0.0,
-                        help="silence added before every recording (moves the step grid)")
-    parser.add_argument("--server-pythonpath", help="run the server from this source tree "
-                                                    "(e.g. an older checkout, for a before/after)")
-    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="environment of the server, e.g. PARLEY_DIARIZATION__LATENCY_S=3")
+    parser.add_argument(
+        "--lead-s",
+        type=float,
+        default=0.0,
+        help="silence added before every recording (moves the step grid)",
+    )
+    parser.add_argument(
+        "--server-pythonpath",
+        help="run the server from this source tree (e.g. an older checkout, for a before/after)",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment of the server, e.g. PARLEY_DIARIZATION__LATENCY_S=3",
+    )
     parser.add_argument("--label", default="")
     args = parser.parse_args()
     env = dict(item.split("=", 1) for item in args.server_env)
@@ -194,13 +233,40 @@ def main() -> None:
         finally:
             server.stop()
     print()
-    print_table(rows, ["audio", "mode", "der", "confusion", "missed", "false_alarm",
-                       "der_no_overlap", "speakers", "true_speakers", "labels_in_order",
-                       "flips", "mixed_finals", "speaker_change_finals", "finals",
-                       "words_outside_speech", "speech_outside_words", "latency_p50_s",
-                       "latency_max_s", "errors"])
-    path = write_json("diarization", {"label": args.label, "model": args.model,
-                                      "lead_s": args.lead_s, "server_env": env, "rows": rows})
+    print_table(
+        rows,
+        [
+            "audio",
+            "mode",
+            "der",
+            "confusion",
+            "missed",
+            "false_alarm",
+            "der_no_overlap",
+            "speakers",
+            "true_speakers",
+            "labels_in_order",
+            "flips",
+            "mixed_finals",
+            "speaker_change_finals",
+            "finals",
+            "words_outside_speech",
+            "speech_outside_words",
+            "latency_p50_s",
+            "latency_max_s",
+            "errors",
+        ],
+    )
+    path = write_json(
+        "diarization",
+        {
+            "label": args.label,
+            "model": args.model,
+            "lead_s": args.lead_s,
+            "server_env": env,
+            "rows": rows,
+        },
+    )
     print(f"\nwrote {path}")
 
 

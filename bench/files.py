@@ -3,7 +3,8 @@ faster-whisper, on this machine's CPU, in one run, as ratios.
 
 The recordings are 1, 5 and 20 minutes of speech with known text: sample.wav (two
 real voices) and bench/devset.py's held-out sentences spoken by espeak-ng in four
-plain voices, in turns, laid end to end until the length is reached. Each system transcribes each recording, English, greedy, all cores:
+plain voices, in turns, laid end to end until the length is reached. Each system
+transcribes each recording, English, greedy, all cores:
 
 - **parley**: ``FileJobs`` in-process, the server's own pipeline (VAD, 29 s windows,
   the step scheduler; speakers off, as for the others);
@@ -27,11 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from common import print_table, write_json  # first: it puts tests/ on the path
-from devset import SAMPLE_RATE, SENTENCES
+
+import numpy as np
 
 from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer
+from devset import SAMPLE_RATE, SENTENCES
 
 BATCH = 8
 
@@ -46,8 +48,10 @@ def recording(minutes: float) -> tuple[np.ndarray, str]:
     sentences = SENTENCES["heldout"]
     audio, text, k = [], [], 0
     while sum(len(a) for a in audio) < minutes * 60 * SAMPLE_RATE:
-        lines = [(VOICES[(k + i) % len(VOICES)], sentences[(k * 7 + i) % len(sentences)])
-                 for i in range(8)]
+        lines = [
+            (VOICES[(k + i) % len(VOICES)], sentences[(k * 7 + i) % len(sentences)])
+            for i in range(8)
+        ]
         talk, truth = conversation(lines, gap_s=0.6)
         audio += [real[0], talk]
         text += [real[1], " ".join(u.text for u in truth)]
@@ -55,16 +59,19 @@ def recording(minutes: float) -> tuple[np.ndarray, str]:
     return np.concatenate(audio), " ".join(text)  # whole pieces: a little over the length
 
 
-async def parley_run(model: str, audios: dict[float, np.ndarray],
-                     windows_in_flight: int | None = None) -> dict[float, tuple]:
+async def parley_run(
+    model: str, audios: dict[float, np.ndarray], windows_in_flight: int | None = None
+) -> dict[float, tuple]:
     from parley.app import load_asr
     from parley.config import Settings
     from parley.runtime.files import FileRequest
-    from parley.service import file_jobs
     from parley.runtime.threads import in_passing_thread
+    from parley.service import file_jobs
 
-    settings = Settings(asr={"model": model}, files={"windows_in_flight": windows_in_flight}
-                        if windows_in_flight else {})
+    settings = Settings(
+        asr={"model": model},
+        files={"windows_in_flight": windows_in_flight} if windows_in_flight else {},
+    )
     worker, _ = await in_passing_thread(load_asr, settings)
     await worker.start(warm_up=True)
     jobs = file_jobs(settings, worker, None)
@@ -84,28 +91,30 @@ def transformers_run(model_dir: Path, audio: np.ndarray, multilingual: bool) -> 
     import torch
     from transformers import pipeline
 
-    asr = pipeline("automatic-speech-recognition", model=str(model_dir), device="cpu",
-                   dtype=torch.float32)
-    kwargs = {"generate_kwargs": {"language": "en", "task": "transcribe"}} if multilingual \
-        else {}
+    asr = pipeline(
+        "automatic-speech-recognition", model=str(model_dir), device="cpu", dtype=torch.float32
+    )
+    kwargs = {"generate_kwargs": {"language": "en", "task": "transcribe"}} if multilingual else {}
     began = time.perf_counter()
-    text = asr({"raw": audio, "sampling_rate": SAMPLE_RATE}, chunk_length_s=30,
-               batch_size=BATCH, **kwargs)["text"]
+    text = asr(
+        {"raw": audio, "sampling_rate": SAMPLE_RATE}, chunk_length_s=30, batch_size=BATCH, **kwargs
+    )["text"]
     return time.perf_counter() - began, text
 
 
-def faster_whisper_run(ct2_dir: Path, audio: np.ndarray, compute_type: str,
-                       batched: bool) -> tuple:
+def faster_whisper_run(ct2_dir: Path, audio: np.ndarray, compute_type: str, batched: bool) -> tuple:
     from faster_whisper import BatchedInferencePipeline, WhisperModel
 
     model = WhisperModel(str(ct2_dir), device="cpu", compute_type=compute_type, cpu_threads=2)
     began = time.perf_counter()
     if batched:
         segments, _ = BatchedInferencePipeline(model).transcribe(
-            audio, batch_size=BATCH, beam_size=1, language="en")
+            audio, batch_size=BATCH, beam_size=1, language="en"
+        )
     else:
-        segments, _ = model.transcribe(audio, beam_size=1, language="en",
-                                       condition_on_previous_text=False)
+        segments, _ = model.transcribe(
+            audio, beam_size=1, language="en", condition_on_previous_text=False
+        )
     text = " ".join(s.text.strip() for s in segments)
     return time.perf_counter() - began, text
 
@@ -115,8 +124,13 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["tiny.en", "base"])
     parser.add_argument("--minutes", nargs="+", type=float, default=[1, 5, 20])
     parser.add_argument("--reference-minutes", type=float, default=5.0)
-    parser.add_argument("--parley-windows", type=int, nargs="+", metavar="N", help="compare "
-                        "Parley with these files.windows_in_flight only (no other system)")
+    parser.add_argument(
+        "--parley-windows",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="compare Parley with these files.windows_in_flight only (no other system)",
+    )
     args = parser.parse_args()
     from parley.config import Settings
     from parley.models.bundle import ct2_source
@@ -129,15 +143,22 @@ def main() -> None:
         for model in args.models:
             for windows in args.parley_windows:
                 for minutes, (spent, text, report) in asyncio.run(
-                        parley_run(model, audios, windows)).items():
-                    rows.append({"model": model, "minutes": minutes,
-                                 "system": f"parley, {windows} windows in flight",
-                                 "seconds": spent,
-                                 "x_real_time": len(audios[minutes]) / SAMPLE_RATE / spent,
-                                 "wer": wer(made[minutes][1], text),
-                                 "rows_per_step": report["mean_batch_rows"]})
-        print_table(rows, ["model", "minutes", "system", "seconds", "x_real_time", "wer",
-                           "rows_per_step"])
+                    parley_run(model, audios, windows)
+                ).items():
+                    rows.append(
+                        {
+                            "model": model,
+                            "minutes": minutes,
+                            "system": f"parley, {windows} windows in flight",
+                            "seconds": spent,
+                            "x_real_time": len(audios[minutes]) / SAMPLE_RATE / spent,
+                            "wer": wer(made[minutes][1], text),
+                            "rows_per_step": report["mean_batch_rows"],
+                        }
+                    )
+        print_table(
+            rows, ["model", "minutes", "system", "seconds", "x_real_time", "wer", "rows_per_step"]
+        )
         print(f"wrote {write_json('files-windows', {'rows': rows})}")
         return
     for model in args.models:
@@ -148,24 +169,44 @@ def main() -> None:
             spent, text, report = ours[minutes]
             results = [("parley", spent, text)]
             if minutes <= args.reference_minutes:
-                results.append(("(a) transformers pipeline batch 8",
-                                *transformers_run(models_dir / model, audio,
-                                                  not model.endswith(".en"))))
+                results.append(
+                    (
+                        "(a) transformers pipeline batch 8",
+                        *transformers_run(models_dir / model, audio, not model.endswith(".en")),
+                    )
+                )
             for compute in ("float32", "int8"):
-                results.append((f"(b) faster-whisper sequential {compute}",
-                                *faster_whisper_run(ct2, audio, compute, batched=False)))
-                results.append((f"(b) faster-whisper batched 8 {compute}",
-                                *faster_whisper_run(ct2, audio, compute, batched=True)))
+                results.append(
+                    (
+                        f"(b) faster-whisper sequential {compute}",
+                        *faster_whisper_run(ct2, audio, compute, batched=False),
+                    )
+                )
+                results.append(
+                    (
+                        f"(b) faster-whisper batched 8 {compute}",
+                        *faster_whisper_run(ct2, audio, compute, batched=True),
+                    )
+                )
             for system, took, hypothesis in results:
-                rows.append({"model": model, "minutes": minutes, "system": system,
-                             "seconds": took, "x_real_time": seconds / took,
-                             "x_parley": spent / took, "wer": wer(said, hypothesis)})
+                rows.append(
+                    {
+                        "model": model,
+                        "minutes": minutes,
+                        "system": system,
+                        "seconds": took,
+                        "x_real_time": seconds / took,
+                        "x_parley": spent / took,
+                        "wer": wer(said, hypothesis),
+                    }
+                )
             rows[-len(results)]["decode"] = report
-            print_table(rows[-len(results):], ["model", "minutes", "system", "seconds",
-                                               "x_real_time", "x_parley", "wer"])
+            print_table(
+                rows[-len(results) :],
+                ["model", "minutes", "system", "seconds", "x_real_time", "x_parley", "wer"],
+            )
     print()
-    print_table(rows, ["model", "minutes", "system", "seconds", "x_real_time", "x_parley",
-                       "wer"])
+    print_table(rows, ["model", "minutes", "system", "seconds", "x_real_time", "x_parley", "wer"])
     print(f"wrote {write_json('files', {'rows': rows})}")
 
 

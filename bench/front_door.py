@@ -23,14 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import httpx  # noqa: E402
-from common import print_table, write_json  # noqa: E402
-from websockets.asyncio.client import connect  # noqa: E402
-from websockets.asyncio.server import serve  # noqa: E402
+from common import print_table, write_json
 
-from fake_engine import load_fake_asr  # noqa: E402
-from parley.app import FRAME_HARD_LIMIT_FACTOR, start_server  # noqa: E402
-from parley.config import Settings  # noqa: E402
+import httpx
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import serve
+
+from fake_engine import load_fake_asr
+from parley.app import FRAME_HARD_LIMIT_FACTOR, start_server
+from parley.config import Settings
 
 PROBE = json.dumps({"type": "bench_probe"})
 
@@ -52,22 +53,29 @@ async def main(messages: int) -> None:
     worker, asr = load_fake_asr(settings)
     running = await start_server(settings, worker, asr, warm_up=False)
     service = running.service
-    old = await serve(service.handle, "127.0.0.1", 0, process_request=service.route,
-                      select_subprotocol=service.endpoint.select_subprotocol,
-                      max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
-                      compression=None)
-    doors = {"websockets server (before)": old.sockets[0].getsockname()[1],
-             "uvicorn front door (now)": running.port}
+    old = await serve(
+        service.handle,
+        "127.0.0.1",
+        0,
+        process_request=service.route,
+        select_subprotocol=service.endpoint.select_subprotocol,
+        max_size=settings.server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
+        compression=None,
+    )
+    doors = {
+        "websockets server (before)": old.sockets[0].getsockname()[1],
+        "uvicorn front door (now)": running.port,
+    }
     samples: dict[str, dict[str, list[float]]] = {d: {"ws": [], "http": []} for d in doors}
     async with httpx.AsyncClient() as client:
         for _ in range(5):  # alternate in rounds, so that noise falls on both
             for door, port in doors.items():
                 samples[door]["ws"] += await timed_messages(
-                    f"ws://127.0.0.1:{port}/v1/stream", messages // 5)
+                    f"ws://127.0.0.1:{port}/v1/stream", messages // 5
+                )
                 for _ in range(messages // 5):
                     began = time.perf_counter()
-                    assert (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code \
-                        == 200
+                    assert (await client.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200
                     samples[door]["http"].append(time.perf_counter() - began)
     old.close()
     await old.wait_closed()
@@ -76,14 +84,30 @@ async def main(messages: int) -> None:
     for door, kinds in samples.items():
         ws = sorted(1000 * t for t in kinds["ws"])
         http = sorted(1000 * t for t in kinds["http"])
-        rows.append({"door": door, "messages": len(ws), "ws_rtt_p50_ms": statistics.median(ws),
-                     "ws_rtt_p90_ms": ws[int(0.9 * len(ws))],
-                     "http_get_p50_ms": statistics.median(http)})
+        rows.append(
+            {
+                "door": door,
+                "messages": len(ws),
+                "ws_rtt_p50_ms": statistics.median(ws),
+                "ws_rtt_p90_ms": ws[int(0.9 * len(ws))],
+                "http_get_p50_ms": statistics.median(http),
+            }
+        )
     for row in rows:
         row["ws_x_before"] = row["ws_rtt_p50_ms"] / rows[0]["ws_rtt_p50_ms"]
         row["http_x_before"] = row["http_get_p50_ms"] / rows[0]["http_get_p50_ms"]
-    print_table(rows, ["door", "messages", "ws_rtt_p50_ms", "ws_rtt_p90_ms", "ws_x_before",
-                       "http_get_p50_ms", "http_x_before"])
+    print_table(
+        rows,
+        [
+            "door",
+            "messages",
+            "ws_rtt_p50_ms",
+            "ws_rtt_p90_ms",
+            "ws_x_before",
+            "http_get_p50_ms",
+            "http_x_before",
+        ],
+    )
     print(f"wrote {write_json('front-door', {'rows': rows})}")
 
 

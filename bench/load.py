@@ -34,14 +34,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from common import ParleyProcess, print_table, write_json
+
+import numpy as np
 from websockets.asyncio.client import connect
 
+from audio_fixtures import (
+    DIALOGUE_LINES,
+    SAMPLE_WAV,
+    SPEAKERS,
+    conversation,
+    read_wav,
+    sample_reference_text,
+    silence,
+    wer,
+)
 from parley.client.transcript import Transcript
-
-from audio_fixtures import (DIALOGUE_LINES, SAMPLE_WAV, SPEAKERS, conversation, read_wav,
-                            sample_reference_text, silence, wer)
 
 CHUNK_S = 0.1
 VOICES = 4  # in each conversation: sample.wav's two speakers and two espeak-ng voices
@@ -111,7 +119,7 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
                 wait = begin + k * CHUNK_S - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                await ws.send(pcm[i:i + step])
+                await ws.send(pcm[i : i + step])
                 sent_at.append(loop.time())
             await ws.send(json.dumps({"type": "end_of_stream"}))
 
@@ -142,19 +150,41 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
 class Server(ParleyProcess):
     """`parley serve` in a child process on a free loopback port; its log goes to a file."""
 
-    def __init__(self, model: str, diarization: str, extra: list[str], log_level: str,
-                 log_name: str = "load", env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        model: str,
+        diarization: str,
+        extra: list[str],
+        log_level: str,
+        log_name: str = "load",
+        env: dict[str, str] | None = None,
+    ):
         super().__init__(
-            [sys.executable, "-m", "parley", "serve", "--port", "0", "--model", model,
-             "--diarization", diarization, "--max-sessions", "64", *extra],
-            f"{log_name}-server-{diarization}", r"ws://([\d.]+):(\d+)/v1/stream", 300,
-            {"PARLEY_LOG_LEVEL": log_level, **(env or {})})
+            [
+                sys.executable,
+                "-m",
+                "parley",
+                "serve",
+                "--port",
+                "0",
+                "--model",
+                model,
+                "--diarization",
+                diarization,
+                "--max-sessions",
+                "64",
+                *extra,
+            ],
+            f"{log_name}-server-{diarization}",
+            r"ws://([\d.]+):(\d+)/v1/stream",
+            300,
+            {"PARLEY_LOG_LEVEL": log_level, **(env or {})},
+        )
         self.base = f"{self.ready[1]}:{self.ready[2]}"
 
     def cpu_seconds(self) -> float:
         fields = open(f"/proc/{self.process.pid}/stat").read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 
 def _asr_busy_seconds(health: dict) -> float | None:
@@ -167,20 +197,29 @@ async def upload(server: Server, path: str) -> float:
 
     began = time.perf_counter()
     async with httpx.AsyncClient(timeout=3600) as client:
-        with open(path, "rb") as file:
-            response = await client.post(f"http://{server.base}/v1/audio/transcriptions",
-                                         files={"file": ("upload.wav", file)})
+        content = await asyncio.to_thread(Path(path).read_bytes)
+        response = await client.post(
+            f"http://{server.base}/v1/audio/transcriptions",
+            files={"file": ("upload.wav", content)},
+        )
     response.raise_for_status()
     return time.perf_counter() - began
 
 
-async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
-                      talks: list[Conversation], upload_path: str | None = None) -> dict:
+async def run_streams(
+    server: Server,
+    count: int,
+    stagger: float,
+    diarize: bool,
+    talks: list[Conversation],
+    upload_path: str | None = None,
+) -> dict:
     query = "?diarization=true" if diarize else ""
     before_health, before_cpu, began = server.health(), server.cpu_seconds(), time.perf_counter()
     uploading = asyncio.ensure_future(upload(server, upload_path)) if upload_path else None
-    outcomes = await asyncio.gather(*(stream(server.url + query, talks[i], i * stagger)
-                                      for i in range(count)))
+    outcomes = await asyncio.gather(
+        *(stream(server.url + query, talks[i], i * stagger) for i in range(count))
+    )
     wall = time.perf_counter() - began
     upload_s = await uploading if uploading is not None else None  # done before the next run
     after_health, after_cpu = server.health(), server.cpu_seconds()
@@ -214,11 +253,11 @@ async def run_streams(server: Server, count: int, stagger: float, diarize: bool,
         "partials_per_session_s": sum(o.partials for o in outcomes) / audio_s,
         # fairness: the least and most partials any one stream got, per second of its audio
         "partials_min_max": [round(min(rates), 3), round(max(rates), 3)],
-        "asr_busy": (busy - _asr_busy_seconds(before_health)) / wall if busy is not None
-        else None,
+        "asr_busy": (busy - _asr_busy_seconds(before_health)) / wall if busy is not None else None,
         "server_cpu": (after_cpu - before_cpu) / wall / os.cpu_count(),
-        "wer": statistics.fmean(wer(talks[i].reference, " ".join(o.text))
-                                for i, o in enumerate(outcomes)),
+        "wer": statistics.fmean(
+            wer(talks[i].reference, " ".join(o.text)) for i, o in enumerate(outcomes)
+        ),
         # with labels on: how many speakers each stream's transcript shows, and how many
         # streams show all VOICES
         "speaker_counts": counts,
@@ -234,33 +273,64 @@ def _carried(health: dict) -> dict | None:
 
 
 def holds(row: dict) -> bool:
-    return (row["p50_s"] is not None and row["p50_s"] <= P50_BOUND_S
-            and row["max_s"] <= MAX_BOUND_S and row["finals_lost"] == 0 and row["errors"] == 0)
+    return (
+        row["p50_s"] is not None
+        and row["p50_s"] <= P50_BOUND_S
+        and row["max_s"] <= MAX_BOUND_S
+        and row["finals_lost"] == 0
+        and row["errors"] == 0
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4, 6, 8])
     parser.add_argument("--diarization", nargs="+", choices=["off", "on"], default=["off", "on"])
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--stagger", type=float, default=0.5,
-                        help="seconds between the starts of consecutive streams")
-    parser.add_argument("--same-audio", action="store_true",
-                        help="every stream sends the same conversation (with --stagger 0: "
-                             "all finals fall due at once, the worst case)")
+    parser.add_argument(
+        "--stagger",
+        type=float,
+        default=0.5,
+        help="seconds between the starts of consecutive streams",
+    )
+    parser.add_argument(
+        "--same-audio",
+        action="store_true",
+        help="every stream sends the same conversation (with --stagger 0: "
+        "all finals fall due at once, the worst case)",
+    )
     parser.add_argument("--label", default="", help="a name for this run in the JSON")
-    parser.add_argument("--server-arg", action="append", default=[],
-                        help="extra argument for `parley serve` (repeatable)")
-    parser.add_argument("--server-pythonpath", help="run the server from this source tree "
-                                                    "(e.g. an older checkout, for a before)")
-    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
-                        help="environment of the server, e.g. PARLEY_DIARIZATION__STEP_S=1.0")
-    parser.add_argument("--upload-minutes", type=float, help="also run each count while a "
-                        "recording this long is POSTed to /v1/audio/transcriptions at the "
-                        "start (without and with, in turn), to see what files cost streams")
-    parser.add_argument("--server-log-level", default="warning",
-                        help="the server's log level (its log: bench/results/load-server-*.log)")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra argument for `parley serve` (repeatable)",
+    )
+    parser.add_argument(
+        "--server-pythonpath",
+        help="run the server from this source tree (e.g. an older checkout, for a before)",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment of the server, e.g. PARLEY_DIARIZATION__STEP_S=1.0",
+    )
+    parser.add_argument(
+        "--upload-minutes",
+        type=float,
+        help="also run each count while a "
+        "recording this long is POSTed to /v1/audio/transcriptions at the "
+        "start (without and with, in turn), to see what files cost streams",
+    )
+    parser.add_argument(
+        "--server-log-level",
+        default="warning",
+        help="the server's log level (its log: bench/results/load-server-*.log)",
+    )
     args = parser.parse_args()
     talks = conversations(1 if args.same_audio else max(args.streams))
     talks = talks * (max(args.streams) if args.same_audio else 1)
@@ -271,40 +341,83 @@ def main() -> None:
         from audio_fixtures import write_wav
         from files import recording
 
-        upload_path = str(write_wav(Path(tempfile.mkdtemp()) / "upload.wav",
-                                    recording(args.upload_minutes)[0]))
+        upload_path = str(
+            write_wav(Path(tempfile.mkdtemp()) / "upload.wav", recording(args.upload_minutes)[0])
+        )
     rows = []
     for mode in args.diarization:
         env = dict(item.split("=", 1) for item in args.server_env)
         if args.server_pythonpath:
             env["PYTHONPATH"] = args.server_pythonpath
-        server = Server(args.model, "bundle" if mode == "on" else "off", args.server_arg,
-                        args.server_log_level, env=env)
+        server = Server(
+            args.model,
+            "bundle" if mode == "on" else "off",
+            args.server_arg,
+            args.server_log_level,
+            env=env,
+        )
         try:
             for count in args.streams:
                 for path in [None, upload_path] if upload_path else [None]:
-                    row = asyncio.run(run_streams(server, count, args.stagger, mode == "on",
-                                                  talks, path))
+                    row = asyncio.run(
+                        run_streams(server, count, args.stagger, mode == "on", talks, path)
+                    )
                     rows.append(row)
-                    print(f"{count} streams, diarization {mode}, upload {path is not None}: "
-                          f"p50 {row['p50_s']:.2f} s, max {row['max_s']:.2f} s", flush=True)
+                    print(
+                        f"{count} streams, diarization {mode}, upload {path is not None}: "
+                        f"p50 {row['p50_s']:.2f} s, max {row['max_s']:.2f} s",
+                        flush=True,
+                    )
         finally:
             server.stop()
     print()
-    print_table(rows, ["streams", "admitted", "refused", "refused_within_s", "diarization",
-                       "upload", "upload_s", "finals", "p50_s",
-                       "p95_s", "max_s",
-                       "finals_lost", "errors", "partials_per_session_s", "partials_min_max",
-                       "asr_busy", "server_cpu", "wer", "right_speakers"])
+    print_table(
+        rows,
+        [
+            "streams",
+            "admitted",
+            "refused",
+            "refused_within_s",
+            "diarization",
+            "upload",
+            "upload_s",
+            "finals",
+            "p50_s",
+            "p95_s",
+            "max_s",
+            "finals_lost",
+            "errors",
+            "partials_per_session_s",
+            "partials_min_max",
+            "asr_busy",
+            "server_cpu",
+            "wer",
+            "right_speakers",
+        ],
+    )
     best = {}
     for mode in args.diarization:
-        held = [r["admitted"] for r in rows if r["diarization"] == (mode == "on")
-                and not r["upload"] and holds(r)]
+        held = [
+            r["admitted"]
+            for r in rows
+            if r["diarization"] == (mode == "on") and not r["upload"] and holds(r)
+        ]
         best[mode] = max(held, default=0)
-        print(f"diarization {mode}: most admitted streams with p50 ≤ {P50_BOUND_S} s and max ≤ "
-              f"{MAX_BOUND_S} s: {best[mode]}")
-    path = write_json("load", {"label": args.label, "model": args.model,
-                               "stagger_s": args.stagger, "same_audio": args.same_audio, "rows": rows, "most_streams": best})
+        print(
+            f"diarization {mode}: most admitted streams with p50 ≤ {P50_BOUND_S} s and max ≤ "
+            f"{MAX_BOUND_S} s: {best[mode]}"
+        )
+    path = write_json(
+        "load",
+        {
+            "label": args.label,
+            "model": args.model,
+            "stagger_s": args.stagger,
+            "same_audio": args.same_audio,
+            "rows": rows,
+            "most_streams": best,
+        },
+    )
     print(f"\nwrote {path}")
 
 

@@ -14,15 +14,15 @@ import asyncio
 import random
 import time
 
-import numpy as np
 from common import print_table, write_json
 
+import numpy as np
+
+from fault_proxy import FaultProxy, Faults  # tests/, on the path through common
+from load import Server, conversations
 from parley.client.live import LiveStream, send_paced
 from parley.client.stream import stream_url
 from parley.protocol.messages import StreamConfig
-
-from fault_proxy import Faults, FaultProxy  # tests/, on the path through common
-from load import Server, conversations
 
 CHUNK_BYTES = 3200  # 100 ms of 16 kHz PCM16
 
@@ -33,7 +33,7 @@ async def stream(url: str, audio: np.ndarray, diarize: bool) -> tuple[list[dict]
 
     async def chunks():
         for i in range(0, len(pcm), CHUNK_BYTES):
-            yield pcm[i:i + CHUNK_BYTES]
+            yield pcm[i : i + CHUNK_BYTES]
 
     sender = asyncio.create_task(send_paced(live, chunks(), 32000))
     async for _ in live.raw():
@@ -44,8 +44,7 @@ async def stream(url: str, audio: np.ndarray, diarize: bool) -> tuple[list[dict]
 
 
 def words(finals: list[dict]) -> list[tuple]:
-    return [(w["word"], w["start"], w["end"], w.get("speaker")) for f in finals
-            for w in f["words"]]
+    return [(w["word"], w["start"], w["end"], w.get("speaker")) for f in finals for w in f["words"]]
 
 
 async def run(server: Server, minutes: float, cuts: int, seed: int, diarize: bool) -> dict:
@@ -61,29 +60,43 @@ async def run(server: Server, minutes: float, cuts: int, seed: int, diarize: boo
     async with FaultProxy(port, faults) as proxy:
         (whole, _), (cut, live) = await asyncio.gather(
             stream(server.url, audio, diarize),
-            stream(f"ws://127.0.0.1:{proxy.port}/v1/stream", audio, diarize))
+            stream(f"ws://127.0.0.1:{proxy.port}/v1/stream", audio, diarize),
+        )
     same = words(whole) == words(cut)
     texts = [f["text"] for f in whole] == [f["text"] for f in cut]
-    return {"minutes": round(len(audio) / 16000 / 60, 2), "diarization": diarize,
-            "cuts": proxy.cuts, "resumes": live.resumes, "finals": len(whole),
-            "finals_cut": len(cut), "words": len(words(whole)), "same_text": texts,
-            "same_words_times_speakers": same, "wall_s": round(time.perf_counter() - began, 1)}
+    return {
+        "minutes": round(len(audio) / 16000 / 60, 2),
+        "diarization": diarize,
+        "cuts": proxy.cuts,
+        "resumes": live.resumes,
+        "finals": len(whole),
+        "finals_cut": len(cut),
+        "words": len(words(whole)),
+        "same_text": texts,
+        "same_words_times_speakers": same,
+        "wall_s": round(time.perf_counter() - began, 1),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--cuts", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--diarization", choices=["off", "on"], default="off")
     parser.add_argument("--model", default="tiny.en")
     args = parser.parse_args()
-    server = Server(args.model, "bundle" if args.diarization == "on" else "off", [],
-                    "warning", log_name="resume")
+    server = Server(
+        args.model,
+        "bundle" if args.diarization == "on" else "off",
+        [],
+        "warning",
+        log_name="resume",
+    )
     try:
-        row = asyncio.run(run(server, args.minutes, args.cuts, args.seed,
-                              args.diarization == "on"))
+        row = asyncio.run(run(server, args.minutes, args.cuts, args.seed, args.diarization == "on"))
     finally:
         server.stop()
     print_table([row], list(row))

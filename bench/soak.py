@@ -15,12 +15,13 @@ import argparse
 import asyncio
 import json
 
-import numpy as np
 from common import print_table, write_json
-from load import Server, conversations
+
+import numpy as np
 from websockets.asyncio.client import connect
 
 from audio_fixtures import wer
+from load import Server, conversations
 
 CHUNK_S = 0.1
 GROWTH_BOUND_MB = 50.0
@@ -43,7 +44,7 @@ def long_talk(minutes: float) -> tuple[np.ndarray, str]:
         pieces.append(talk.audio)
         texts.append(talk.reference)
         total += len(talk.audio)
-    return np.concatenate(pieces)[:int(minutes * 60 * 16000)], " ".join(texts)
+    return np.concatenate(pieces)[: int(minutes * 60 * 16000)], " ".join(texts)
 
 
 async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -> dict:
@@ -71,7 +72,7 @@ async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -
                 wait = begin + k * CHUNK_S / speed - loop.time()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                await ws.send(pcm[i:i + step])
+                await ws.send(pcm[i : i + step])
                 sent_s = (i + step) / 2 / 16000
             await ws.send(json.dumps({"type": "end_of_stream"}))
 
@@ -94,8 +95,9 @@ async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--speed", type=float, default=4.0, help="× real time")
     parser.add_argument("--warm-up", type=float, default=1.0, help="minutes of audio")
@@ -103,8 +105,9 @@ def main() -> None:
     parser.add_argument("--model", default="tiny.en")
     args = parser.parse_args()
     audio, reference = long_talk(args.minutes)
-    server = Server(args.model, "bundle" if args.diarization == "on" else "off", [], "warning",
-                    log_name="soak")
+    server = Server(
+        args.model, "bundle" if args.diarization == "on" else "off", [], "warning", log_name="soak"
+    )
     try:
         started_mb = rss_mb(server.process.pid)
         run = asyncio.run(soak(server, audio, args.speed, args.diarization == "on"))
@@ -119,16 +122,26 @@ def main() -> None:
     growth = samples[-1][1] - after_warm_up
     peak_growth = max(mb for minute, mb in samples if minute >= args.warm_up) - after_warm_up
     print_table(rows, ["audio_minute", "rss_mb"])
-    summary = {"minutes": args.minutes, "speed": args.speed, "diarization": args.diarization,
-               "rss_at_start_mb": started_mb, "rss_after_warm_up_mb": after_warm_up,
-               "rss_end_mb": samples[-1][1], "growth_after_warm_up_mb": growth,
-               "peak_growth_after_warm_up_mb": peak_growth, "finals": run["finals"],
-               "errors": len(run["errors"]), "wer": wer(reference, run["text"]),
-               "holds": peak_growth <= GROWTH_BOUND_MB and not run["errors"]}
+    summary = {
+        "minutes": args.minutes,
+        "speed": args.speed,
+        "diarization": args.diarization,
+        "rss_at_start_mb": started_mb,
+        "rss_after_warm_up_mb": after_warm_up,
+        "rss_end_mb": samples[-1][1],
+        "growth_after_warm_up_mb": growth,
+        "peak_growth_after_warm_up_mb": peak_growth,
+        "finals": run["finals"],
+        "errors": len(run["errors"]),
+        "wer": wer(reference, run["text"]),
+        "holds": peak_growth <= GROWTH_BOUND_MB and not run["errors"],
+    }
     print()
     print_table([summary], list(summary))
-    path = write_json("soak", {**summary, "curve": rows,
-                               "samples": [[round(m, 3), round(mb, 1)] for m, mb in samples]})
+    path = write_json(
+        "soak",
+        {**summary, "curve": rows, "samples": [[round(m, 3), round(mb, 1)] for m, mb in samples]},
+    )
     print(f"\nwrote {path}")
 
 

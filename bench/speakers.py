@@ -27,10 +27,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 from common import print_table, write_json
-from devset import PLAN, SAMPLE_RATE, Recording, make
+
+import numpy as np
 from pyannote.core import Timeline
+
+from devset import PLAN, SAMPLE_RATE, Recording, make
 
 COLLAR_S = 0.25
 _MODELS = None
@@ -95,8 +97,13 @@ def _label_settled(diarizer, shown: dict) -> None:
             shown[key] = aliases[turn.speaker] if turn.speaker < len(aliases) else turn.speaker
 
 
-def _scored(recording: Recording, turns: list[tuple[float, float, int]], job: tuple,
-            steps: int, step_s: float) -> dict:
+def _scored(
+    recording: Recording,
+    turns: list[tuple[float, float, int]],
+    job: tuple,
+    steps: int,
+    step_s: float,
+) -> dict:
     """One recording's row: ``turns`` (start, end, speaker) against its known turns."""
     from pyannote.core import Annotation, Segment
     from pyannote.metrics.diarization import DiarizationErrorRate
@@ -108,11 +115,20 @@ def _scored(recording: Recording, turns: list[tuple[float, float, int]], job: tu
     for k, turn in enumerate(recording.turns):
         reference[Segment(turn.start, turn.end), k] = turn.speaker
     parts = DiarizationErrorRate(collar=COLLAR_S, skip_overlap=False)(
-        reference, hypothesis, detailed=True, uem=Timeline([Segment(0, recording.duration)]))
-    return {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers,
-            "found": len(hypothesis.labels()), "der": parts["diarization error rate"],
-            "confusion": parts["confusion"] / max(parts["total"], 1e-9),
-            "duration_s": recording.duration, "steps": steps, "step_s": step_s}
+        reference, hypothesis, detailed=True, uem=Timeline([Segment(0, recording.duration)])
+    )
+    return {
+        "recording": recording.name,
+        "split": split,
+        "kind": kind,
+        "speakers": speakers,
+        "found": len(hypothesis.labels()),
+        "der": parts["diarization error rate"],
+        "confusion": parts["confusion"] / max(parts["total"], 1e-9),
+        "duration_s": recording.duration,
+        "steps": steps,
+        "step_s": step_s,
+    }
 
 
 def _score(job: tuple[str, str, int, int, dict]) -> dict:
@@ -142,8 +158,7 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     """Whole-recording clustering (what a file upload gets) over the cached windows, one
     in every ``RECORDING_STRIDE`` (the file pipeline's step); ``overrides``: fields of
     ``RecordingClustering``, and ``oracle_count=1`` to give the true number of speakers."""
-    from parley.core.recording_speakers import (RecordingClustering, SpeakerCount,
-                                                diarize_windows)
+    from parley.core.recording_speakers import RecordingClustering, SpeakerCount, diarize_windows
 
     split, kind, speakers, index, overrides = job
     overrides = dict(overrides)
@@ -155,8 +170,13 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     config = RecordingClustering(**{k: float(v) for k, v in overrides.items()})
     snapshot = diarize_windows(cached["windows"][::stride], _MODELS.grid.step, config, count)
     turns = [(t.start, t.end, t.speaker) for t in snapshot.turns]
-    return _scored(recording, turns, job, len(cached["windows"]) // stride,
-                   cached["seconds"] / max(len(cached["windows"]), 1))
+    return _scored(
+        recording,
+        turns,
+        job,
+        len(cached["windows"]) // stride,
+        cached["seconds"] / max(len(cached["windows"]), 1),
+    )
 
 
 def speed(jobs: list[tuple], label: str) -> dict:
@@ -170,50 +190,76 @@ def speed(jobs: list[tuple], label: str) -> dict:
     _load(1)
     steps, spent = 0, 0.0
     for job in jobs:
-        audio = make(*job[:4]).audio[:60 * SAMPLE_RATE]
+        audio = make(*job[:4]).audio[: 60 * SAMPLE_RATE]
         diarizer = StreamDiarizer(_MODELS, DiarizationSettings().to_config())
         began = time.perf_counter()
         diarizer.replay(audio)
         spent += time.perf_counter() - began
         steps += len(range(int(0.5 * SAMPLE_RATE), len(audio) + 1, int(0.5 * SAMPLE_RATE))) + 1
-    return {"code": label or parley.__file__, "recordings": len(jobs), "steps": steps,
-            "seconds": spent, "steps_per_second_per_core": steps / spent}
+    return {
+        "code": label or parley.__file__,
+        "recordings": len(jobs),
+        "steps": steps,
+        "seconds": spent,
+        "steps_per_second_per_core": steps / spent,
+    }
 
 
 def summarise(rows: list[dict], group: str) -> dict:
     ders = [r["der"] for r in rows]
-    return {"group": group, "recordings": len(rows),
-            "exact_count": statistics.fmean(r["found"] == r["speakers"] for r in rows),
-            "over_count": statistics.fmean(r["found"] > r["speakers"] for r in rows),
-            "merged": statistics.fmean(r["found"] < r["speakers"] for r in rows),
-            "der_median": statistics.median(ders), "der_p90": float(np.percentile(ders, 90)),
-            "der_mean": statistics.fmean(ders)}
+    return {
+        "group": group,
+        "recordings": len(rows),
+        "exact_count": statistics.fmean(r["found"] == r["speakers"] for r in rows),
+        "over_count": statistics.fmean(r["found"] > r["speakers"] for r in rows),
+        "merged": statistics.fmean(r["found"] < r["speakers"] for r in rows),
+        "der_median": statistics.median(ders),
+        "der_p90": float(np.percentile(ders, 90)),
+        "der_mean": statistics.fmean(ders),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--split", nargs="+", choices=sorted(PLAN), default=["dev"])
-    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                        help="override a ClusteringConfig field")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a ClusteringConfig field",
+    )
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--only", help="recordings whose name contains this")
     parser.add_argument("--label", default="")
-    parser.add_argument("--recording", action="store_true",
-                        help="score whole-recording clustering (file uploads), not the "
-                             "live linking; --set takes RecordingClustering fields, "
-                             "oracle_count=1 (the true count given) and stride=N")
-    parser.add_argument("--speed", type=int, metavar="N",
-                        help="only measure steps per second, over the first N recordings "
-                             "(run it with PYTHONPATH=<older tree>/server for a before)")
+    parser.add_argument(
+        "--recording",
+        action="store_true",
+        help="score whole-recording clustering (file uploads), not the "
+        "live linking; --set takes RecordingClustering fields, "
+        "oracle_count=1 (the true count given) and stride=N",
+    )
+    parser.add_argument(
+        "--speed",
+        type=int,
+        metavar="N",
+        help="only measure steps per second, over the first N recordings "
+        "(run it with PYTHONPATH=<older tree>/server for a before)",
+    )
     args = parser.parse_args()
     overrides = dict(item.split("=", 1) for item in args.set)
-    jobs = [(split, kind, speakers, i, overrides) for split in args.split
-            for (kind, speakers), count in PLAN[split].items() for i in range(count)]
+    jobs = [
+        (split, kind, speakers, i, overrides)
+        for split in args.split
+        for (kind, speakers), count in PLAN[split].items()
+        for i in range(count)
+    ]
     if args.only:
         jobs = [j for j in jobs if args.only in f"{j[0]}-{j[1].replace(' ', '_')}-{j[2]}-{j[3]}"]
     if args.speed:
-        row = speed(jobs[::max(1, len(jobs) // args.speed)][:args.speed], args.label)
+        row = speed(jobs[:: max(1, len(jobs) // args.speed)][: args.speed], args.label)
         print_table([row], list(row))
         print(f"wrote {write_json('speakers-speed', row)}")
         return
@@ -222,25 +268,47 @@ def main() -> None:
     with multiprocessing.get_context("fork").Pool(args.workers, _load, (1,)) as pool:
         pool.map(_observe, [job[:4] for job in jobs], chunksize=1)
         rows = pool.map(_score_recording if args.recording else _score, jobs, chunksize=1)
-    print_table(rows, ["recording", "speakers", "found", "der", "confusion", "duration_s",
-                       "step_s"])
+    print_table(
+        rows, ["recording", "speakers", "found", "der", "confusion", "duration_s", "step_s"]
+    )
     summary = []
     for split in args.split:
         mine = [r for r in rows if r["split"] == split]
         summary.append(summarise(mine, f"{split}: all"))
         for speakers in sorted({r["speakers"] for r in mine}):
-            summary.append(summarise([r for r in mine if r["speakers"] == speakers],
-                                     f"{split}: {speakers} speakers"))
+            summary.append(
+                summarise(
+                    [r for r in mine if r["speakers"] == speakers], f"{split}: {speakers} speakers"
+                )
+            )
         for kind in sorted({r["kind"] for r in mine}):
             summary.append(summarise([r for r in mine if r["kind"] == kind], f"{split}: {kind}"))
     print()
-    print_table(summary, ["group", "recordings", "exact_count", "over_count", "merged",
-                          "der_median", "der_p90", "der_mean"])
+    print_table(
+        summary,
+        [
+            "group",
+            "recordings",
+            "exact_count",
+            "over_count",
+            "merged",
+            "der_median",
+            "der_p90",
+            "der_mean",
+        ],
+    )
     step_s = statistics.fmean(r["step_s"] for r in rows)
     print(f"\nmean step {step_s * 1000:.1f} ms: {1 / step_s:.1f} steps per second per core")
-    path = write_json("speakers", {"label": args.label, "overrides": overrides,
-                                   "steps_per_second_per_core": 1 / step_s,
-                                   "summary": summary, "rows": rows})
+    path = write_json(
+        "speakers",
+        {
+            "label": args.label,
+            "overrides": overrides,
+            "steps_per_second_per_core": 1 / step_s,
+            "summary": summary,
+            "rows": rows,
+        },
+    )
     print(f"wrote {path}")
 
 

@@ -32,10 +32,11 @@ CHUNK_S = 0.1
 async def stream_once(engine: WhisperEngine, audio, realtime: bool, partial_interval: float):
     worker = AsrScheduler(engine, capacity=16)
     await worker.start()
-    session = Session(StreamConfig(), worker,
-                      SessionOptions(VadConfig(), partial_interval_s=partial_interval))
+    session = Session(
+        StreamConfig(), worker, SessionOptions(VadConfig(), partial_interval_s=partial_interval)
+    )
     fed_until: list[float] = []  # stream time fed so far, per chunk
-    fed_at: list[float] = []     # wall time that chunk went in
+    fed_at: list[float] = []  # wall time that chunk went in
     received: list[tuple[float, object]] = []
     loop = asyncio.get_running_loop()
 
@@ -45,7 +46,7 @@ async def stream_once(engine: WhisperEngine, audio, realtime: bool, partial_inte
         for n, i in enumerate(range(0, len(audio), step)):
             if realtime:
                 await asyncio.sleep(max(0.0, start + n * CHUNK_S - loop.time()))
-            await session.feed_audio(audio[i:i + step])
+            await session.feed_audio(audio[i : i + step])
             fed_until.append(min(len(audio), i + step) / 16000)
             fed_at.append(time.perf_counter())
         await session.end()
@@ -90,12 +91,26 @@ def main() -> None:
     audio = read_wav(SAMPLE_WAV)
     rows = []
     for name in args.models:
-        engine = WhisperEngine(resolve_model(name, Settings().models_dir), name,
-                               plan_device("auto"))
+        engine = WhisperEngine(
+            resolve_model(name, Settings().models_dir), name, plan_device("auto")
+        )
         row = asyncio.run(stream_once(engine, audio, not args.fast, args.partial_interval))
         rows.append({"model": name, "mode": "fast" if args.fast else "realtime", **row})
-    print_table(rows, ["model", "mode", "wer", "asr_rtf", "wall_s", "finals", "partials",
-                       "final_delay_mean_s", "final_delay_max_s", "partial_delay_mean_s"])
+    print_table(
+        rows,
+        [
+            "model",
+            "mode",
+            "wer",
+            "asr_rtf",
+            "wall_s",
+            "finals",
+            "partials",
+            "final_delay_mean_s",
+            "final_delay_max_s",
+            "partial_delay_mean_s",
+        ],
+    )
     path = write_json("stream", {"audio": str(SAMPLE_WAV), "rows": rows})
     print(f"\nwrote {path}")
 

@@ -19,13 +19,16 @@ import os
 
 from common import print_table, write_json
 
+from pyannote.database.util import load_rttm
+
 from audio_fixtures import sample_dir, wer
 from parley.config import Settings
-from pyannote.database.util import load_rttm
 from test_twilio import call_then_native, sample_call
 
-SPEAKERS = {"inbound": ("caller", "Diane", "speaker90"), "outbound": ("agent", "Sheila",
-                                                                      "speaker91")}
+SPEAKERS = {
+    "inbound": ("caller", "Diane", "speaker90"),
+    "outbound": ("agent", "Sheila", "speaker91"),
+}
 
 
 def talked_over() -> dict[str, float]:
@@ -40,8 +43,9 @@ def talked_over() -> dict[str, float]:
                 continue
             for segment, _, other in reference.itertracks(yield_label=True):
                 if other != label:
-                    total += max(0.0, min(float(end), segment.end)
-                                 - max(float(start), segment.start))
+                    total += max(
+                        0.0, min(float(end), segment.end) - max(float(start), segment.start)
+                    )
         out[track] = total
     return out
 
@@ -54,23 +58,41 @@ async def run(model: str, speed: float) -> list[dict]:
     rows = []
     for track, (speaker, name, _) in SPEAKERS.items():
         heard = " ".join(f["text"] for f in finals if f["speaker"] == speaker)
-        rows.append({"track": track, "speaker": speaker, "who": name,
-                     "words": len(said[track].split()),
-                     "wer_twilio_8k_mulaw": wer(said[track], heard),
-                     "wer_native_16k": wer(said[track], native[track]),
-                     "talked_over_s": over[track], "heard": heard})
+        rows.append(
+            {
+                "track": track,
+                "speaker": speaker,
+                "who": name,
+                "words": len(said[track].split()),
+                "wer_twilio_8k_mulaw": wer(said[track], heard),
+                "wer_native_16k": wer(said[track], native[track]),
+                "talked_over_s": over[track],
+                "heard": heard,
+            }
+        )
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--speed", type=float, default=1.0, help="times real time")
     args = parser.parse_args()
     rows = asyncio.run(run(args.model, args.speed))
-    print_table(rows, ["track", "speaker", "who", "words", "wer_twilio_8k_mulaw",
-                       "wer_native_16k", "talked_over_s"])
+    print_table(
+        rows,
+        [
+            "track",
+            "speaker",
+            "who",
+            "words",
+            "wer_twilio_8k_mulaw",
+            "wer_native_16k",
+            "talked_over_s",
+        ],
+    )
     path = write_json("telephony", {"model": args.model, "speed": args.speed, "rows": rows})
     print(f"\nwrote {path}")
 

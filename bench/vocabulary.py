@@ -23,20 +23,27 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from audio_fixtures import speak  # noqa: E402
-from common import machine, print_table, write_json  # noqa: E402
-from vocabulary_set import (FOREIGN_SENTENCES, KEYTERM_SENTENCES, LANGUAGE_SENTENCES,  # noqa: E402
-                            LANGUAGE_VOICES, PLAIN_SENTENCES, REDACTION_SENTENCES, all_keyterms,
-                            keyterm_items)
+from common import machine, print_table, write_json
 
-from parley.core.asr import Task, transcribe  # noqa: E402
-from parley.core.redaction import REDACTED  # noqa: E402
-from parley.config import default_models_dir  # noqa: E402
-from parley.models.bundle import resolve_model  # noqa: E402
-from parley.models.device import plan_device  # noqa: E402
-from parley.models.whisper_engine import WhisperEngine  # noqa: E402
-from parley.protocol.messages import StreamConfig, Word  # noqa: E402
-from parley.runtime.decoding import StreamDecoding  # noqa: E402
+from audio_fixtures import speak
+from parley.config import default_models_dir
+from parley.core.asr import Task, transcribe
+from parley.core.redaction import REDACTED
+from parley.models.bundle import resolve_model
+from parley.models.device import plan_device
+from parley.models.whisper_engine import WhisperEngine
+from parley.protocol.messages import StreamConfig, Word
+from parley.runtime.decoding import StreamDecoding
+from vocabulary_set import (
+    FOREIGN_SENTENCES,
+    KEYTERM_SENTENCES,
+    LANGUAGE_SENTENCES,
+    LANGUAGE_VOICES,
+    PLAIN_SENTENCES,
+    REDACTION_SENTENCES,
+    all_keyterms,
+    keyterm_items,
+)
 
 PARTS = ("keyterms", "languages", "flag", "translation", "redaction")
 
@@ -63,6 +70,7 @@ def _said(term: str, text: str) -> bool:
 
 # ---------------------------------------------------------------- keyterms
 
+
 def keyterms(tiny: WhisperEngine) -> list[dict]:
     """Recall of the terms, WER of the sentences without any, and false insertions, with
     the whole glossary (every term of the set) given to every sentence."""
@@ -82,15 +90,21 @@ def keyterms(tiny: WhisperEngine) -> list[dict]:
             if not item.terms:
                 refs.append(_norm(item.text))
                 hyps.append(_norm(text))
-        rows.append({"variant": name, "sentences": len(items),
-                     "with terms": sum(bool(i.terms) for i in items),
-                     "keyterm recall": round(hits / terms, 3),
-                     "plain WER": round(jiwer.wer(refs, hyps), 3),
-                     "false insertions": round(inserted / len(items), 3)})
+        rows.append(
+            {
+                "variant": name,
+                "sentences": len(items),
+                "with terms": sum(bool(i.terms) for i in items),
+                "keyterm recall": round(hits / terms, 3),
+                "plain WER": round(jiwer.wer(refs, hyps), 3),
+                "false insertions": round(inserted / len(items), 3),
+            }
+        )
     return rows
 
 
 # ---------------------------------------------------------------- languages
+
 
 def languages(base: WhisperEngine) -> list[dict]:
     """Per-segment language accuracy (any language, and among the set's six with
@@ -108,12 +122,17 @@ def languages(base: WhisperEngine) -> list[dict]:
             refs.append(_norm(sentence))
             detected.append(_norm(text))
             forced.append(_norm(decode(base, clip, StreamConfig(language=code))[0]))
-        rows.append({"language": code, "segments": len(sentences),
-                     "language accuracy": round(right / len(sentences), 3),
-                     "among the six": round(among / len(sentences), 3),
-                     "mean probability": round(float(np.mean(probabilities)), 3),
-                     "WER detected": round(jiwer.wer(refs, detected), 3),
-                     "WER forced": round(jiwer.wer(refs, forced), 3)})
+        rows.append(
+            {
+                "language": code,
+                "segments": len(sentences),
+                "language accuracy": round(right / len(sentences), 3),
+                "among the six": round(among / len(sentences), 3),
+                "mean probability": round(float(np.mean(probabilities)), 3),
+                "WER detected": round(jiwer.wer(refs, detected), 3),
+                "WER forced": round(jiwer.wer(refs, forced), 3),
+            }
+        )
     return rows
 
 
@@ -121,11 +140,18 @@ def flag(tiny: WhisperEngine) -> list[dict]:
     """How often the English-only model's finals are flagged language_unsupported: on
     other languages (should be all) and on English (should be none)."""
     rows = []
-    english = [(s, v) for s in PLAIN_SENTENCES + tuple(t for t, _ in KEYTERM_SENTENCES)
-               for v in ("en-us", "en-gb-x-rp")]
+    english = [
+        (s, v)
+        for s in PLAIN_SENTENCES + tuple(t for t, _ in KEYTERM_SENTENCES)
+        for v in ("en-us", "en-gb-x-rp")
+    ]
     groups = {"en": english}
-    groups.update({code: [(s, LANGUAGE_VOICES.get(code, code)) for s in sentences]
-                   for code, sentences in FOREIGN_SENTENCES.items()})
+    groups.update(
+        {
+            code: [(s, LANGUAGE_VOICES.get(code, code)) for s in sentences]
+            for code, sentences in FOREIGN_SENTENCES.items()
+        }
+    )
     for code, spoken in groups.items():
         flagged = spoken_n = 0
         for sentence, voice in spoken:
@@ -134,12 +160,18 @@ def flag(tiny: WhisperEngine) -> list[dict]:
                 continue  # dropped as no speech: nothing shown to flag
             spoken_n += 1
             flagged += result.foreign
-        rows.append({"speech": code, "finals": spoken_n,
-                     "flagged language_unsupported": round(flagged / max(spoken_n, 1), 3)})
+        rows.append(
+            {
+                "speech": code,
+                "finals": spoken_n,
+                "flagged language_unsupported": round(flagged / max(spoken_n, 1), 3),
+            }
+        )
     return rows
 
 
 # ---------------------------------------------------------------- translation
+
 
 def translation(base: WhisperEngine) -> list[dict]:
     """chrF and BLEU of task=translate against the English references."""
@@ -156,15 +188,22 @@ def translation(base: WhisperEngine) -> list[dict]:
             hyps.append(text)
             refs.append(reference)
             english += _looks_english(text)
-        rows.append({"source": code, "sentences": len(sentences),
-                     "chrF": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 1),
-                     "BLEU": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 1),
-                     "output in English": round(english / len(sentences), 3)})
+        rows.append(
+            {
+                "source": code,
+                "sentences": len(sentences),
+                "chrF": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 1),
+                "BLEU": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 1),
+                "output in English": round(english / len(sentences), 3),
+            }
+        )
     return rows
 
 
-_ENGLISH = set("the a an to of in is it at on we my you me can where before please very "
-               "so was has have and for from with near this that".split())
+_ENGLISH = set(
+    "the a an to of in is it at on we my you me can where before please very "
+    "so was has have and for from with near this that".split()
+)
 
 
 def _looks_english(text: str) -> bool:
@@ -173,6 +212,7 @@ def _looks_english(text: str) -> bool:
 
 
 # ---------------------------------------------------------------- redaction
+
 
 def redaction(tiny: WhisperEngine) -> list[dict]:
     """Each spoken number's final under its own category alone: redacted with no digit
@@ -184,33 +224,60 @@ def redaction(tiny: WhisperEngine) -> list[dict]:
         asked = (category,) if category else ("pci", "phone", "ssn")
         text, _ = decode(tiny, clip, StreamConfig(redact=asked))
         outside = [w for w in plain.split() if not any(ch.isdigit() for ch in w)]
-        rows.append({"said": sentence[:36], "category": category or "none",
-                     "decoded": plain[:44], "redacted": text[:44],
-                     "number gone": (REDACTED in text and not re.search(r"\d", text))
-                     if category else text == plain,
-                     "rest kept": [w for w in text.split() if w.rstrip(".,") != REDACTED
-                                   and not any(ch.isdigit() for ch in w)] == outside})
+        rows.append(
+            {
+                "said": sentence[:36],
+                "category": category or "none",
+                "decoded": plain[:44],
+                "redacted": text[:44],
+                "number gone": (REDACTED in text and not re.search(r"\d", text))
+                if category
+                else text == plain,
+                "rest kept": [
+                    w
+                    for w in text.split()
+                    if w.rstrip(".,") != REDACTED and not any(ch.isdigit() for ch in w)
+                ]
+                == outside,
+            }
+        )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--english-model", default="tiny.en",
-                        help="the model of the keyterms, flag and redaction parts")
+    parser.add_argument(
+        "--english-model",
+        default="tiny.en",
+        help="the model of the keyterms, flag and redaction parts",
+    )
     args = parser.parse_args()
     tiny = engine(args.english_model)
     base = engine("base") if {"languages", "translation"} & set(args.parts) else None
     out: dict = {"machine": machine(), "english_model": args.english_model}
-    columns = {"keyterms": ["variant", "sentences", "with terms", "keyterm recall", "plain WER",
-                            "false insertions"],
-               "languages": ["language", "segments", "language accuracy", "among the six",
-                             "mean probability",
-                             "WER detected", "WER forced"],
-               "flag": ["speech", "finals", "flagged language_unsupported"],
-               "translation": ["source", "sentences", "chrF", "BLEU", "output in English"],
-               "redaction": ["said", "category", "decoded", "redacted", "number gone",
-                             "rest kept"]}
+    columns = {
+        "keyterms": [
+            "variant",
+            "sentences",
+            "with terms",
+            "keyterm recall",
+            "plain WER",
+            "false insertions",
+        ],
+        "languages": [
+            "language",
+            "segments",
+            "language accuracy",
+            "among the six",
+            "mean probability",
+            "WER detected",
+            "WER forced",
+        ],
+        "flag": ["speech", "finals", "flagged language_unsupported"],
+        "translation": ["source", "sentences", "chrF", "BLEU", "output in English"],
+        "redaction": ["said", "category", "decoded", "redacted", "number gone", "rest kept"],
+    }
     for part in args.parts:
         model = base if part in ("languages", "translation") else tiny
         rows = globals()[part](model)
@@ -223,8 +290,10 @@ def main() -> None:
             segments["right"] += round(row["language accuracy"] * row["segments"])
             segments["among"] += round(row["among the six"] * row["segments"])
             segments["all"] += row["segments"]
-        out["language_accuracy"] = {"any": round(segments["right"] / segments["all"], 3),
-                                    "among the six": round(segments["among"] / segments["all"], 3)}
+        out["language_accuracy"] = {
+            "any": round(segments["right"] / segments["all"], 3),
+            "among the six": round(segments["among"] / segments["all"], 3),
+        }
         print(f"\nlanguage accuracy over all segments: {out['language_accuracy']}")
     print(write_json("vocabulary", out))
 

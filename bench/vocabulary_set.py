@@ -88,7 +88,7 @@ class Spoken:
 def keyterm_items() -> list[Spoken]:
     """Every keyterm and plain sentence in each voice."""
     items = []
-    for i, voice in enumerate(KEYTERM_VOICES):
+    for voice in KEYTERM_VOICES:
         items += [Spoken(text, terms, voice) for text, terms in KEYTERM_SENTENCES]
         items += [Spoken(text, (), voice) for text in PLAIN_SENTENCES]
     return items
@@ -111,88 +111,153 @@ LANGUAGE_SENTENCES: dict[str, tuple[tuple[str, str], ...]] = {
         ("Can you tell me where the nearest train station is?", ""),
     ),
     "es": (
-        ("La reunión empieza mañana a las nueve en la sala grande.",
-         "The meeting starts tomorrow at nine in the large room."),
-        ("Por favor, envíame el informe antes del almuerzo del viernes.",
-         "Please send me the report before lunch on Friday."),
-        ("Tenemos que terminar el proyecto antes de fin de mes.",
-         "We have to finish the project before the end of the month."),
-        ("Ayer hacía mucho frío, así que nos quedamos en casa.",
-         "Yesterday it was very cold, so we stayed at home."),
-        ("Mi hermano trabaja en un pequeño hospital cerca de la estación.",
-         "My brother works in a small hospital near the station."),
-        ("¿Puedes decirme dónde está la estación de tren más cercana?",
-         "Can you tell me where the nearest train station is?"),
+        (
+            "La reunión empieza mañana a las nueve en la sala grande.",
+            "The meeting starts tomorrow at nine in the large room.",
+        ),
+        (
+            "Por favor, envíame el informe antes del almuerzo del viernes.",
+            "Please send me the report before lunch on Friday.",
+        ),
+        (
+            "Tenemos que terminar el proyecto antes de fin de mes.",
+            "We have to finish the project before the end of the month.",
+        ),
+        (
+            "Ayer hacía mucho frío, así que nos quedamos en casa.",
+            "Yesterday it was very cold, so we stayed at home.",
+        ),
+        (
+            "Mi hermano trabaja en un pequeño hospital cerca de la estación.",
+            "My brother works in a small hospital near the station.",
+        ),
+        (
+            "¿Puedes decirme dónde está la estación de tren más cercana?",
+            "Can you tell me where the nearest train station is?",
+        ),
     ),
     "fr": (
-        ("La réunion commence demain à neuf heures dans la grande salle.",
-         "The meeting starts tomorrow at nine o'clock in the large room."),
-        ("S'il vous plaît, envoyez-moi le rapport avant le déjeuner de vendredi.",
-         "Please send me the report before lunch on Friday."),
-        ("Nous devons terminer le projet avant la fin du mois.",
-         "We must finish the project before the end of the month."),
-        ("Il faisait très froid hier, alors nous sommes restés à la maison.",
-         "It was very cold yesterday, so we stayed at home."),
-        ("Mon frère travaille dans un petit hôpital près de la gare.",
-         "My brother works in a small hospital near the station."),
-        ("Pouvez-vous me dire où se trouve la gare la plus proche?",
-         "Can you tell me where the nearest station is?"),
+        (
+            "La réunion commence demain à neuf heures dans la grande salle.",
+            "The meeting starts tomorrow at nine o'clock in the large room.",
+        ),
+        (
+            "S'il vous plaît, envoyez-moi le rapport avant le déjeuner de vendredi.",
+            "Please send me the report before lunch on Friday.",
+        ),
+        (
+            "Nous devons terminer le projet avant la fin du mois.",
+            "We must finish the project before the end of the month.",
+        ),
+        (
+            "Il faisait très froid hier, alors nous sommes restés à la maison.",
+            "It was very cold yesterday, so we stayed at home.",
+        ),
+        (
+            "Mon frère travaille dans un petit hôpital près de la gare.",
+            "My brother works in a small hospital near the station.",
+        ),
+        (
+            "Pouvez-vous me dire où se trouve la gare la plus proche?",
+            "Can you tell me where the nearest station is?",
+        ),
     ),
     "de": (
-        ("Die Besprechung beginnt morgen um neun Uhr im großen Raum.",
-         "The meeting starts tomorrow at nine o'clock in the large room."),
-        ("Bitte schicken Sie mir den Bericht vor dem Mittagessen am Freitag.",
-         "Please send me the report before lunch on Friday."),
-        ("Wir müssen das Projekt vor dem Ende des Monats fertig machen.",
-         "We have to finish the project before the end of the month."),
-        ("Gestern war es sehr kalt, deshalb sind wir zu Hause geblieben.",
-         "Yesterday it was very cold, so we stayed at home."),
-        ("Mein Bruder arbeitet in einem kleinen Krankenhaus in der Nähe des Bahnhofs.",
-         "My brother works in a small hospital near the station."),
-        ("Können Sie mir sagen, wo der nächste Bahnhof ist?",
-         "Can you tell me where the nearest train station is?"),
+        (
+            "Die Besprechung beginnt morgen um neun Uhr im großen Raum.",
+            "The meeting starts tomorrow at nine o'clock in the large room.",
+        ),
+        (
+            "Bitte schicken Sie mir den Bericht vor dem Mittagessen am Freitag.",
+            "Please send me the report before lunch on Friday.",
+        ),
+        (
+            "Wir müssen das Projekt vor dem Ende des Monats fertig machen.",
+            "We have to finish the project before the end of the month.",
+        ),
+        (
+            "Gestern war es sehr kalt, deshalb sind wir zu Hause geblieben.",
+            "Yesterday it was very cold, so we stayed at home.",
+        ),
+        (
+            "Mein Bruder arbeitet in einem kleinen Krankenhaus in der Nähe des Bahnhofs.",
+            "My brother works in a small hospital near the station.",
+        ),
+        (
+            "Können Sie mir sagen, wo der nächste Bahnhof ist?",
+            "Can you tell me where the nearest train station is?",
+        ),
     ),
     "it": (
-        ("La riunione inizia domani alle nove nella sala grande.",
-         "The meeting starts tomorrow at nine in the large room."),
-        ("Per favore, mandami il rapporto prima del pranzo di venerdì.",
-         "Please send me the report before lunch on Friday."),
-        ("Dobbiamo finire il progetto prima della fine del mese.",
-         "We have to finish the project before the end of the month."),
-        ("Ieri faceva molto freddo, quindi siamo rimasti a casa.",
-         "Yesterday it was very cold, so we stayed at home."),
-        ("Mio fratello lavora in un piccolo ospedale vicino alla stazione.",
-         "My brother works in a small hospital near the station."),
-        ("Puoi dirmi dove si trova la stazione più vicina?",
-         "Can you tell me where the nearest station is?"),
+        (
+            "La riunione inizia domani alle nove nella sala grande.",
+            "The meeting starts tomorrow at nine in the large room.",
+        ),
+        (
+            "Per favore, mandami il rapporto prima del pranzo di venerdì.",
+            "Please send me the report before lunch on Friday.",
+        ),
+        (
+            "Dobbiamo finire il progetto prima della fine del mese.",
+            "We have to finish the project before the end of the month.",
+        ),
+        (
+            "Ieri faceva molto freddo, quindi siamo rimasti a casa.",
+            "Yesterday it was very cold, so we stayed at home.",
+        ),
+        (
+            "Mio fratello lavora in un piccolo ospedale vicino alla stazione.",
+            "My brother works in a small hospital near the station.",
+        ),
+        (
+            "Puoi dirmi dove si trova la stazione più vicina?",
+            "Can you tell me where the nearest station is?",
+        ),
     ),
     "pt": (
-        ("A reunião começa amanhã às nove horas na sala grande.",
-         "The meeting starts tomorrow at nine o'clock in the large room."),
-        ("Por favor, envie-me o relatório antes do almoço de sexta-feira.",
-         "Please send me the report before lunch on Friday."),
-        ("Temos que terminar o projeto antes do fim do mês.",
-         "We have to finish the project before the end of the month."),
-        ("Ontem fazia muito frio, então ficamos em casa.",
-         "Yesterday it was very cold, so we stayed at home."),
-        ("O meu irmão trabalha num pequeno hospital perto da estação.",
-         "My brother works in a small hospital near the station."),
-        ("Pode dizer-me onde fica a estação de comboios mais próxima?",
-         "Can you tell me where the nearest train station is?"),
+        (
+            "A reunião começa amanhã às nove horas na sala grande.",
+            "The meeting starts tomorrow at nine o'clock in the large room.",
+        ),
+        (
+            "Por favor, envie-me o relatório antes do almoço de sexta-feira.",
+            "Please send me the report before lunch on Friday.",
+        ),
+        (
+            "Temos que terminar o projeto antes do fim do mês.",
+            "We have to finish the project before the end of the month.",
+        ),
+        (
+            "Ontem fazia muito frio, então ficamos em casa.",
+            "Yesterday it was very cold, so we stayed at home.",
+        ),
+        (
+            "O meu irmão trabalha num pequeno hospital perto da estação.",
+            "My brother works in a small hospital near the station.",
+        ),
+        (
+            "Pode dizer-me onde fica a estação de comboios mais próxima?",
+            "Can you tell me where the nearest train station is?",
+        ),
     ),
 }
 # espeak-ng's voice for each language, and a second voice (another pitch and speed).
 LANGUAGE_VOICES = {"en": "en-us", "es": "es", "fr": "fr", "de": "de", "it": "it", "pt": "pt"}
 # Other-language speech for the English-only model's flag (Russian too: another script).
 FOREIGN_SENTENCES: dict[str, tuple[str, ...]] = {
-    **{code: tuple(s for s, _ in sentences) for code, sentences in LANGUAGE_SENTENCES.items()
-       if code != "en"},
-    "ru": ("Встреча начинается завтра в девять утра в большом зале.",
-           "Пожалуйста, пришлите мне отчёт до обеда в пятницу.",
-           "Нам нужно закончить проект до конца месяца.",
-           "Вчера было очень холодно, поэтому мы остались дома.",
-           "Мой брат работает в маленькой больнице рядом с вокзалом.",
-           "Вы не подскажете, где ближайшая станция?"),
+    **{
+        code: tuple(s for s, _ in sentences)
+        for code, sentences in LANGUAGE_SENTENCES.items()
+        if code != "en"
+    },
+    "ru": (
+        "Встреча начинается завтра в девять утра в большом зале.",
+        "Пожалуйста, пришлите мне отчёт до обеда в пятницу.",
+        "Нам нужно закончить проект до конца месяца.",
+        "Вчера было очень холодно, поэтому мы остались дома.",
+        "Мой брат работает в маленькой больнице рядом с вокзалом.",
+        "Вы не подскажете, где ближайшая станция?",
+    ),
 }
 
 # Spoken numbers for redaction: (sentence, the category of its number, or none).

@@ -57,10 +57,13 @@ def speak(text: str, voice: str = "en-us") -> np.ndarray:
     name, _, pitch = voice.partition(":")
     with tempfile.TemporaryDirectory() as tmp:
         raw, out = Path(tmp) / "raw.wav", Path(tmp) / "out.wav"
-        subprocess.run(["espeak-ng", "-v", name, "-p", pitch or "50", "-s", "150", "-w",
-                        str(raw), text], check=True)
-        subprocess.run(["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(out)],
-                       check=True)
+        subprocess.run(
+            ["espeak-ng", "-v", name, "-p", pitch or "50", "-s", "150", "-w", str(raw), text],
+            check=True,
+        )
+        subprocess.run(
+            ["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(out)], check=True
+        )
         return read_wav(out)
 
 
@@ -85,8 +88,9 @@ class Utterance:
     voice: str = ""
 
 
-def conversation(lines: list[tuple[str, str]], gap_s: float = 1.0,
-                 lead_s: float = 0.5) -> tuple[np.ndarray, list[Utterance]]:
+def conversation(
+    lines: list[tuple[str, str]], gap_s: float = 1.0, lead_s: float = 0.5
+) -> tuple[np.ndarray, list[Utterance]]:
     """(voice, text) turns separated by ``gap_s`` of silence; returns audio and the truth."""
     parts = [silence(lead_s)]
     truth = []
@@ -114,8 +118,10 @@ DIALOGUE_LINES = [
 
 def dialogue(speakers: list[str], turns: int = 8, gap_s: float = 0.6):
     """A conversation that cycles through ``speakers`` (keys of SPEAKERS)."""
-    lines = [(SPEAKERS[speakers[i % len(speakers)]], DIALOGUE_LINES[i % len(DIALOGUE_LINES)])
-             for i in range(turns)]
+    lines = [
+        (SPEAKERS[speakers[i % len(speakers)]], DIALOGUE_LINES[i % len(DIALOGUE_LINES)])
+        for i in range(turns)
+    ]
     return conversation(lines, gap_s=gap_s)
 
 
@@ -166,10 +172,11 @@ def recording_and_prompts(rounds: int = 6, gap_s: float = 0.6):
     for k in range(rounds):
         prompt = speak(DIALOGUE_LINES[k % len(DIALOGUE_LINES)], SPEAKERS["A"])
         start, end = SAMPLE_SPEAKER90_ALONE_S[k % len(SAMPLE_SPEAKER90_ALONE_S)]
-        answer = recording[int(start * SAMPLE_RATE):int(end * SAMPLE_RATE)]
+        answer = recording[int(start * SAMPLE_RATE) : int(end * SAMPLE_RATE)]
         for audio, who in ((prompt, SPEAKERS["A"]), (answer, "speaker90")):
-            first, last = audible_span(audio) if who == SPEAKERS["A"] else (0.0, len(audio) /
-                                                                                 SAMPLE_RATE)
+            first, last = (
+                audible_span(audio) if who == SPEAKERS["A"] else (0.0, len(audio) / SAMPLE_RATE)
+            )
             truth.append(Utterance("", t + first, t + last, who))
             parts += [audio, silence(gap_s)]
             t += len(audio) / SAMPLE_RATE + gap_s

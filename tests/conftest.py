@@ -19,8 +19,8 @@ from websockets.exceptions import ConnectionClosed
 
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
-from parley.config import Settings  # noqa: E402
-from parley.models.bundle import resolve_model  # noqa: E402
+from parley.config import Settings
+from parley.models.bundle import resolve_model
 
 if TYPE_CHECKING:
     from fake_engine import FakeEngine
@@ -57,9 +57,12 @@ async def serve_real(models_dir: Path, token: str | None = None, **sections):
     # Without admission by measured capacity: these servers are shared by tests that
     # stream faster than real time, on a machine the other tests load too; what the
     # admission does is test_capacity's.
-    settings = Settings(models_dir=models_dir, token=token,
-                        server={"port": 0, "admit_by_capacity": False,
-                                **sections.pop("server", {})}, **sections)
+    settings = Settings(
+        models_dir=models_dir,
+        token=token,
+        server={"port": 0, "admit_by_capacity": False, **sections.pop("server", {})},
+        **sections,
+    )
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
     return await start_server(settings, worker, asr, diarization, warm_up=False)
@@ -72,8 +75,7 @@ async def serve_fake(engine=None, token: str | None = None, **sections):
     from parley.runtime.scheduler import AsrScheduler
     from parley.transport.ws_server import AsrService
 
-    settings = Settings(token=token, server={"port": 0, **sections.pop("server", {})},
-                        **sections)
+    settings = Settings(token=token, server={"port": 0, **sections.pop("server", {})}, **sections)
     if engine is None:
         scheduler, asr = load_fake_asr(settings)
     else:
@@ -149,12 +151,13 @@ def as_received(audio):
 async def chunks_of(audio, seconds: float = 0.1):
     data, step = pcm16(audio), int(16000 * seconds) * 2
     for i in range(0, len(data), step):
-        yield data[i:i + step]
+        yield data[i : i + step]
 
 
 @pytest.fixture
 def start(servers):
     """Start fake-engine servers on port 0 with setting overrides (stopped after)."""
+
     async def _start(engine: FakeEngine | None = None, token: str | None = None, **sections):
         return await servers(await serve_fake(engine, token, **sections))
 
@@ -166,9 +169,14 @@ def talk():
     """Three turns with pauses between them, and the audio as the server will decode it."""
     from audio_fixtures import conversation
 
-    audio, truth = conversation([("en-us", "The cat sat on the mat."),
-                                 ("en-us", "The train leaves from platform number nine."),
-                                 ("en-us", "Good morning, everyone.")], gap_s=0.8)
+    audio, truth = conversation(
+        [
+            ("en-us", "The cat sat on the mat."),
+            ("en-us", "The train leaves from platform number nine."),
+            ("en-us", "Good morning, everyone."),
+        ],
+        gap_s=0.8,
+    )
     return as_received(audio), truth
 
 
@@ -185,7 +193,9 @@ def heard_between(audio, start: float, end: float) -> str:
     """What the fake engine hears between two stream times of ``audio``."""
     from fake_engine import hear, text_of
 
-    return text_of([token for token, _, _ in hear(audio[round(start * 16000):round(end * 16000)])])
+    return text_of(
+        [token for token, _, _ in hear(audio[round(start * 16000) : round(end * 16000)])]
+    )
 
 
 def assert_finals_are_their_audio(finals: list[dict], audio) -> None:

@@ -12,13 +12,21 @@ can make decodes overlap.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
-from parley.core.asr import (AsrRequest, Decoding, DecodeStats, StepReport, Transcription,
-                             Vocabulary, decoding_problem, transcribe)
+from parley.core.asr import (
+    AsrRequest,
+    DecodeStats,
+    Decoding,
+    StepReport,
+    Transcription,
+    Vocabulary,
+    decoding_problem,
+    transcribe,
+)
 from parley.core.audio import SAMPLE_RATE
 from parley.core.words import TimedWord
 
@@ -32,12 +40,17 @@ def hear(audio: np.ndarray) -> list[tuple[int, float, float]]:
     step = int(WORD_SECONDS * SAMPLE_RATE)
     heard = []
     for start in range(0, len(audio) - step // 2, step):
-        piece = audio[start:start + step]
+        piece = audio[start : start + step]
         rms = float(np.sqrt(np.mean(np.square(piece, dtype=np.float64))))
         if rms > QUIET_RMS:
             level = min(9, int(np.log10(rms / QUIET_RMS) * 4.5))
-            heard.append((FIRST_TOKEN + level, start / SAMPLE_RATE,
-                          min(len(audio), start + step) / SAMPLE_RATE))
+            heard.append(
+                (
+                    FIRST_TOKEN + level,
+                    start / SAMPLE_RATE,
+                    min(len(audio), start + step) / SAMPLE_RATE,
+                )
+            )
     return heard
 
 
@@ -72,14 +85,19 @@ class FakeEngine:
     languages = frozenset({"en"})
     max_prompt_tokens = 223
 
-    def __init__(self, max_rows: int = 8, encode_s: float = 0.0, step_s: float = 0.0,
-                 fail: Callable[[AsrRequest], bool] | None = None):
+    def __init__(
+        self,
+        max_rows: int = 8,
+        encode_s: float = 0.0,
+        step_s: float = 0.0,
+        fail: Callable[[AsrRequest], bool] | None = None,
+    ):
         self.max_rows = max_rows
         self.encode_s = encode_s
         self.step_s = step_s
         self._fail = fail
         self.in_flight: list[FakeDecode] = []
-        self.step_sizes: list[int] = []     # rows in each step, in order
+        self.step_sizes: list[int] = []  # rows in each step, in order
 
     def prompt_tokens(self, text: str) -> tuple[int, ...]:
         return tuple(FIRST_TOKEN + len(word) % 10 for word in text.split())[-223:]
@@ -121,11 +139,14 @@ class FakeEngine:
             d.tokens.append(want[len(d.tokens)])
             draft = list(d.request.draft or ())
             offered = []
-            if draft[:len(d.tokens)] == d.tokens:
-                offered = draft[len(d.tokens):len(d.tokens) + budget]
+            if draft[: len(d.tokens)] == d.tokens:
+                offered = draft[len(d.tokens) : len(d.tokens) + budget]
             kept = 0
-            while kept < len(offered) and len(d.tokens) < len(want) \
-                    and offered[kept] == want[len(d.tokens)]:
+            while (
+                kept < len(offered)
+                and len(d.tokens) < len(want)
+                and offered[kept] == want[len(d.tokens)]
+            ):
                 d.tokens.append(offered[kept])
                 kept += 1
             d.stats.passes += 1
@@ -140,10 +161,13 @@ class FakeEngine:
         self.drop(decode)
         words = ()
         if decode.request.with_words:
-            words = tuple(TimedWord(f"w{token - FIRST_TOKEN}", start, end, 1.0)
-                          for token, start, end in decode.target)
-        return Transcription(text_of(decode.tokens), tuple(decode.tokens), words,
-                             stats=decode.stats, language="en")
+            words = tuple(
+                TimedWord(f"w{token - FIRST_TOKEN}", start, end, 1.0)
+                for token, start, end in decode.target
+            )
+        return Transcription(
+            text_of(decode.tokens), tuple(decode.tokens), words, stats=decode.stats, language="en"
+        )
 
     def drop(self, decode: FakeDecode) -> None:
         if not decode.released:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Faults:
-    latency_s: float = 0.0           # added to every chunk, each way
+    latency_s: float = 0.0  # added to every chunk, each way
     cut_after: list[int] = field(default_factory=list)  # client→server bytes of each
     #                                  connection, in turn, after which both ends are cut
-    stall_s: float = 0.0             # a pause in reading, once per connection, mid-way
+    stall_s: float = 0.0  # a pause in reading, once per connection, mid-way
     seed: int = 0
 
 
@@ -37,7 +37,7 @@ class FaultProxy:
         assert self._server is not None
         return self._server.sockets[0].getsockname()[1]
 
-    async def __aenter__(self) -> "FaultProxy":
+    async def __aenter__(self) -> FaultProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         return self
 
@@ -68,7 +68,7 @@ class FaultProxy:
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 while data := await src.read(4096):
                     if budget is not None and moved + len(data) >= budget:
-                        dst.write(data[:budget - moved])  # the rest is lost with the cut
+                        dst.write(data[: budget - moved])  # the rest is lost with the cut
                         self.cuts += 1
                         abort()
                         return
@@ -83,8 +83,10 @@ class FaultProxy:
             done.set()
 
         stall = self._random.randrange(1, 50_000) if self._faults.stall_s else None
-        pipes = [asyncio.create_task(pipe(reader, up_writer, cut, stall)),
-                 asyncio.create_task(pipe(up_reader, writer, None, None))]
+        pipes = [
+            asyncio.create_task(pipe(reader, up_writer, cut, stall)),
+            asyncio.create_task(pipe(up_reader, writer, None, None)),
+        ]
         try:
             await done.wait()
         finally:

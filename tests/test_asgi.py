@@ -43,8 +43,11 @@ async def served():
     access = Access(ApiKeys.of({"test": KEY}), OriginPolicy.of(None))
     service = await start_service(settings, worker, asr, access, warm_up=False)
     port = free_port()
-    server = Uvicorn(uvicorn.Config(AsgiApp(service), host="127.0.0.1", port=port,
-                                    lifespan="on", log_level="warning"))
+    server = Uvicorn(
+        uvicorn.Config(
+            AsgiApp(service), host="127.0.0.1", port=port, lifespan="on", log_level="warning"
+        )
+    )
     serving = asyncio.ensure_future(server.serve())
     while not server.started:
         await asyncio.sleep(0.05)
@@ -57,8 +60,9 @@ async def served():
 async def test_a_stream_gets_the_finals_of_its_audio(served, talk):
     base, _ = served
     audio, truth = talk
-    result = await run_stream(stream_url(f"{base}/v1/stream", StreamConfig(), KEY),
-                              chunks_of(audio), 32000, fast=True)
+    result = await run_stream(
+        stream_url(f"{base}/v1/stream", StreamConfig(), KEY), chunks_of(audio), 32000, fast=True
+    )
     assert result.errors == [] and result.close_code == 1000
     assert len(result.finals) == len(truth)
     assert_finals_are_their_audio(result.finals, audio)
@@ -89,7 +93,7 @@ async def test_a_drain_finalizes_the_open_segment(served, talk):
     audio, _ = talk
     async with connect(f"{base}/v1/stream?token={KEY}") as ws:
         await ws.recv()
-        async for chunk in chunks_of(audio[:int(len(audio) * 0.9)]):
+        async for chunk in chunks_of(audio[: int(len(audio) * 0.9)]):
             await ws.send(chunk)
         await asyncio.sleep(0.5)
         drain = asyncio.ensure_future(service.endpoint.drain(10))

@@ -18,7 +18,7 @@ def dominant_hz(audio: np.ndarray, rate: int = 16000) -> float:
 
 
 def decode_all(decoder: AudioDecoder, data: bytes, chunk: int) -> np.ndarray:
-    parts = [decoder.decode(data[i:i + chunk]) for i in range(0, len(data), chunk)]
+    parts = [decoder.decode(data[i : i + chunk]) for i in range(0, len(data), chunk)]
     return np.concatenate(parts + [decoder.finish()])
 
 
@@ -55,28 +55,38 @@ def test_mulaw_8k_decodes_to_the_original_tone():
     magnitude = np.log1p(255 * np.abs(audio)) / np.log1p(255)
     codes = np.round(np.sign(audio) * magnitude * 127).astype(int)
     encoded = np.where(codes >= 0, 0xFF - codes, 0x7F + codes).astype(np.uint8)
-    out = decode_all(AudioDecoder(StreamConfig(encoding=Encoding.MULAW, sample_rate=8000)),
-                     encoded.tobytes(), chunk=160)
+    out = decode_all(
+        AudioDecoder(StreamConfig(encoding=Encoding.MULAW, sample_rate=8000)),
+        encoded.tobytes(),
+        chunk=160,
+    )
     assert abs(dominant_hz(out) - 300) < 2
     assert 0.4 < np.max(np.abs(out)) < 0.6
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # audioop, here only as a reference
-@pytest.mark.parametrize("encoding, expand", [(Encoding.MULAW, "ulaw2lin"),
-                                              (Encoding.ALAW, "alaw2lin")])
+@pytest.mark.parametrize(
+    "encoding, expand", [(Encoding.MULAW, "ulaw2lin"), (Encoding.ALAW, "alaw2lin")]
+)
 def test_g711_codes_decode_as_the_standard_library_does(encoding, expand):
     """Every mu-law and A-law code decodes to the value Python's audioop gives it."""
     audioop = pytest.importorskip(  # the project supports Python 3.11 and later
-        "audioop", reason="the reference, audioop, left the standard library in Python 3.13")
+        "audioop", reason="the reference, audioop, left the standard library in Python 3.13"
+    )
     codes = bytes(range(256))
     expected = np.frombuffer(getattr(audioop, expand)(codes, 2), dtype="<i2") / 32768.0
     out = AudioDecoder(StreamConfig(encoding=encoding)).decode(codes)
     np.testing.assert_array_equal(out, expected.astype(np.float32))
 
 
-@pytest.mark.parametrize("config, size", [(StreamConfig(), 3),
-                                          (StreamConfig(encoding=Encoding.PCM_F32LE), 6),
-                                          (StreamConfig(channels=2), 6)])
+@pytest.mark.parametrize(
+    "config, size",
+    [
+        (StreamConfig(), 3),
+        (StreamConfig(encoding=Encoding.PCM_F32LE), 6),
+        (StreamConfig(channels=2), 6),
+    ],
+)
 def test_a_partial_sample_frame_is_bad_audio(config, size):
     """A message that is not whole sample frames is refused with bad_audio."""
     with pytest.raises(ProtocolError) as caught:

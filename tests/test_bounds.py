@@ -67,8 +67,15 @@ async def test_a_meeting_carries_at_most_its_participant_cap(start):
 
         async def send():
             for i in range(invented):
-                await ws.send(json.dumps({"type": "audio", "participant": {"id": f"p{i}"},
-                                          "audio": base64.b64encode(chunk).decode()}))
+                await ws.send(
+                    json.dumps(
+                        {
+                            "type": "audio",
+                            "participant": {"id": f"p{i}"},
+                            "audio": base64.b64encode(chunk).decode(),
+                        }
+                    )
+                )
             await ws.send(json.dumps({"type": "end_of_stream"}))
 
         sending = asyncio.create_task(send())
@@ -128,8 +135,7 @@ async def test_audio_a_session_has_not_read_is_capped_in_bytes():
     async def send(message: dict) -> None:
         pass
 
-    connection = AsgiConnection(request_of({"path": "/v1/stream", "headers": []}), receive,
-                                send)
+    connection = AsgiConnection(request_of({"path": "/v1/stream", "headers": []}), receive, send)
     await asyncio.sleep(0.2)
     assert connection.queued_bytes <= INBOX_BYTES + size
     assert len(taken) <= INBOX_BYTES // size + 2

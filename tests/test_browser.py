@@ -20,9 +20,16 @@ from conftest import serve_fake, serve_real
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent / "artifacts"
 # As root in a container, with no network beyond loopback: no sandbox, no background calls.
-BASE_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--autoplay-policy=no-user-gesture-required"]
+BASE_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +42,18 @@ async def server(models_dir):
 async def launch(playwright, microphone: Path | None = None):
     args = list(BASE_ARGS)
     if microphone is not None:
-        args += ["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
-                 f"--use-file-for-fake-audio-capture={microphone}%noloop"]
+        args += [
+            "--use-fake-device-for-media-stream",
+            "--use-fake-ui-for-media-stream",
+            f"--use-file-for-fake-audio-capture={microphone}%noloop",
+        ]
     return await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
 
 
 async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
     """sample.wav as the microphone: the page shows its words as segments, by two speakers."""
     ARTIFACTS.mkdir(exist_ok=True)
-    microphone = write_wav(tmp_path / "sample.wav", read_wav(SAMPLE_WAV)[6 * 16000:])
+    microphone = write_wav(tmp_path / "sample.wav", read_wav(SAMPLE_WAV)[6 * 16000 :])
     async with async_playwright() as playwright:
         browser = await launch(playwright, microphone)
         page = await browser.new_page()
@@ -57,7 +67,8 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
         await page.locator("#state", has_text="closed").wait_for(timeout=60_000)
         await page.screenshot(path=str(ARTIFACTS / "browser.png"), full_page=True)
         segments = await page.eval_on_selector_all(
-            ".segment", "els => els.map(e => ({speaker: e.dataset.speaker, text: e.textContent}))")
+            ".segment", "els => els.map(e => ({speaker: e.dataset.speaker, text: e.textContent}))"
+        )
         shown_error = await page.text_content("#error")
         await browser.close()
     assert errors == [] and not shown_error.strip()
@@ -75,7 +86,8 @@ async def test_parley_js_against_the_server(server):
         browser = await launch(playwright)
         page = await browser.new_page()
         await page.goto(f"{server}/")
-        result = await page.evaluate("""async (pcmBase64) => {
+        result = await page.evaluate(
+            """async (pcmBase64) => {
             const { ParleyClient } = await import('/parley.js');
             const refused = new ParleyClient({ url: '/v1/stream', language: 'xx' });
             let refusal;
@@ -95,7 +107,9 @@ async def test_parley_js_against_the_server(server):
             }
             const closed = await client.stop();
             return { refusal, closed, events, sent: client.audioSentSeconds() };
-        }""", pcm)
+        }""",
+            pcm,
+        )
         await browser.close()
     assert result["refusal"] == "bad_config"
     assert result["closed"]["code"] == 1000
@@ -111,12 +125,17 @@ async def test_parley_js_against_the_server(server):
 
 async def test_page_is_served_with_types_and_a_content_security_policy(server):
     """/ and the scripts come with their content types, a CSP and nosniff."""
+
     def headers(path):  # in a thread: the server shares this event loop
         with urllib.request.urlopen(server + path) as response:
             return response.headers
 
-    for path, kind in [("/", "text/html"), ("/parley.js", "text/javascript"),
-                       ("/worklet.js", "text/javascript"), ("/style.css", "text/css")]:
+    for path, kind in [
+        ("/", "text/html"),
+        ("/parley.js", "text/javascript"),
+        ("/worklet.js", "text/javascript"),
+        ("/style.css", "text/css"),
+    ]:
         got = await asyncio.to_thread(headers, path)
         assert got["Content-Type"].startswith(kind)
         assert "script-src 'self'" in got["Content-Security-Policy"]
@@ -137,19 +156,22 @@ async def test_parley_js_resumes_a_dropped_connection(talk):
     data = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
     running = await serve_fake(server={"allowed_origins": ["*"]})  # the proxy is another port
     try:
+
         async def chunks():
             for i in range(0, len(data), 3200):
-                yield data[i:i + 3200]
+                yield data[i : i + 3200]
 
         base = f"ws://127.0.0.1:{running.port}/v1/stream"
-        direct = await run_stream(stream_url(base, StreamConfig(partials=False), None),
-                                  chunks(), 32000, fast=True)
+        direct = await run_stream(
+            stream_url(base, StreamConfig(partials=False), None), chunks(), 32000, fast=True
+        )
         async with FaultProxy(running.port, Faults(cut_after=[len(data) // 2])) as proxy:
             async with async_playwright() as playwright:
                 browser = await launch(playwright)
                 page = await browser.new_page()
                 await page.goto(f"http://127.0.0.1:{running.port}/")
-                result = await page.evaluate("""async ([url, pcmBase64]) => {
+                result = await page.evaluate(
+                    """async ([url, pcmBase64]) => {
                     const { ParleyClient } = await import('/parley.js');
                     const client = new ParleyClient({ url, partials: false });
                     const finals = [];
@@ -168,8 +190,9 @@ async def test_parley_js_resumes_a_dropped_connection(talk):
                     }
                     const closed = await client.stop();
                     return { finals, seen, closed, resumes: client.resumes };
-                }""", [f"ws://127.0.0.1:{proxy.port}/v1/stream",
-                       base64.b64encode(data).decode()])
+                }""",
+                    [f"ws://127.0.0.1:{proxy.port}/v1/stream", base64.b64encode(data).decode()],
+                )
                 await browser.close()
     finally:
         await running.stop()

@@ -51,9 +51,9 @@ async def test_past_its_measured_capacity_the_server_refuses_new_streams_at_once
         await ws.recv()
         for _ in range(math.ceil(MEASURE_AUDIO_S / (len(audio) / 16000)) + 1):
             for i in range(0, len(audio), 3200):
-                await ws.send(pcm16(audio[i:i + 3200]))
+                await ws.send(pcm16(audio[i : i + 3200]))
         await ws.send(json.dumps({"type": "end_of_stream"}))
-        async for message in ws:
+        async for _ in ws:
             pass
     carried = server.endpoint.capacity.streams()["asr"]
     assert 1 <= carried < 16, carried  # measured, and below max_sessions
@@ -77,8 +77,9 @@ async def test_past_its_measured_capacity_the_server_refuses_new_streams_at_once
     status, body = await _get(server.port, "/readyz")
     assert status == 503 and json.loads(body)["checks"]["at_capacity"] is True
     _, metrics = await _get(server.port, "/metrics")
-    used = next(line for line in metrics.decode().splitlines()
-                if line.startswith("parley_capacity_used "))
+    used = next(
+        line for line in metrics.decode().splitlines() if line.startswith("parley_capacity_used ")
+    )
     assert float(used.split()[1]) == pytest.approx(len(held) / carried)
 
     await held.pop().close()  # one leaves: one more may come

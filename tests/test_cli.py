@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from pyannote.core import Annotation, Segment
 from pyannote.database.util import load_rttm
 from pyannote.metrics.diarization import DiarizationErrorRate
@@ -24,8 +23,13 @@ def serve(models_dir, *args):
     """`parley serve` in its own process on a free port; yields its stream URL."""
     port = free_port()
     env = {**os.environ, "PARLEY_MODELS_DIR": str(models_dir)}
-    process = subprocess.Popen([*PARLEY, "serve", "--port", str(port), *args], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [*PARLEY, "serve", "--port", str(port), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     for line in process.stdout:
         if "Parley listening on" in line:
@@ -43,14 +47,19 @@ def server_url(models_dir):
 
 
 def stream(url, *args, stdin=None):
-    return subprocess.run([*PARLEY, "stream", "--url", url, *args], input=stdin,
-                          capture_output=True, timeout=300)
+    return subprocess.run(
+        [*PARLEY, "stream", "--url", url, *args], input=stdin, capture_output=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
 def dialogue_wav(tmp_path_factory):
-    audio, truth = conversation([("en-us", "The cat sat on the mat."),
-                                 ("en-gb", "The train leaves from platform number nine.")])
+    audio, truth = conversation(
+        [
+            ("en-us", "The cat sat on the mat."),
+            ("en-gb", "The train leaves from platform number nine."),
+        ]
+    )
     return write_wav(tmp_path_factory.mktemp("cli") / "dialogue.wav", audio), truth, audio
 
 
@@ -125,8 +134,9 @@ async def test_an_undecodable_file_fails_the_stream_within_a_second(start, tmp_p
     notes.write_text("minutes of the meeting\n")
     began = time.monotonic()
     with pytest.raises(UndecodableAudio, match="ffmpeg could not decode"):
-        await run_stream(f"{url}?encoding=pcm_s16le&sample_rate=16000", ffmpeg_pcm(str(notes)),
-                         32000)
+        await run_stream(
+            f"{url}?encoding=pcm_s16le&sample_rate=16000", ffmpeg_pcm(str(notes)), 32000
+        )
     assert time.monotonic() - began < 1.0
 
 
@@ -136,10 +146,10 @@ def test_a_server_that_is_not_there_is_named_and_exits_3(command, dialogue_wav):
     at once and without a traceback."""
     path, _, _ = dialogue_wav
     port = free_port()
-    url = (f"ws://127.0.0.1:{port}/v1/stream" if command == "stream"
-           else f"http://127.0.0.1:{port}")
-    done = subprocess.run([*PARLEY, command, "--url", url, str(path)], capture_output=True,
-                          timeout=60)
+    url = f"ws://127.0.0.1:{port}/v1/stream" if command == "stream" else f"http://127.0.0.1:{port}"
+    done = subprocess.run(
+        [*PARLEY, command, "--url", url, str(path)], capture_output=True, timeout=60
+    )
     assert done.returncode == 3, done.stderr
     assert f"cannot reach 127.0.0.1:{port}: is `parley serve` running?".encode() in done.stderr
     assert b"Traceback" not in done.stderr
@@ -148,18 +158,36 @@ def test_a_server_that_is_not_there_is_named_and_exits_3(command, dialogue_wav):
 def test_render_formats():
     """The writers number SRT blocks and use each format's time syntax."""
     transcript = Transcript()
-    for final in [{"type": "final", "segment_id": 0, "start": 1.5, "end": 3.25,
-                   "text": "Hello there.", "reason": "silence", "speaker": None, "words": []},
-                  {"type": "final", "segment_id": 1, "start": 61.0, "end": 62.0, "text": "",
-                   "reason": "silence", "speaker": None, "words": []}]:
+    for final in [
+        {
+            "type": "final",
+            "segment_id": 0,
+            "start": 1.5,
+            "end": 3.25,
+            "text": "Hello there.",
+            "reason": "silence",
+            "speaker": None,
+            "words": [],
+        },
+        {
+            "type": "final",
+            "segment_id": 1,
+            "start": 61.0,
+            "end": 62.0,
+            "text": "",
+            "reason": "silence",
+            "speaker": None,
+            "words": [],
+        },
+    ]:
         transcript.apply(final)
     assert render(transcript, "srt") == "1\n00:00:01,500 --> 00:00:03,250\nHello there.\n"
-    assert render(transcript, "vtt") == ("WEBVTT\n\n00:00:01.500 --> 00:00:03.250\n"
-                                         "Hello there.\n")
+    assert render(transcript, "vtt") == ("WEBVTT\n\n00:00:01.500 --> 00:00:03.250\nHello there.\n")
     assert json.loads(render(transcript, "json"))[1]["start"] == 61.0
     assert render(transcript, "text") == "[00:00:01.500 --> 00:00:03.250] Hello there.\n"
-    assert render(transcript, "rttm", "talk") == ("SPEAKER talk 1 1.500 1.750 <NA> <NA> "
-                                                  "unknown <NA> <NA>\n")
+    assert render(transcript, "rttm", "talk") == (
+        "SPEAKER talk 1 1.500 1.750 <NA> <NA> unknown <NA> <NA>\n"
+    )
 
 
 def word(text, start, end, speaker):
@@ -170,13 +198,36 @@ def test_the_transcript_applies_speaker_updates_and_joins_words_into_turns():
     """A speaker_update replaces the final's speakers; turns split at a new speaker or a
     pause over 0.5 s; labels are listed in order of first appearance."""
     transcript = Transcript()
-    transcript.apply({"type": "final", "segment_id": 3, "start": 0.0, "end": 3.0,
-                      "text": "a b c d", "reason": "speaker_change", "speaker": "S1",
-                      "words": [word("a", 0.1, 0.5, "S1"), word("b", 0.6, 1.0, "S1"),
-                                word("c", 1.8, 2.2, "S1"), word("d", 2.3, 2.9, "S1")]})
-    transcript.apply({"type": "speaker_update", "segment_id": 3, "speaker": "S2",
-                      "words": [word("a", 0.1, 0.5, "S2"), word("b", 0.6, 1.0, "S2"),
-                                word("c", 1.8, 2.2, "S1"), word("d", 2.3, 2.9, "S1")]})
+    transcript.apply(
+        {
+            "type": "final",
+            "segment_id": 3,
+            "start": 0.0,
+            "end": 3.0,
+            "text": "a b c d",
+            "reason": "speaker_change",
+            "speaker": "S1",
+            "words": [
+                word("a", 0.1, 0.5, "S1"),
+                word("b", 0.6, 1.0, "S1"),
+                word("c", 1.8, 2.2, "S1"),
+                word("d", 2.3, 2.9, "S1"),
+            ],
+        }
+    )
+    transcript.apply(
+        {
+            "type": "speaker_update",
+            "segment_id": 3,
+            "speaker": "S2",
+            "words": [
+                word("a", 0.1, 0.5, "S2"),
+                word("b", 0.6, 1.0, "S2"),
+                word("c", 1.8, 2.2, "S1"),
+                word("d", 2.3, 2.9, "S1"),
+            ],
+        }
+    )
     transcript.apply({"type": "speaker_update", "segment_id": 9, "speaker": "S1", "words": []})
     assert transcript.speakers() == ["S2", "S1"]
     assert transcript.turns() == [SpeakerTurn(0.1, 1.0, "S2"), SpeakerTurn(1.8, 2.9, "S1")]
@@ -186,10 +237,22 @@ def test_a_pause_as_long_as_the_servers_sets_turns_apart():
     """A speaker's words 0.3 s apart (the server's pause, TurnConfig.pause_s) are two
     turns in what --format rttm writes; closer words are one."""
     transcript = Transcript()
-    transcript.apply({"type": "final", "segment_id": 1, "start": 0.0, "end": 3.0,
-                      "text": "a b c", "reason": "silence", "speaker": "S1",
-                      "words": [word("a", 0.0, 0.5, "S1"), word("b", 0.79, 1.2, "S1"),
-                                word("c", 1.5, 2.0, "S1")]})
+    transcript.apply(
+        {
+            "type": "final",
+            "segment_id": 1,
+            "start": 0.0,
+            "end": 3.0,
+            "text": "a b c",
+            "reason": "silence",
+            "speaker": "S1",
+            "words": [
+                word("a", 0.0, 0.5, "S1"),
+                word("b", 0.79, 1.2, "S1"),
+                word("c", 1.5, 2.0, "S1"),
+            ],
+        }
+    )
     assert transcript.turns() == [SpeakerTurn(0.0, 1.2, "S1"), SpeakerTurn(1.5, 2.0, "S1")]
 
 
@@ -224,8 +287,18 @@ async def test_stream_takes_the_key_from_token_or_the_environment(start, dialogu
         if env_token:
             env["PARLEY_TOKEN"] = env_token
         process = await asyncio.create_subprocess_exec(
-            *PARLEY, "stream", "--url", url, "--fast", "--no-partials", *args, str(path),
-            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            *PARLEY,
+            "stream",
+            "--url",
+            url,
+            "--fast",
+            "--no-partials",
+            *args,
+            str(path),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await process.communicate()
         return process.returncode, out.decode(), err.decode()
 
@@ -236,14 +309,24 @@ async def test_stream_takes_the_key_from_token_or_the_environment(start, dialogu
     assert code == 1 and "unauthorized" in out + err
 
 
-@pytest.mark.parametrize("args, why", [
-    (["--host", "0.0.0.0"], "refusing to serve 0.0.0.0 without API keys"),
-    (["--replicas", "2", "--max-replicas", "1"],
-     "cluster.max_replicas must be at least cluster.replicas")])
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["--host", "0.0.0.0"], "refusing to serve 0.0.0.0 without API keys"),
+        (
+            ["--replicas", "2", "--max-replicas", "1"],
+            "cluster.max_replicas must be at least cluster.replicas",
+        ),
+    ],
+)
 def test_cluster_checks_its_settings_before_starting_ray(args, why):
     """`parley cluster` refuses bad settings like `serve`, before it starts any Ray."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PARLEY_TOKEN", "PARLEY_API_KEYS", "PARLEY_ALLOW_ANONYMOUS")}
-    run = subprocess.run([*PARLEY, "cluster", *args], env=env, capture_output=True,
-                         text=True, timeout=60)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PARLEY_TOKEN", "PARLEY_API_KEYS", "PARLEY_ALLOW_ANONYMOUS")
+    }
+    run = subprocess.run(
+        [*PARLEY, "cluster", *args], env=env, capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 2 and why in run.stderr, run.stderr

@@ -7,8 +7,15 @@ import pytest
 
 from conftest import chunks_of, heard_between
 from parley.client.live import LiveStream, ServerError, send_paced
-from parley.protocol.messages import (EndReason, Final, Finalized, FinalReason, SessionEnded,
-                                      SpeechStarted, StreamConfig)
+from parley.protocol.messages import (
+    EndReason,
+    Final,
+    Finalized,
+    FinalReason,
+    SessionEnded,
+    SpeechStarted,
+    StreamConfig,
+)
 
 
 async def test_typed_results_finalize_and_end(start, talk):

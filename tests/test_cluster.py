@@ -35,21 +35,30 @@ KEY = "cluster-test-key"
 OBJECT_STORE = 100 * 2**20  # sessions pass no objects through it; Ray's default is 30 % of RAM
 # Read by Ray's processes when they start: the proxy and replicas push autoscaling
 # metrics every half second, not every ten, so the autoscaler sees sessions at once.
-RAY_ENV = {"RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
-           "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
-           "RAY_DEDUP_LOGS": "0",
-           # the replicas read their API keys from their own environment, never from Ray
-           "PARLEY_API_KEYS": json.dumps({"test": KEY}),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
-                                          os.environ.get("PYTHONPATH", "")])}
+RAY_ENV = {
+    "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
+    "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
+    "RAY_DEDUP_LOGS": "0",
+    # the replicas read their API keys from their own environment, never from Ray
+    "PARLEY_API_KEYS": json.dumps({"test": KEY}),
+    "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+}
 
 
 def cluster_settings(port: int, **cluster) -> Settings:
     # A session waits while the autoscaler starts a replica: longer than the default
     # idle timeout, and these sessions say nothing meanwhile.
-    return Settings(server={"max_sessions": 1, "drain_timeout_s": 15, "idle_timeout_s": 120},
-                    cluster={"port": port, "proxy_location": "HeadOnly", "num_cpus": 0,
-                             "num_gpus": 1, "max_queued_sessions": 1, **cluster})
+    return Settings(
+        server={"max_sessions": 1, "drain_timeout_s": 15, "idle_timeout_s": 120},
+        cluster={
+            "port": port,
+            "proxy_location": "HeadOnly",
+            "num_cpus": 0,
+            "num_gpus": 1,
+            "max_queued_sessions": 1,
+            **cluster,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +69,31 @@ def cluster():
 
     saved = {name: os.environ.get(name) for name in RAY_ENV}
     os.environ.update(RAY_ENV)
-    nodes = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "include_dashboard": False, "object_store_memory": OBJECT_STORE})
+    nodes = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "include_dashboard": False,
+            "object_store_memory": OBJECT_STORE,
+        },
+    )
     for _ in range(2):
         nodes.add_node(num_cpus=1, num_gpus=1, object_store_memory=OBJECT_STORE)
     try:
         ray.init(address=nodes.address, logging_level="warning")
         port = free_port()
-        start(cluster_settings(port, replicas=1, max_replicas=2, target_sessions=1,
-                               upscale_delay_s=0, downscale_delay_s=600, look_back_s=11),
-              load_fake_asr)
+        start(
+            cluster_settings(
+                port,
+                replicas=1,
+                max_replicas=2,
+                target_sessions=1,
+                upscale_delay_s=0,
+                downscale_delay_s=600,
+                look_back_s=11,
+            ),
+            load_fake_asr,
+        )
         assert running_replicas() == 1
         yield f"ws://127.0.0.1:{port}", port
     finally:
@@ -101,8 +125,9 @@ async def single_server_finals(audio):
         url = f"ws://127.0.0.1:{server.port}/v1/stream"
         finals = {}
         for name, clip in (("whole", audio), ("cut", cut_mid_turn(audio))):
-            result = await run_stream(stream_url(url, StreamConfig(), KEY), chunks_of(clip),
-                                      32000, fast=True)
+            result = await run_stream(
+                stream_url(url, StreamConfig(), KEY), chunks_of(clip), 32000, fast=True
+            )
             finals[name] = spans(result.finals)
         assert len(finals["whole"]) == 3 and len(finals["cut"]) == 3  # three turns
         return finals
@@ -112,7 +137,7 @@ async def single_server_finals(audio):
 
 def cut_mid_turn(audio):
     """The audio up to the middle of its last turn: a segment still open at the end."""
-    return audio[:int(len(audio) * 0.9)]
+    return audio[: int(len(audio) * 0.9)]
 
 
 def spans(finals: list[dict]) -> list[tuple[str, float, float]]:
@@ -139,7 +164,8 @@ async def results(session: LiveStream) -> list[dict]:
 
 
 async def test_sessions_spread_over_nodes_the_cap_holds_and_the_autoscaler_adds_replicas(
-        cluster, audio, single_server_finals):
+    cluster, audio, single_server_finals
+):
     base, _ = cluster
     first = await open_session(base)
     # One replica, one session each: the next session waits at the proxy, and the
@@ -170,7 +196,8 @@ async def test_sessions_spread_over_nodes_the_cap_holds_and_the_autoscaler_adds_
 
 
 async def test_a_replica_that_goes_away_finalizes_its_sessions_first(
-        cluster, audio, single_server_finals):
+    cluster, audio, single_server_finals
+):
     """Both replicas hold a session whose last turn is still open; a redeploy down to
     one replica stops the old replicas one by one, the way Ray Serve stops a replica on
     a downscale. A stopped replica's session still gets the finals of all the audio it
@@ -185,8 +212,10 @@ async def test_a_replica_that_goes_away_finalizes_its_sessions_first(
     await asyncio.sleep(2)  # the last audio has reached the replicas
 
     from parley.cluster.run import start
-    await asyncio.wait_for(asyncio.to_thread(start, cluster_settings(port, replicas=1),
-                                             load_fake_asr), 90)
+
+    await asyncio.wait_for(
+        asyncio.to_thread(start, cluster_settings(port, replicas=1), load_fake_asr), 90
+    )
     await asyncio.sleep(1)
     drained = []
     for session, finals in zip(sessions, collecting):
@@ -225,8 +254,9 @@ def test_probes_and_the_page_through_the_proxy(cluster):
         assert b"<html" in page.read().lower()
 
 
-async def test_a_drained_node_hands_its_sessions_over_finalized(cluster, audio,
-                                                                single_server_finals):
+async def test_a_drained_node_hands_its_sessions_over_finalized(
+    cluster, audio, single_server_finals
+):
     """What a KubeRay worker pod's preStop does (deploy/kubernetes/rayservice.yaml):
     `ray drain-node` on the node of a live session. Serve starts a replica elsewhere
     and stops this one, which finalizes the session; a new session lands on the other
@@ -237,13 +267,25 @@ async def test_a_drained_node_hands_its_sessions_over_finalized(cluster, audio,
     await stream_all(session, clip, end=False)
     finals = asyncio.ensure_future(results(session))
     await asyncio.sleep(2)
-    node = next(n["NodeID"] for n in ray.nodes()
-                if n["Alive"] and n["NodeID"].startswith(node_of(session)))
+    node = next(
+        n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"].startswith(node_of(session))
+    )
     drain = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "ray.scripts.scripts", "drain-node", "--address",
-        ray.get_runtime_context().gcs_address, "--node-id", node,
-        "--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "test",
-        "--deadline-remaining-seconds", "60")
+        sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "drain-node",
+        "--address",
+        ray.get_runtime_context().gcs_address,
+        "--node-id",
+        node,
+        "--reason",
+        "DRAIN_NODE_REASON_PREEMPTION",
+        "--reason-message",
+        "test",
+        "--deadline-remaining-seconds",
+        "60",
+    )
     assert await drain.wait() == 0
     assert spans(await asyncio.wait_for(finals, 60)) == single_server_finals["cut"]
     assert session.ended["reason"] == "shutting_down" and session.close_code == 1001

@@ -25,23 +25,29 @@ KEY = "s3cret"
 
 def deepgram_client(port: int, key: str = KEY) -> AsyncDeepgramClient:
     local = f"127.0.0.1:{port}"
-    return AsyncDeepgramClient(api_key=key, environment=DeepgramClientEnvironment(
-        base=f"http://{local}", production=f"ws://{local}", agent="", agent_rest=""))
+    return AsyncDeepgramClient(
+        api_key=key,
+        environment=DeepgramClientEnvironment(
+            base=f"http://{local}", production=f"ws://{local}", agent="", agent_rest=""
+        ),
+    )
 
 
-async def deepgram_session(port: int, audio, *, pace_s: float = 0.0, finalize: bool = False,
-                           **query) -> list:
+async def deepgram_session(
+    port: int, audio, *, pace_s: float = 0.0, finalize: bool = False, **query
+) -> list:
     """Stream ``audio`` through the Deepgram SDK (100 ms messages), then CloseStream; every
     message the server sent, as the SDK's types."""
     data = pcm16(audio)
     query = {"model": "nova-3", "encoding": "linear16", "sample_rate": "16000", **query}
     async with deepgram_client(port).listen.v1.connect(**query) as dg:
+
         async def receive():
             return [message async for message in dg]
 
         received = asyncio.create_task(receive())
         for i in range(0, len(data), 3200):
-            await dg.send_media(data[i:i + 3200])
+            await dg.send_media(data[i : i + 3200])
             await asyncio.sleep(pace_s)
         if finalize:
             await dg.send_finalize()
@@ -55,8 +61,9 @@ def turns():
     will decode it."""
     from conftest import as_received
 
-    audio, truth = conversation([("en-us", "The cat sat on the mat."),
-                                 ("en-us", "Good morning, everyone.")], gap_s=1.2)
+    audio, truth = conversation(
+        [("en-us", "The cat sat on the mat."), ("en-us", "Good morning, everyone.")], gap_s=1.2
+    )
     return as_received(audio), truth
 
 
@@ -69,8 +76,9 @@ async def test_deepgram_sdk_gets_speech_events_results_and_metadata(start, turns
     with the duration and sha256 of the audio sent."""
     audio, truth = turns
     url, server = await start(token=KEY)
-    got = await deepgram_session(server.port, audio, vad_events="true", punctuate="true",
-                                 utterance_end_ms="1000")
+    got = await deepgram_session(
+        server.port, audio, vad_events="true", punctuate="true", utterance_end_ms="1000"
+    )
     kinds = [m.type for m in got]
     assert kinds == ["SpeechStarted", "Results", "UtteranceEnd"] * 2 + ["Metadata"]
     results = [m for m in got if m.type == "Results"]
@@ -78,8 +86,9 @@ async def test_deepgram_sdk_gets_speech_events_results_and_metadata(start, turns
         assert result.is_final and result.speech_final and not result.from_finalize
         assert result.channel_index == [0, 1]
         alternative = result.channel.alternatives[0]
-        assert alternative.transcript == heard_between(audio, result.start,
-                                                       result.start + result.duration)
+        assert alternative.transcript == heard_between(
+            audio, result.start, result.start + result.duration
+        )
         words = alternative.words
         assert [w.punctuated_word for w in words] == alternative.transcript.split()
         assert said.start - 0.3 <= words[0].start and words[-1].end <= said.end + 0.3
@@ -87,7 +96,8 @@ async def test_deepgram_sdk_gets_speech_events_results_and_metadata(start, turns
         assert result.metadata.model_info.name == "fake"
     ends = [m for m in got if m.type == "UtteranceEnd"]
     assert [e.last_word_end for e in ends] == [
-        r.channel.alternatives[0].words[-1].end for r in results]
+        r.channel.alternatives[0].words[-1].end for r in results
+    ]
     metadata = got[-1]
     assert metadata.request_id == results[0].metadata.request_id
     assert metadata.duration == pytest.approx(len(audio) / 16000, abs=0.01)
@@ -115,8 +125,10 @@ async def test_deepgram_finalize_flushes_and_keepalive_and_bad_messages(start, t
     audio, truth = turns
     url, server = await start()
     middle = round((truth[0].start + truth[0].end) / 2 * 16000)
-    async with connect(f"ws://127.0.0.1:{server.port}/v1/listen?encoding=linear16"
-                       "&sample_rate=16000&interim_results=false") as ws:
+    async with connect(
+        f"ws://127.0.0.1:{server.port}/v1/listen?encoding=linear16"
+        "&sample_rate=16000&interim_results=false"
+    ) as ws:
         await ws.send(pcm16(audio[:middle]))
         await ws.send(json.dumps({"type": "KeepAlive"}))
         await ws.send(json.dumps({"type": "Finalize"}))
@@ -139,17 +151,18 @@ async def test_deepgram_refusals_are_http_errors_as_deepgram_gives_them(start):
     _, server = await start(token=KEY)
     with pytest.raises(ApiError) as caught:
         async with deepgram_client(server.port, "wrong").listen.v1.connect(
-                model="nova-3", encoding="linear16", sample_rate="16000"):
+            model="nova-3", encoding="linear16", sample_rate="16000"
+        ):
             pass
     assert caught.value.status_code == 401
     base = f"ws://127.0.0.1:{server.port}/v1/listen"
-    for query, fragment in (("sample_rate=16000", "containerised"),
-                            ("encoding=opus&sample_rate=16000", "not supported"),
-                            ("encoding=linear16", "sample_rate is required"),
-                            ("encoding=linear16&sample_rate=16000&multichannel=true",
-                             "multichannel"),
-                            ("encoding=linear16&sample_rate=16000&diarize=true",
-                             "diarization is not available")):
+    for query, fragment in (
+        ("sample_rate=16000", "containerised"),
+        ("encoding=opus&sample_rate=16000", "not supported"),
+        ("encoding=linear16", "sample_rate is required"),
+        ("encoding=linear16&sample_rate=16000&multichannel=true", "multichannel"),
+        ("encoding=linear16&sample_rate=16000&diarize=true", "diarization is not available"),
+    ):
         with pytest.raises(InvalidStatus) as refusal:
             async with connect(f"{base}?{query}", subprotocols=["token", KEY]):
                 pass
@@ -157,8 +170,9 @@ async def test_deepgram_refusals_are_http_errors_as_deepgram_gives_them(start):
         body = json.loads(response.body)
         assert response.status_code == 400 and body["err_code"] == "BAD_CONFIG"
         assert fragment in body["err_msg"] and body["request_id"]
-    async with connect(f"{base}?encoding=mulaw&sample_rate=8000",
-                       subprotocols=["token", KEY]) as ws:
+    async with connect(
+        f"{base}?encoding=mulaw&sample_rate=8000", subprotocols=["token", KEY]
+    ) as ws:
         assert ws.subprotocol == "token"
         await ws.send(bytes([0xFF]) * 800)
         await ws.send(json.dumps({"type": "CloseStream"}))
@@ -182,7 +196,7 @@ async def realtime_events(port: int, audio, session: dict, then=(), key: str = K
         await rt.session.update(session={"type": "transcription", **session})
         data = pcm16(at_24k(audio))
         for i in range(0, len(data), 4800):
-            await rt.input_audio_buffer.append(audio=base64.b64encode(data[i:i + 4800]).decode())
+            await rt.input_audio_buffer.append(audio=base64.b64encode(data[i : i + 4800]).decode())
         for event in then:
             await rt.send(event)
         while not events or events[-1]["type"] != "error":
@@ -196,30 +210,47 @@ async def test_openai_server_vad_makes_an_item_per_turn(start, turns):
     one delta of the final's whole text and completed, chained by previous_item_id."""
     audio, truth = turns
     _, server = await start(token=KEY)
-    events = await realtime_events(server.port, audio, {"audio": {"input": {
-        "transcription": {"language": "en"},
-        "turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}}},
-        then=[{"type": "input_audio_buffer.commit"}])
+    events = await realtime_events(
+        server.port,
+        audio,
+        {
+            "audio": {
+                "input": {
+                    "transcription": {"language": "en"},
+                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                }
+            }
+        },
+        then=[{"type": "input_audio_buffer.commit"}],
+    )
     kinds = [e["type"] for e in events]
-    per_item = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
-                "input_audio_buffer.committed",
-                "conversation.item.input_audio_transcription.delta",
-                "conversation.item.input_audio_transcription.completed"]
+    per_item = [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.delta",
+        "conversation.item.input_audio_transcription.completed",
+    ]
     assert kinds == ["session.created", "session.updated", *per_item * 2, "error"]
     assert events[1]["session"]["audio"]["input"]["turn_detection"]["silence_duration_ms"] == 480
     assert events[-1]["error"]["code"] == "input_audio_buffer_commit_empty"
-    items = [events[2 + 5 * k:7 + 5 * k] for k in range(2)]
+    items = [events[2 + 5 * k : 7 + 5 * k] for k in range(2)]
     previous = None
     for (started, stopped, committed, delta, completed), said in zip(items, truth):
         item = started["item_id"]
-        assert {stopped["item_id"], committed["item_id"], delta["item_id"],
-                completed["item_id"]} == {item}
+        assert {
+            stopped["item_id"],
+            committed["item_id"],
+            delta["item_id"],
+            completed["item_id"],
+        } == {item}
         assert committed.get("previous_item_id") == previous
         previous = item
         assert started["audio_start_ms"] / 1000 <= said.start <= said.end
         assert said.end <= stopped["audio_end_ms"] / 1000
-        heard = heard_between(audio, started["audio_start_ms"] / 1000,
-                              stopped["audio_end_ms"] / 1000)
+        heard = heard_between(
+            audio, started["audio_start_ms"] / 1000, stopped["audio_end_ms"] / 1000
+        )
         assert delta["delta"] == completed["transcript"] == heard
 
 
@@ -234,23 +265,33 @@ async def test_openai_manual_commits_clear_and_the_older_session_form(start, tur
     client = AsyncOpenAI(api_key="none", base_url=f"http://127.0.0.1:{server.port}/v1")
     events = []
     async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
-        await rt.send({"type": "transcription_session.update", "session": {
-            "input_audio_format": "g711_ulaw", "turn_detection": None}})
+        await rt.send(
+            {
+                "type": "transcription_session.update",
+                "session": {"input_audio_format": "g711_ulaw", "turn_detection": None},
+            }
+        )
         await rt.input_audio_buffer.append(audio=base64.b64encode(first).decode())
         await rt.input_audio_buffer.clear()
-        await rt.send({"type": "transcription_session.update",
-                       "session": {"input_audio_format": "pcm16"}})  # too late: refused
+        await rt.send(
+            {"type": "transcription_session.update", "session": {"input_audio_format": "pcm16"}}
+        )  # too late: refused
         await rt.input_audio_buffer.append(audio=base64.b64encode(second).decode())
         await rt.input_audio_buffer.commit()
         await rt.input_audio_buffer.commit()
         while len([e for e in events if e["type"] == "error"]) < 2:
             events.append((await asyncio.wait_for(rt.recv(), 30)).model_dump(exclude_none=True))
     kinds = [e["type"] for e in events]
-    assert kinds == ["session.created", "transcription_session.updated",
-                     "input_audio_buffer.cleared", "error",
-                     "input_audio_buffer.committed",
-                     "conversation.item.input_audio_transcription.delta",
-                     "conversation.item.input_audio_transcription.completed", "error"]
+    assert kinds == [
+        "session.created",
+        "transcription_session.updated",
+        "input_audio_buffer.cleared",
+        "error",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.delta",
+        "conversation.item.input_audio_transcription.completed",
+        "error",
+    ]
     settings = events[1]["session"]["audio"]["input"]
     assert settings["format"]["type"] == "audio/pcmu" and settings.get("turn_detection") is None
     assert "cannot change once audio" in events[3]["error"]["message"]
@@ -279,22 +320,34 @@ async def test_openai_refusals_and_bad_events(start):
     bearer = {"Authorization": f"Bearer {KEY}"}
     message, code = await refused(base, additional_headers=bearer)
     assert (message["type"], message["error"]["code"], code) == ("error", "bad_config", 4400)
-    message, code = await refused(f"{base}?intent=transcription",
-                                  additional_headers={"Authorization": "Bearer wrong"})
+    message, code = await refused(
+        f"{base}?intent=transcription", additional_headers={"Authorization": "Bearer wrong"}
+    )
     assert (message["error"]["code"], code) == ("unauthorized", 4401)
-    async with connect(f"{base}?intent=transcription",
-                       subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
+    async with connect(
+        f"{base}?intent=transcription", subprotocols=["realtime", f"openai-insecure-api-key.{KEY}"]
+    ) as ws:
         assert ws.subprotocol == "realtime"
         assert json.loads(await ws.recv())["type"] == "session.created"
         await ws.send(bytes(480))
         await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "%%%"}))
         await ws.send(json.dumps({"type": "response.create", "event_id": "evt_7"}))
-        await ws.send(json.dumps({"type": "input_audio_buffer.append",
-                                  "audio": base64.b64encode(bytes(4800)).decode()}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "input_audio_buffer.append",
+                    "audio": base64.b64encode(bytes(4800)).decode(),
+                }
+            )
+        )
         await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
         errors = [json.loads(await ws.recv())["error"] for _ in range(4)]
-    assert [e["code"] for e in errors] == ["bad_message", "bad_audio", "bad_message",
-                                           "input_audio_buffer_commit_empty"]
+    assert [e["code"] for e in errors] == [
+        "bad_message",
+        "bad_audio",
+        "bad_message",
+        "input_audio_buffer_commit_empty",
+    ]
     assert [e.get("event_id") for e in errors[:3]] == [None, None, "evt_7"]
 
 
@@ -331,7 +384,7 @@ async def test_openai_commits_at_the_end_of_speech_not_after_the_decode(start, t
     engine = FakeEngine(fail=lambda request: not release.wait(30))  # holds every decode
     _, server = await start(engine)
     client = AsyncOpenAI(api_key="none", base_url=f"http://127.0.0.1:{server.port}/v1")
-    first_turn = audio[:int((truth[0].end + 1.0) * 16000)]  # then 1 s of silence
+    first_turn = audio[: int((truth[0].end + 1.0) * 16000)]  # then 1 s of silence
     seen = []
     async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
         data = pcm16(at_24k(first_turn))
@@ -341,7 +394,11 @@ async def test_openai_commits_at_the_end_of_speech_not_after_the_decode(start, t
         release.set()  # only now may the decode finish
         while seen[-1] != "conversation.item.input_audio_transcription.completed":
             seen.append((await asyncio.wait_for(rt.recv(), 30)).type)
-    assert seen == ["session.created", "input_audio_buffer.speech_started",
-                    "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
-                    "conversation.item.input_audio_transcription.delta",
-                    "conversation.item.input_audio_transcription.completed"]
+    assert seen == [
+        "session.created",
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.delta",
+        "conversation.item.input_audio_transcription.completed",
+    ]

@@ -23,8 +23,9 @@ MAX_WER = 0.10
 @pytest.fixture(scope="module")
 def meeting():
     """Four turns of two espeak voices; the audio, the text said and the turns."""
-    audio, truth = conversation([(PLAIN_VOICES[k % 2], DIALOGUE_LINES[k]) for k in range(4)],
-                                gap_s=0.6)
+    audio, truth = conversation(
+        [(PLAIN_VOICES[k % 2], DIALOGUE_LINES[k]) for k in range(4)], gap_s=0.6
+    )
     return audio, " ".join(u.text for u in truth), truth
 
 
@@ -35,8 +36,15 @@ async def test_deepgram_sdk_live_client(diarized_server, meeting):
     follow the voices."""
     audio, said, truth = meeting
     cut = round((truth[-1].end + 0.1) * 16000)  # before the pause that would end it
-    got = await deepgram_session(diarized_server.port, audio[:cut], pace_s=0.05, finalize=True,
-                                 interim_results="true", diarize="true", punctuate="true")
+    got = await deepgram_session(
+        diarized_server.port,
+        audio[:cut],
+        pace_s=0.05,
+        finalize=True,
+        interim_results="true",
+        diarize="true",
+        punctuate="true",
+    )
     results = [m for m in got if m.type == "Results"]
     finals = [r for r in results if r.is_final]
     assert any(not r.is_final and r.channel.alternatives[0].transcript for r in results)
@@ -60,13 +68,21 @@ async def test_openai_realtime_transcription_session(diarized_server, meeting):
     client = AsyncOpenAI(api_key="unused", base_url=f"http://127.0.0.1:{diarized_server.port}/v1")
     completed = []
     async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
-        await rt.session.update(session={"type": "transcription", "audio": {"input": {
-            "format": {"type": "audio/pcm", "rate": 24000},
-            "transcription": {"model": "gpt-4o-transcribe", "language": "en"},
-            "turn_detection": {"type": "server_vad"}}}})
+        await rt.session.update(
+            session={
+                "type": "transcription",
+                "audio": {
+                    "input": {
+                        "format": {"type": "audio/pcm", "rate": 24000},
+                        "transcription": {"model": "gpt-4o-transcribe", "language": "en"},
+                        "turn_detection": {"type": "server_vad"},
+                    }
+                },
+            }
+        )
         data = pcm16(at_24k(audio))
         for i in range(0, len(data), 4800):
-            await rt.input_audio_buffer.append(audio=base64.b64encode(data[i:i + 4800]).decode())
+            await rt.input_audio_buffer.append(audio=base64.b64encode(data[i : i + 4800]).decode())
         await rt.input_audio_buffer.commit()  # all was committed by VAD: its error ends it
         while True:
             event = await asyncio.wait_for(rt.recv(), timeout=120)
@@ -86,14 +102,18 @@ async def test_livekit_deepgram_plugin_stt_stream(diarized_server, meeting):
     data = pcm16(audio)
     events = []
     async with aiohttp.ClientSession() as http:
-        stt = livekit_deepgram.STT(api_key="unused", http_session=http,
-                                   base_url=f"http://127.0.0.1:{diarized_server.port}/v1/listen",
-                                   sample_rate=16000, enable_diarization=True)
+        stt = livekit_deepgram.STT(
+            api_key="unused",
+            http_session=http,
+            base_url=f"http://127.0.0.1:{diarized_server.port}/v1/listen",
+            sample_rate=16000,
+            enable_diarization=True,
+        )
         stream = stt.stream()
 
         async def feed():
             for i in range(0, len(data), 320):
-                frame = data[i:i + 320]
+                frame = data[i : i + 320]
                 stream.push_frame(rtc.AudioFrame(frame, 16000, 1, len(frame) // 2))
                 if i % 3200 == 0:
                     await asyncio.sleep(0.02)

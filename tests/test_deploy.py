@@ -31,8 +31,11 @@ def env_value(container: dict, name: str) -> str:
 
 @pytest.mark.parametrize("path", [PLAIN, RAYSERVICE], ids=lambda p: p.name)
 def test_kubernetes_validate_prints_no_error(path):
-    run = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict",
-                          "-k", K8S_VERSION, str(path)], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "-k", K8S_VERSION, str(path)],
+        capture_output=True,
+        text=True,
+    )
     output = run.stdout + run.stderr
     assert run.returncode == 0 and "ERROR" not in output and "FATAL" not in output, output
     if path == PLAIN:
@@ -45,9 +48,16 @@ def test_the_rayservice_pod_templates_are_valid_kubernetes():
     cluster = resources(RAYSERVICE)["RayService"]["spec"]["rayClusterConfig"]
     groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
     for group in groups:
-        validate({"apiVersion": "v1", "kind": "PodTemplate",
-                  "metadata": {"name": group.get("groupName", "head")},
-                  "template": group["template"]}, K8S_VERSION, strict=True)
+        validate(
+            {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": group.get("groupName", "head")},
+                "template": group["template"],
+            },
+            K8S_VERSION,
+            strict=True,
+        )
 
 
 def test_the_rayservice_serve_config_builds_parley(monkeypatch):
@@ -68,10 +78,13 @@ def test_the_rayservice_serve_config_builds_parley(monkeypatch):
     worker = service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
     # Serve kills a stopping replica drain_timeout_s + DRAIN_MARGIN_S after the stop
     # began; the pod's grace period must leave that time.
-    assert worker["terminationGracePeriodSeconds"] >= \
-        settings.server.drain_timeout_s + DRAIN_MARGIN_S
-    assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == \
-        settings.cluster.num_gpus
+    assert (
+        worker["terminationGracePeriodSeconds"] >= settings.server.drain_timeout_s + DRAIN_MARGIN_S
+    )
+    assert (
+        worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+        == settings.cluster.num_gpus
+    )
 
 
 def test_the_plain_deployment_drains_before_it_stops():

@@ -15,29 +15,56 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
-                                                                max_size=3),
-    max_leaves=8)
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 base64_audio = st.binary(max_size=640).map(lambda b: base64.b64encode(b).decode())
 
 # Per wire: the path, the event names it knows, the field that names them, how to end.
 WIRES = {
-    "deepgram": ("/v1/listen?encoding=linear16&sample_rate=16000&interim_results=true"
-                 "&utterance_end_ms=1000&vad_events=true",
-                 ["KeepAlive", "Finalize", "Configure"], "type",
-                 json.dumps({"type": "CloseStream"})),
-    "openai": ("/v1/realtime?intent=transcription",
-               ["input_audio_buffer.append", "input_audio_buffer.commit",
-                "input_audio_buffer.clear", "session.update", "transcription_session.update",
-                "response.create"], "type", None),
-    "twilio": ("/v1/twilio", ["connected", "start", "media", "mark", "dtmf", "stop"], "event",
-               json.dumps({"event": "stop"})),
-    "meeting": ("/v1/meeting", ["audio", "participant_left", "finalize", "keep_alive",
-                                "audio_separate_raw.data", "participant_events.leave"],
-                "type", json.dumps({"type": "end_of_stream"})),
+    "deepgram": (
+        "/v1/listen?encoding=linear16&sample_rate=16000&interim_results=true"
+        "&utterance_end_ms=1000&vad_events=true",
+        ["KeepAlive", "Finalize", "Configure"],
+        "type",
+        json.dumps({"type": "CloseStream"}),
+    ),
+    "openai": (
+        "/v1/realtime?intent=transcription",
+        [
+            "input_audio_buffer.append",
+            "input_audio_buffer.commit",
+            "input_audio_buffer.clear",
+            "session.update",
+            "transcription_session.update",
+            "response.create",
+        ],
+        "type",
+        None,
+    ),
+    "twilio": (
+        "/v1/twilio",
+        ["connected", "start", "media", "mark", "dtmf", "stop"],
+        "event",
+        json.dumps({"event": "stop"}),
+    ),
+    "meeting": (
+        "/v1/meeting",
+        [
+            "audio",
+            "participant_left",
+            "finalize",
+            "keep_alive",
+            "audio_separate_raw.data",
+            "participant_events.leave",
+        ],
+        "type",
+        json.dumps({"type": "end_of_stream"}),
+    ),
 }
 DOCUMENTED_CLOSES = {1000, 1009, 4400}
 
@@ -50,27 +77,65 @@ def port(threaded_fake_port):
 any_or_audio = json_values | base64_audio
 # Events with the wire's own nesting, their leaves anything: what a confused client sends.
 SHAPED = {
-    "openai": st.builds(lambda kind, fmt, tr, td: json.dumps({"type": kind, "session": {
-        "type": "transcription", "input_audio_format": fmt, "input_audio_transcription": tr,
-        "turn_detection": td, "audio": {"input": {"format": fmt, "transcription": tr,
-                                                  "turn_detection": td}}}}),
+    "openai": st.builds(
+        lambda kind, fmt, tr, td: json.dumps(
+            {
+                "type": kind,
+                "session": {
+                    "type": "transcription",
+                    "input_audio_format": fmt,
+                    "input_audio_transcription": tr,
+                    "turn_detection": td,
+                    "audio": {"input": {"format": fmt, "transcription": tr, "turn_detection": td}},
+                },
+            }
+        ),
         st.sampled_from(["session.update", "transcription_session.update"]),
-        json_values | st.fixed_dictionaries({"type": st.sampled_from(
-            ["audio/pcm", "audio/pcmu", "audio/pcma"]), "rate": json_values}),
-        json_values, json_values),
-    "twilio": st.builds(lambda fmt, params, tracks, track, payload, at: [
-        json.dumps({"event": "start", "start": {"mediaFormat": fmt, "customParameters": params,
-                                                "tracks": tracks}}),
-        json.dumps({"event": "media", "media": {"track": track, "payload": payload,
-                                                "timestamp": at}})],
-        json_values, json_values, json_values, st.sampled_from(["inbound", "outbound"])
-        | json_values, any_or_audio, json_values | st.integers(0, 10**7).map(str)),
-    "meeting": st.builds(lambda who, audio, at, recall: json.dumps(
-        {"event": "audio_separate_raw.data", "data": {"data": {
-            "buffer": audio, "timestamp": {"relative": at}, "participant": who}}}
-        if recall else {"type": "audio", "participant": who, "audio": audio, "timestamp": at}),
+        json_values
+        | st.fixed_dictionaries(
+            {
+                "type": st.sampled_from(["audio/pcm", "audio/pcmu", "audio/pcma"]),
+                "rate": json_values,
+            }
+        ),
+        json_values,
+        json_values,
+    ),
+    "twilio": st.builds(
+        lambda fmt, params, tracks, track, payload, at: [
+            json.dumps(
+                {
+                    "event": "start",
+                    "start": {"mediaFormat": fmt, "customParameters": params, "tracks": tracks},
+                }
+            ),
+            json.dumps(
+                {"event": "media", "media": {"track": track, "payload": payload, "timestamp": at}}
+            ),
+        ],
+        json_values,
+        json_values,
+        json_values,
+        st.sampled_from(["inbound", "outbound"]) | json_values,
+        any_or_audio,
+        json_values | st.integers(0, 10**7).map(str),
+    ),
+    "meeting": st.builds(
+        lambda who, audio, at, recall: json.dumps(
+            {
+                "event": "audio_separate_raw.data",
+                "data": {
+                    "data": {"buffer": audio, "timestamp": {"relative": at}, "participant": who}
+                },
+            }
+            if recall
+            else {"type": "audio", "participant": who, "audio": audio, "timestamp": at}
+        ),
         json_values | st.fixed_dictionaries({"id": json_values, "name": json_values}),
-        any_or_audio, json_values, st.booleans()),
+        any_or_audio,
+        json_values,
+        st.booleans(),
+    ),
 }
 
 
@@ -81,11 +146,18 @@ def flatten(messages: list) -> list:
 def events(names: list[str], field: str):
     """Messages shaped like the wire's events: a known or unknown name, fields of any
     JSON, sometimes well-formed audio where the wire carries it."""
-    fields = st.dictionaries(st.sampled_from(["audio", "media", "session", "start", "data",
-                                              "participant", "timestamp", "dtmf", "x"]),
-                             json_values | base64_audio, max_size=4)
-    named = st.builds(lambda name, rest: json.dumps({**rest, field: name}),
-                      st.sampled_from(names) | st.text(max_size=12), fields)
+    fields = st.dictionaries(
+        st.sampled_from(
+            ["audio", "media", "session", "start", "data", "participant", "timestamp", "dtmf", "x"]
+        ),
+        json_values | base64_audio,
+        max_size=4,
+    )
+    named = st.builds(
+        lambda name, rest: json.dumps({**rest, field: name}),
+        st.sampled_from(names) | st.text(max_size=12),
+        fields,
+    )
     return named | json_values.map(json.dumps) | st.text(max_size=40) | st.binary(max_size=64)
 
 
@@ -94,8 +166,7 @@ def test_any_messages_get_documented_answers(port, wire):
     path, names, field, end = WIRES[wire]
 
     @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(st.lists(events(names, field) | SHAPED.get(wire, st.nothing()), max_size=6)
-           .map(flatten))
+    @given(st.lists(events(names, field) | SHAPED.get(wire, st.nothing()), max_size=6).map(flatten))
     def check(messages):
         try:
             ws = connect(f"ws://127.0.0.1:{port}{path}", open_timeout=10, close_timeout=10)
@@ -129,14 +200,49 @@ def test_any_messages_get_documented_answers(port, wire):
 
 
 @settings(max_examples=200)
-@given(st.dictionaries(st.sampled_from(["encoding", "sample_rate", "channels", "language",
-                                        "interim_results", "diarize", "endpointing",
-                                        "utterance_end_ms", "vad_events", "punctuate",
-                                        "multichannel", "callback", "intent", "webhook_url",
-                                        "diarization", "partials", "x"]),
-                       st.text(max_size=8) | st.sampled_from(
-                           ["linear16", "mulaw", "alaw", "16000", "8000", "true", "false",
-                            "transcription", "en-US", "multi", "0", "-5", "1000"])))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "encoding",
+                "sample_rate",
+                "channels",
+                "language",
+                "interim_results",
+                "diarize",
+                "endpointing",
+                "utterance_end_ms",
+                "vad_events",
+                "punctuate",
+                "multichannel",
+                "callback",
+                "intent",
+                "webhook_url",
+                "diarization",
+                "partials",
+                "x",
+            ]
+        ),
+        st.text(max_size=8)
+        | st.sampled_from(
+            [
+                "linear16",
+                "mulaw",
+                "alaw",
+                "16000",
+                "8000",
+                "true",
+                "false",
+                "transcription",
+                "en-US",
+                "multi",
+                "0",
+                "-5",
+                "1000",
+            ]
+        ),
+    )
+)
 def test_any_handshake_query_is_a_setup_or_bad_config(params):
     """Every dialect answers any query with its settings or a bad_config ProtocolError."""
     from websockets.datastructures import Headers
@@ -149,8 +255,13 @@ def test_any_handshake_query_is_a_setup_or_bad_config(params):
     from parley.transport.openai_realtime import OpenAIRealtimeDialect
     from parley.transport.twilio import TwilioDialect
 
-    for dialect in (NativeDialect(), DeepgramDialect(VadConfig()), OpenAIRealtimeDialect(
-            VadConfig()), TwilioDialect(None), MeetingDialect()):
+    for dialect in (
+        NativeDialect(),
+        DeepgramDialect(VadConfig()),
+        OpenAIRealtimeDialect(VadConfig()),
+        TwilioDialect(None),
+        MeetingDialect(),
+    ):
         try:
             setup = dialect.setup(params, Headers())
         except ProtocolError as exc:

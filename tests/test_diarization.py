@@ -11,8 +11,20 @@ from pyannote.core import Annotation, Segment
 from pyannote.database.util import load_rttm
 from pyannote.metrics.diarization import DiarizationErrorRate
 
-from audio_fixtures import (DIALOGUE_LINES, SAMPLE_RATE, SAMPLE_WAV, SPEAKERS, audible_span,
-                            dialogue, read_wav, sample_dir, silence, speak, words_of, write_wav)
+from audio_fixtures import (
+    DIALOGUE_LINES,
+    SAMPLE_RATE,
+    SAMPLE_WAV,
+    SPEAKERS,
+    audible_span,
+    dialogue,
+    read_wav,
+    sample_dir,
+    silence,
+    speak,
+    words_of,
+    write_wav,
+)
 from parley.client.stream import run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.stream_diarizer import DiarizationConfig, StreamDiarizer
@@ -29,9 +41,9 @@ def speaker_models(models_dir):
     torch.set_num_threads(threads)
 
 
-def diarize(models, audio, config=DiarizationConfig(), spy=None, phase_s=0.0):
+def diarize(models, audio, config=None, spy=None, phase_s=0.0):
     """Step through ``audio`` as the server does (window 5 s, step 0.5 s); settled turns."""
-    diarizer = StreamDiarizer(models, config)
+    diarizer = StreamDiarizer(models, config or DiarizationConfig())
     if spy is not None:
         assign = diarizer.clustering.assign
         diarizer.clustering.assign = lambda local: spy(assign(local)) or spy.last
@@ -79,7 +91,7 @@ def test_an_embedding_does_not_move_with_one_step_of_the_audio(speaker_models, t
     its quietest samples become silence): the same speaker, within a cosine distance of
     0.01 (without fbank dither: 0.1), and the same audio twice gives the same embedding."""
     audio, _ = dialogue(["A", "B"], turns=1)
-    window = audio[:int(5 * SAMPLE_RATE)]
+    window = audio[: int(5 * SAMPLE_RATE)]
     received = read_wav(write_wav(tmp_path / "a.wav", window))
     mask = np.ones((1, len(window)), dtype=bool)
     first, again, moved = (speaker_models.embed(w, mask)[0] for w in (window, window, received))
@@ -104,8 +116,9 @@ def test_synthetic_conversations(speaker_models, voices, bound):
 @pytest.fixture
 def diarized_url(diarized_server):
     """The shared real server's stream URL, with speakers."""
-    return stream_url(f"ws://127.0.0.1:{diarized_server.port}/v1/stream",
-                      StreamConfig(diarization=True), None)
+    return stream_url(
+        f"ws://127.0.0.1:{diarized_server.port}/v1/stream", StreamConfig(diarization=True), None
+    )
 
 
 async def test_speakers_on_the_wire(diarized_url):
@@ -115,11 +128,10 @@ async def test_speakers_on_the_wire(diarized_url):
 
     async def chunks():
         for i in range(0, len(pcm), 3200):
-            yield pcm[i:i + 3200]
+            yield pcm[i : i + 3200]
 
     messages = []
-    result = await run_stream(diarized_url, chunks(), 32000, fast=True,
-                              on_message=messages.append)
+    result = await run_stream(diarized_url, chunks(), 32000, fast=True, on_message=messages.append)
     assert result.errors == [] and result.started["config"]["diarization"] is True
     assert "diarization_latency_s" in result.started["limits"]
     finals = {}
@@ -136,8 +148,12 @@ async def test_speakers_on_the_wire(diarized_url):
     # Each true turn's words are mostly one label, and the two voices get different ones.
     by_voice = {}
     for u in truth:
-        words = [w["speaker"] for f in finals.values() for w in f["words"]
-                 if u.start - 0.3 <= (w["start"] + w["end"]) / 2 <= u.end + 0.3]
+        words = [
+            w["speaker"]
+            for f in finals.values()
+            for w in f["words"]
+            if u.start - 0.3 <= (w["start"] + w["end"]) / 2 <= u.end + 0.3
+        ]
         top = max(set(words), key=words.count)
         assert words.count(top) >= 0.7 * len(words)
         by_voice.setdefault(u.voice, set()).add(top)
@@ -152,8 +168,10 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
     first = speak(DIALOGUE_LINES[0] + " " + DIALOGUE_LINES[2], SPEAKERS["A"])
     second = speak(DIALOGUE_LINES[1], SPEAKERS["B"])
     (a0, a1), (b0, b1) = audible_span(first), audible_span(second)
-    speech = [first[int(a0 * SAMPLE_RATE):int(a1 * SAMPLE_RATE)],
-              second[int(b0 * SAMPLE_RATE):int(b1 * SAMPLE_RATE)]]
+    speech = [
+        first[int(a0 * SAMPLE_RATE) : int(a1 * SAMPLE_RATE)],
+        second[int(b0 * SAMPLE_RATE) : int(b1 * SAMPLE_RATE)],
+    ]
     audio = np.concatenate([silence(0.5), *speech, silence(1.5)])
     change = 0.5 + len(speech[0]) / SAMPLE_RATE
     pcm = (audio * 32767).astype("<i2").tobytes()
@@ -161,11 +179,10 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
     async def chunks():
         for i in range(0, len(pcm), 3200):
             await asyncio.sleep(0.1 / 3)
-            yield pcm[i:i + 3200]
+            yield pcm[i : i + 3200]
 
     messages = []
-    result = await run_stream(diarized_url, chunks(), 32000, fast=True,
-                              on_message=messages.append)
+    result = await run_stream(diarized_url, chunks(), 32000, fast=True, on_message=messages.append)
     assert result.errors == []
     transcript = Transcript()
     for message in messages:
@@ -174,7 +191,8 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
     cuts = [f for f in finals if f["reason"] == "speaker_change"]
     assert len(cuts) == 1 and abs(cuts[0]["end"] - change) <= 0.3
     assert [{w["speaker"] for w in f["words"]} for f in finals] == [
-        {"S1"} if f["end"] <= cuts[0]["end"] else {"S2"} for f in finals]
+        {"S1"} if f["end"] <= cuts[0]["end"] else {"S2"} for f in finals
+    ]
     assert "questions" in words_of(finals[-1]["text"])  # the answer is heard, not dropped
 
 
@@ -203,7 +221,8 @@ async def main():
 
 asyncio.run(main())
 """)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -2,8 +2,7 @@
 
 import pytest
 
-from audio_fixtures import (SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer,
-                            words_of)
+from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer, words_of
 from conftest import chunks_of, serve_real
 from parley.client.stream import run_stream, stream_url
 from parley.protocol.messages import StreamConfig
@@ -12,6 +11,7 @@ from parley.protocol.messages import StreamConfig
 @pytest.fixture
 def start(models_dir, servers):
     """Start real servers on port 0 with setting overrides (stopped after)."""
+
     async def _start(token: str | None = None, **sections):
         return await servers(await serve_real(models_dir, token, **sections))
 
@@ -21,7 +21,7 @@ def start(models_dir, servers):
 async def test_sample_in_real_time_is_transcribed_with_partials(start):
     """sample.wav streamed in real time: WER ≤ 0.25, partials before finals, sane times."""
     url, _ = await start()
-    audio = read_wav(SAMPLE_WAV)[6 * 16000:]  # from just before the first word
+    audio = read_wav(SAMPLE_WAV)[6 * 16000 :]  # from just before the first word
     result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio), 32000)
     assert result.errors == [] and result.close_code == 1000
     assert result.started["config"]["encoding"] == "pcm_s16le"
@@ -35,18 +35,23 @@ async def test_sample_in_real_time_is_transcribed_with_partials(start):
     assert times == sorted(times) and times[-1] <= 24.0
     for final in result.finals:
         assert final["speaker"] is None
-        assert all(final["start"] <= w["start"] <= w["end"] <= final["end"]
-                   for w in final["words"])
+        assert all(final["start"] <= w["start"] <= w["end"] <= final["end"] for w in final["words"])
 
 
 async def test_fast_streaming_applies_back_pressure_and_loses_nothing(start):
     """--fast sends as fast as the server reads; every turn still ends in a final."""
     url, _ = await start(asr={"queue_size": 2})
-    audio, truth = conversation([("en-us", "The cat sat on the mat."),
-                                 ("en-us", "The train leaves from platform number nine."),
-                                 ("en-us", "Good morning, everyone.")], gap_s=0.8)
-    result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio), 32000,
-                              fast=True)
+    audio, truth = conversation(
+        [
+            ("en-us", "The cat sat on the mat."),
+            ("en-us", "The train leaves from platform number nine."),
+            ("en-us", "Good morning, everyone."),
+        ],
+        gap_s=0.8,
+    )
+    result = await run_stream(
+        stream_url(url, StreamConfig(), None), chunks_of(audio), 32000, fast=True
+    )
     assert result.errors == [] and result.ended["segments"] == 3
     heard = words_of(" ".join(f["text"] for f in result.finals))
     assert {"mat", "train", "platform", "morning"} <= set(heard)

@@ -19,8 +19,17 @@ from pyannote.core import Annotation, Segment
 from pyannote.database.util import load_rttm
 from pyannote.metrics.diarization import DiarizationErrorRate
 
-from audio_fixtures import (DIALOGUE_LINES, SAMPLE_WAV, SPEAKERS, conversation, dialogue,
-                            sample_dir, sample_reference_text, wer, write_wav)
+from audio_fixtures import (
+    DIALOGUE_LINES,
+    SAMPLE_WAV,
+    SPEAKERS,
+    conversation,
+    dialogue,
+    sample_dir,
+    sample_reference_text,
+    wer,
+    write_wav,
+)
 from conftest import chunks_of, serve_fake
 from parley.client.stream import run_stream, stream_url
 from parley.protocol.messages import StreamConfig
@@ -57,22 +66,30 @@ def openai_client(base):
 
 # ---------------------------------------------------------------- real models, real clients
 
+
 async def test_openai_json_matches_the_live_path_and_verbose_words(base, openai_client):
     """openai's audio.transcriptions.create on sample.wav: json text with WER at most the
     live stream's on the same audio; verbose_json with segments and timed words."""
     reference = sample_reference_text()
     result = await asyncio.to_thread(
-        openai_client.audio.transcriptions.create, model="whisper-1",
-        file=SAMPLE_WAV.open("rb"))
-    live = await run_stream(stream_url(f"ws://{base[7:]}/v1/stream", StreamConfig(), None),
-                            chunks_of(_wav_audio()), 32000, fast=True)
+        openai_client.audio.transcriptions.create, model="whisper-1", file=SAMPLE_WAV.open("rb")
+    )
+    live = await run_stream(
+        stream_url(f"ws://{base[7:]}/v1/stream", StreamConfig(), None),
+        chunks_of(_wav_audio()),
+        32000,
+        fast=True,
+    )
     live_text = " ".join(f["text"] for f in live.finals)
     assert wer(reference, result.text) <= wer(reference, live_text) + 1e-9
     assert wer(reference, result.text) < 0.2
     verbose = await asyncio.to_thread(
-        openai_client.audio.transcriptions.create, model="whisper-1",
-        file=SAMPLE_WAV.open("rb"), response_format="verbose_json",
-        timestamp_granularities=["word", "segment"])
+        openai_client.audio.transcriptions.create,
+        model="whisper-1",
+        file=SAMPLE_WAV.open("rb"),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+    )
     assert verbose.language == "english" and abs(verbose.duration - 30.0) < 0.1
     assert verbose.segments and verbose.words
     starts = [w.start for w in verbose.words]
@@ -81,20 +98,29 @@ async def test_openai_json_matches_the_live_path_and_verbose_words(base, openai_
 
 
 async def test_openai_srt_stream_and_diarized_json(openai_client):
-    srt = await asyncio.to_thread(openai_client.audio.transcriptions.create, model="whisper-1",
-                                  file=SAMPLE_WAV.open("rb"), response_format="srt")
+    srt = await asyncio.to_thread(
+        openai_client.audio.transcriptions.create,
+        model="whisper-1",
+        file=SAMPLE_WAV.open("rb"),
+        response_format="srt",
+    )
     assert srt.startswith("1\n00:00:") and " --> " in srt
-    stream = await asyncio.to_thread(openai_client.audio.transcriptions.create,
-                                     model="whisper-1", file=SAMPLE_WAV.open("rb"),
-                                     stream=True)
+    stream = await asyncio.to_thread(
+        openai_client.audio.transcriptions.create,
+        model="whisper-1",
+        file=SAMPLE_WAV.open("rb"),
+        stream=True,
+    )
     events = await asyncio.to_thread(list, stream)
     kinds = [e.type for e in events]
     assert kinds[-1] == "transcript.text.done" and "transcript.text.delta" in kinds
     assert "".join(e.delta for e in events[:-1]).split() == events[-1].text.split()
-    diarized = await asyncio.to_thread(openai_client.audio.transcriptions.create,
-                                       model="gpt-4o-transcribe-diarize",
-                                       file=SAMPLE_WAV.open("rb"),
-                                       response_format="diarized_json")
+    diarized = await asyncio.to_thread(
+        openai_client.audio.transcriptions.create,
+        model="gpt-4o-transcribe-diarize",
+        file=SAMPLE_WAV.open("rb"),
+        response_format="diarized_json",
+    )
     assert {s.speaker for s in diarized.segments} == {"S1", "S2"}
 
 
@@ -102,12 +128,13 @@ async def test_predict_as_the_reference_readme_sends_it(base):
     """requests' multipart POST to /predict, exactly as the reference server's README:
     its answer's shapes; sample.wav's speakers: words' turns (from /v1/listen's words,
     0.25 s collar) with DER 0.081, against the live path's 0.074 (the whole-file
-    timeline itself scores 0.039: words at turn edges take the other speaker); batch_size and assisted reported, not obeyed; an
-    unknown parameter ignored with a warning."""
+    timeline itself scores 0.039: words at turn edges take the other speaker);
+    batch_size and assisted reported, not obeyed; an unknown parameter ignored with a
+    warning."""
+
     def post():
         files = {"file": open(SAMPLE_WAV, "rb")}
-        data = {"parameters": json.dumps({"batch_size": 1, "assisted": "true",
-                                          "temperature": 0.3})}
+        data = {"parameters": json.dumps({"batch_size": 1, "assisted": "true", "temperature": 0.3})}
         return requests.post(f"{base}/predict", files=files, data=data, timeout=120)
 
     response = await asyncio.to_thread(post)
@@ -120,8 +147,12 @@ async def test_predict_as_the_reference_readme_sends_it(base):
     assert answer["parley"]["warnings"] == ["unknown parameter 'temperature' ignored"]
     assert answer["parley"]["decode"]["windows"] >= 1
     listened = await asyncio.to_thread(
-        requests.post, f"{base}/v1/listen?diarize=true&punctuate=true",
-        data=SAMPLE_WAV.read_bytes(), headers={"Content-Type": "audio/wav"}, timeout=120)
+        requests.post,
+        f"{base}/v1/listen?diarize=true&punctuate=true",
+        data=SAMPLE_WAV.read_bytes(),
+        headers={"Content-Type": "audio/wav"},
+        timeout=120,
+    )
     words = listened.json()["results"]["channels"][0]["alternatives"][0]["words"]
     reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
     assert der(reference, word_turns(words)) <= 0.09  # 0.081 here; the live path's 0.074
@@ -136,14 +167,24 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(base):
     path = write_wav(sample_dir_tmp() / "three.wav", audio)
     client = DeepgramClient(api_key="unused", environment=_deepgram_environment(base))
     response = await asyncio.to_thread(
-        client.listen.v1.media.transcribe_file, request=path.read_bytes(), diarize=True,
-        utterances=True, punctuate=True, model="nova-3")
+        client.listen.v1.media.transcribe_file,
+        request=path.read_bytes(),
+        diarize=True,
+        utterances=True,
+        punctuate=True,
+        model="nova-3",
+    )
     alternative = response.results.channels[0].alternatives[0]
-    live = await run_stream(stream_url(f"ws://{base[7:]}/v1/stream", StreamConfig(), None),
-                            chunks_of(audio), 32000, fast=True)
+    live = await run_stream(
+        stream_url(f"ws://{base[7:]}/v1/stream", StreamConfig(), None),
+        chunks_of(audio),
+        32000,
+        fast=True,
+    )
     said = " ".join(u.text for u in truth)
     assert wer(said, alternative.transcript) <= wer(
-        said, " ".join(f["text"] for f in live.finals))  # here 0.22 against 0.35
+        said, " ".join(f["text"] for f in live.finals)
+    )  # here 0.22 against 0.35
     assert len({w.speaker for w in alternative.words}) == 3
     assert response.results.utterances and response.metadata.duration > 10
     reference = Annotation()
@@ -159,14 +200,20 @@ VOICES = [SPEAKERS["A"], SPEAKERS["B"], SPEAKERS["C"], "en-us+f3"]
 async def test_whole_file_speaker_counts(base, count):
     """espeak meetings of 2, 3 and 4 voices: the exact count, with and without
     num_speakers."""
-    audio, _ = conversation([(VOICES[i % count], DIALOGUE_LINES[i % len(DIALOGUE_LINES)])
-                             for i in range(2 * count)], gap_s=0.6)
+    audio, _ = conversation(
+        [(VOICES[i % count], DIALOGUE_LINES[i % len(DIALOGUE_LINES)]) for i in range(2 * count)],
+        gap_s=0.6,
+    )
     voices = VOICES[:count]
     path = write_wav(sample_dir_tmp() / f"{len(voices)}.wav", audio)
     for parameters in ({}, {"num_speakers": len(voices)}):
         response = await asyncio.to_thread(
-            requests.post, f"{base}/predict", files={"file": path.open("rb")},
-            data={"parameters": json.dumps(parameters)}, timeout=120)
+            requests.post,
+            f"{base}/predict",
+            files={"file": path.open("rb")},
+            data={"parameters": json.dumps(parameters)},
+            timeout=120,
+        )
         assert response.status_code == 200
         assert len({s["speaker"] for s in response.json()["speakers"]}) == len(voices)
 
@@ -174,8 +221,9 @@ async def test_whole_file_speaker_counts(base, count):
 def _deepgram_environment(base: str):
     from deepgram.environment import DeepgramClientEnvironment
 
-    return DeepgramClientEnvironment(base=base, production=f"ws://{base[7:]}",
-                                     agent=f"ws://{base[7:]}", agent_rest=base)
+    return DeepgramClientEnvironment(
+        base=base, production=f"ws://{base[7:]}", agent=f"ws://{base[7:]}", agent_rest=base
+    )
 
 
 def _wav_audio():
@@ -198,10 +246,12 @@ def sample_dir_tmp():
 
 # ---------------------------------------------------------------- bad input, fake engine
 
+
 @pytest.fixture(scope="module")
 async def fake():
-    server = await serve_fake(token=KEY, files={"max_upload_mb": 1, "max_duration_s": 20,
-                                                "max_jobs": 1})
+    server = await serve_fake(
+        token=KEY, files={"max_upload_mb": 1, "max_duration_s": 20, "max_jobs": 1}
+    )
     yield f"http://127.0.0.1:{server.port}", server
     await server.stop()
 
@@ -221,9 +271,11 @@ async def _post(url: str, **kwargs) -> httpx.Response:
 async def test_a_fake_engine_recording_goes_through_every_format(fake, speech_wav):
     url, _ = fake
     for fmt in ("json", "text", "srt", "vtt", "verbose_json"):
-        response = await _post(f"{url}/v1/audio/transcriptions",
-                               files={"file": ("a.wav", speech_wav)},
-                               data={"response_format": fmt})
+        response = await _post(
+            f"{url}/v1/audio/transcriptions",
+            files={"file": ("a.wav", speech_wav)},
+            data={"response_format": fmt},
+        )
         assert response.status_code == 200, response.text
         assert "w" in response.text
 
@@ -232,31 +284,44 @@ async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_pat
     url, _ = fake
     openai = f"{url}/v1/audio/transcriptions"
     cases = [  # (response, status, code)
-        (await _post(openai, files={"file": ("a.wav", speech_wav)}, headers={}), 401,
-         "unauthorized"),
-        (await _post(openai, data={"model": "whisper-1"}, files={"other": ("x", b"1")}), 400,
-         "bad_request"),
-        (await _post(openai, files={"file": ("a.wav", speech_wav)},
-                     data={"response_format": "xml"}), 400, "bad_request"),
-        (await _post(openai, files={"file": ("a.wav", b"not audio at all")}), 400,
-         "bad_audio"),
+        (
+            await _post(openai, files={"file": ("a.wav", speech_wav)}, headers={}),
+            401,
+            "unauthorized",
+        ),
+        (
+            await _post(openai, data={"model": "whisper-1"}, files={"other": ("x", b"1")}),
+            400,
+            "bad_request",
+        ),
+        (
+            await _post(
+                openai, files={"file": ("a.wav", speech_wav)}, data={"response_format": "xml"}
+            ),
+            400,
+            "bad_request",
+        ),
+        (await _post(openai, files={"file": ("a.wav", b"not audio at all")}), 400, "bad_audio"),
         (await _post(openai, files={"file": ("a.wav", b"")}), 400, "bad_audio"),
-        (await _post(openai, files={"file": ("a.wav", b"\0" * (2 << 20))}), 413,
-         "too_large"),
-        (await _post(openai, files={"file": ("long.wav", _long_wav(tmp_path))}), 413,
-         "too_long"),
-        (await _post(openai, files={"file": ("a.wav", speech_wav)},
-                     data={"language": "xx"}), 400, "bad_request"),
+        (await _post(openai, files={"file": ("a.wav", b"\0" * (2 << 20))}), 413, "too_large"),
+        (await _post(openai, files={"file": ("long.wav", _long_wav(tmp_path))}), 413, "too_long"),
+        (
+            await _post(openai, files={"file": ("a.wav", speech_wav)}, data={"language": "xx"}),
+            400,
+            "bad_request",
+        ),
     ]
     for response, status, code in cases:
         assert response.status_code == status, response.text
         assert response.json()["error"]["code"] == code
     assert "Invalid data" in cases[3][0].json()["error"]["message"]  # ffmpeg's own reason
-    deepgram = await _post(f"{url}/v1/listen", content=b"junk",
-                           headers={"Authorization": f"Token {KEY}"})
+    deepgram = await _post(
+        f"{url}/v1/listen", content=b"junk", headers={"Authorization": f"Token {KEY}"}
+    )
     assert deepgram.status_code == 400 and deepgram.json()["err_code"] == "BAD_AUDIO"
-    predict = await _post(f"{url}/predict", files={"file": ("a.wav", speech_wav)},
-                          data={"parameters": "{not json"})
+    predict = await _post(
+        f"{url}/predict", files={"file": ("a.wav", speech_wav)}, data={"parameters": "{not json"}
+    )
     assert predict.status_code == 400 and "parameters" in predict.json()["detail"]
     temporary = Path(tempfile.gettempdir())
     assert not (temporary / "a.wav").exists()  # never written under the client's name
@@ -267,8 +332,7 @@ async def test_a_full_server_answers_429_with_retry_after_and_a_drain_503(fake, 
     url, server = fake
     jobs = server.service.file_jobs
     with jobs.slot():  # the one job slot, taken
-        busy = await _post(f"{url}/v1/audio/transcriptions",
-                           files={"file": ("a.wav", speech_wav)})
+        busy = await _post(f"{url}/v1/audio/transcriptions", files={"file": ("a.wav", speech_wav)})
     assert busy.status_code == 429 and busy.headers["Retry-After"] == "5"
     assert busy.json()["error"]["code"] == "server_busy"
     metrics = (await asyncio.to_thread(requests.get, f"{url}/metrics")).text
@@ -279,24 +343,53 @@ async def test_a_full_server_answers_429_with_retry_after_and_a_drain_503(fake, 
 def _long_wav(tmp_path) -> bytes:
     """25 s of 8 kHz mu-law (small, past the 20 s limit), made by ffmpeg."""
     path = tmp_path / "long.wav"
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i",
-                    "sine=frequency=300:duration=25", "-ar", "8000", "-acodec", "pcm_mulaw",
-                    str(path)], check=True)
+    subprocess.run(
+        [
+            "ffmpeg",
+            "-loglevel",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=300:duration=25",
+            "-ar",
+            "8000",
+            "-acodec",
+            "pcm_mulaw",
+            str(path),
+        ],
+        check=True,
+    )
     return path.read_bytes()
 
 
 async def test_decode_file_reads_any_container(tmp_path):
     """ffmpeg's decoding: an Ogg/Opus file comes back as 16 kHz mono of its length."""
     path = tmp_path / "tone.ogg"
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i",
-                    "sine=frequency=440:duration=2", "-ac", "2", "-c:a", "libopus",
-                    str(path)], check=True)
+    subprocess.run(
+        [
+            "ffmpeg",
+            "-loglevel",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:duration=2",
+            "-ac",
+            "2",
+            "-c:a",
+            "libopus",
+            str(path),
+        ],
+        check=True,
+    )
     audio = await decode_file(path, 60)
     assert abs(len(audio) / 16000 - 2.0) < 0.05 and np.abs(audio).max() > 0.05
 
 
-async def test_parley_transcribe_in_process_and_against_a_server(fake, speech_wav, models_dir,
-                                                                 tmp_path):
+async def test_parley_transcribe_in_process_and_against_a_server(
+    fake, speech_wav, models_dir, tmp_path
+):
     """`parley transcribe`: in-process with speakers (RTTM of sample.wav's two), and with
     --url against a server (its key from $PARLEY_TOKEN); a server's error is its message
     and exit status 1."""
@@ -304,22 +397,45 @@ async def test_parley_transcribe_in_process_and_against_a_server(fake, speech_wa
     import sys
 
     parley = [sys.executable, "-m", "parley"]
-    rttm = await asyncio.to_thread(subprocess.run, [
-        *parley, "transcribe", str(SAMPLE_WAV), "--diarization", "bundle", "--format", "rttm",
-        "--models-dir", str(models_dir)], capture_output=True, text=True, timeout=300)
+    rttm = await asyncio.to_thread(
+        subprocess.run,
+        [
+            *parley,
+            "transcribe",
+            str(SAMPLE_WAV),
+            "--diarization",
+            "bundle",
+            "--format",
+            "rttm",
+            "--models-dir",
+            str(models_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rttm.returncode == 0, rttm.stderr
     assert {line.split()[7] for line in rttm.stdout.splitlines()} == {"S1", "S2"}
     url, _ = fake
     path = tmp_path / "short.wav"
     path.write_bytes(speech_wav)
     env = {**os.environ, "PARLEY_TOKEN": KEY}
-    remote = await asyncio.to_thread(subprocess.run, [
-        *parley, "transcribe", str(path), "--url", url, "--format", "srt"],
-        capture_output=True, text=True, timeout=60, env=env)
+    remote = await asyncio.to_thread(
+        subprocess.run,
+        [*parley, "transcribe", str(path), "--url", url, "--format", "srt"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert remote.returncode == 0 and remote.stdout.startswith("1\n"), remote.stderr
-    refused = await asyncio.to_thread(subprocess.run, [
-        *parley, "transcribe", str(path), "--url", url], capture_output=True, text=True,
-        timeout=60)
+    refused = await asyncio.to_thread(
+        subprocess.run,
+        [*parley, "transcribe", str(path), "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 1 and "401" in refused.stderr
 
 
@@ -333,8 +449,9 @@ async def test_a_deepgram_callback_gets_the_result_signed_and_only_where_allowed
         server = await serve_fake(webhooks={"allowed_targets": [hooks], "secret": SECRET})
         try:
             base = f"http://127.0.0.1:{server.port}/v1/listen?punctuate=true"
-            refused = await _post(f"{base}&callback=http://127.0.0.1:9/elsewhere",
-                                  content=speech_wav, headers={})
+            refused = await _post(
+                f"{base}&callback=http://127.0.0.1:9/elsewhere", content=speech_wav, headers={}
+            )
             assert refused.status_code == 400 and refused.json()["err_code"] == "BAD_REQUEST"
             answer = await _post(f"{base}&callback={hooks}", content=speech_wav, headers={})
             assert answer.status_code == 200
@@ -356,13 +473,16 @@ async def test_origins_per_key_limits_and_a_drain_over_http(speech_wav):
     with 503 shutting_down, and a new one is refused with 503."""
     from fake_engine import FakeEngine
 
-    server = await serve_fake(FakeEngine(step_s=0.05), token=KEY,
-                              server={"max_sessions_per_key": 1})
+    server = await serve_fake(
+        FakeEngine(step_s=0.05), token=KEY, server={"max_sessions_per_key": 1}
+    )
     url = f"http://127.0.0.1:{server.port}/v1/audio/transcriptions"
     try:
-        foreign = await _post(url, files={"file": ("a.wav", speech_wav)},
-                              headers={"Authorization": f"Bearer {KEY}",
-                                       "Origin": "http://elsewhere.example"})
+        foreign = await _post(
+            url,
+            files={"file": ("a.wav", speech_wav)},
+            headers={"Authorization": f"Bearer {KEY}", "Origin": "http://elsewhere.example"},
+        )
         assert foreign.status_code == 403
         assert foreign.json()["error"]["code"] == "forbidden_origin"
         first = asyncio.ensure_future(_post(url, files={"file": ("a.wav", speech_wav)}))

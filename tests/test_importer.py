@@ -46,10 +46,14 @@ def test_imported_weights_decode_like_ctranslate2(name, language, sources, model
 
     model_dir = models_dir / name
     features = WhisperFeatureExtractor.from_pretrained(model_dir)(
-        read_wav(SAMPLE_WAV), sampling_rate=16000, return_tensors="np").input_features
+        read_wav(SAMPLE_WAV), sampling_rate=16000, return_tensors="np"
+    ).input_features
     features = np.ascontiguousarray(features, dtype=np.float32)
-    prompt = ["<|startoftranscript|>"] + ([f"<|{language}|>", "<|transcribe|>"] if language
-                                          else []) + ["<|notimestamps|>"]
+    prompt = (
+        ["<|startoftranscript|>"]
+        + ([f"<|{language}|>", "<|transcribe|>"] if language else [])
+        + ["<|notimestamps|>"]
+    )
     expected = ct2_greedy(sources[name], features, prompt)
     assert len(expected) > 90  # the whole 30 s conversation
     assert hf_greedy(model_dir, features, language) == expected
@@ -65,8 +69,13 @@ def test_tokenizer_ids_match_the_vocabulary(name, sources, models_dir):
     assert len(tokenizer) == len(vocabulary.tokens)
     assert tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) == vocabulary.tokens
     assert "<|startoftranscript|>" in tokenizer.all_special_tokens
-    assert tokenizer.decode(tokenizer.convert_tokens_to_ids(["<|0.00|>", "ĠHello", "<|1.00|>"]),
-                            skip_special_tokens=True).strip() == "Hello"
+    assert (
+        tokenizer.decode(
+            tokenizer.convert_tokens_to_ids(["<|0.00|>", "ĠHello", "<|1.00|>"]),
+            skip_special_tokens=True,
+        ).strip()
+        == "Hello"
+    )
 
 
 def test_generation_config_carries_ct2_settings(sources, models_dir):
@@ -112,8 +121,11 @@ def test_an_installed_model_is_readable_by_other_users(tmp_path):
     (tmp_path / "tiny.en" / "sub").mkdir(parents=True)
     weights = tmp_path / "tiny.en" / "model.safetensors"
     weights.write_bytes(b"weights")
-    for path, mode in ((weights, 0o600), (tmp_path / "tiny.en" / "sub", 0o700),
-                       (tmp_path / "tiny.en", 0o700)):
+    for path, mode in (
+        (weights, 0o600),
+        (tmp_path / "tiny.en" / "sub", 0o700),
+        (tmp_path / "tiny.en", 0o700),
+    ):
         path.chmod(mode)
     previous = os.umask(0o022)
     try:
@@ -134,8 +146,13 @@ def test_the_bundle_runs_in_transformers_batched_pipeline(models_dir):
 
     from audio_fixtures import sample_reference_text, wer
 
-    asr = pipeline("automatic-speech-recognition", model=str(models_dir / "tiny.en"),
-                   device="cpu", dtype=torch.float32)
-    text = asr({"raw": read_wav(SAMPLE_WAV), "sampling_rate": 16000}, chunk_length_s=10,
-               batch_size=4)["text"]
+    asr = pipeline(
+        "automatic-speech-recognition",
+        model=str(models_dir / "tiny.en"),
+        device="cpu",
+        dtype=torch.float32,
+    )
+    text = asr(
+        {"raw": read_wav(SAMPLE_WAV), "sampling_rate": 16000}, chunk_length_s=10, batch_size=4
+    )["text"]
     assert wer(sample_reference_text(), text) < 0.3

@@ -6,10 +6,10 @@ import base64
 import json
 
 import numpy as np
+from websockets.asyncio.client import connect
 
 from audio_fixtures import DIALOGUE_LINES, SPEAKERS, conversation
 from conftest import as_received, heard_between, pcm16
-from websockets.asyncio.client import connect
 
 CHUNK_S = 0.1
 PEOPLE = [("p1", "Ada"), ("p2", "Grace"), ("p3", "Ada")]  # two share a name
@@ -19,8 +19,9 @@ def meeting(turns: int = 6):
     """Three espeak voices taking turns; each participant's audio holds only their own
     turns. (per participant: audio and turns), whole length in samples."""
     voices = [SPEAKERS["A"], SPEAKERS["B"], SPEAKERS["C"]]
-    audio, truth = conversation([(voices[k % 3], DIALOGUE_LINES[k]) for k in range(turns)],
-                                gap_s=0.8)
+    audio, truth = conversation(
+        [(voices[k % 3], DIALOGUE_LINES[k]) for k in range(turns)], gap_s=0.8
+    )
     audio = as_received(audio)
     own = {}
     for p, (pid, _) in enumerate(PEOPLE):
@@ -36,12 +37,28 @@ def meeting(turns: int = 6):
 def audio_message(pid: str, name: str, chunk: np.ndarray, at_s: float, recall: bool) -> str:
     payload = base64.b64encode(pcm16(chunk)).decode()
     if recall:  # Recall.ai's real-time endpoint event, as it sends it
-        return json.dumps({"event": "audio_separate_raw.data", "data": {
-            "data": {"buffer": payload, "timestamp": {"relative": at_s, "absolute": "x"},
-                     "participant": {"id": int(pid[1:]), "name": name, "is_host": False}},
-            "realtime_endpoint": {"id": "re", "metadata": {}}, "bot": {"id": "b"}}})
-    return json.dumps({"type": "audio", "participant": {"id": pid, "name": name},
-                       "audio": payload, "timestamp": at_s})
+        return json.dumps(
+            {
+                "event": "audio_separate_raw.data",
+                "data": {
+                    "data": {
+                        "buffer": payload,
+                        "timestamp": {"relative": at_s, "absolute": "x"},
+                        "participant": {"id": int(pid[1:]), "name": name, "is_host": False},
+                    },
+                    "realtime_endpoint": {"id": "re", "metadata": {}},
+                    "bot": {"id": "b"},
+                },
+            }
+        )
+    return json.dumps(
+        {
+            "type": "audio",
+            "participant": {"id": pid, "name": name},
+            "audio": payload,
+            "timestamp": at_s,
+        }
+    )
 
 
 async def test_each_participant_is_a_speaker_in_meeting_time(start):
@@ -52,8 +69,7 @@ async def test_each_participant_is_a_speaker_in_meeting_time(start):
     ended, across participants."""
     own, length = meeting()
     step = int(CHUNK_S * 16000)
-    first = {pid: int(max(0.0, turns[0].start - 0.5) * 16000)
-             for pid, (_, turns) in own.items()}
+    first = {pid: int(max(0.0, turns[0].start - 0.5) * 16000) for pid, (_, turns) in own.items()}
     first["p1"] = first["p2"] = 0  # p3 joins late
     leaves = int((own["p2"][1][-1].end + 0.1) * 16000)  # p2 leaves as they finish
     _, server = await start()
@@ -64,11 +80,10 @@ async def test_each_participant_is_a_speaker_in_meeting_time(start):
             for pid, name in PEOPLE:
                 if at < first[pid] or (pid == "p2" and at >= leaves):
                     continue
-                chunk = own[pid][0][at:min(at + step, leaves) if pid == "p2" else at + step]
+                chunk = own[pid][0][at : min(at + step, leaves) if pid == "p2" else at + step]
                 await ws.send(audio_message(pid, name, chunk, at / 16000, recall=pid == "p3"))
             if at < leaves <= at + step:
-                await ws.send(json.dumps({"type": "participant_left",
-                                          "participant": {"id": "p2"}}))
+                await ws.send(json.dumps({"type": "participant_left", "participant": {"id": "p2"}}))
         await ws.send(json.dumps({"type": "end_of_stream"}))
         messages = [json.loads(m) async for m in ws]
     assert ws.close_code == 1000 and messages[-1]["type"] == "session_ended"
@@ -81,6 +96,7 @@ async def test_each_participant_is_a_speaker_in_meeting_time(start):
     for pid, (track, turns) in own.items():
         speaker = names[pid if pid != "p3" else "3"]
         mine = [f for f in finals if f["speaker"] == speaker]
+
         def within(final, turn) -> bool:
             return turn.start - 0.5 <= final["start"] < final["end"] <= turn.end + 0.6
 

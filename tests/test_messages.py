@@ -4,9 +4,20 @@ import json
 
 import pytest
 
-from parley.protocol.messages import (ControlType, Encoding, Error, ErrorCode, Final, FinalReason,
-                                      ProtocolError, SessionStarted, StreamConfig, Word, encode,
-                                      parse_control)
+from parley.protocol.messages import (
+    ControlType,
+    Encoding,
+    Error,
+    ErrorCode,
+    Final,
+    FinalReason,
+    ProtocolError,
+    SessionStarted,
+    StreamConfig,
+    Word,
+    encode,
+    parse_control,
+)
 
 
 def test_defaults_when_query_is_empty():
@@ -17,22 +28,32 @@ def test_defaults_when_query_is_empty():
 
 def test_query_values_are_parsed():
     """Every documented parameter is read and typed."""
-    config = StreamConfig.from_query({"encoding": "mulaw", "sample_rate": "8000",
-                                      "channels": "2", "language": "EN", "partials": "false"})
+    config = StreamConfig.from_query(
+        {
+            "encoding": "mulaw",
+            "sample_rate": "8000",
+            "channels": "2",
+            "language": "EN",
+            "partials": "false",
+        }
+    )
     assert (config.encoding, config.sample_rate, config.channels) == (Encoding.MULAW, 8000, 2)
     assert config.language == "en" and config.partials is False
     assert config.bytes_per_frame == 2
 
 
-@pytest.mark.parametrize("query, fragment", [
-    ({"encoding": "opus"}, "encoding must be one of"),
-    ({"sample_rate": "44.1k"}, "sample_rate must be an integer"),
-    ({"sample_rate": "4000"}, "between 8000 and 48000"),
-    ({"channels": "0"}, "channels must be between 1 and 8"),
-    ({"partials": "maybe"}, "partials must be true or false"),
-    ({"language": "english"}, "2 or 3 letter code"),
-    ({"volume": "11"}, "unknown parameter(s): volume"),
-])
+@pytest.mark.parametrize(
+    "query, fragment",
+    [
+        ({"encoding": "opus"}, "encoding must be one of"),
+        ({"sample_rate": "44.1k"}, "sample_rate must be an integer"),
+        ({"sample_rate": "4000"}, "between 8000 and 48000"),
+        ({"channels": "0"}, "channels must be between 1 and 8"),
+        ({"partials": "maybe"}, "partials must be true or false"),
+        ({"language": "english"}, "2 or 3 letter code"),
+        ({"volume": "11"}, "unknown parameter(s): volume"),
+    ],
+)
 def test_bad_config_is_refused_with_a_reason(query, fragment):
     """A bad query parameter is a bad_config error that names the problem."""
     with pytest.raises(ProtocolError) as caught:
@@ -47,19 +68,24 @@ def test_query_round_trip():
     assert StreamConfig.from_query(config.to_query()) == config
 
 
-@pytest.mark.parametrize("text", ['{"type": "keep_alive"}', '{"type": "finalize"}',
-                                  '{"type": "end_of_stream", "extra": 1}'])
+@pytest.mark.parametrize(
+    "text",
+    ['{"type": "keep_alive"}', '{"type": "finalize"}', '{"type": "end_of_stream", "extra": 1}'],
+)
 def test_control_messages_parse(text):
     """The three control messages are recognised (extra fields are ignored)."""
     assert parse_control(text) is ControlType(json.loads(text)["type"])
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("not json", "must be JSON objects"),
-    ("[1, 2]", 'a string "type"'),
-    ('{"type": 3}', 'a string "type"'),
-    ('{"type": "configure"}', "unknown message type 'configure'"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("not json", "must be JSON objects"),
+        ("[1, 2]", 'a string "type"'),
+        ('{"type": 3}', 'a string "type"'),
+        ('{"type": "configure"}', "unknown message type 'configure'"),
+    ],
+)
 def test_bad_control_messages_are_bad_message(text, fragment):
     """Malformed or unknown text messages are bad_message errors."""
     with pytest.raises(ProtocolError) as caught:
@@ -70,18 +96,35 @@ def test_bad_control_messages_are_bad_message(text, fragment):
 def test_final_encodes_as_documented():
     """A final carries its times, text, words, speaker, reason and language, times
     rounded to ms."""
-    final = Final(3, 1.23456, 2.5, "hi there", FinalReason.SILENCE,
-                  [Word("hi", 1.3, 1.5, 0.9), Word("there", 1.5, 2.0, 0.8)],
-                  language="en", language_probability=0.97, confidence=0.81)
+    final = Final(
+        3,
+        1.23456,
+        2.5,
+        "hi there",
+        FinalReason.SILENCE,
+        [Word("hi", 1.3, 1.5, 0.9), Word("there", 1.5, 2.0, 0.8)],
+        language="en",
+        language_probability=0.97,
+        confidence=0.81,
+    )
     data = json.loads(encode(final))
-    assert data == {"type": "final", "segment_id": 3, "start": 1.235, "end": 2.5,
-                    "text": "hi there", "reason": "silence", "speaker": None,
-                    "language": "en", "language_probability": 0.97, "confidence": 0.81,
-                    "warnings": [],
-                    "words": [{"word": "hi", "start": 1.3, "end": 1.5, "probability": 0.9,
-                               "speaker": None},
-                              {"word": "there", "start": 1.5, "end": 2.0, "probability": 0.8,
-                               "speaker": None}]}
+    assert data == {
+        "type": "final",
+        "segment_id": 3,
+        "start": 1.235,
+        "end": 2.5,
+        "text": "hi there",
+        "reason": "silence",
+        "speaker": None,
+        "language": "en",
+        "language_probability": 0.97,
+        "confidence": 0.81,
+        "warnings": [],
+        "words": [
+            {"word": "hi", "start": 1.3, "end": 1.5, "probability": 0.9, "speaker": None},
+            {"word": "there", "start": 1.5, "end": 2.0, "probability": 0.8, "speaker": None},
+        ],
+    }
 
 
 def test_errors_say_whether_they_are_fatal():

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from conftest import (assert_finals_are_their_audio, chunks_of, pcm16, refused)
+from conftest import assert_finals_are_their_audio, chunks_of, pcm16, refused
 from fake_engine import FakeEngine
 from parley.app import start_server
 from parley.client.stream import run_stream, stream_url
@@ -50,13 +50,17 @@ async def get(url: str, context: ssl.SSLContext | None = None) -> tuple[int, byt
         except urllib.error.HTTPError as error:
             with error:
                 return error.code, error.read()
+
     return await asyncio.to_thread(fetch)
 
 
 def samples(metrics_text: str) -> dict[tuple[str, tuple], float]:
     """(sample name, sorted labels) → value, from the Prometheus text format."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(metrics_text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics_text)
+        for s in family.samples
+    }
 
 
 async def collect(ws) -> list[dict]:
@@ -76,8 +80,9 @@ async def test_probes_and_metrics_answer_on_a_running_server(start, talk):
     """/healthz and /readyz answer 200; /metrics counts a stream's audio, finals and outcome."""
     url, _ = await start()
     audio, truth = talk
-    result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio), 32000,
-                              fast=True)
+    result = await run_stream(
+        stream_url(url, StreamConfig(), None), chunks_of(audio), 32000, fast=True
+    )
     assert result.close_code == 1000 and len(result.finals) == len(truth)
     base = http_base(url)
     assert await get(base + "/healthz") == (200, b'{"status": "ok"}')
@@ -86,9 +91,14 @@ async def test_probes_and_metrics_answer_on_a_running_server(start, talk):
     status, body = await get(base + "/metrics")
     text = body.decode()
     assert status == 200 and "# TYPE parley_sessions_live gauge" in text
-    for name in ("parley_final_latency_seconds histogram", "parley_decode_queue_wait_seconds "
-                 "histogram", "parley_asr_busy_fraction gauge", "parley_draft_tokens_total counter",
-                 "parley_errors_total counter", "parley_diarization_step_seconds histogram"):
+    for name in (
+        "parley_final_latency_seconds histogram",
+        "parley_decode_queue_wait_seconds histogram",
+        "parley_asr_busy_fraction gauge",
+        "parley_draft_tokens_total counter",
+        "parley_errors_total counter",
+        "parley_diarization_step_seconds histogram",
+    ):
         assert f"# TYPE {name}" in text
     got = samples(text)
     assert got[("parley_finals_total", ())] == len(result.finals)
@@ -129,8 +139,11 @@ async def test_drain_finishes_live_sessions_and_refuses_new_ones(start, talk):
     async with connect(url) as ws:
         await ws.recv()
         await ws.send(pcm16(sent))
-        while messages[-1:] == [] or messages[-1].get("segment_id") != 1 \
-                or messages[-1]["type"] != "speech_started":
+        while (
+            messages[-1:] == []
+            or messages[-1].get("segment_id") != 1
+            or messages[-1]["type"] != "speech_started"
+        ):
             messages.append(json.loads(await ws.recv()))  # the server has read up to there
         draining = asyncio.create_task(server.endpoint.drain(30))
         await asyncio.sleep(0.05)
@@ -148,8 +161,9 @@ async def test_drain_finishes_live_sessions_and_refuses_new_ones(start, talk):
     assert ended["audio_duration"] == pytest.approx(len(sent) / 16000, abs=0.001)
     assert ended["segments"] == 2
     last = finals[-1]
-    assert last["reason"] == "end_of_stream" and last["end"] == pytest.approx(len(sent) / 16000,
-                                                                             abs=0.05)
+    assert last["reason"] == "end_of_stream" and last["end"] == pytest.approx(
+        len(sent) / 16000, abs=0.05
+    )
     assert_finals_are_their_audio(finals, sent)
 
 
@@ -200,7 +214,7 @@ async def test_the_maximum_duration_ends_a_session_with_its_finals(start, talk):
     ended = messages[-1]
     assert ended["type"] == "session_ended" and ended["reason"] == "max_duration"
     assert 1.3 <= ended["audio_duration"] <= 1.8
-    heard = audio[:round(ended["audio_duration"] * 16000)]
+    heard = audio[: round(ended["audio_duration"] * 16000)]
     assert_finals_are_their_audio([m for m in messages if m["type"] == "final"], heard)
 
 
@@ -210,14 +224,17 @@ async def test_the_maximum_duration_ends_a_session_with_its_finals(start, talk):
 async def test_named_keys_and_the_per_key_session_limit(start):
     """Each named key is admitted (query, Bearer or Token header); a wrong one gets 4401;
     a key past its session limit gets too_many_sessions (4429) while another key gets in."""
-    url, _ = await start(api_keys={"alice": "alice-key-0123", "bob": "bob-key-4567"},
-                         server={"max_sessions_per_key": 1})
+    url, _ = await start(
+        api_keys={"alice": "alice-key-0123", "bob": "bob-key-4567"},
+        server={"max_sessions_per_key": 1},
+    )
     message, code = await refused(f"{url}?token=alice-key-0124")
     assert (message["code"], code) == ("unauthorized", 4401)
     async with connect(f"{url}?token=alice-key-0123") as alice:
         assert json.loads(await alice.recv())["type"] == "session_started"
-        message, code = await refused(url, additional_headers={
-            "Authorization": "Bearer alice-key-0123"})
+        message, code = await refused(
+            url, additional_headers={"Authorization": "Bearer alice-key-0123"}
+        )
         assert (message["code"], code) == ("too_many_sessions", 4429)
         async with connect(url, additional_headers={"Authorization": "Token bob-key-4567"}) as bob:
             assert json.loads(await bob.recv())["type"] == "session_started"
@@ -251,10 +268,28 @@ def test_a_public_address_needs_keys_or_allow_anonymous():
 async def test_tls_serves_wss_and_https(start, tmp_path):
     """With a certificate and key, streams are wss:// and probes https://."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )
     url, _ = await start(server={"ssl_certfile": cert, "ssl_keyfile": key})
     trust = ssl.create_default_context(cafile=str(cert))
     secure = url.replace("ws://", "wss://")
@@ -281,15 +316,18 @@ async def test_an_engine_fault_on_one_session_leaves_the_others_alone(start, tal
 
     url, _ = await start(FakeEngine(encode_s=0.02, fail=fails))
     config = StreamConfig(partials=False)
-    loud, soft = await asyncio.gather(*(
-        run_stream(stream_url(url, config, None), chunks_of(clip), 32000, fast=True)
-        for clip in (audio, quiet)))
+    loud, soft = await asyncio.gather(
+        *(
+            run_stream(stream_url(url, config, None), chunks_of(clip), 32000, fast=True)
+            for clip in (audio, quiet)
+        )
+    )
     assert loud.errors == [] and len(loud.finals) == len(truth)
     assert_finals_are_their_audio(loud.finals, audio)
-    assert [(e["code"], e["segment_id"]) for e in soft.errors] == [("transcription_failed",
-                                                                   longest)]
-    assert [f["segment_id"] for f in soft.finals] == [i for i in range(len(truth))
-                                                      if i != longest]
+    assert [(e["code"], e["segment_id"]) for e in soft.errors] == [
+        ("transcription_failed", longest)
+    ]
+    assert [f["segment_id"] for f in soft.finals] == [i for i in range(len(truth)) if i != longest]
     assert soft.close_code == loud.close_code == 1000
 
 
@@ -312,11 +350,15 @@ async def test_a_diarization_fault_is_reported_once_and_transcription_goes_on(se
     engine = FakeEngine()
     scheduler = AsrScheduler(engine, settings.asr.queue_size)
     diarization = DiarizationWorker(BrokenSpeakerModels(), DiarizationConfig())
-    url, _ = await servers(await start_server(settings, scheduler, AsrService(
-        scheduler, engine.label), diarization, warm_up=False))
+    url, _ = await servers(
+        await start_server(
+            settings, scheduler, AsrService(scheduler, engine.label), diarization, warm_up=False
+        )
+    )
     audio, truth = talk
-    result = await run_stream(stream_url(url, StreamConfig(diarization=True), None),
-                              chunks_of(audio), 32000, fast=True)
+    result = await run_stream(
+        stream_url(url, StreamConfig(diarization=True), None), chunks_of(audio), 32000, fast=True
+    )
     assert [(e["code"], e["fatal"]) for e in result.errors] == [("diarization_failed", False)]
     assert len(result.finals) == len(truth) and result.close_code == 1000
     assert_finals_are_their_audio(result.finals, audio)
@@ -333,14 +375,32 @@ def sigterm_run(models_dir, talk, tmp_path_factory):
     """`parley serve` with planted secrets and JSON debug logs; one client streams two
     turns and a half, and the server gets SIGTERM while the third segment is open."""
     audio, truth = talk
-    sent = audio[:int((truth[1].start + truth[1].end) / 2 * 16000)]
+    sent = audio[: int((truth[1].start + truth[1].end) / 2 * 16000)]
     key_file = tmp_path_factory.mktemp("keys") / "keys"
     key_file.write_text(f"# operators\nalice:{SECRETS['alice']}\n")
     env = {**os.environ, "HF_TOKEN": SECRETS["HF_TOKEN"], "PYANNOTE_METRICS_ENABLED": "false"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "parley", "serve", "--port", "0", "--models-dir", str(models_dir),
-         "--api-keys-file", str(key_file), "--log-level", "debug", "--log-format", "json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        [
+            sys.executable,
+            "-m",
+            "parley",
+            "serve",
+            "--port",
+            "0",
+            "--models-dir",
+            str(models_dir),
+            "--api-keys-file",
+            str(key_file),
+            "--log-level",
+            "debug",
+            "--log-format",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     try:
         line = process.stdout.readline()
         port = int(line.split("/v1/stream")[0].rsplit(":", 1)[1])
@@ -348,9 +408,15 @@ def sigterm_run(models_dir, talk, tmp_path_factory):
         process.wait(timeout=60)
     finally:
         process.kill()
-    return {"messages": messages, "close_code": close_code, "sent": sent, "truth": truth,
-            "returncode": process.returncode, "stdout": line + process.stdout.read(),
-            "stderr": process.stderr.read()}
+    return {
+        "messages": messages,
+        "close_code": close_code,
+        "sent": sent,
+        "truth": truth,
+        "returncode": process.returncode,
+        "stdout": line + process.stdout.read(),
+        "stderr": process.stderr.read(),
+    }
 
 
 async def _stream_until_sigterm(port: int, sent, process) -> tuple[list[str], int]:
@@ -366,8 +432,11 @@ async def _stream_until_sigterm(port: int, sent, process) -> tuple[list[str], in
             await ws.send(chunk)
         while True:  # until the open segment's speech_started: the audio has been read
             received.append(await ws.recv())
-            if json.loads(received[-1]) == {**json.loads(received[-1]),
-                                            "type": "speech_started", "segment_id": 1}:
+            if json.loads(received[-1]) == {
+                **json.loads(received[-1]),
+                "type": "speech_started",
+                "segment_id": 1,
+            }:
                 break
         process.send_signal(signal.SIGTERM)
         received.extend([m async for m in ws])
@@ -384,8 +453,9 @@ def test_sigterm_mid_stream_loses_no_accepted_speech(sigterm_run):
     assert [f["segment_id"] for f in finals] == [0, 1]
     assert "on the mat" in finals[0]["text"].lower()
     assert "train leaves" in finals[1]["text"].lower()
-    assert finals[1]["reason"] == "end_of_stream" and finals[1]["end"] == pytest.approx(sent_s,
-                                                                                       abs=0.05)
+    assert finals[1]["reason"] == "end_of_stream" and finals[1]["end"] == pytest.approx(
+        sent_s, abs=0.05
+    )
     ended = messages[-1]
     assert ended["type"] == "session_ended" and ended["reason"] == "shutting_down"
     assert ended["audio_duration"] == pytest.approx(sent_s, abs=0.001)
@@ -401,8 +471,9 @@ def test_no_log_line_or_message_holds_a_secret(sigterm_run):
     assert leaked == []
     redacted = "[redacted]" in sigterm_run["stderr"]
     assert redacted  # websockets' request line, with the key in its query, was logged
-    lines = [json.loads(line) for line in sigterm_run["stderr"].splitlines()
-             if line.startswith("{")]
+    lines = [
+        json.loads(line) for line in sigterm_run["stderr"].splitlines() if line.startswith("{")
+    ]
     ended = [r for r in lines if r.get("outcome") == "ended"]
     assert len(ended) == 1 and ended[0]["key"] == "alice" and ended[0]["session_id"]
     assert ended[0]["audio_s"] == pytest.approx(len(sigterm_run["sent"]) / 16000, abs=0.001)

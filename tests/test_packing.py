@@ -33,8 +33,7 @@ def test_windows_keep_every_piece_in_order_within_the_limit(pieces, max_s):
     for window in windows:
         assert window.seconds <= max_s + 1e-9 or len(window.pieces) == 1
         assert window.offsets[0] == 0.0
-        for (a, b), offset, piece in zip(zip(window.offsets, window.offsets[1:]),
-                                         window.offsets, window.pieces):
+        for (a, b), piece in zip(zip(window.offsets, window.offsets[1:]), window.pieces):
             assert abs(b - a - piece.seconds) < 1e-9
 
 
@@ -67,8 +66,11 @@ def voices(counts: list[int], spread: float = 0.15, seed: int = 0) -> np.ndarray
     """Embeddings of ``len(counts)`` voices, ``counts[k]`` of voice k, in turns."""
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((len(counts), 64))
-    rows = [centres[k] + spread * np.linalg.norm(centres[k]) / 8 * rng.standard_normal(64)
-            for k, n in enumerate(counts) for _ in range(n)]
+    rows = [
+        centres[k] + spread * np.linalg.norm(centres[k]) / 8 * rng.standard_normal(64)
+        for k, n in enumerate(counts)
+        for _ in range(n)
+    ]
     return np.array(rows)
 
 
@@ -87,8 +89,7 @@ def test_a_given_count_is_kept_and_bounds_clamp():
     config = RecordingClustering()
     assert len(set(cluster(embeddings, weights, config, SpeakerCount(exactly=2)))) == 2
     assert len(set(cluster(embeddings, weights, config, SpeakerCount(at_most=2)))) == 2
-    assert len(set(cluster(embeddings[:12], weights[:12], config,
-                           SpeakerCount(at_least=2)))) == 2
+    assert len(set(cluster(embeddings[:12], weights[:12], config, SpeakerCount(at_least=2)))) == 2
 
 
 def test_a_voice_heard_too_little_joins_the_nearest():

@@ -7,8 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
-from parley.core.policy import (PartialPacing, draft_budgets, encoder_batch_size,
-                                finish_decoding_first, remaining_steps)
+from parley.core.policy import (
+    PartialPacing,
+    draft_budgets,
+    encoder_batch_size,
+    finish_decoding_first,
+    remaining_steps,
+)
 
 probabilities = st.floats(min_value=0.05, max_value=0.98)
 costs = st.tuples(st.floats(1e-3, 0.05), st.floats(0.0, 0.01), st.floats(1e-5, 5e-3))
@@ -20,8 +25,9 @@ def linear(c0, c_row, c_token):
 
 def expected_rate(acceptance, budgets, cost) -> float:
     """Expected tokens per second of a step under the geometric acceptance model."""
-    gained = sum(1 + sum(a ** k for k in range(1, b + 1)) if a else 1
-                 for a, b in zip(acceptance, budgets))
+    gained = sum(
+        1 + sum(a**k for k in range(1, b + 1)) if a else 1 for a, b in zip(acceptance, budgets)
+    )
     return gained / cost(len(budgets), len(budgets) + sum(budgets))
 
 
@@ -53,7 +59,7 @@ def test_free_positions_get_full_drafts_and_dear_ones_none():
 
 
 def test_encoder_batches_only_where_they_finish_clips_sooner():
-    cpu = {1: 0.25, 2: 0.52, 4: 1.1}    # a compute-bound encoder: a batch costs its parts
+    cpu = {1: 0.25, 2: 0.52, 4: 1.1}  # a compute-bound encoder: a batch costs its parts
     gpu = {1: 0.011, 2: 0.012, 4: 0.014, 8: 0.02}
     assert [encoder_batch_size(n, cpu) for n in (0, 1, 2, 4, 9)] == [0, 1, 1, 1, 1]
     assert [encoder_batch_size(n, gpu) for n in (1, 2, 3, 4, 8, 9)] == [1, 2, 2, 4, 8, 4]
@@ -63,15 +69,16 @@ def test_encoder_batches_only_where_they_finish_clips_sooner():
 def test_finals_almost_done_finish_before_a_newcomer_is_encoded():
     assert finish_decoding_first([0.05, 0.2], encoder_seconds=0.3)
     assert not finish_decoding_first([0.05, 0.5], encoder_seconds=0.3)  # one still has long
-    assert not finish_decoding_first([], encoder_seconds=0.3)            # none decoding
+    assert not finish_decoding_first([], encoder_seconds=0.3)  # none decoding
 
 
 def test_remaining_steps_follow_the_pace_kept_so_far():
     assert remaining_steps(produced=12, steps=3, expected_tokens=20, drafting=True) == 2.0
     assert remaining_steps(produced=0, steps=0, expected_tokens=20, drafting=False) == 20.0
     assert remaining_steps(produced=0, steps=0, expected_tokens=20, drafting=True) == 5.0
-    assert remaining_steps(produced=30, steps=10, expected_tokens=20, drafting=True) == \
-        pytest.approx(1 / 3)  # past the estimate: at least end of text is left
+    assert remaining_steps(
+        produced=30, steps=10, expected_tokens=20, drafting=True
+    ) == pytest.approx(1 / 3)  # past the estimate: at least end of text is left
 
 
 @given(st.floats(0.2, 3.0), st.integers(0, 64), st.floats(0.0, 2.0), st.floats(0.0, 1.5))
@@ -115,8 +122,8 @@ def test_step_cost_model_keeps_its_prior_where_data_says_nothing():
 def test_encoder_costs_keep_batch_ratios_while_single_cost_drifts():
     costs = EncoderCosts(smoothing=1.0)
     costs.observe(1, 0.25)
-    costs.observe(2, 0.45)          # 0.9 of two single passes
-    costs.observe(1, 0.30)          # the machine got busier
+    costs.observe(2, 0.45)  # 0.9 of two single passes
+    costs.observe(1, 0.30)  # the machine got busier
     assert costs(2) == pytest.approx(0.9 * 2 * 0.30)
     assert costs(4) == pytest.approx(4 * 0.30)  # never timed: n single passes
     assert set(costs.known) == {1, 2}
@@ -127,7 +134,7 @@ def test_decaying_rate_measures_recent_work():
     for t in range(1, 101):
         rate = rate.add(0.5, now=float(t))  # half a second of work every second
     assert rate.rate(100.0) == pytest.approx(0.5, rel=0.1)
-    assert rate.rate(140.0) < 0.05          # forty idle seconds later
+    assert rate.rate(140.0) < 0.05  # forty idle seconds later
 
 
 def test_acceptance_counts_runs_of_kept_draft_tokens():

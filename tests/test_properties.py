@@ -11,25 +11,33 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parley.protocol.audio import AudioDecoder
-from parley.protocol.messages import (ControlType, Encoding, ErrorCode, ProtocolError,
-                                      StreamConfig, parse_control)
+from parley.protocol.messages import (
+    ControlType,
+    Encoding,
+    ErrorCode,
+    ProtocolError,
+    StreamConfig,
+    parse_control,
+)
 from parley.transport.ws_server import close_reason
 
-PARAMETERS = ["encoding", "sample_rate", "channels", "language", "partials", "diarization",
-              "token"]
+PARAMETERS = ["encoding", "sample_rate", "channels", "language", "partials", "diarization", "token"]
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 
 
-@given(st.one_of(
-    st.text(),
-    json_values.map(json.dumps),
-    st.dictionaries(st.sampled_from(["type", "data", ""]), json_values).map(json.dumps),
-    st.sampled_from([c.value for c in ControlType]).map(lambda t: json.dumps({"type": t})),
-    st.integers(1, 200_000).map(lambda depth: "[" * depth + "]" * depth),
-))
+@given(
+    st.one_of(
+        st.text(),
+        json_values.map(json.dumps),
+        st.dictionaries(st.sampled_from(["type", "data", ""]), json_values).map(json.dumps),
+        st.sampled_from([c.value for c in ControlType]).map(lambda t: json.dumps({"type": t})),
+        st.integers(1, 200_000).map(lambda depth: "[" * depth + "]" * depth),
+    )
+)
 def test_any_text_message_is_a_control_type_or_bad_message(text):
     """parse_control answers every string with a ControlType or a bad_message error."""
     try:
@@ -40,8 +48,11 @@ def test_any_text_message_is_a_control_type_or_bad_message(text):
         assert isinstance(kind, ControlType)
 
 
-query_values = st.one_of(st.text(), st.integers(-10**6, 10**6).map(str),
-                         st.sampled_from(["true", "false", "pcm_s16le", "mulaw", "en", "16000"]))
+query_values = st.one_of(
+    st.text(),
+    st.integers(-(10**6), 10**6).map(str),
+    st.sampled_from(["true", "false", "pcm_s16le", "mulaw", "en", "16000"]),
+)
 
 
 @given(st.dictionaries(st.one_of(st.sampled_from(PARAMETERS), st.text()), query_values))
@@ -56,9 +67,12 @@ def test_any_query_is_a_config_or_bad_config(params):
         assert 1 <= config.channels <= StreamConfig.MAX_CHANNELS
 
 
-configs = st.builds(StreamConfig, encoding=st.sampled_from(list(Encoding)),
-                    sample_rate=st.sampled_from([8000, 16000, 22050, 44100, 48000]),
-                    channels=st.integers(1, 3))
+configs = st.builds(
+    StreamConfig,
+    encoding=st.sampled_from(list(Encoding)),
+    sample_rate=st.sampled_from([8000, 16000, 22050, 44100, 48000]),
+    channels=st.integers(1, 3),
+)
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow], max_examples=60)

@@ -10,15 +10,14 @@ import random
 import urllib.parse
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from conftest import pcm16
-from fault_proxy import Faults, FaultProxy
 from fake_engine import FakeEngine
+from fault_proxy import FaultProxy, Faults
 from parley.client.live import LiveStream, send_paced
 from parley.client.stream import stream_url
 from parley.protocol.messages import StreamConfig
@@ -37,7 +36,7 @@ async def _finals(url: str, audio: np.ndarray) -> tuple[list[dict], LiveStream]:
 
     async def chunks():
         for i in range(0, len(data), 3200):  # 100 ms messages
-            yield data[i:i + 3200]
+            yield data[i : i + 3200]
 
     sender = asyncio.create_task(send_paced(live, chunks(), 32000, fast=True))
     finals = [m async for m in live.raw() if m["type"] == "final"]
@@ -59,8 +58,7 @@ async def test_a_stream_cut_five_times_resumes_to_the_same_transcript(start, tal
         cut, live = await _finals(f"ws://127.0.0.1:{proxy.port}/v1/stream", audio)
     assert proxy.cuts == 5 and live.resumes == 5
     assert _without_seq(cut) == _without_seq(whole) and len(whole) >= 8
-    assert live.ended is not None and live.ended["audio_duration"] == \
-        round(len(audio) / 16000, 3)
+    assert live.ended is not None and live.ended["audio_duration"] == round(len(audio) / 16000, 3)
 
 
 async def _dropped_session(url: str, seconds: float = 1.0) -> dict:
@@ -94,8 +92,12 @@ async def test_a_resume_tells_what_audio_arrived_and_after_the_window_is_refused
     token = started["resume_token"]
     assert started["limits"]["resume_window_s"] == 0.5
     resumed, code = await _first_answer(f"{url}?resume={token}&last_seq=0")
-    assert resumed == {"type": "session_resumed", "session_id": started["session_id"],
-                       "audio_received_bytes": 32000, "last_seq": resumed["last_seq"]}
+    assert resumed == {
+        "type": "session_resumed",
+        "session_id": started["session_id"],
+        "audio_received_bytes": 32000,
+        "last_seq": resumed["last_seq"],
+    }
     assert code == 1000
     started = await _dropped_session(url)
     await asyncio.sleep(0.8)  # past the window: the session ended as after end_of_stream
@@ -130,14 +132,19 @@ async def test_sessions_that_cannot_resume_say_so(start):
 DOCUMENTED = {("not_found", 4404), ("bad_config", 4400)}
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(resume=st.text(max_size=40), last_seq=st.one_of(st.none(), st.text(max_size=14),
-                                                        st.integers(-5, 10**13).map(str)),
-       extra=st.dictionaries(st.sampled_from(["encoding", "language", "x", "last_seq"]),
-                             st.text(max_size=5), max_size=2))
-def test_any_resume_parameters_get_a_documented_answer(threaded_fake_port, resume, last_seq,
-                                                       extra):
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    resume=st.text(max_size=40),
+    last_seq=st.one_of(st.none(), st.text(max_size=14), st.integers(-5, 10**13).map(str)),
+    extra=st.dictionaries(
+        st.sampled_from(["encoding", "language", "x", "last_seq"]), st.text(max_size=5), max_size=2
+    ),
+)
+def test_any_resume_parameters_get_a_documented_answer(threaded_fake_port, resume, last_seq, extra):
     """Whatever ``resume`` and ``last_seq`` hold (and whatever else comes with them),
     the answer is a documented error and close code, never internal_error."""
     from websockets.sync.client import connect as connect_sync

@@ -17,7 +17,7 @@ CLOSE = {"rtol": 1e-4, "atol": 1e-4}
 
 @pytest.fixture(scope="module")
 def encoded(tiny_engine):
-    audio = read_wav(SAMPLE_WAV)[int(6.4 * 16000):int(21.0 * 16000)]
+    audio = read_wav(SAMPLE_WAV)[int(6.4 * 16000) : int(21.0 * 16000)]
     with torch.inference_mode():
         return tiny_engine.model.model.encoder(tiny_engine.features(audio)).last_hidden_state
 
@@ -31,7 +31,8 @@ def test_a_row_computes_what_transformers_decoder_computes(tiny_engine, rows, en
     ids = tiny_engine.sot_sequence("en") + [400, 500, 600]
     with torch.inference_mode():
         expected = tiny_engine.model.model.decoder(
-            input_ids=torch.tensor([ids]), encoder_hidden_states=encoded).last_hidden_state[0]
+            input_ids=torch.tensor([ids]), encoder_hidden_states=encoded
+        ).last_hidden_state[0]
         (row,) = rows.add(encoded)
         got = torch.cat([row.feed(ids[:3]), row.feed(ids[3:4]), row.feed(ids[4:])])
     torch.testing.assert_close(got, expected, **CLOSE)
@@ -65,7 +66,7 @@ def test_rows_keep_their_sequences_when_others_leave_or_pause(tiny_engine, rows,
         for row in (a, b, c, d):
             row.feed(prompt)
         rows.forward([a, b, c, d], [[400], [11], [400], [400]])
-        rows.release(a)                      # d moves into a's slot
+        rows.release(a)  # d moves into a's slot
         assert d.slot == 0 and not a.active
         got = rows.forward([d, c], [[500], [500]])  # b pauses: c and d move to the front
         assert {d.slot, c.slot} == {0, 1} and b.slot == 2

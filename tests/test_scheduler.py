@@ -15,7 +15,7 @@ from parley.runtime.scheduler import AsrScheduler
 @pytest.fixture(scope="module")
 def clips():
     audio = read_wav(SAMPLE_WAV)
-    return [audio[int(s * 16000):int(s * 16000) + 4 * 16000] for s in (7, 11, 15, 19, 23)]
+    return [audio[int(s * 16000) : int(s * 16000) + 4 * 16000] for s in (7, 11, 15, 19, 23)]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,10 @@ def test_rows_joining_and_leaving_mid_decode_change_no_token(tiny_engine, clips,
     drafts: every row still decodes exactly its plain greedy tokens."""
     drafts = [tiny_engine.transcribe(c[: len(c) * 2 // 3]).tokens for c in clips]
     engine = tiny_engine
-    requests = [AsrRequest(c, draft=drafts[i] if i % 2 else None, with_words=i == 0)
-                for i, c in enumerate(clips)]
+    requests = [
+        AsrRequest(c, draft=drafts[i] if i % 2 else None, with_words=i == 0)
+        for i, c in enumerate(clips)
+    ]
     running = engine.start(requests[:2])
     results = {}
 
@@ -61,20 +63,22 @@ def test_rows_joining_and_leaving_mid_decode_change_no_token(tiny_engine, clips,
 
     step([0, 1])
     step([0, 1], budget=3)
-    running += engine.start(requests[2:4])      # two join mid-decode
+    running += engine.start(requests[2:4])  # two join mid-decode
     step([0, 1, 2, 3])
-    step([2, 3])                                # 0 and 1 pause while 2 and 3 step
-    running += engine.start(requests[4:])       # one more joins
+    step([2, 3])  # 0 and 1 pause while 2 and 3 step
+    running += engine.start(requests[4:])  # one more joins
     while len(results) < len(running):
-        step(range(len(running)), budget=15)    # rows leave as they finish
+        step(range(len(running)), budget=15)  # rows leave as they finish
     got = [results[i] for i in range(len(running))]
     assert [r.tokens for r in got] == [p.tokens for p in plain]
     assert sum(r.stats.accepted for r in got) > 0
     alone = tiny_engine.transcribe(clips[0], with_words=True, budget=0).words
-    assert [(w.word, w.start, w.end) for w in got[0].words] == \
-        [(w.word, w.start, w.end) for w in alone]
-    assert [w.probability for w in got[0].words] == \
-        pytest.approx([w.probability for w in alone], abs=1e-4)  # float sums in other orders
+    assert [(w.word, w.start, w.end) for w in got[0].words] == [
+        (w.word, w.start, w.end) for w in alone
+    ]
+    assert [w.probability for w in got[0].words] == pytest.approx(
+        [w.probability for w in alone], abs=1e-4
+    )  # float sums in other orders
     assert engine.decoder.in_flight == 0
 
 
@@ -84,8 +88,10 @@ async def test_scheduled_finals_and_partials_are_plain_greedy(tiny_engine, clips
     drafts = [tiny_engine.transcribe(c[: len(c) * 3 // 4]).tokens for c in clips]
     async with running(tiny_engine, 16) as scheduler:
         partials = [await scheduler.try_submit_partial(AsrRequest(c)) for c in clips[:2]]
-        finals = [await scheduler.submit_final(AsrRequest(c, draft=drafts[i] if i % 2 else None))
-                  for i, c in enumerate(clips)]
+        finals = [
+            await scheduler.submit_final(AsrRequest(c, draft=drafts[i] if i % 2 else None))
+            for i, c in enumerate(clips)
+        ]
         got = await results_of(finals)
         partial_results = await results_of(partials)
     assert [r.tokens for r in got] == [p.tokens for p in plain]
@@ -102,8 +108,9 @@ async def test_scheduled_finals_and_partials_are_plain_greedy(tiny_engine, clips
 def speech():
     """Loud noise: the fake engine hears one word per 0.2 s of it."""
     rng = np.random.default_rng(1)
-    return [(0.3 * rng.standard_normal(int(s * 16000))).astype(np.float32)
-            for s in (3.0, 2.0, 1.0, 4.0)]
+    return [
+        (0.3 * rng.standard_normal(int(s * 16000))).astype(np.float32) for s in (3.0, 2.0, 1.0, 4.0)
+    ]
 
 
 async def test_a_final_pauses_running_partials_and_overtakes_queued_ones(speech):
@@ -142,8 +149,7 @@ async def test_a_final_takes_a_partials_row_when_none_is_free(speech):
         await asyncio.sleep(0.03)
         final = await scheduler.submit_final(AsrRequest(speech[2]))
         result = await asyncio.wrap_future(final)
-        await asyncio.gather(*(asyncio.wrap_future(p) for p in partials),
-                             return_exceptions=True)
+        await asyncio.gather(*(asyncio.wrap_future(p) for p in partials), return_exceptions=True)
     assert result.text and scheduler.stats.partials_evicted == 1
     assert sum(p.cancelled() for p in partials) == 1
 
@@ -174,8 +180,9 @@ async def test_a_failing_request_fails_alone(speech):
     engine = FakeEngine(fail=lambda request: len(request.audio) == len(speech[1]))
     async with running(engine, 8) as scheduler:
         futures = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:3]]
-        outcomes = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures),
-                                        return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(asyncio.wrap_future(f) for f in futures), return_exceptions=True
+        )
     assert isinstance(outcomes[1], RuntimeError)
     assert outcomes[0].text and outcomes[2].text and engine.in_flight == []
 
@@ -219,9 +226,11 @@ async def test_recordings_run_behind_finals_and_give_up_rows_to_them(speech):
     engine = FakeEngine(max_rows=2, step_s=0.003)
     async with running(engine, 16) as scheduler:
         first, second = object(), object()
-        windows = [scheduler.submit_background(AsrRequest(speech[3]), first),
-                   scheduler.submit_background(AsrRequest(speech[3]), first),
-                   scheduler.submit_background(AsrRequest(speech[0]), second)]
+        windows = [
+            scheduler.submit_background(AsrRequest(speech[3]), first),
+            scheduler.submit_background(AsrRequest(speech[3]), first),
+            scheduler.submit_background(AsrRequest(speech[0]), second),
+        ]
         await asyncio.sleep(0.03)  # both rows hold background windows now
         final = await scheduler.submit_final(AsrRequest(speech[2]))
         order = []

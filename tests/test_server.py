@@ -24,24 +24,27 @@ async def test_each_turn_ends_in_a_final_of_exactly_its_audio(start, talk):
     """Three spoken turns: three finals in order, each the transcription of its own span."""
     url, _ = await start()
     audio, truth = talk
-    result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio), 32000,
-                              fast=True)
+    result = await run_stream(
+        stream_url(url, StreamConfig(), None), chunks_of(audio), 32000, fast=True
+    )
     assert result.errors == [] and result.close_code == 1000
     assert result.ended["segments"] == len(truth) == len(result.finals)
     assert_finals_are_their_audio(result.finals, audio)
     for final, said in zip(result.finals, truth):
         overlap = min(final["end"], said.end) - max(final["start"], said.start)
         assert overlap > 0.8 * (final["end"] - final["start"] - 0.6)  # all but the pads
-        assert final["words"] and all(final["start"] <= w["start"] <= w["end"] <= final["end"]
-                                      for w in final["words"])
+        assert final["words"] and all(
+            final["start"] <= w["start"] <= w["end"] <= final["end"] for w in final["words"]
+        )
 
 
 async def test_fast_streaming_applies_back_pressure_and_loses_nothing(start, talk):
     """With a queue of two and a slow engine, --fast is paced by the server; no turn is lost."""
     url, _ = await start(FakeEngine(encode_s=0.05, step_s=0.01), asr={"queue_size": 2})
     audio, truth = talk
-    result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio), 32000,
-                              fast=True)
+    result = await run_stream(
+        stream_url(url, StreamConfig(), None), chunks_of(audio), 32000, fast=True
+    )
     assert result.errors == [] and result.ended["segments"] == len(truth)
     assert_finals_are_their_audio(result.finals, audio)
 
@@ -51,8 +54,12 @@ async def test_partials_come_before_their_final_in_real_time(start, talk):
     url, _ = await start(asr={"partial_interval_s": 0.5})
     audio, _ = talk
     seen = []
-    result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio[:16000 * 5]),
-                              32000, on_message=seen.append)
+    result = await run_stream(
+        stream_url(url, StreamConfig(), None),
+        chunks_of(audio[: 16000 * 5]),
+        32000,
+        on_message=seen.append,
+    )
     assert result.errors == [] and result.partials
     kinds = [m["type"] for m in seen if m["type"] in ("partial", "final")]
     for partial in result.partials:
@@ -66,10 +73,13 @@ async def test_concurrent_streams_each_get_only_their_own_audio(start, talk):
     """Four clients at once, each sending different audio: nobody's words leak."""
     url, _ = await start(FakeEngine(encode_s=0.01))
     audio, _ = talk
-    clips = [audio[i * 8000:] for i in range(4)]  # four different offsets
-    results = await asyncio.gather(*(
-        run_stream(stream_url(url, StreamConfig(), None), chunks_of(clip), 32000, fast=True)
-        for clip in clips))
+    clips = [audio[i * 8000 :] for i in range(4)]  # four different offsets
+    results = await asyncio.gather(
+        *(
+            run_stream(stream_url(url, StreamConfig(), None), chunks_of(clip), 32000, fast=True)
+            for clip in clips
+        )
+    )
     for clip, result in zip(clips, results):
         assert result.errors == [] and result.close_code == 1000
         assert_finals_are_their_audio(result.finals, clip)
@@ -82,8 +92,9 @@ async def test_a_failed_decode_is_reported_and_the_session_goes_on(start, talk):
     assert lengths[1] > max(lengths[0], lengths[2]) + 0.4  # the train turn is the longest
     longest_other = max(lengths[0], lengths[2]) + 0.6 + 0.2  # with its pads, and a margin
     url, _ = await start(FakeEngine(fail=lambda request: request.seconds > longest_other))
-    result = await run_stream(stream_url(url, StreamConfig(partials=False), None),
-                              chunks_of(audio), 32000, fast=True)
+    result = await run_stream(
+        stream_url(url, StreamConfig(partials=False), None), chunks_of(audio), 32000, fast=True
+    )
     assert [e["code"] for e in result.errors] == ["transcription_failed"]
     assert result.errors[0]["segment_id"] == 1 and not result.errors[0]["fatal"]
     assert [f["segment_id"] for f in result.finals] == [0, 2]
@@ -112,10 +123,15 @@ async def test_bad_messages_get_errors_and_the_session_goes_on(start, talk):
     assert messages[-1]["type"] == "session_ended"
 
 
-@pytest.mark.parametrize("query, fragment", [("encoding=opus", "encoding must be one of"),
-                                             ("sample_rate=0", "sample_rate"),
-                                             ("language=de", "English-only"),
-                                             ("diarization=true", "diarization")])
+@pytest.mark.parametrize(
+    "query, fragment",
+    [
+        ("encoding=opus", "encoding must be one of"),
+        ("sample_rate=0", "sample_rate"),
+        ("language=de", "English-only"),
+        ("diarization=true", "diarization"),
+    ],
+)
 async def test_bad_session_config_is_refused_with_4400(start, query, fragment):
     """A bad query parameter gets bad_config and close code 4400."""
     url, _ = await start()
@@ -130,8 +146,10 @@ async def test_token_is_required_when_configured(start):
     for bad in (url, f"{url}?token=wrong"):
         message, code = await refused(bad)
         assert (message["code"], code) == ("unauthorized", 4401)
-    for args in ({"uri": f"{url}?token=s3cret"},
-                 {"uri": url, "additional_headers": {"Authorization": "Bearer s3cret"}}):
+    for args in (
+        {"uri": f"{url}?token=s3cret"},
+        {"uri": url, "additional_headers": {"Authorization": "Bearer s3cret"}},
+    ):
         async with connect(**args) as ws:
             assert json.loads(await ws.recv())["type"] == "session_started"
 

@@ -8,8 +8,16 @@ import pytest
 from audio_fixtures import SAMPLE_RATE, conversation, silence, speak
 from fake_engine import FakeEngine, hear, text_of
 from parley.core.vad import VadConfig
-from parley.protocol.messages import (Final, Finalized, FinalReason, Partial, SegmentEnded,
-                                      SessionEnded, SpeechStarted, StreamConfig)
+from parley.protocol.messages import (
+    Final,
+    Finalized,
+    FinalReason,
+    Partial,
+    SegmentEnded,
+    SessionEnded,
+    SpeechStarted,
+    StreamConfig,
+)
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Session, SessionOptions
 
@@ -24,17 +32,19 @@ async def worker():
 
 def heard(audio: np.ndarray, start: float, end: float) -> str:
     """What the fake engine hears in ``audio`` between two stream times."""
-    piece = audio[round(start * SAMPLE_RATE):round(end * SAMPLE_RATE)]
+    piece = audio[round(start * SAMPLE_RATE) : round(end * SAMPLE_RATE)]
     return text_of([token for token, _, _ in hear(piece)])
 
 
-async def drive(session: Session, audio: np.ndarray, chunk_s: float = 0.1,
-                pace: float = 0.0) -> list:
+async def drive(
+    session: Session, audio: np.ndarray, chunk_s: float = 0.1, pace: float = 0.0
+) -> list:
     """Feed audio in chunks (sleeping ``pace`` × chunk between them), end, collect messages."""
+
     async def feed():
         step = int(chunk_s * SAMPLE_RATE)
         for i in range(0, len(audio), step):
-            await session.feed_audio(audio[i:i + step])
+            await session.feed_audio(audio[i : i + step])
             await asyncio.sleep(pace * chunk_s)
         await session.end()
 
@@ -48,8 +58,9 @@ async def collect(session: Session) -> list:
 
 async def test_turns_become_finals_with_words(worker):
     """Each spoken turn becomes one final with its words, timed inside the segment."""
-    audio, truth = conversation([("en-us", "Good morning, everyone."),
-                                 ("en-us", "Please open the window.")])
+    audio, truth = conversation(
+        [("en-us", "Good morning, everyone."), ("en-us", "Please open the window.")]
+    )
     session = Session(StreamConfig(partials=False), worker, SessionOptions(VadConfig()))
     messages = await drive(session, audio)
     finals = [m for m in messages if isinstance(m, Final)]
@@ -69,8 +80,10 @@ async def test_turns_become_finals_with_words(worker):
 async def test_partials_come_before_their_final(worker):
     """While a long turn is spoken in real time, partials for it arrive before its final,
     each with the language it was decoded in, as the final has."""
-    speech = speak("This sentence is long enough to be decoded a few times while it is still "
-                   "being spoken by the synthetic voice.")
+    speech = speak(
+        "This sentence is long enough to be decoded a few times while it is still "
+        "being spoken by the synthetic voice."
+    )
     audio = np.concatenate([silence(0.3), speech, silence(1.0)])
     session = Session(StreamConfig(), worker, SessionOptions(VadConfig(), partial_interval_s=0.5))
     messages = await drive(session, audio, pace=0.3)
@@ -120,7 +133,9 @@ async def test_speech_cut_off_by_end_of_stream_is_still_transcribed(worker):
 async def test_two_sessions_share_a_worker_without_mixing(worker):
     """Concurrent sessions on one worker each get only their own words."""
     a = np.concatenate([silence(0.3), speak("I would like a cup of coffee please."), silence(0.8)])
-    b = np.concatenate([silence(0.3), speak("The train leaves from platform number nine."), silence(0.8)])
+    b = np.concatenate(
+        [silence(0.3), speak("The train leaves from platform number nine."), silence(0.8)]
+    )
     options = SessionOptions(VadConfig())
     first, second = (Session(StreamConfig(), worker, options) for _ in range(2))
     got_a, got_b = await asyncio.gather(drive(first, a), drive(second, b))

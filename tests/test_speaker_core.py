@@ -16,8 +16,9 @@ def unit(*values):
 def local(*vectors, alone_s=2.0, fresh_s=2.0, peak=0.9):
     """A window's local speakers: these embeddings, each heard alone for ``alone_s``."""
     n = len(vectors)
-    return LocalSpeakers(np.stack(vectors), np.full(n, peak), np.full(n, alone_s),
-                         np.full(n, fresh_s))
+    return LocalSpeakers(
+        np.stack(vectors), np.full(n, peak), np.full(n, alone_s), np.full(n, fresh_s)
+    )
 
 
 def test_two_local_speakers_never_share_a_global_speaker():
@@ -43,8 +44,9 @@ def test_inactive_or_unembedded_speakers_are_not_assigned():
     """Quiet local speakers and NaN embeddings map to nobody and create nobody."""
     clustering = OnlineClustering(ClusteringConfig())
     nan = np.full(3, np.nan, dtype=np.float32)
-    window = LocalSpeakers(np.stack([unit(1, 0, 0), nan]), np.array([0.2, 0.9]),
-                           np.full(2, 2.0), np.full(2, 2.0))
+    window = LocalSpeakers(
+        np.stack([unit(1, 0, 0), nan]), np.array([0.2, 0.9]), np.full(2, 2.0), np.full(2, 2.0)
+    )
     assert clustering.assign(window) == [None, None]
     assert clustering.size == 0
 
@@ -82,12 +84,13 @@ def test_nobody_confirmed_yet_shows_each_speaker_as_itself():
 
 def test_speakers_whose_centroids_converge_are_merged_into_the_older():
     """Two speakers that drift within merge_distance become one, shown as the older."""
-    clustering = OnlineClustering(ClusteringConfig(new_speaker_distance=0.5,
-                                                   merge_distance=0.1, min_speaker_s=0.0))
+    clustering = OnlineClustering(
+        ClusteringConfig(new_speaker_distance=0.5, merge_distance=0.1, min_speaker_s=0.0)
+    )
     clustering.assign(local(unit(1, 0, 0)))
-    clustering.assign(local(unit(0.4, 1, 0)))          # 0.65 away: someone new
+    clustering.assign(local(unit(0.4, 1, 0)))  # 0.65 away: someone new
     assert clustering.aliases() == (0, 1)
-    for _ in range(6):                                  # its later windows sound like speaker 0
+    for _ in range(6):  # its later windows sound like speaker 0
         clustering.assign(local(unit(1, 0, 0), unit(1, 0.15, 0)))
     assert set(clustering.aliases()) == {0} and clustering.speaker_count == 1
     assert clustering.assign(local(unit(0.4, 1, 0))) == [clustering.size - 1]  # a new one
@@ -97,7 +100,7 @@ def test_timeline_averages_windows_and_settles_after_the_latency():
     """Overlapping windows are averaged; frames settle latency seconds later, then stay."""
     timeline = SpeakerTimeline(frame_step=0.1, latency=1.0)
     first = np.zeros((20, 2))
-    first[:10, 0] = 1.0   # speaker 0 for 1 s, then speaker 1
+    first[:10, 0] = 1.0  # speaker 0 for 1 s, then speaker 1
     first[10:, 1] = 1.0
     timeline.add_window(0.0, first)
     timeline.advance(now=2.15)  # frames ending by 1.15 s settle: speaker 0 has stopped
@@ -175,6 +178,7 @@ def voices(rng, count, spread, between, dim=192):
     def sample(voice):
         v = means[voice] + noise_scale * rng.standard_normal(dim)
         return (v / np.linalg.norm(v)).astype(np.float32)
+
     return sample
 
 

@@ -40,7 +40,7 @@ def generate_reference(engine, audio, language=None):
 def test_plain_greedy_equals_transformers_generate(tiny_engine, sample):
     """With no drafter, the verifier's output is transformers' greedy generate output."""
     for start, end in [(6.4, 14.0), (14.0, 21.0), (21.0, 30.0)]:
-        audio = sample[int(start * 16000):int(end * 16000)]
+        audio = sample[int(start * 16000) : int(end * 16000)]
         got = tiny_engine.transcribe(audio, budget=0)
         assert got.tokens == generate_reference(tiny_engine, audio) and len(got.tokens) > 10
 
@@ -49,7 +49,7 @@ def test_previous_hypothesis_drafts_are_lossless_and_accepted(tiny_engine, sampl
     """Re-decoding a growing segment with the last hypothesis as draft changes nothing but speed."""
     previous, accepted, plain_passes, drafted_passes = None, 0, 0, 0
     for end in np.arange(8.0, 21.5, 2.5):  # as a partial's segment grows
-        audio = sample[int(6.4 * 16000):int(end * 16000)]
+        audio = sample[int(6.4 * 16000) : int(end * 16000)]
         plain = tiny_engine.transcribe(audio)
         drafted = tiny_engine.transcribe(audio, draft=previous)
         assert drafted.tokens == plain.tokens
@@ -62,7 +62,7 @@ def test_previous_hypothesis_drafts_are_lossless_and_accepted(tiny_engine, sampl
 
 def test_real_assistant_is_lossless_and_fully_accepted(base_engine, sample):
     """base drafting for base: same tokens as plain greedy, and every draft is accepted."""
-    audio = sample[int(6.4 * 16000):int(14.0 * 16000)]
+    audio = sample[int(6.4 * 16000) : int(14.0 * 16000)]
     plain = base_engine.transcribe(audio, language="en", budget=0)
     assisted = base_engine.transcribe(audio, language="en")
     both = base_engine.transcribe(audio[: len(audio) * 3 // 4], language="en")
@@ -76,13 +76,23 @@ def test_real_assistant_is_lossless_and_fully_accepted(base_engine, sample):
 def random_whisper(path, d_model, decoder_layers, causal=False, seed=0, vocab=600):
     """A small random Whisper (or decoder-only WhisperForCausalLM) saved to ``path``."""
     torch.manual_seed(seed)
-    config = WhisperConfig(vocab_size=vocab, num_mel_bins=80, d_model=d_model,
-                           encoder_layers=1, decoder_layers=decoder_layers,
-                           encoder_attention_heads=2, decoder_attention_heads=2,
-                           encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
-                           max_source_positions=1500, max_target_positions=96,
-                           decoder_start_token_id=vocab - 3, eos_token_id=vocab - 1,
-                           pad_token_id=vocab - 1, bos_token_id=vocab - 1)
+    config = WhisperConfig(
+        vocab_size=vocab,
+        num_mel_bins=80,
+        d_model=d_model,
+        encoder_layers=1,
+        decoder_layers=decoder_layers,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model,
+        max_source_positions=1500,
+        max_target_positions=96,
+        decoder_start_token_id=vocab - 3,
+        eos_token_id=vocab - 1,
+        pad_token_id=vocab - 1,
+        bos_token_id=vocab - 1,
+    )
     cls = WhisperForCausalLM if causal else WhisperForConditionalGeneration
     model = cls(config).eval()
     with torch.no_grad():  # sharper logits than the default init, so greedy paths vary
@@ -94,8 +104,10 @@ def random_whisper(path, d_model, decoder_layers, causal=False, seed=0, vocab=60
 
 def greedy_rows(verifier, prompt, rows, drafters):
     """Decode one row per drafter (None: plain) together, one batched step at a time."""
-    decodes = [RowDecode(row, prompt, 0, verifier.decoder.max_positions - len(prompt), drafter)
-               for row, drafter in zip(rows, drafters)]
+    decodes = [
+        RowDecode(row, prompt, 0, verifier.decoder.max_positions - len(prompt), drafter)
+        for row, drafter in zip(rows, drafters)
+    ]
     verifier.prime(decodes)
     while live := [d for d in decodes if not d.finished]:
         verifier.step(live, [15] * len(live))
@@ -110,13 +122,19 @@ def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistan
     hypothesis-drafted rows decode side by side in the same steps, to the same tokens."""
     main = random_whisper(tmp_path / "main", 64, 3, seed=1)
     random_whisper(tmp_path / "assistant", assistant_width, 1, causal=causal, seed=2)
-    assistant = load_assistant(str(tmp_path / "assistant"), "random", main.config, None, CPU,
-                               None)
+    assistant = load_assistant(str(tmp_path / "assistant"), "random", main.config, None, CPU, None)
     main_rows = RowDecoder(main.model.decoder, capacity=4, max_width=16)
     assistant_rows = RowDecoder(assistant.decoder, capacity=4, max_width=16)
-    verifier = GreedyVerifier(main_rows, OutputHead(main.proj_out), suppress=[],
-                              begin_suppress=[], eot=599, no_speech_token=None, vocab=600,
-                              device=torch.device("cpu"))
+    verifier = GreedyVerifier(
+        main_rows,
+        OutputHead(main.proj_out),
+        suppress=[],
+        begin_suppress=[],
+        eot=599,
+        no_speech_token=None,
+        vocab=600,
+        device=torch.device("cpu"),
+    )
     head = OutputHead(assistant.proj_out)
     torch.manual_seed(3)
     checked = 0
@@ -127,10 +145,14 @@ def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistan
             hidden = main.model.encoder(features).last_hidden_state
             (plain,) = greedy_rows(verifier, prompt, main_rows.add(hidden), [None])
             (assistant_row,) = assistant_rows.add(assistant.encode(features, hidden))
-            drafters = [None, AssistantDrafter(assistant_row, head, eot=599),
-                        HypothesisDrafter(plain.tokens[: len(plain.tokens) // 2] + [5, 6, 7])]
-            together = greedy_rows(verifier, prompt, main_rows.add(hidden.repeat(3, 1, 1)),
-                                   drafters)
+            drafters = [
+                None,
+                AssistantDrafter(assistant_row, head, eot=599),
+                HypothesisDrafter(plain.tokens[: len(plain.tokens) // 2] + [5, 6, 7]),
+            ]
+            together = greedy_rows(
+                verifier, prompt, main_rows.add(hidden.repeat(3, 1, 1)), drafters
+            )
             assistant_rows.release(assistant_row)
         assert [d.tokens for d in together] == [plain.tokens] * 3
         assert together[1].stats.verify_steps > 0
@@ -141,8 +163,12 @@ def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistan
 def test_incompatible_assistant_is_refused_with_a_reason(models_dir):
     """tiny.en (English vocabulary) cannot draft for base (multilingual): a clear refusal."""
     with pytest.raises(IncompatibleAssistant, match="vocabularies differ"):
-        WhisperEngine(resolve_model("base", models_dir), "base", CPU,
-                      assistant_source=resolve_model("tiny.en", models_dir))
+        WhisperEngine(
+            resolve_model("base", models_dir),
+            "base",
+            CPU,
+            assistant_source=resolve_model("tiny.en", models_dir),
+        )
 
 
 def test_decoder_only_assistant_must_match_the_encoder_width(tmp_path):
@@ -157,7 +183,7 @@ def test_hypothesis_drafter_follows_the_previous_hypothesis():
     """It proposes the old continuation, and re-anchors after a revision by n-gram lookup."""
     drafter = HypothesisDrafter([1, 2, 3, 4, 5, 6, 7])
     assert drafter.propose([], [1, 2], 3) == [3, 4, 5]
-    assert drafter.propose([], [1, 9, 4, 5], 2) == [6, 7]   # "4 5" found, continue after it
+    assert drafter.propose([], [1, 9, 4, 5], 2) == [6, 7]  # "4 5" found, continue after it
     assert drafter.propose([], [8, 8], 4) == []
     assert drafter.propose([], [1, 2, 3, 4, 5, 6, 7], 4) == []
     far = HypothesisDrafter([5, 1, 2] + list(range(10, 40)) + [5, 6])

@@ -29,7 +29,7 @@ def spans_of(*durations, gap=0.05):
 
 
 def test_a_short_run_in_mid_sentence_joins_the_speaker_around_it():
-    """"S2 Good morning S3 everyone, let's get S2 started": the short S3 run is S2's."""
+    """ "S2 Good morning S3 everyone, let's get S2 started": the short S3 run is S2's."""
     spans = spans_of(0.4, 0.6, 0.4, 0.2, 0.2, 0.6)
     assert smooth_labels(spans, [1, 1, 2, 2, 2, 1]) == [1] * 6
 
@@ -50,8 +50,14 @@ def test_an_edge_run_next_to_a_turn_joins_it_and_unlabelled_words_take_their_run
     assert smooth_labels([], []) == []
 
 
-@given(st.lists(st.tuples(st.floats(0.01, 1.5), st.floats(0.0, 1.0),
-                          st.one_of(st.none(), st.integers(0, 3))), max_size=30))
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.01, 1.5), st.floats(0.0, 1.0), st.one_of(st.none(), st.integers(0, 3))
+        ),
+        max_size=30,
+    )
+)
 def test_smoothing_never_leaves_a_short_run_without_pauses_around_it(words):
     """Whatever the labels: after smoothing, every run shorter than min_turn_s is set
     apart from each neighbour by a pause, and no label is invented."""
@@ -111,13 +117,13 @@ def test_a_merged_speaker_hands_its_label_over_or_frees_it():
     has one: the label is freed, unless a settled final carries it."""
     labels = SpeakerLabels()
     labels.label(0), labels.label(3)
-    labels.follow((0, 1, 2, 1))               # 3 is shown as 1 now (unlabelled): takes S2
+    labels.follow((0, 1, 2, 1))  # 3 is shown as 1 now (unlabelled): takes S2
     assert labels.label(1) == "S2" and labels.label(3, assign=False) is None
-    labels.follow((0, 0, 2, 0))               # 1 merged into 0: S2 is free again
+    labels.follow((0, 0, 2, 0))  # 1 merged into 0: S2 is free again
     assert labels.label(2) == "S2"
-    labels.label(4)                           # S3
+    labels.label(4)  # S3
     labels.settle(["S3"])
-    labels.follow((0, 0, 2, 0, 2))            # 4 merged into 2: S3 stays taken (settled)
+    labels.follow((0, 0, 2, 0, 2))  # 4 merged into 2: S3 stays taken (settled)
     assert labels.label(9) == "S4"
 
 
@@ -126,6 +132,7 @@ def test_a_merged_speaker_hands_its_label_over_or_frees_it():
 
 class NoModels:
     from parley.core.speaker_masks import FrameGrid
+
     grid = FrameGrid(0.1, 0.0)
 
 
@@ -135,8 +142,14 @@ def track() -> SpeakerTrack:
 
 def final(segment_id, *words):
     timed = [Word(text, a, b, 0.9) for text, a, b in words]
-    return Final(segment_id, timed[0].start, timed[-1].end, " ".join(w for w, *_ in words),
-                 FinalReason.SILENCE, timed)
+    return Final(
+        segment_id,
+        timed[0].start,
+        timed[-1].end,
+        " ".join(w for w, *_ in words),
+        FinalReason.SILENCE,
+        timed,
+    )
 
 
 def test_a_merge_relabels_unsettled_finals_with_speaker_update():
@@ -145,14 +158,24 @@ def test_a_merge_relabels_unsettled_finals_with_speaker_update():
     final is left alone."""
     speakers = track()
     speakers.apply(TimelineSnapshot((Turn(0, 2, 0), Turn(2.2, 5, 1)), 0.0, 2, (0, 1)))
-    sent = speakers.label_final(final(0, ("Hello", 0.2, 1.0), ("there.", 1.0, 1.8),
-                                      ("Hi,", 2.4, 3.0), ("how", 3.1, 3.5), ("are", 3.5, 3.9),
-                                      ("you?", 3.9, 4.6)))
+    sent = speakers.label_final(
+        final(
+            0,
+            ("Hello", 0.2, 1.0),
+            ("there.", 1.0, 1.8),
+            ("Hi,", 2.4, 3.0),
+            ("how", 3.1, 3.5),
+            ("are", 3.5, 3.9),
+            ("you?", 3.9, 4.6),
+        )
+    )
     assert [w.speaker for w in sent.words] == ["S1", "S1", "S2", "S2", "S2", "S2"]
-    updates = speakers.apply(TimelineSnapshot((Turn(0, 2, 0), Turn(2.2, 5, 0)), 1.0, 1,
-                                              (0, 0)))
-    assert updates == [SpeakerUpdate(0, "S1", [Word(w.word, w.start, w.end, w.probability,
-                                                    "S1") for w in sent.words])]
+    updates = speakers.apply(TimelineSnapshot((Turn(0, 2, 0), Turn(2.2, 5, 0)), 1.0, 1, (0, 0)))
+    assert updates == [
+        SpeakerUpdate(
+            0, "S1", [Word(w.word, w.start, w.end, w.probability, "S1") for w in sent.words]
+        )
+    ]
     assert speakers.apply(TimelineSnapshot((Turn(0, 5, 0),), 6.0, 1, (0, 0))) == []
     # Settled now: a later change of mind sends nothing for it.
     assert speakers.apply(TimelineSnapshot((Turn(0, 5, 1),), 7.0, 1, (0, 1))) == []
@@ -162,11 +185,9 @@ def test_an_unconfirmed_speaker_confirmed_later_is_announced_within_the_latency(
     """Words first shown as S1 (the new voice was not confirmed) become S2 by update."""
     speakers = track()
     speakers.apply(TimelineSnapshot((Turn(0, 3, 0), Turn(3.2, 6, 0)), 0.0, 1, (0, 0)))
-    sent = speakers.label_final(final(4, ("Yes,", 3.3, 3.8), ("I", 3.9, 4.1),
-                                      ("agree.", 4.1, 4.9)))
+    sent = speakers.label_final(final(4, ("Yes,", 3.3, 3.8), ("I", 3.9, 4.1), ("agree.", 4.1, 4.9)))
     assert sent.speaker == "S1"
-    updates = speakers.apply(TimelineSnapshot((Turn(0, 3, 0), Turn(3.2, 6, 1)), 3.0, 2,
-                                              (0, 1)))
+    updates = speakers.apply(TimelineSnapshot((Turn(0, 3, 0), Turn(3.2, 6, 1)), 3.0, 2, (0, 1)))
     assert [(u.segment_id, u.speaker) for u in updates] == [(4, "S2")]
     assert {w.speaker for w in updates[0].words} == {"S2"}
 
@@ -182,8 +203,9 @@ def test_words_follow_voiced_audio_and_never_span_a_pause():
     """The first word starts where speech does, not in the pad; a word stretched over a
     0.8 s pause keeps only its voiced side; speech after a pause starts and ends a word."""
     regions = [(0.3, 1.4), (2.2, 3.0)]
-    fitted = fit_words([word(" Hello", 0.0, 0.7), word(" world.", 0.7, 2.6),
-                        word(" Again.", 2.6, 2.8)], regions)
+    fitted = fit_words(
+        [word(" Hello", 0.0, 0.7), word(" world.", 0.7, 2.6), word(" Again.", 2.6, 2.8)], regions
+    )
     assert [(w.start, w.end) for w in fitted] == [(0.3, 0.7), (0.7, 1.4), (2.2, 3.0)]
 
 
@@ -202,15 +224,27 @@ def test_a_word_in_no_speech_moves_to_the_nearest_speech():
 def test_overlong_words_are_cut_to_twice_the_median_from_the_pause_side():
     """openai-whisper's limit: a word after a pause loses its start, one before a pause
     or a sentence end loses its end."""
-    words = [word(" So", 0.0, 1.5), word(" we", 1.5, 1.7), word(" can", 1.7, 1.9),
-             word(" go", 1.9, 2.1), word(" now.", 2.1, 3.6)]
+    words = [
+        word(" So", 0.0, 1.5),
+        word(" we", 1.5, 1.7),
+        word(" can", 1.7, 1.9),
+        word(" go", 1.9, 2.1),
+        word(" now.", 2.1, 3.6),
+    ]
     fitted = fit_words(words, [])
     assert [(round(w.start, 2), round(w.end, 2)) for w in fitted] == [
-        (1.1, 1.5), (1.5, 1.7), (1.7, 1.9), (1.9, 2.1), (2.1, 2.5)]
+        (1.1, 1.5),
+        (1.5, 1.7),
+        (1.7, 1.9),
+        (1.9, 2.1),
+        (2.1, 2.5),
+    ]
 
 
-@given(st.lists(st.tuples(st.floats(0, 10), st.floats(0, 3)), max_size=20),
-       st.lists(st.tuples(st.floats(0, 12), st.floats(0.03, 2)), max_size=6))
+@given(
+    st.lists(st.tuples(st.floats(0, 10), st.floats(0, 3)), max_size=20),
+    st.lists(st.tuples(st.floats(0, 12), st.floats(0.03, 2)), max_size=6),
+)
 def test_fitted_words_stay_in_order_inside_speech_and_span_no_long_gap(raw_words, raw_regions):
     words = [word(f" w{i}", s, s + d) for i, (s, d) in enumerate(sorted(raw_words))]
     regions, end = [], -1.0

@@ -16,8 +16,15 @@ from twilio.request_validator import RequestValidator
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from audio_fixtures import (DIALOGUE_LINES, PLAIN_VOICES, SAMPLE_WAV, conversation, read_wav,
-                            sample_dir, wer)
+from audio_fixtures import (
+    DIALOGUE_LINES,
+    PLAIN_VOICES,
+    SAMPLE_WAV,
+    conversation,
+    read_wav,
+    sample_dir,
+    wer,
+)
 from conftest import as_received, heard_between, pcm16, refused, serve_real
 from parley.client.stream import run_stream
 from test_webhooks import SECRET, Receiver
@@ -52,9 +59,15 @@ def two_tracks(turns: int = 4):
     return tracks, said
 
 
-async def twilio_call(url: str, tracks: dict[str, np.ndarray], *, signature: str | None,
-                      parameters: dict | None = None, skip_ms: tuple[int, int] | None = None,
-                      pace_s: float = 0.0) -> None:
+async def twilio_call(
+    url: str,
+    tracks: dict[str, np.ndarray],
+    *,
+    signature: str | None,
+    parameters: dict | None = None,
+    skip_ms: tuple[int, int] | None = None,
+    pace_s: float = 0.0,
+) -> None:
     """Play Twilio's side of a Media Stream; ``skip_ms`` leaves out the outbound track's
     media in that span (as when Twilio drops packets), timestamps going on."""
     headers = {"X-Twilio-Signature": signature} if signature else {}
@@ -63,33 +76,80 @@ async def twilio_call(url: str, tracks: dict[str, np.ndarray], *, signature: str
     base = {"streamSid": "MZ00000000000000000000000000000001"}
     async with connect(url, additional_headers=headers) as ws:
         await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
-        await ws.send(json.dumps({**base, "event": "start", "sequenceNumber": str(next(sequence)),
-                                  "start": {"accountSid": "AC01", "callSid": "CA01",
-                                            "streamSid": base["streamSid"],
-                                            "tracks": list(tracks),
-                                            "mediaFormat": {"encoding": "audio/x-mulaw",
-                                                            "sampleRate": 8000, "channels": 1},
-                                            "customParameters": parameters or {}}}))
+        await ws.send(
+            json.dumps(
+                {
+                    **base,
+                    "event": "start",
+                    "sequenceNumber": str(next(sequence)),
+                    "start": {
+                        "accountSid": "AC01",
+                        "callSid": "CA01",
+                        "streamSid": base["streamSid"],
+                        "tracks": list(tracks),
+                        "mediaFormat": {
+                            "encoding": "audio/x-mulaw",
+                            "sampleRate": 8000,
+                            "channels": 1,
+                        },
+                        "customParameters": parameters or {},
+                    },
+                }
+            )
+        )
         length = max(len(c) for c in coded.values())
         for k, at in enumerate(range(0, length, 8 * CHUNK_MS)):
             for name, data in coded.items():
                 ms = at // 8
                 if name == "outbound" and skip_ms and skip_ms[0] <= ms < skip_ms[1]:
                     continue
-                await ws.send(json.dumps({**base, "event": "media",
-                                          "sequenceNumber": str(next(sequence)),
-                                          "media": {"track": name, "chunk": str(k + 1),
-                                                    "timestamp": str(ms),
-                                                    "payload": base64.b64encode(
-                                                        data[at:at + 8 * CHUNK_MS]).decode()}}))
+                await ws.send(
+                    json.dumps(
+                        {
+                            **base,
+                            "event": "media",
+                            "sequenceNumber": str(next(sequence)),
+                            "media": {
+                                "track": name,
+                                "chunk": str(k + 1),
+                                "timestamp": str(ms),
+                                "payload": base64.b64encode(data[at : at + 8 * CHUNK_MS]).decode(),
+                            },
+                        }
+                    )
+                )
             if pace_s:
                 await asyncio.sleep(pace_s)
-        await ws.send(json.dumps({**base, "event": "dtmf", "sequenceNumber": str(next(sequence)),
-                                  "dtmf": {"track": "inbound_track", "digit": "5"}}))
-        await ws.send(json.dumps({**base, "event": "mark", "sequenceNumber": str(next(sequence)),
-                                  "mark": {"name": "greeting"}}))
-        await ws.send(json.dumps({**base, "event": "stop", "sequenceNumber": str(next(sequence)),
-                                  "stop": {"accountSid": "AC01", "callSid": "CA01"}}))
+        await ws.send(
+            json.dumps(
+                {
+                    **base,
+                    "event": "dtmf",
+                    "sequenceNumber": str(next(sequence)),
+                    "dtmf": {"track": "inbound_track", "digit": "5"},
+                }
+            )
+        )
+        await ws.send(
+            json.dumps(
+                {
+                    **base,
+                    "event": "mark",
+                    "sequenceNumber": str(next(sequence)),
+                    "mark": {"name": "greeting"},
+                }
+            )
+        )
+        await ws.send(
+            json.dumps(
+                {
+                    **base,
+                    "event": "stop",
+                    "sequenceNumber": str(next(sequence)),
+                    "stop": {"accountSid": "AC01", "callSid": "CA01"},
+                }
+            )
+        )
         async for _ in ws:  # the server ends the session when its audio is transcribed
             pass
         assert ws.close_code == 1000
@@ -105,18 +165,25 @@ async def test_only_calls_twilio_signed_are_admitted(start):
     the signature of that URL admits."""
     _, server = await start(twilio={"auth_token": AUTH_TOKEN})
     url = f"ws://127.0.0.1:{server.port}/v1/twilio"
-    for signature in (None, signed(url + "x"),
-                      RequestValidator("0" * 32).compute_signature(url, {})):
+    for signature in (
+        None,
+        signed(url + "x"),
+        RequestValidator("0" * 32).compute_signature(url, {}),
+    ):
         with pytest.raises(InvalidStatus) as refused:
             await twilio_call(url, {"inbound": np.zeros(1600, np.float32)}, signature=signature)
         assert refused.value.response.status_code == 403
     await twilio_call(url, {"inbound": np.zeros(1600, np.float32)}, signature=signed(url))
     # Behind a proxy, Twilio signs the public URL, not the one the request reached.
-    _, proxied = await start(twilio={"auth_token": AUTH_TOKEN,
-                                     "public_url": "wss://voice.example.com"})
+    _, proxied = await start(
+        twilio={"auth_token": AUTH_TOKEN, "public_url": "wss://voice.example.com"}
+    )
     url = f"ws://127.0.0.1:{proxied.port}/v1/twilio"
-    await twilio_call(url, {"inbound": np.zeros(1600, np.float32)},
-                      signature=signed("wss://voice.example.com/v1/twilio"))
+    await twilio_call(
+        url,
+        {"inbound": np.zeros(1600, np.float32)},
+        signature=signed("wss://voice.example.com/v1/twilio"),
+    )
     with pytest.raises(InvalidStatus):
         await twilio_call(url, {"inbound": np.zeros(1600, np.float32)}, signature=signed(url))
 
@@ -129,12 +196,14 @@ async def test_each_track_is_transcribed_as_its_speaker_with_timestamps_and_gaps
     tracks, said = two_tracks()
     receiver = Receiver()
     async with receiver as hooks:
-        _, server = await start(twilio={"auth_token": AUTH_TOKEN},
-                                webhooks={"url": hooks, "secret": SECRET})
+        _, server = await start(
+            twilio={"auth_token": AUTH_TOKEN}, webhooks={"url": hooks, "secret": SECRET}
+        )
         url = f"ws://127.0.0.1:{server.port}/v1/twilio"
         gap = (int(said["inbound"][0].start * 1000), int(said["inbound"][0].end * 1000))
-        await twilio_call(url, tracks, signature=signed(url), skip_ms=gap,
-                          parameters={"outbound_speaker": "Dana"})
+        await twilio_call(
+            url, tracks, signature=signed(url), skip_ms=gap, parameters={"outbound_speaker": "Dana"}
+        )
         await server.stop()
     events = receiver.events
     kinds = [e["type"] for e in events]
@@ -195,26 +264,34 @@ async def test_a_real_two_track_call_is_transcribed_per_speaker(models_dir):
         assert error <= 0.30, heard
 
 
-async def call_then_native(models_dir, tracks: dict[str, np.ndarray], speed: float,
-                           **settings) -> tuple[list[dict], dict[str, str]]:
+async def call_then_native(
+    models_dir, tracks: dict[str, np.ndarray], speed: float, **settings
+) -> tuple[list[dict], dict[str, str]]:
     """On one real server (with ``settings``): ``tracks`` as a signed Twilio call at
     ``speed`` times real time, then each track alone on /v1/stream at 16 kHz. The
     call's finals as its webhooks delivered them, and each track's native text."""
     receiver = Receiver()
     async with receiver as hooks:
-        server = await serve_real(models_dir, twilio={"auth_token": AUTH_TOKEN},
-                                  webhooks={"url": hooks, "secret": SECRET}, **settings)
+        server = await serve_real(
+            models_dir,
+            twilio={"auth_token": AUTH_TOKEN},
+            webhooks={"url": hooks, "secret": SECRET},
+            **settings,
+        )
         try:
             url = f"ws://127.0.0.1:{server.port}/v1/twilio"
-            await twilio_call(url, tracks, signature=signed(url),
-                              pace_s=CHUNK_MS / 1000 / speed)
-            native = {track: await native_text(server.port, audio)
-                      for track, audio in tracks.items()}
+            await twilio_call(url, tracks, signature=signed(url), pace_s=CHUNK_MS / 1000 / speed)
+            native = {
+                track: await native_text(server.port, audio) for track, audio in tracks.items()
+            }
         finally:
             await server.stop()
     call = next(e["data"]["session_id"] for e in receiver.events if e["type"] == "call.started")
-    finals = [e["data"] for e in receiver.events
-              if e["type"] == "transcript.final" and e["data"]["session_id"] == call]
+    finals = [
+        e["data"]
+        for e in receiver.events
+        if e["type"] == "transcript.final" and e["data"]["session_id"] == call
+    ]
     return finals, native
 
 
@@ -223,11 +300,12 @@ async def native_text(port: int, audio: np.ndarray) -> str:
 
     async def chunks():
         for i in range(0, len(data), 3200):
-            yield data[i:i + 3200]
+            yield data[i : i + 3200]
 
     messages = []
-    await run_stream(f"ws://127.0.0.1:{port}/v1/stream", chunks(), 32000, fast=True,
-                     on_message=messages.append)
+    await run_stream(
+        f"ws://127.0.0.1:{port}/v1/stream", chunks(), 32000, fast=True, on_message=messages.append
+    )
     return " ".join(m["text"] for m in messages if m["type"] == "final")
 
 
@@ -245,8 +323,11 @@ async def test_a_call_can_be_followed_live(start):
             await asyncio.sleep(0.01)
         session_id = receiver.events[0]["data"]["session_id"]
         follow = f"ws://127.0.0.1:{server.port}/v1/sessions/{session_id}/events"
-        for bad, code in ((follow, 4401), (follow + "?token=wrong", 4401),
-                          (follow.replace(session_id, "0" * 32) + "?token=k1", 4404)):
+        for bad, code in (
+            (follow, 4401),
+            (follow + "?token=wrong", 4401),
+            (follow.replace(session_id, "0" * 32) + "?token=k1", 4404),
+        ):
             message, close_code = await refused(bad)
             assert (message["type"], close_code) == ("error", code)
         async with connect(follow, additional_headers={"Authorization": "Bearer k1"}) as ws:
@@ -268,8 +349,11 @@ async def test_a_calls_parameters_set_its_decoding(start):
         _, server = await start(webhooks={"url": hooks, "secret": SECRET})
         url = f"ws://127.0.0.1:{server.port}/v1/twilio"
         call = {"inbound": np.zeros(1600, np.float32)}
-        for parameters in ({"redact": "pci,ssn", "keyterms": "Okonkwo", "numerals": "true"},
-                           {"task": "translate"}, {"redact": "email"}):
+        for parameters in (
+            {"redact": "pci,ssn", "keyterms": "Okonkwo", "numerals": "true"},
+            {"task": "translate"},
+            {"redact": "email"},
+        ):
             await twilio_call(url, call, signature=None, parameters=parameters)
         await server.stop()
     ended = [e["data"]["error_codes"] for e in receiver.events if e["type"] == "session.ended"]

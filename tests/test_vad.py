@@ -12,7 +12,7 @@ from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, 
 def run(segmenter: VadSegmenter, audio: np.ndarray, chunk: int = 1600, flush=True):
     events = []
     for i in range(0, len(audio), chunk):
-        events += segmenter.push(audio[i:i + chunk])
+        events += segmenter.push(audio[i : i + chunk])
     if flush:
         events += segmenter.flush(CloseReason.END_OF_STREAM)
     return events
@@ -24,9 +24,14 @@ def closed(events):
 
 @pytest.fixture(scope="module")
 def three_turns():
-    return conversation([("en-us", "The weather is nice today."),
-                         ("en-gb", "I agree, it is very sunny."),
-                         ("en-us", "Let us go for a walk then.")], gap_s=1.0)
+    return conversation(
+        [
+            ("en-us", "The weather is nice today."),
+            ("en-gb", "I agree, it is very sunny."),
+            ("en-us", "Let us go for a walk then."),
+        ],
+        gap_s=1.0,
+    )
 
 
 def test_silence_and_low_noise_make_no_segment():
@@ -82,7 +87,7 @@ def test_a_long_monologue_is_cut_and_nothing_is_lost():
             assert after.start == before.end  # carried on, not dropped
     joined = np.concatenate([s.audio for s in segments[:-1]])
     start = round(segments[0].start * SAMPLE_RATE)
-    np.testing.assert_array_equal(joined, audio[start:start + len(joined)])
+    np.testing.assert_array_equal(joined, audio[start : start + len(joined)])
 
 
 def test_flush_closes_the_open_segment_with_every_sample():
@@ -103,18 +108,24 @@ def test_open_segment_grows_while_speaking():
     speech = speak("A partial result is decoded from the open segment.")
     segmenter = VadSegmenter(VadConfig())
     assert segmenter.open_segment() is None
-    run(segmenter, np.concatenate([silence(0.3), speech[: SAMPLE_RATE]]), flush=False)
+    run(segmenter, np.concatenate([silence(0.3), speech[:SAMPLE_RATE]]), flush=False)
     first = segmenter.open_segment()
-    run(segmenter, speech[SAMPLE_RATE: 2 * SAMPLE_RATE], flush=False)
+    run(segmenter, speech[SAMPLE_RATE : 2 * SAMPLE_RATE], flush=False)
     second = segmenter.open_segment()
     assert first is not None and second is not None
     assert second.segment_id == first.segment_id and second.end > first.end
     np.testing.assert_array_equal(second.audio[: len(first.audio)], first.audio)
 
 
-@pytest.mark.parametrize("bad", [dict(aggressiveness=4), dict(frame_ms=25),
-                                 dict(speech_pad_ms=900, min_silence_ms=300),
-                                 dict(max_segment_s=40)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(aggressiveness=4),
+        dict(frame_ms=25),
+        dict(speech_pad_ms=900, min_silence_ms=300),
+        dict(max_segment_s=40),
+    ],
+)
 def test_inconsistent_settings_are_refused(bad):
     """Settings that cannot work are refused when built."""
     with pytest.raises(ValueError):
@@ -136,42 +147,52 @@ def test_voiced_regions_hold_the_speech_not_the_pad(three_turns):
 
 def trimmed(speech):
     first, last = audible_span(speech)
-    return speech[int(first * SAMPLE_RATE):int(last * SAMPLE_RATE)]
+    return speech[int(first * SAMPLE_RATE) : int(last * SAMPLE_RATE)]
 
 
 def test_a_speaker_change_cut_splits_the_open_segment_without_losing_audio():
     """cut_at closes the open segment at the quietest frame near the time asked, and the
     speech goes on in the next segment, voiced flags and all."""
-    turns = [speak("One speaker says this first part of it."),
-             speak("And then another one answers.", "en-gb+f3")]
+    turns = [
+        speak("One speaker says this first part of it."),
+        speak("And then another one answers.", "en-gb+f3"),
+    ]
     speech = np.concatenate([trimmed(t) for t in turns])  # no pause between them
     audio = np.concatenate([silence(0.5), speech, silence(1.0)])
     segmenter = VadSegmenter(VadConfig())
-    events = run(segmenter, audio[:int(4.5 * SAMPLE_RATE)], flush=False)
+    events = run(segmenter, audio[: int(4.5 * SAMPLE_RATE)], flush=False)
     assert segmenter.cut_at(99.0, search_s=0.2) == []  # not inside the open segment
     cut = segmenter.cut_at(2.5, search_s=0.2)
     assert [type(e) for e in cut] == [SegmentClosed, SpeechStart]
     first = cut[0]
     assert first.reason is CloseReason.SPEAKER_CHANGE and abs(first.end - 2.5) <= 0.2 + 0.03
     assert cut[1].start == first.end and segmenter.open_span()[0] == first.end
-    events = cut + run(segmenter, audio[int(4.5 * SAMPLE_RATE):])
+    events = cut + run(segmenter, audio[int(4.5 * SAMPLE_RATE) :])
     rest = closed(events)[1]
     joined = np.concatenate([first.audio, rest.audio])
     start = round(first.start * SAMPLE_RATE)
-    np.testing.assert_array_equal(joined, audio[start:start + len(joined)])
+    np.testing.assert_array_equal(joined, audio[start : start + len(joined)])
     assert np.concatenate([first.voiced, rest.voiced]).sum() > 0.6 * len(speech) / (
-        VadConfig().frame_samples)
+        VadConfig().frame_samples
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(prefix_ms=st.integers(0, 3000), voiced_ms=st.integers(0, 1500),
-       silence=st.integers(0, 5 * 16000 + 7))
+@given(
+    prefix_ms=st.integers(0, 3000),
+    voiced_ms=st.integers(0, 1500),
+    silence=st.integers(0, 5 * 16000 + 7),
+)
 def test_push_silence_is_pushing_zeros(prefix_ms, voiced_ms, silence):
     """``push_silence(n)`` gives the same events, stream time and later behaviour as
     ``push(np.zeros(n))``, from any state (speech open or not)."""
     rng = np.random.default_rng(prefix_ms * 7919 + voiced_ms)
-    before = np.concatenate([np.zeros(prefix_ms * 16, np.float32),
-                             (0.3 * rng.standard_normal(voiced_ms * 16)).astype(np.float32)])
+    before = np.concatenate(
+        [
+            np.zeros(prefix_ms * 16, np.float32),
+            (0.3 * rng.standard_normal(voiced_ms * 16)).astype(np.float32),
+        ]
+    )
     after = (0.3 * rng.standard_normal(8000)).astype(np.float32)
     runs = []
     for skip in (False, True):
@@ -185,6 +206,12 @@ def test_push_silence_is_pushing_zeros(prefix_ms, voiced_ms, silence):
 
 def _shape(event):
     if isinstance(event, SegmentClosed):
-        return ("closed", event.segment_id, event.start, event.end, event.reason,
-                event.audio.tobytes())
+        return (
+            "closed",
+            event.segment_id,
+            event.start,
+            event.end,
+            event.reason,
+            event.audio.tobytes(),
+        )
     return ("start", event.segment_id, event.start)

@@ -17,10 +17,10 @@ from websockets.asyncio.client import connect
 from audio_fixtures import speak, write_wav
 from conftest import chunks_of, serve_real
 from parley.core.asr import AsrRequest, Task, transcribe
+from parley.core.vad import VadConfig
 from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
-from parley.core.vad import VadConfig
 from parley.protocol.messages import Final, StreamConfig
 from parley.runtime.decoding import StreamDecoding
 from parley.runtime.scheduler import AsrScheduler
@@ -39,11 +39,13 @@ def base_engine(models_dir):
 
 
 def _request(engine, audio, config: StreamConfig, **fields) -> AsrRequest:
-    return StreamDecoding.of(config, engine).request(audio, with_words=False, context=(),
-                                                     **{"draft": None, **fields})
+    return StreamDecoding.of(config, engine).request(
+        audio, with_words=False, context=(), **{"draft": None, **fields}
+    )
 
 
 # ---------------------------------------------------------------- the engines
+
 
 def test_keyterm_bias_is_exact_under_drafts_and_batching(tiny_engine):
     """With keyterms, a decode that verifies drafts (a wrong hypothesis, or the right one),
@@ -58,31 +60,36 @@ def test_keyterm_bias_is_exact_under_drafts_and_batching(tiny_engine):
         drafted = transcribe(tiny_engine, _request(tiny_engine, audio, config, draft=draft))
         assert drafted.tokens == alone.tokens
     others = [speak("The meeting starts at nine."), speak("Siobhan will present the numbers.")]
-    decodes = tiny_engine.start([_request(tiny_engine, a, config)
-                                 for a in [audio, *others]])
+    decodes = tiny_engine.start([_request(tiny_engine, a, config) for a in [audio, *others]])
     while not all(d.finished for d in decodes):
         live = [d for d in decodes if not d.finished]
         tiny_engine.step(live, [tiny_engine.max_draft] * len(live))
     assert tiny_engine.finish(decodes[0]).tokens == alone.tokens
     for decode, clip in zip(decodes[1:], others):
-        assert tiny_engine.finish(decode).tokens == transcribe(
-            tiny_engine, _request(tiny_engine, clip, config), budget=0).tokens
+        assert (
+            tiny_engine.finish(decode).tokens
+            == transcribe(tiny_engine, _request(tiny_engine, clip, config), budget=0).tokens
+        )
 
 
 def test_languages_are_detected_per_segment_and_restricted_on_request(base_engine):
     """base tells Spanish from French from English, with a probability; restricted to
     en and fr it never says es; a forced language has no probability."""
-    clips = {"es": speak("Por favor, envíame el informe antes del almuerzo del viernes.", "es"),
-             "fr": speak("Nous devons terminer le projet avant la fin du mois.", "fr"),
-             "en": speak("Please send me the report before lunch on Friday.")}
+    clips = {
+        "es": speak("Por favor, envíame el informe antes del almuerzo del viernes.", "es"),
+        "fr": speak("Nous devons terminer le projet avant la fin du mois.", "fr"),
+        "en": speak("Please send me the report before lunch on Friday."),
+    }
     for code, clip in clips.items():
         result = transcribe(base_engine, _request(base_engine, clip, StreamConfig()))
         assert result.language == code and 0.0 < result.language_probability <= 1.0
-    restricted = transcribe(base_engine, _request(
-        base_engine, clips["es"], StreamConfig(languages=("en", "fr"))))
+    restricted = transcribe(
+        base_engine, _request(base_engine, clips["es"], StreamConfig(languages=("en", "fr")))
+    )
     assert restricted.language in ("en", "fr")
-    forced = transcribe(base_engine, _request(base_engine, clips["fr"],
-                                              StreamConfig(language="fr")))
+    forced = transcribe(
+        base_engine, _request(base_engine, clips["fr"], StreamConfig(language="fr"))
+    )
     assert (forced.language, forced.language_probability) == ("fr", None)
 
 
@@ -93,9 +100,11 @@ async def test_a_conversation_that_switches_language_labels_every_final(base_eng
     they may be shed, by design)."""
     from test_session import drive
 
-    turns = [("es", "Tenemos que terminar el proyecto antes de fin de mes."),
-             ("en", "Please send me the report before lunch on Friday."),
-             ("fr", "Il faisait très froid hier, alors nous sommes restés à la maison.")]
+    turns = [
+        ("es", "Tenemos que terminar el proyecto antes de fin de mes."),
+        ("en", "Please send me the report before lunch on Friday."),
+        ("fr", "Il faisait très froid hier, alors nous sommes restés à la maison."),
+    ]
     pause = np.zeros(16000, np.float32)
     audio = np.concatenate([x for code, said in turns for x in (speak(said, code), pause)])
     worker = AsrScheduler(base_engine, 8)
@@ -114,22 +123,24 @@ def test_translation_writes_english(base_engine):
     """task=translate: Whisper's own translation of Spanish speech is English, and the
     final still names the spoken language."""
     clip = speak("Mi hermano trabaja en un pequeño hospital cerca de la estación.", "es")
-    result = transcribe(base_engine, _request(base_engine, clip,
-                                              StreamConfig(task=Task.TRANSLATE)))
+    result = transcribe(base_engine, _request(base_engine, clip, StreamConfig(task=Task.TRANSLATE)))
     assert result.language == "es"
     assert {"brother", "hospital"} <= set(re.findall(r"[a-z]+", result.text.lower()))
 
 
 def test_the_english_only_model_flags_other_languages(tiny_engine):
     """tiny.en writes French as fluent English; its final is flagged, English is not."""
-    french = transcribe(tiny_engine, AsrRequest(
-        speak("La réunion commence demain à neuf heures dans la grande salle.", "fr")))
+    french = transcribe(
+        tiny_engine,
+        AsrRequest(speak("La réunion commence demain à neuf heures dans la grande salle.", "fr")),
+    )
     english = transcribe(tiny_engine, AsrRequest(speak(TERM_SENTENCE)))
     assert french.text and french.foreign and french.language == "en"
     assert not english.foreign
 
 
 # ---------------------------------------------------------------- the wires
+
 
 @pytest.fixture(scope="module")
 async def hooked_server(models_dir):
@@ -166,7 +177,8 @@ async def test_redaction_reaches_finals_followers_and_webhooks(hooked_server):
     assert len(redacted) == 1 and redacted[0]["end"] - redacted[0]["start"] > 1.0
     assert finals[0]["language"] == "en"
     assert [m for m in followed if m["type"] == "final"] == [
-        {k: v for k, v in f.items() if k != "seq"} for f in finals]
+        {k: v for k, v in f.items() if k != "seq"} for f in finals
+    ]
     for _ in range(100):
         if any(e["type"] == "session.ended" for e in receiver.events):
             break
@@ -181,32 +193,44 @@ async def test_deepgram_keyterm_and_redact(hooked_server):
     """deepgram-sdk with keyterm and redact=pci: the term is written, the card is not."""
     server, _ = hooked_server
     for said, query, want, unwanted in [
-            (TERM_SENTENCE, {"keyterm": TERM}, "kubernetes", None),
-            (CARD, {"redact": "pci"}, "[redacted]", r"\d")]:
+        (TERM_SENTENCE, {"keyterm": TERM}, "kubernetes", None),
+        (CARD, {"redact": "pci"}, "[redacted]", r"\d"),
+    ]:
         got = await deepgram_session(server.port, speak(said), **query)
-        transcript = " ".join(m.channel.alternatives[0].transcript for m in got
-                              if m.type == "Results")
+        transcript = " ".join(
+            m.channel.alternatives[0].transcript for m in got if m.type == "Results"
+        )
         assert want in transcript
         assert unwanted is None or not re.search(unwanted, transcript)
 
 
-async def test_openai_prompt_is_used_and_translations_refused_by_english_only(hooked_server,
-                                                                               tmp_path):
+async def test_openai_prompt_is_used_and_translations_refused_by_english_only(
+    hooked_server, tmp_path
+):
     """openai's realtime session takes a prompt (echoed; one over 1000 characters is
     refused as bad_config); audio.translations.create on the English-only model is a 400
     that says why; audio.transcriptions.create takes a prompt."""
     from openai import AsyncOpenAI, BadRequestError
 
     server, _ = hooked_server
-    client = AsyncOpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused",
-                         max_retries=0)
+    client = AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{server.port}/v1", api_key="unused", max_retries=0
+    )
     async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
         assert (await rt.recv()).type == "session.created"
-        for prompt, answer in [("Kubernetes and PostgreSQL.", "session.updated"),
-                               ("word " * 400, "error")]:
-            await rt.send({"type": "session.update", "session": {
-                "type": "transcription",
-                "audio": {"input": {"transcription": {"model": "x", "prompt": prompt}}}}})
+        for prompt, answer in [
+            ("Kubernetes and PostgreSQL.", "session.updated"),
+            ("word " * 400, "error"),
+        ]:
+            await rt.send(
+                {
+                    "type": "session.update",
+                    "session": {
+                        "type": "transcription",
+                        "audio": {"input": {"transcription": {"model": "x", "prompt": prompt}}},
+                    },
+                }
+            )
             event = await rt.recv()
             assert event.type == answer
             if answer == "session.updated":
@@ -218,12 +242,14 @@ async def test_openai_prompt_is_used_and_translations_refused_by_english_only(ho
     with pytest.raises(BadRequestError, match="English-only"):
         await client.audio.translations.create(model="whisper-1", file=path.open("rb"))
     result = await client.audio.transcriptions.create(
-        model="whisper-1", file=path.open("rb"), prompt="We run Kubernetes clusters.")
+        model="whisper-1", file=path.open("rb"), prompt="We run Kubernetes clusters."
+    )
     assert TERM in result.text
 
 
-async def test_recordings_take_keyterms_and_redaction_and_say_their_language(hooked_server,
-                                                                             tmp_path):
+async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
+    hooked_server, tmp_path
+):
     """deepgram-sdk's transcribe_file with keyterm, redact=pci and numerals: the term is
     written, the card redacted, the language reported as detected; openai's verbose_json
     segments carry their language."""
@@ -238,15 +264,21 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(hoo
     path = write_wav(tmp_path / "call.wav", audio)
     client = DeepgramClient(api_key="unused", environment=_deepgram_environment(base))
     response = await asyncio.to_thread(
-        client.listen.v1.media.transcribe_file, request=path.read_bytes(), keyterm=[TERM],
-        redact="pci", numerals=True, punctuate=True, model="nova-3")
+        client.listen.v1.media.transcribe_file,
+        request=path.read_bytes(),
+        keyterm=[TERM],
+        redact="pci",
+        numerals=True,
+        punctuate=True,
+        model="nova-3",
+    )
     channel = response.results.channels[0]
     transcript = channel.alternatives[0].transcript
     assert TERM in transcript and "[redacted]" in transcript
     assert not re.search(r"\d", transcript) and channel.detected_language == "en"
     openai = AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
     verbose = await openai.audio.transcriptions.create(
-        model="whisper-1", file=path.open("rb"), response_format="verbose_json")
+        model="whisper-1", file=path.open("rb"), response_format="verbose_json"
+    )
     assert verbose.language == "english"
-    assert verbose.segments and all(s.model_extra.get("language") == "en"
-                                    for s in verbose.segments)
+    assert verbose.segments and all(s.model_extra.get("language") == "en" for s in verbose.segments)

@@ -8,8 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parley.core.asr import Decoding, Task, decoding_problem
-from parley.core.keyterms import (CONTINUE_BONUS, MAX_KEYTERMS, START_BONUS, KeytermBias,
-                                  check_keyterms)
+from parley.core.keyterms import (
+    CONTINUE_BONUS,
+    MAX_KEYTERMS,
+    START_BONUS,
+    KeytermBias,
+    check_keyterms,
+)
 from parley.core.redaction import REDACTED, Redact, number_runs, rewrite, rewrite_text
 from parley.protocol.messages import ErrorCode, ProtocolError, StreamConfig
 
@@ -21,8 +26,12 @@ def test_a_term_is_favoured_from_its_start_and_more_once_begun():
     has begun gets the larger one, wherever the term began; nothing else gets any."""
     bias = KeytermBias(((5, 6, 7), (5, 9), (8,)))
     assert bias.bonuses([]) == {5: START_BONUS, 8: START_BONUS}
-    assert bias.bonuses([1, 2, 5]) == {5: START_BONUS, 8: START_BONUS,
-                                       6: CONTINUE_BONUS, 9: CONTINUE_BONUS}
+    assert bias.bonuses([1, 2, 5]) == {
+        5: START_BONUS,
+        8: START_BONUS,
+        6: CONTINUE_BONUS,
+        9: CONTINUE_BONUS,
+    }
     assert bias.bonuses([5, 6]) == {5: START_BONUS, 8: START_BONUS, 7: CONTINUE_BONUS}
     assert bias.bonuses([5, 6, 7]) == {5: START_BONUS, 8: START_BONUS}  # the term is done
 
@@ -30,24 +39,33 @@ def test_a_term_is_favoured_from_its_start_and_more_once_begun():
 def test_keyterms_are_bounded():
     """Terms are trimmed and deduplicated; too many or too long ones are refused."""
     assert check_keyterms([" Kubernetes ", "Kubernetes", "", "Post  greSQL"]) == (
-        "Kubernetes", "Post greSQL")
+        "Kubernetes",
+        "Post greSQL",
+    )
     with pytest.raises(ValueError, match="at most"):
         check_keyterms(f"term{i}" for i in range(MAX_KEYTERMS + 1))
     with pytest.raises(ValueError, match="characters"):
         check_keyterms(["x" * 51])
 
 
-@pytest.mark.parametrize("text, redacted", [
-    ("My card number is 4111 1111 1111 1111.", "My card number is [redacted]."),
-    ("It is four one one one, one one one one, one one one one, one one one one, ok.",
-     "It is [redacted], ok."),
-    ("My social is 123-45-6789 thanks", "My social is [redacted] thanks"),
-    ("Call me at 555-867-5309.", "Call me at [redacted]."),
-    ("Call five five five, eight six seven, five three oh nine now.", "Call [redacted] now."),
-    ("I have one question about the 3 invoices in 2024.",
-     "I have one question about the 3 invoices in 2024."),
-    ("Oh, I see.", "Oh, I see."),
-])
+@pytest.mark.parametrize(
+    "text, redacted",
+    [
+        ("My card number is 4111 1111 1111 1111.", "My card number is [redacted]."),
+        (
+            "It is four one one one, one one one one, one one one one, one one one one, ok.",
+            "It is [redacted], ok.",
+        ),
+        ("My social is 123-45-6789 thanks", "My social is [redacted] thanks"),
+        ("Call me at 555-867-5309.", "Call me at [redacted]."),
+        ("Call five five five, eight six seven, five three oh nine now.", "Call [redacted] now."),
+        (
+            "I have one question about the 3 invoices in 2024.",
+            "I have one question about the 3 invoices in 2024.",
+        ),
+        ("Oh, I see.", "Oh, I see."),
+    ],
+)
 def test_card_numbers_ssns_and_phone_numbers_are_redacted_and_nothing_else(text, redacted):
     """A run of numbers is redacted by how many digits it holds, written as digits or
     words; other numbers and words stay."""
@@ -56,15 +74,22 @@ def test_card_numbers_ssns_and_phone_numbers_are_redacted_and_nothing_else(text,
 
 def test_numbers_redacts_every_number_and_numerals_writes_digits():
     """``numbers`` takes every run; ``numerals`` writes number words as digits."""
-    assert rewrite_text("I have one question about 3 invoices.", frozenset({Redact.NUMBERS}),
-                        False) == "I have [redacted] question about [redacted] invoices."
-    assert rewrite_text("twenty one people came at ten", frozenset(), True) == \
-        "21 people came at 10"
+    assert (
+        rewrite_text("I have one question about 3 invoices.", frozenset({Redact.NUMBERS}), False)
+        == "I have [redacted] question about [redacted] invoices."
+    )
+    assert (
+        rewrite_text("twenty one people came at ten", frozenset(), True) == "21 people came at 10"
+    )
 
 
-words_or_numbers = st.lists(st.one_of(
-    st.sampled_from(["one", "two", "oh", "nine", "4111", "555-0123", "twenty", "hundred"]),
-    st.sampled_from(["card", "is", "my", "the", "Oh,", "call", "thanks."])), max_size=40)
+words_or_numbers = st.lists(
+    st.one_of(
+        st.sampled_from(["one", "two", "oh", "nine", "4111", "555-0123", "twenty", "hundred"]),
+        st.sampled_from(["card", "is", "my", "the", "Oh,", "call", "thanks."]),
+    ),
+    max_size=40,
+)
 
 
 @given(words_or_numbers, st.frozensets(st.sampled_from(list(Redact))))
@@ -72,8 +97,9 @@ def test_redaction_keeps_every_word_it_does_not_redact_in_order(words, categorie
     """Rewriting keeps each word outside a redacted run, in order; a redacted run is
     one word; times of a run span its first word to its last."""
     timed = [(w, float(i), i + 0.5) for i, w in enumerate(words)]
-    out = rewrite(timed, lambda w: w[0], lambda run, t: (t, run[0][1], run[-1][2]),
-                  categories, numerals=False)
+    out = rewrite(
+        timed, lambda w: w[0], lambda run, t: (t, run[0][1], run[-1][2]), categories, numerals=False
+    )
     kept = [w for w in out if not w[0].startswith(REDACTED)]
     assert [w for w in timed if w in kept] == kept
     assert [w[1] for w in out] == sorted(w[1] for w in out)
@@ -87,22 +113,38 @@ def test_redaction_keeps_every_word_it_does_not_redact_in_order(words, categorie
 def test_decoding_settings_from_the_query():
     """languages, task, keyterms, prompt, redact and numerals parse as section 1 says and
     round-trip through the query; their errors are bad_config."""
-    config = StreamConfig.from_query({"languages": "en, ES,fr-FR", "task": "translate",
-                                      "keyterms": "Kubernetes,PostgreSQL", "prompt": "Hi.",
-                                      "redact": "ssn,pci", "numerals": "true",
-                                      "language": "auto"})
-    assert config.decoding == Decoding(None, frozenset({"en", "es", "fr"}), Task.TRANSLATE,
-                                       ("Kubernetes", "PostgreSQL"), "Hi.")
+    config = StreamConfig.from_query(
+        {
+            "languages": "en, ES,fr-FR",
+            "task": "translate",
+            "keyterms": "Kubernetes,PostgreSQL",
+            "prompt": "Hi.",
+            "redact": "ssn,pci",
+            "numerals": "true",
+            "language": "auto",
+        }
+    )
+    assert config.decoding == Decoding(
+        None, frozenset({"en", "es", "fr"}), Task.TRANSLATE, ("Kubernetes", "PostgreSQL"), "Hi."
+    )
     assert config.redaction == {Redact.PCI, Redact.SSN} and config.numerals
     assert StreamConfig.from_query(config.to_query()) == config
     # A default config's URL names none of them: servers that predate them accept it.
-    assert not set(StreamConfig().to_query()) & {"languages", "task", "keyterms", "prompt",
-                                                 "redact", "numerals"}
-    for params, fragment in [({"task": "summarise"}, "transcribe or translate"),
-                             ({"redact": "email"}, "redact takes"),
-                             ({"languages": "en,english"}, "2 or 3 letter"),
-                             ({"keyterms": ",".join(f"t{i}" for i in range(101))}, "at most"),
-                             ({"prompt": "x" * 1001}, "at most 1000")]:
+    assert not set(StreamConfig().to_query()) & {
+        "languages",
+        "task",
+        "keyterms",
+        "prompt",
+        "redact",
+        "numerals",
+    }
+    for params, fragment in [
+        ({"task": "summarise"}, "transcribe or translate"),
+        ({"redact": "email"}, "redact takes"),
+        ({"languages": "en,english"}, "2 or 3 letter"),
+        ({"keyterms": ",".join(f"t{i}" for i in range(101))}, "at most"),
+        ({"prompt": "x" * 1001}, "at most 1000"),
+    ]:
         with pytest.raises(ProtocolError) as caught:
             StreamConfig.from_query(params)
         assert caught.value.code is ErrorCode.BAD_CONFIG and fragment in caught.value.message
@@ -112,8 +154,9 @@ def test_an_english_only_model_refuses_other_languages_and_translation():
     """The one rule both engines apply."""
     known = frozenset({"en", "es"})
     assert decoding_problem(Decoding(language="en"), "tiny.en", False, known) is None
-    assert "English-only" in decoding_problem(Decoding(languages=frozenset({"es"})), "tiny.en",
-                                              False, known)
+    assert "English-only" in decoding_problem(
+        Decoding(languages=frozenset({"es"})), "tiny.en", False, known
+    )
     assert "translate" in decoding_problem(Decoding(task=Task.TRANSLATE), "tiny.en", False, known)
     assert decoding_problem(Decoding(task=Task.TRANSLATE), "base", True, known) is None
     assert "'xx'" in decoding_problem(Decoding(language="xx"), "base", True, known)

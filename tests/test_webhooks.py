@@ -68,11 +68,15 @@ async def test_a_sessions_lifecycle_and_finals_arrive_signed_and_in_order(start,
     # as on the wire, less the wire's message numbers (seq, for a resume)
     finals = [{k: v for k, v in m.items() if k != "seq"} for m in wire if m["type"] == "final"]
     events = receiver.events
-    assert [e["type"] for e in events] == ["session.started", *["transcript.final"] * len(finals),
-                                           "session.ended"]
+    assert [e["type"] for e in events] == [
+        "session.started",
+        *["transcript.final"] * len(finals),
+        "session.ended",
+    ]
     assert {e["data"]["session_id"] for e in events} == {wire[0]["session_id"]}
-    assert [{k: v for k, v in e["data"].items() if k != "session_id"}
-            for e in events[1:-1]] == finals
+    assert [
+        {k: v for k, v in e["data"].items() if k != "session_id"} for e in events[1:-1]
+    ] == finals
     for final in finals:
         assert final["text"] == heard_between(audio, final["start"], final["end"])
     assert events[-1]["data"]["outcome"] == "ended"
@@ -105,8 +109,14 @@ async def test_an_unreachable_receiver_never_slows_transcription(start, talk):
     """With the receiver down, the session's finals still come on the wire as always; the
     events fail after their attempts, and a full queue drops what does not fit."""
     audio, _ = talk
-    _, server = await start(webhooks={"url": "http://127.0.0.1:9/hooks", "secret": SECRET,
-                                      "max_attempts": 1, "queue_size": 2})
+    _, server = await start(
+        webhooks={
+            "url": "http://127.0.0.1:9/hooks",
+            "secret": SECRET,
+            "max_attempts": 1,
+            "queue_size": 2,
+        }
+    )
     async with connect(f"ws://127.0.0.1:{server.port}/v1/stream") as ws:
         async for chunk in chunks_of(audio):
             await ws.send(chunk)
@@ -122,8 +132,11 @@ async def test_an_unreachable_receiver_never_slows_transcription(start, talk):
 
 
 def _count(metrics: str, outcome: str) -> float:
-    line = next(line for line in metrics.splitlines()
-                if line.startswith(f'parley_webhook_events_total{{outcome="{outcome}"}}'))
+    line = next(
+        line
+        for line in metrics.splitlines()
+        if line.startswith(f'parley_webhook_events_total{{outcome="{outcome}"}}')
+    )
     return float(line.split()[-1])
 
 
@@ -149,20 +162,25 @@ async def test_a_session_may_name_an_allowed_target(start, talk):
     audio, _ = talk
     receiver = Receiver()
     async with receiver as url:
-        _, server = await start(webhooks={"allowed_targets": [url.rsplit("/", 1)[0] + "/"],
-                                          "secret": SECRET})
+        _, server = await start(
+            webhooks={"allowed_targets": [url.rsplit("/", 1)[0] + "/"], "secret": SECRET}
+        )
         base = f"ws://127.0.0.1:{server.port}"
-        message, code = await refused(f"{base}/v1/stream?webhook_url="
-                                      + quote("https://elsewhere.example/hooks"))
+        message, code = await refused(
+            f"{base}/v1/stream?webhook_url=" + quote("https://elsewhere.example/hooks")
+        )
         assert (message["code"], code) == ("bad_config", 4400)
-        for path in (f"/v1/stream?webhook_url={quote(url)}",
-                     f"/v1/listen?encoding=linear16&sample_rate=16000&callback={quote(url)}",
-                     "/v1/stream"):
+        for path in (
+            f"/v1/stream?webhook_url={quote(url)}",
+            f"/v1/listen?encoding=linear16&sample_rate=16000&callback={quote(url)}",
+            "/v1/stream",
+        ):
             async with connect(base + path) as ws:
-                async for chunk in chunks_of(audio[:16000 * 3]):
+                async for chunk in chunks_of(audio[: 16000 * 3]):
                     await ws.send(chunk)
-                await ws.send(json.dumps({"type": "end_of_stream" if "stream" in path
-                                          else "CloseStream"}))
+                await ws.send(
+                    json.dumps({"type": "end_of_stream" if "stream" in path else "CloseStream"})
+                )
                 async for _ in ws:
                     pass
         await server.stop()

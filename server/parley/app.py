@@ -5,12 +5,11 @@ and shut down."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 from dataclasses import dataclass
-
-import contextlib
 
 import uvicorn
 
@@ -18,7 +17,7 @@ from parley.config import Settings
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.threads import in_passing_thread  # noqa: F401 (re-exported)
+from parley.runtime.threads import in_passing_thread
 from parley.service import Service, start_service
 from parley.transport.admission import Access
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
@@ -40,16 +39,31 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
     asr = settings.asr
     source = resolve_model(asr.model, settings.models_dir)
     assistant = resolve_model(asr.assistant, settings.models_dir) if asr.assistant else None
-    log.info("loading %s from %s on %s%s", asr.model, source, plan.description,
-             f", assistant {asr.assistant}" if assistant else "")
+    log.info(
+        "loading %s from %s on %s%s",
+        asr.model,
+        source,
+        plan.description,
+        f", assistant {asr.assistant}" if assistant else "",
+    )
     engine = WhisperEngine(
-        source, asr.model, plan, assistant_source=assistant, assistant_label=asr.assistant,
-        assistant_languages=frozenset(asr.assistant_languages)
-        if asr.assistant_languages else None,
-        max_draft=asr.max_draft, max_rows=asr.max_batch, cuda_graphs=asr.cuda_graphs)
+        source,
+        asr.model,
+        plan,
+        assistant_source=assistant,
+        assistant_label=asr.assistant,
+        assistant_languages=frozenset(asr.assistant_languages) if asr.assistant_languages else None,
+        max_draft=asr.max_draft,
+        max_rows=asr.max_batch,
+        cuda_graphs=asr.cuda_graphs,
+    )
     threads = asr_threads(settings)
-    scheduler = AsrScheduler(engine, asr.queue_size, target_busy=asr.target_busy,
-                             on_thread_start=lambda: set_threads(threads))
+    scheduler = AsrScheduler(
+        engine,
+        asr.queue_size,
+        target_busy=asr.target_busy,
+        on_thread_start=lambda: set_threads(threads),
+    )
     return scheduler, AsrService(scheduler, settings.asr.model)
 
 
@@ -76,17 +90,23 @@ def load_diarization(settings: Settings):
     plan = plan_device(settings.asr.device)
     log.info("loading diarization models (%s) on %s", d.source, plan.description)
     models = load_speaker_models(d.source, settings.models_dir, plan.device)
-    return DiarizationWorker(models, d.to_config(), capacity=2 * settings.server.max_sessions,
-                             on_thread_start=lambda: set_threads(d.threads))
+    return DiarizationWorker(
+        models,
+        d.to_config(),
+        capacity=2 * settings.server.max_sessions,
+        on_thread_start=lambda: set_threads(d.threads),
+    )
 
 
 def access_of(settings: Settings) -> Access:
     """The API keys (PARLEY_TOKEN, the key file, PARLEY_API_KEYS) and allowed origins;
     ValueError on a malformed key file or a name given twice."""
     named: dict[str, str] = {}
-    sources = [{"token": settings.token.get_secret_value()} if settings.token else {},
-               read_key_file(settings.api_keys_file) if settings.api_keys_file else {},
-               {n: v.get_secret_value() for n, v in settings.api_keys.items()}]
+    sources = [
+        {"token": settings.token.get_secret_value()} if settings.token else {},
+        read_key_file(settings.api_keys_file) if settings.api_keys_file else {},
+        {n: v.get_secret_value() for n, v in settings.api_keys.items()},
+    ]
     for source in sources:
         for name, value in source.items():
             if name in named:
@@ -98,8 +118,11 @@ def access_of(settings: Settings) -> Access:
 def secrets_of(access: Access, settings: Settings) -> list[str]:
     """Every secret the process knows, for the log filter that redacts them."""
     others = (settings.webhooks.secret, settings.twilio.auth_token)
-    return [*access.keys.values, os.environ.get("HF_TOKEN", ""),
-            *(secret.get_secret_value() for secret in others if secret is not None)]
+    return [
+        *access.keys.values,
+        os.environ.get("HF_TOKEN", ""),
+        *(secret.get_secret_value() for secret in others if secret is not None),
+    ]
 
 
 class _Uvicorn(uvicorn.Server):
@@ -143,23 +166,36 @@ class RunningServer:
         await self.serving
 
 
-async def start_server(settings: Settings, worker: AsrScheduler, asr: AsrService,
-                       diarization: DiarizationWorker | None = None,
-                       warm_up: bool = True, access: Access | None = None) -> RunningServer:
+async def start_server(
+    settings: Settings,
+    worker: AsrScheduler,
+    asr: AsrService,
+    diarization: DiarizationWorker | None = None,
+    warm_up: bool = True,
+    access: Access | None = None,
+) -> RunningServer:
     """Start the pipeline (timing the engine first, with ``warm_up``) and serve it
     (``access``: as read from ``settings`` when not given)."""
     from parley.transport.front_door import FrontDoor
 
-    service = await start_service(settings, worker, asr, access or access_of(settings),
-                                  diarization, warm_up)
+    service = await start_service(
+        settings, worker, asr, access or access_of(settings), diarization, warm_up
+    )
     server = settings.server
     config = uvicorn.Config(
-        FrontDoor(service), host=server.host, port=server.port, lifespan="off",
-        log_config=None, access_log=False, server_header=False,
+        FrontDoor(service),
+        host=server.host,
+        port=server.port,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+        server_header=False,
         ws_max_size=server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
         ws_per_message_deflate=False,  # audio does not compress; deflate would only cost CPU
-        ssl_certfile=server.ssl_certfile, ssl_keyfile=server.ssl_keyfile,
-        timeout_graceful_shutdown=1)
+        ssl_certfile=server.ssl_certfile,
+        ssl_keyfile=server.ssl_keyfile,
+        timeout_graceful_shutdown=1,
+    )
     uv = _Uvicorn(config)
     serving = asyncio.ensure_future(uv.serve())
     while not uv.started:
@@ -192,10 +228,13 @@ async def serve_forever(settings: Settings, access: Access) -> None:
     host = settings.server.host
     scheme = "wss" if settings.server.ssl_certfile else "ws"
     others = ", ".join(sorted(running.endpoint.paths - {"/v1/stream"}))
-    print(f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
-          f"(model {asr.model_label}, diarization {settings.diarization.source}; "
-          f"also {others}; recordings at POST /v1/audio/transcriptions, /v1/listen and "
-          f"/predict; probes at /healthz and /readyz, metrics at /metrics)", flush=True)
+    print(
+        f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
+        f"(model {asr.model_label}, diarization {settings.diarization.source}; "
+        f"also {others}; recordings at POST /v1/audio/transcriptions, /v1/listen and "
+        f"/predict; probes at /healthz and /readyz, metrics at /metrics)",
+        flush=True,
+    )
     await stop.wait()
     log.info("shutting down: draining live sessions")
     await running.drain(settings.server.drain_timeout_s)

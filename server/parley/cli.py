@@ -14,38 +14,63 @@ from parley.client.formats import FORMATS
 # reach, which is worth retrying.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
 
-SERVE_FLAGS = [("host", "server", "host"), ("port", "server", "port"),
-               ("max_sessions", "server", "max_sessions"),
-               ("model", "asr", "model"), ("device", "asr", "device"),
-               ("threads", "asr", "threads"),
-               ("assistant", "asr", "assistant"),
-               ("assistant_languages", "asr", "assistant_languages"),
-               ("context_tokens", "asr", "context_tokens"),
-               ("partial_interval", "asr", "partial_interval_s"),
-               ("diarization", "diarization", "source"),
-               ("max_session_s", "server", "max_session_s"),
-               ("max_sessions_per_key", "server", "max_sessions_per_key"),
-               ("drain_timeout", "server", "drain_timeout_s"),
-               ("allowed_origins", "server", "allowed_origins"),
-               ("ssl_certfile", "server", "ssl_certfile"),
-               ("ssl_keyfile", "server", "ssl_keyfile")]
-CLUSTER_FLAGS = [("address", "cluster", "address"), ("host", "cluster", "host"),
-                 ("port", "cluster", "port"), ("replicas", "cluster", "replicas"),
-                 ("max_replicas", "cluster", "max_replicas"),
-                 ("num_gpus", "cluster", "num_gpus"), ("num_cpus", "cluster", "num_cpus"),
-                 *[flag for flag in SERVE_FLAGS
-                   if flag[0] not in ("host", "port", "ssl_certfile", "ssl_keyfile")]]
-
+SERVE_FLAGS = [
+    ("host", "server", "host"),
+    ("port", "server", "port"),
+    ("max_sessions", "server", "max_sessions"),
+    ("model", "asr", "model"),
+    ("device", "asr", "device"),
+    ("threads", "asr", "threads"),
+    ("assistant", "asr", "assistant"),
+    ("assistant_languages", "asr", "assistant_languages"),
+    ("context_tokens", "asr", "context_tokens"),
+    ("partial_interval", "asr", "partial_interval_s"),
+    ("diarization", "diarization", "source"),
+    ("max_session_s", "server", "max_session_s"),
+    ("max_sessions_per_key", "server", "max_sessions_per_key"),
+    ("drain_timeout", "server", "drain_timeout_s"),
+    ("allowed_origins", "server", "allowed_origins"),
+    ("ssl_certfile", "server", "ssl_certfile"),
+    ("ssl_keyfile", "server", "ssl_keyfile"),
+]
+CLUSTER_FLAGS = [
+    ("address", "cluster", "address"),
+    ("host", "cluster", "host"),
+    ("port", "cluster", "port"),
+    ("replicas", "cluster", "replicas"),
+    ("max_replicas", "cluster", "max_replicas"),
+    ("num_gpus", "cluster", "num_gpus"),
+    ("num_cpus", "cluster", "num_cpus"),
+    *[
+        flag
+        for flag in SERVE_FLAGS
+        if flag[0] not in ("host", "port", "ssl_certfile", "ssl_keyfile")
+    ],
+]
 
 
 def _add_decoding_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--keyterm", action="append", default=[], metavar="TERM",
-                        help="a name or term to favour (repeatable)")
+    parser.add_argument(
+        "--keyterm",
+        action="append",
+        default=[],
+        metavar="TERM",
+        help="a name or term to favour (repeatable)",
+    )
     parser.add_argument("--prompt", help="text the model reads first (spelling, style)")
-    parser.add_argument("--task", choices=["transcribe", "translate"], default="transcribe",
-                        help="translate: into English (a multilingual model)")
-    parser.add_argument("--redact", action="append", default=[],
-                        choices=["pci", "ssn", "phone", "numbers"], help="(repeatable)")
+    parser.add_argument(
+        "--task",
+        choices=["transcribe", "translate"],
+        default="transcribe",
+        help="translate: into English (a multilingual model)",
+    )
+    parser.add_argument(
+        "--redact",
+        action="append",
+        default=[],
+        choices=["pci", "ssn", "phone", "numbers"],
+        help="(repeatable)",
+    )
     parser.add_argument("--numerals", action="store_true", help="number words as digits")
 
 
@@ -54,9 +79,14 @@ def _decoding_args(args: argparse.Namespace) -> dict:
     from parley.core.asr import Task
     from parley.core.keyterms import check_keyterms
 
-    return {"keyterms": check_keyterms(args.keyterm), "prompt": args.prompt,
-            "task": Task(args.task), "redact": tuple(sorted(set(args.redact))),
-            "numerals": args.numerals}
+    return {
+        "keyterms": check_keyterms(args.keyterm),
+        "prompt": args.prompt,
+        "task": Task(args.task),
+        "redact": tuple(sorted(set(args.redact))),
+        "numerals": args.numerals,
+    }
+
 
 def _settings(args: argparse.Namespace, flags: list[tuple[str, str, str]]):
     """Settings from the environment and these flags, the access they give, and the
@@ -116,8 +146,15 @@ def _stream(args: argparse.Namespace) -> int:
 
     from parley.client.formats import render
     from parley.client.live import Unreachable
-    from parley.client.stream import (LiveDisplay, UndecodableAudio, ffmpeg_pcm, run_stream,
-                                      stdin_pcm, stream_url, token_from_env)
+    from parley.client.stream import (
+        LiveDisplay,
+        UndecodableAudio,
+        ffmpeg_pcm,
+        run_stream,
+        stdin_pcm,
+        stream_url,
+        token_from_env,
+    )
     from parley.client.transcript import Transcript
     from parley.protocol.messages import StreamConfig
 
@@ -127,13 +164,19 @@ def _stream(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    config = StreamConfig(sample_rate=rate, channels=args.channels if args.source == "-" else 1,
-                          language=args.language, partials=not args.no_partials,
-                          diarization=args.diarization or args.format == "rttm", **decoding)
+    config = StreamConfig(
+        sample_rate=rate,
+        channels=args.channels if args.source == "-" else 1,
+        language=args.language,
+        partials=not args.no_partials,
+        diarization=args.diarization or args.format == "rttm",
+        **decoding,
+    )
     bytes_per_second = rate * 2 * config.channels
     if args.source == "-":
-        chunks = stdin_pcm(int(bytes_per_second * 0.1) // config.bytes_per_frame
-                           * config.bytes_per_frame)
+        chunks = stdin_pcm(
+            int(bytes_per_second * 0.1) // config.bytes_per_frame * config.bytes_per_frame
+        )
     else:
         if not Path(args.source).is_file():
             print(f"parley: no such file: {args.source}", file=sys.stderr)
@@ -149,8 +192,9 @@ def _stream(args: argparse.Namespace) -> int:
         display(message)
 
     try:
-        result = asyncio.run(run_stream(url, chunks, bytes_per_second, fast=args.fast,
-                                        on_message=on_message))
+        result = asyncio.run(
+            run_stream(url, chunks, bytes_per_second, fast=args.fast, on_message=on_message)
+        )
     except Unreachable as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -161,12 +205,12 @@ def _stream(args: argparse.Namespace) -> int:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except ConnectionClosedError as exc:  # no session_ended: the server or network went
-        print(f"parley: the connection was lost before the session ended ({exc})",
-              file=sys.stderr)
+        print(f"parley: the connection was lost before the session ended ({exc})", file=sys.stderr)
         return EXIT_FAILED
     except (InvalidHandshake, InvalidURI) as exc:  # not a Parley stream endpoint
-        print(f"parley: {exc} (a Parley server streams at ws://HOST:PORT/v1/stream)",
-              file=sys.stderr)
+        print(
+            f"parley: {exc} (a Parley server streams at ws://HOST:PORT/v1/stream)", file=sys.stderr
+        )
         return EXIT_FAILED
     if not live_to_stdout:
         uri = "stdin" if args.source == "-" else Path(args.source).stem
@@ -178,8 +222,11 @@ def _stream(args: argparse.Namespace) -> int:
     fatal = [e for e in result.errors if e.get("fatal")]
     reason = (result.ended or {}).get("reason", "end_of_stream")
     if reason != "end_of_stream":  # a drain or the duration limit: the rest was not sent
-        print(f"parley: the server ended the session ({reason}) after "
-              f"{result.ended['audio_duration']:.1f} s of audio", file=sys.stderr)
+        print(
+            f"parley: the server ended the session ({reason}) after "
+            f"{result.ended['audio_duration']:.1f} s of audio",
+            file=sys.stderr,
+        )
     return EXIT_FAILED if fatal or result.ended is None or reason != "end_of_stream" else EXIT_OK
 
 
@@ -192,8 +239,14 @@ def _transcribe(args: argparse.Namespace) -> int:
         token = args.token or os.environ.get("PARLEY_TOKEN")
         for source in args.sources:
             try:
-                text = transcribe_file(args.url, source, args.format, token, args.language,
-                                       args.num_speakers is not None or args.diarize)
+                text = transcribe_file(
+                    args.url,
+                    source,
+                    args.format,
+                    token,
+                    args.language,
+                    args.num_speakers is not None or args.diarize,
+                )
             except Unreachable as exc:
                 print(f"parley: {exc}", file=sys.stderr)
                 return EXIT_UNREACHABLE
@@ -206,15 +259,20 @@ def _transcribe(args: argparse.Namespace) -> int:
     from parley.runtime.local import transcribe_locally
 
     try:
-        settings = Settings(**({"models_dir": args.models_dir} if args.models_dir else {}),
-                            asr={"model": args.model} if args.model else {},
-                            diarization={"source": args.diarization or "off"})
+        settings = Settings(
+            **({"models_dir": args.models_dir} if args.models_dir else {}),
+            asr={"model": args.model} if args.model else {},
+            diarization={"source": args.diarization or "off"},
+        )
     except ValueError as exc:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        outputs = asyncio.run(transcribe_locally(settings, args.sources, args.format,
-                                                 args.language, args.num_speakers))
+        outputs = asyncio.run(
+            transcribe_locally(
+                settings, args.sources, args.format, args.language, args.num_speakers
+            )
+        )
     except (RuntimeError, ValueError, OSError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -238,6 +296,7 @@ def _models(args: argparse.Namespace) -> int:
     models_dir = Path(args.models_dir) if args.models_dir else default_models_dir()
     if args.action == "install":
         from parley.logs import configure_logging
+
         configure_logging("info")
         try:
             for path in install_bundle(models_dir, args.names or None, force=args.force):
@@ -247,12 +306,16 @@ def _models(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         return EXIT_OK
     status = 0
-    described = {**{n: s.description for n, s in BUNDLE.items()},
-                 DIARIZATION.name: DIARIZATION.description}
+    described = {
+        **{n: s.description for n, s in BUNDLE.items()},
+        DIARIZATION.name: DIARIZATION.description,
+    }
     for name, description in described.items():
         problems = verify(models_dir / name)
-        print(f"{'ok ' if not problems else '-- '} {name:11} {description}"
-              + ("" if not problems else f"  ({problems[0]})"))
+        print(
+            f"{'ok ' if not problems else '-- '} {name:11} {description}"
+            + ("" if not problems else f"  ({problems[0]})")
+        )
         status |= bool(problems and args.action == "verify")
     return status
 
@@ -262,29 +325,51 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int)
-    parser.add_argument("--assistant", help="draft model for speculative decoding (same "
-                                            "tokenizer as --model)")
-    parser.add_argument("--assistant-languages", nargs="+", metavar="LANG",
-                        help="use the assistant only for these languages (e.g. en)")
-    parser.add_argument("--context-tokens", type=int,
-                        help="tokens of earlier finals given to the model as its prompt")
+    parser.add_argument(
+        "--assistant", help="draft model for speculative decoding (same tokenizer as --model)"
+    )
+    parser.add_argument(
+        "--assistant-languages",
+        nargs="+",
+        metavar="LANG",
+        help="use the assistant only for these languages (e.g. en)",
+    )
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        help="tokens of earlier finals given to the model as its prompt",
+    )
     parser.add_argument("--partial-interval", type=float, help="seconds between partials")
     parser.add_argument("--max-sessions", type=int)
-    parser.add_argument("--diarization", metavar="off|bundle|HUB_ID|PATH",
-                        help="speaker labels: the offline bundle, or a pyannote pipeline "
-                             "(hub ids read HF_TOKEN from the environment)")
+    parser.add_argument(
+        "--diarization",
+        metavar="off|bundle|HUB_ID|PATH",
+        help="speaker labels: the offline bundle, or a pyannote pipeline "
+        "(hub ids read HF_TOKEN from the environment)",
+    )
     parser.add_argument("--models-dir")
-    parser.add_argument("--api-keys-file", help="file of name:key lines (or set PARLEY_API_KEYS "
-                                                "to a JSON object of name → key)")
-    parser.add_argument("--allow-anonymous", action="store_true",
-                        help="serve a non-loopback address without API keys")
-    parser.add_argument("--allowed-origins", nargs="+", metavar="ORIGIN",
-                        help="browser origins that may stream (default: this server's own; "
-                             "'*' for any)")
+    parser.add_argument(
+        "--api-keys-file",
+        help="file of name:key lines (or set PARLEY_API_KEYS to a JSON object of name → key)",
+    )
+    parser.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="serve a non-loopback address without API keys",
+    )
+    parser.add_argument(
+        "--allowed-origins",
+        nargs="+",
+        metavar="ORIGIN",
+        help="browser origins that may stream (default: this server's own; '*' for any)",
+    )
     parser.add_argument("--max-session-s", type=float, help="longest session, in seconds")
     parser.add_argument("--max-sessions-per-key", type=int)
-    parser.add_argument("--drain-timeout", type=float,
-                        help="on SIGTERM, seconds live sessions may take to finish (default 30)")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="on SIGTERM, seconds live sessions may take to finish (default 30)",
+    )
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", choices=["text", "json"])
 
@@ -301,15 +386,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server_flags(serve)
     serve.set_defaults(run=_serve)
 
-    cluster = commands.add_parser("cluster", help="serve on a Ray cluster (started here, or "
-                                                  "joined with --address) until Ctrl-C")
-    cluster.add_argument("--address", help="the Ray cluster to join (auto: the one `ray "
-                                           "start` made here); default: start one")
+    cluster = commands.add_parser(
+        "cluster",
+        help="serve on a Ray cluster (started here, or joined with --address) until Ctrl-C",
+    )
+    cluster.add_argument(
+        "--address",
+        help="the Ray cluster to join (auto: the one `ray start` made here); default: start one",
+    )
     cluster.add_argument("--host", help="where Ray Serve's proxy listens (default 127.0.0.1)")
     cluster.add_argument("--port", type=int, help="default 8000")
     cluster.add_argument("--replicas", type=int, help="replicas (default 2)")
-    cluster.add_argument("--max-replicas", type=int,
-                         help="autoscale on live sessions up to this many replicas")
+    cluster.add_argument(
+        "--max-replicas", type=int, help="autoscale on live sessions up to this many replicas"
+    )
     cluster.add_argument("--num-gpus", type=float, help="GPUs per replica (1: one each)")
     cluster.add_argument("--num-cpus", type=float, help="CPUs per replica (default 1)")
     _add_server_flags(cluster)
@@ -318,14 +408,22 @@ def build_parser() -> argparse.ArgumentParser:
     stream = commands.add_parser("stream", help="stream a file (or raw PCM16 on stdin)")
     stream.add_argument("source", help="audio file ffmpeg can read, or - for raw PCM16 LE")
     stream.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream")
-    stream.add_argument("--fast", action="store_true",
-                        help="send as fast as the server accepts, not in real time")
-    stream.add_argument("--format", choices=FORMATS, default="text",
-                        help="json, srt, vtt and rttm are written at the end, with every "
-                             "speaker_update applied; rttm (speaker turns) implies "
-                             "--diarization")
-    stream.add_argument("--diarization", action="store_true",
-                        help="ask for speaker labels (the server must run with diarization)")
+    stream.add_argument(
+        "--fast", action="store_true", help="send as fast as the server accepts, not in real time"
+    )
+    stream.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="json, srt, vtt and rttm are written at the end, with every "
+        "speaker_update applied; rttm (speaker turns) implies "
+        "--diarization",
+    )
+    stream.add_argument(
+        "--diarization",
+        action="store_true",
+        help="ask for speaker labels (the server must run with diarization)",
+    )
     stream.add_argument("--output", "-o", help="write the transcript here, not to stdout")
     stream.add_argument("--language")
     _add_decoding_args(stream)
@@ -335,29 +433,34 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--channels", type=int, default=1, help="of raw stdin PCM")
     stream.set_defaults(run=_stream)
 
-    transcribe = commands.add_parser("transcribe", help="transcribe recordings in-process "
-                                     "(or on a server with --url)")
+    transcribe = commands.add_parser(
+        "transcribe", help="transcribe recordings in-process (or on a server with --url)"
+    )
     transcribe.add_argument("sources", nargs="+", metavar="FILE", help="audio ffmpeg reads")
     transcribe.add_argument("--format", choices=FORMATS, default="text")
     transcribe.add_argument("--output", "-o", help="write here (appended), not to stdout")
     transcribe.add_argument("--language")
-    transcribe.add_argument("--diarization", metavar="off|bundle|HUB_ID|PATH",
-                            help="speaker labels, in-process (default off; rttm needs it)")
-    transcribe.add_argument("--diarize", action="store_true", help="with --url: ask for "
-                            "speakers")
+    transcribe.add_argument(
+        "--diarization",
+        metavar="off|bundle|HUB_ID|PATH",
+        help="speaker labels, in-process (default off; rttm needs it)",
+    )
+    transcribe.add_argument("--diarize", action="store_true", help="with --url: ask for speakers")
     transcribe.add_argument("--num-speakers", type=int)
     transcribe.add_argument("--model", help="bundle name (tiny.en, base), path or hub id")
     transcribe.add_argument("--models-dir")
-    transcribe.add_argument("--url", help="a Parley server's base URL (http://host:port): "
-                            "send the files there instead")
+    transcribe.add_argument(
+        "--url", help="a Parley server's base URL (http://host:port): send the files there instead"
+    )
     transcribe.add_argument("--token", help="with --url: the API key (default $PARLEY_TOKEN)")
     transcribe.set_defaults(run=_transcribe)
 
     models = commands.add_parser("models", help="the offline model bundle")
     models.add_argument("action", choices=["install", "list", "verify"])
     models.add_argument("names", nargs="*", help="bundle models to install (default: all)")
-    models.add_argument("--models-dir", help="default $PARLEY_MODELS_DIR, else "
-                                               "~/.cache/parley/models")
+    models.add_argument(
+        "--models-dir", help="default $PARLEY_MODELS_DIR, else ~/.cache/parley/models"
+    )
     models.add_argument("--force", action="store_true", help="import again even if verified")
     models.set_defaults(run=_models)
     return parser

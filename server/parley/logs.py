@@ -9,7 +9,8 @@ debug level, which carry the query string and so a ``token=`` parameter.
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from typing import Literal
 
 from pythonjsonlogger.json import JsonFormatter
 
@@ -47,14 +48,18 @@ class RedactSecrets(logging.Filter):
         return text
 
 
-def configure_logging(level: str, log_format: Literal["text", "json"] = "text",
-                      secrets: Iterable[str] = ()) -> None:
+def configure_logging(
+    level: str, log_format: Literal["text", "json"] = "text", secrets: Iterable[str] = ()
+) -> None:
     """Log to stderr at ``level`` in ``log_format``, with ``secrets`` redacted."""
     handler = logging.StreamHandler()
-    formatter = (JsonFormatter(JSON_FIELDS, rename_fields={"asctime": "time",
-                                                          "levelname": "level",
-                                                          "name": "logger"})
-                 if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    formatter = (
+        JsonFormatter(
+            JSON_FIELDS, rename_fields={"asctime": "time", "levelname": "level", "name": "logger"}
+        )
+        if log_format == "json"
+        else logging.Formatter(TEXT_FORMAT)
+    )
     handler.setFormatter(formatter)
     handler.addFilter(RedactSecrets(secrets))
     root = logging.getLogger()

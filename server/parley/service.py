@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Callable
 
 from websockets.http11 import Request, Response
 
 from parley.config import Settings
-from parley.core.costs import cost_report
 from parley.core.capacity import CapacityPolicy
+from parley.core.costs import cost_report
 from parley.runtime.capacity import LiveCapacity
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.files import FileJobs
@@ -39,9 +39,13 @@ def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None
     hooks = settings.webhooks
     if not hooks.enabled or hooks.secret is None:
         return None
-    config = WebhookConfig(hooks.url, hooks.secret.get_secret_value(),
-                           allowed_targets=tuple(hooks.allowed_targets),
-                           queue_size=hooks.queue_size, max_attempts=hooks.max_attempts)
+    config = WebhookConfig(
+        hooks.url,
+        hooks.secret.get_secret_value(),
+        allowed_targets=tuple(hooks.allowed_targets),
+        queue_size=hooks.queue_size,
+        max_attempts=hooks.max_attempts,
+    )
     return WebhookSender(config, lambda outcome: metrics.webhooks.labels(outcome).inc())
 
 
@@ -55,36 +59,57 @@ def dialects(settings: Settings) -> list:
 
     vad = settings.vad.to_config()
     twilio_token = settings.twilio.auth_token
-    return [NativeDialect(), DeepgramDialect(vad), OpenAIRealtimeDialect(vad),
-            TwilioDialect(twilio_token.get_secret_value() if twilio_token else None,
-                          settings.twilio.public_url),
-            MeetingDialect()]
+    return [
+        NativeDialect(),
+        DeepgramDialect(vad),
+        OpenAIRealtimeDialect(vad),
+        TwilioDialect(
+            twilio_token.get_secret_value() if twilio_token else None, settings.twilio.public_url
+        ),
+        MeetingDialect(),
+    ]
 
 
 def _limits(settings: Settings, diarized: bool) -> StreamLimits:
     server = settings.server
     return StreamLimits(
-        max_sessions=server.max_sessions, max_frame_bytes=server.max_frame_bytes,
-        idle_timeout_s=server.idle_timeout_s, max_segment_s=settings.vad.max_segment_s,
-        max_session_s=server.max_session_s, max_sessions_per_key=server.max_sessions_per_key,
-        max_participants=server.max_participants, resume_window_s=server.resume_window_s,
-        diarization_latency_s=settings.diarization.latency_s if diarized else None)
+        max_sessions=server.max_sessions,
+        max_frame_bytes=server.max_frame_bytes,
+        idle_timeout_s=server.idle_timeout_s,
+        max_segment_s=settings.vad.max_segment_s,
+        max_session_s=server.max_session_s,
+        max_sessions_per_key=server.max_sessions_per_key,
+        max_participants=server.max_participants,
+        resume_window_s=server.resume_window_s,
+        diarization_latency_s=settings.diarization.latency_s if diarized else None,
+    )
 
 
-def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
-            metrics: Metrics, diarization: DiarizationWorker | None) -> dict:
+def _routes(
+    settings: Settings,
+    asr: AsrService,
+    endpoint: StreamEndpoint,
+    metrics: Metrics,
+    diarization: DiarizationWorker | None,
+) -> dict:
     worker = asr.worker
     capacity = endpoint.capacity
 
     def readiness() -> dict:
-        return {"asr_worker": worker.alive,
-                "diarization_worker": diarization.alive if diarization else None,
-                "draining": endpoint.draining,
-                "at_capacity": capacity is not None and capacity.full(endpoint.load())}
+        return {
+            "asr_worker": worker.alive,
+            "diarization_worker": diarization.alive if diarization else None,
+            "draining": endpoint.draining,
+            "at_capacity": capacity is not None and capacity.full(endpoint.load()),
+        }
 
     def ready(checks: dict) -> bool:
-        return (checks["asr_worker"] and checks["diarization_worker"] is not False
-                and not checks["draining"] and not checks["at_capacity"])
+        return (
+            checks["asr_worker"]
+            and checks["diarization_worker"] is not False
+            and not checks["draining"]
+            and not checks["at_capacity"]
+        )
 
     def carried() -> float:
         """Real-time streams this replica carries (without labels; inf: not measured)."""
@@ -94,32 +119,52 @@ def _routes(settings: Settings, asr: AsrService, endpoint: StreamEndpoint,
         checks = readiness()
         if ready(checks):
             return json_response(HTTPStatus.OK, {"status": "ready", "checks": checks})
-        return json_response(HTTPStatus.SERVICE_UNAVAILABLE,
-                             {"status": "not_ready", "checks": checks})
+        return json_response(
+            HTTPStatus.SERVICE_UNAVAILABLE, {"status": "not_ready", "checks": checks}
+        )
 
     def health() -> Response:
-        return json_response(HTTPStatus.OK, {
-            "status": "ok", "model": asr.model_label, "sessions": endpoint.live_sessions,
-            "draining": endpoint.draining, "asr_backlog": worker.backlog,
-            "asr": {"busy_fraction": round(worker.busy_fraction(), 3),
+        return json_response(
+            HTTPStatus.OK,
+            {
+                "status": "ok",
+                "model": asr.model_label,
+                "sessions": endpoint.live_sessions,
+                "draining": endpoint.draining,
+                "asr_backlog": worker.backlog,
+                "asr": {
+                    "busy_fraction": round(worker.busy_fraction(), 3),
                     "partial_interval_s": round(
-                        worker.partial_interval(settings.asr.partial_interval_s), 3),
+                        worker.partial_interval(settings.asr.partial_interval_s), 3
+                    ),
                     **worker.stats.to_json(),
-                    "costs": cost_report(worker.step_cost, worker.encoder_cost)},
-            "capacity": ({"streams": {k: v if math.isfinite(v) else None
-                                      for k, v in capacity.streams().items()},
-                          "live": vars(endpoint.load())} if capacity is not None else None),
-            "diarization": settings.diarization.source if diarization else None})
+                    "costs": cost_report(worker.step_cost, worker.encoder_cost),
+                },
+                "capacity": (
+                    {
+                        "streams": {
+                            k: v if math.isfinite(v) else None
+                            for k, v in capacity.streams().items()
+                        },
+                        "live": vars(endpoint.load()),
+                    }
+                    if capacity is not None
+                    else None
+                ),
+                "diarization": settings.diarization.source if diarization else None,
+            },
+        )
 
-    metrics.watch("parley_ready", "1 while /readyz answers 200",
-                  lambda: float(ready(readiness())))
+    metrics.watch("parley_ready", "1 while /readyz answers 200", lambda: float(ready(readiness())))
     metrics.watch("parley_draining", "1 while the server drains", lambda: float(endpoint.draining))
     metrics.capacity_streams.set_function(carried)
     metrics.capacity_used.set_function(lambda: endpoint.load().streams / carried())
-    return {"/healthz": lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
-            "/readyz": readyz, "/health": health,
-            "/metrics": lambda: text_response(HTTPStatus.OK, metrics.render(),
-                                              METRICS_CONTENT_TYPE)}
+    return {
+        "/healthz": lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
+        "/readyz": readyz,
+        "/health": health,
+        "/metrics": lambda: text_response(HTTPStatus.OK, metrics.render(), METRICS_CONTENT_TYPE),
+    }
 
 
 @dataclass
@@ -166,9 +211,15 @@ class Service:
             await self.webhooks.stop(self.webhook_grace_s)
 
 
-async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrService,
-                        access: Access, diarization: DiarizationWorker | None = None,
-                        warm_up: bool = True, server_name: str | None = None) -> Service:
+async def start_service(
+    settings: Settings,
+    worker: AsrScheduler,
+    asr: AsrService,
+    access: Access,
+    diarization: DiarizationWorker | None = None,
+    warm_up: bool = True,
+    server_name: str | None = None,
+) -> Service:
     """Start the workers (timing the engine first, with ``warm_up``) and build the
     endpoint and the HTTP answers (``server_name``: a cluster replica's, told to its
     sessions)."""
@@ -181,39 +232,71 @@ async def start_service(settings: Settings, worker: AsrScheduler, asr: AsrServic
         diarization.start()
     capacity = None
     if settings.server.admit_by_capacity:  # after the warm-up: it starts from its timings
-        capacity = LiveCapacity(worker, diarization,
-                                CapacityPolicy(settings.server.capacity_target_busy),
-                                settings.diarization.step_s if diarization else None)
-    options = SessionOptions(vad=settings.vad.to_config(),
-                             partial_interval_s=settings.asr.partial_interval_s,
-                             context_tokens=settings.asr.context_tokens,
-                             hypothesis_drafts=settings.asr.hypothesis_drafts,
-                             final_latency=metrics.final_latency.observe,
-                             audio_settled=capacity.settled if capacity else None)
+        capacity = LiveCapacity(
+            worker,
+            diarization,
+            CapacityPolicy(settings.server.capacity_target_busy),
+            settings.diarization.step_s if diarization else None,
+        )
+    options = SessionOptions(
+        vad=settings.vad.to_config(),
+        partial_interval_s=settings.asr.partial_interval_s,
+        context_tokens=settings.asr.context_tokens,
+        hypothesis_drafts=settings.asr.hypothesis_drafts,
+        final_latency=metrics.final_latency.observe,
+        audio_settled=capacity.settled if capacity else None,
+    )
     webhooks = webhook_sender(settings, metrics)
     if webhooks is not None:
         await webhooks.start()
     followers = Followers(access.keys)
-    endpoint = StreamEndpoint(asr, options, _limits(settings, diarization is not None), access,
-                              metrics, dialects(settings), diarization, webhooks, followers,
-                              server_name, capacity)
-    route = make_request_router(_routes(settings, asr, endpoint, metrics, diarization),
-                                StaticFiles(settings.server.static_dir), endpoint.paths,
-                                followers.matches, endpoint.check_handshake)
+    endpoint = StreamEndpoint(
+        asr,
+        options,
+        _limits(settings, diarization is not None),
+        access,
+        metrics,
+        dialects(settings),
+        diarization,
+        webhooks,
+        followers,
+        server_name,
+        capacity,
+    )
+    route = make_request_router(
+        _routes(settings, asr, endpoint, metrics, diarization),
+        StaticFiles(settings.server.static_dir),
+        endpoint.paths,
+        followers.matches,
+        endpoint.check_handshake,
+    )
     jobs = file_jobs(settings, worker, diarization)
-    door = FileDoor(jobs, access, metrics, asr.check_decoding,
-                    settings.server.max_sessions_per_key)
-    return Service(endpoint, worker, metrics, followers, route, diarization, webhooks,
-                   file_jobs=jobs, file_routes=FileRoutes(door, asr.model_label, webhooks))
+    door = FileDoor(jobs, access, metrics, asr.check_decoding, settings.server.max_sessions_per_key)
+    return Service(
+        endpoint,
+        worker,
+        metrics,
+        followers,
+        route,
+        diarization,
+        webhooks,
+        file_jobs=jobs,
+        file_routes=FileRoutes(door, asr.model_label, webhooks),
+    )
 
 
-def file_jobs(settings: Settings, worker: AsrScheduler,
-              diarization: DiarizationWorker | None) -> FileJobs:
+def file_jobs(
+    settings: Settings, worker: AsrScheduler, diarization: DiarizationWorker | None
+) -> FileJobs:
     """The recordings' pipeline, on the same engine (and speaker models) as the streams."""
     from parley.core.recording_speakers import RecordingClustering
 
-    return FileJobs(worker, settings.vad.to_config(), settings.files.to_limits(),
-                    speaker_models=diarization.models if diarization else None,
-                    diarization_config=diarization.config if diarization else None,
-                    clustering=RecordingClustering(distance=settings.files.speaker_distance),
-                    max_window_s=worker.engine.max_audio_s)
+    return FileJobs(
+        worker,
+        settings.vad.to_config(),
+        settings.files.to_limits(),
+        speaker_models=diarization.models if diarization else None,
+        diarization_config=diarization.config if diarization else None,
+        clustering=RecordingClustering(distance=settings.files.speaker_distance),
+        max_window_s=worker.engine.max_audio_s,
+    )

@@ -12,9 +12,15 @@ from parley.client.live import Unreachable
 REMOTE_FORMATS = {"text": "text", "srt": "srt", "vtt": "vtt", "json": "verbose_json"}
 
 
-def transcribe_file(base_url: str, path: str | Path, fmt: str = "text",
-                    token: str | None = None, language: str | None = None,
-                    diarization: bool = False, timeout_s: float = 3600.0) -> str:
+def transcribe_file(
+    base_url: str,
+    path: str | Path,
+    fmt: str = "text",
+    token: str | None = None,
+    language: str | None = None,
+    diarization: bool = False,
+    timeout_s: float = 3600.0,
+) -> str:
     """POST ``path`` to ``base_url``/v1/audio/transcriptions; the answer's body (JSON
     for ``json``: verbose_json with words). RuntimeError with the server's message on
     an error answer."""
@@ -29,8 +35,13 @@ def transcribe_file(base_url: str, path: str | Path, fmt: str = "text",
     url = f"{base_url.rstrip('/')}/v1/audio/transcriptions"
     with Path(path).open("rb") as file:
         try:
-            response = httpx.post(url, files={"file": (Path(path).name, file)}, data=data,
-                                  headers=headers, timeout=timeout_s)
+            response = httpx.post(
+                url,
+                files={"file": (Path(path).name, file)},
+                data=data,
+                headers=headers,
+                timeout=timeout_s,
+            )
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise Unreachable(url, exc) from exc
     if response.status_code != 200:

@@ -36,15 +36,20 @@ def render(transcript: Transcript, fmt: str, uri: str = "stream") -> str:
         return "".join(text_line(f) + "\n" for f in spoken)
     if fmt == "json":
         keys = ("segment_id", "start", "end", "text", "reason", "speaker", "words")
-        return json.dumps([{k: f.get(k) for k in keys} for f in finals], indent=2,
-                          ensure_ascii=False) + "\n"
+        return (
+            json.dumps([{k: f.get(k) for k in keys} for f in finals], indent=2, ensure_ascii=False)
+            + "\n"
+        )
     if fmt == "srt":
-        blocks = [f"{i}\n{clock(f['start'], ',')} --> {clock(f['end'], ',')}\n"
-                  f"{_label(f)}{f['text']}\n" for i, f in enumerate(spoken, 1)]
+        blocks = [
+            f"{i}\n{clock(f['start'], ',')} --> {clock(f['end'], ',')}\n{_label(f)}{f['text']}\n"
+            for i, f in enumerate(spoken, 1)
+        ]
         return "\n".join(blocks)
     if fmt == "vtt":
-        blocks = [f"{clock(f['start'])} --> {clock(f['end'])}\n{_label(f)}{f['text']}\n"
-                  for f in spoken]
+        blocks = [
+            f"{clock(f['start'])} --> {clock(f['end'])}\n{_label(f)}{f['text']}\n" for f in spoken
+        ]
         return "WEBVTT\n\n" + "\n".join(blocks)
     if fmt == "rttm":
         return rttm(transcript.turns(), uri)

@@ -18,16 +18,22 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidHandshake
 
 from parley.client.transcript import Transcript
-from parley.protocol.messages import (ControlType, ServerMessage, SessionStarted, StreamConfig,
-                                      control_message, decode, parse)
-
+from parley.protocol.messages import (
+    ControlType,
+    ServerMessage,
+    SessionStarted,
+    StreamConfig,
+    control_message,
+    decode,
+    parse,
+)
 
 # Audio kept to send again after a dropped connection: 64 s of 16 kHz PCM16, more than
 # the server's default resume window of 30 s.
@@ -75,13 +81,18 @@ class LiveStream:
     ``resume_buffer_bytes`` of the latest is kept), and skips messages it already had,
     so that no word is lost or repeated. ``resumes`` counts the reconnections."""
 
-    def __init__(self, ws: ClientConnection, started: dict, url: str = "",
-                 resume_buffer_bytes: int = RESUME_BUFFER_BYTES):
+    def __init__(
+        self,
+        ws: ClientConnection,
+        started: dict,
+        url: str = "",
+        resume_buffer_bytes: int = RESUME_BUFFER_BYTES,
+    ):
         self._ws = ws
         self._url = url
-        self.started = started                  # the session_started message
+        self.started = started  # the session_started message
         self.transcript = Transcript()
-        self.ended: dict | None = None          # session_ended, once it came
+        self.ended: dict | None = None  # session_ended, once it came
         self.close_code: int | None = None
         self.resumes = 0
         self._token: str | None = started.get("resume_token")
@@ -90,9 +101,9 @@ class LiveStream:
         self._unacked: deque[tuple[int, bytes]] = deque()  # (offset, audio) kept to resend
         self._kept_bytes = 0
         self._buffer_cap = resume_buffer_bytes
-        self._offset = 0       # audio bytes handed to send() so far
-        self._delivered = 0    # of those, the ones written to a connection (or resent)
-        self._ending = False   # end() was called
+        self._offset = 0  # audio bytes handed to send() so far
+        self._delivered = 0  # of those, the ones written to a connection (or resent)
+        self._ending = False  # end() was called
         self._connected = asyncio.Event()
         self._connected.set()
         parsed = parse(started)
@@ -100,13 +111,14 @@ class LiveStream:
         self.session: SessionStarted = parsed
 
     @classmethod
-    async def connect(cls, url: str, config: StreamConfig = StreamConfig(),
-                      token: str | None = None) -> "LiveStream":
+    async def connect(
+        cls, url: str, config: StreamConfig | None = None, token: str | None = None
+    ) -> LiveStream:
         """Open a session (``url`` is the /v1/stream endpoint); ServerError if refused."""
-        return await cls.open(stream_url(url, config, token))
+        return await cls.open(stream_url(url, config or StreamConfig(), token))
 
     @classmethod
-    async def open(cls, full_url: str) -> "LiveStream":
+    async def open(cls, full_url: str) -> LiveStream:
         """Open a session at a URL that already holds its query string."""
         try:
             ws = await connect(full_url, max_size=None, compression=None, open_timeout=30)
@@ -209,10 +221,11 @@ class LiveStream:
                 ws = await connect(url, max_size=None, compression=None, open_timeout=10)
                 first = decode(await ws.recv())
                 break
-            except (OSError, ConnectionClosed, InvalidHandshake, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError, ConnectionClosed, InvalidHandshake) as exc:
                 if loop.time() + wait > deadline:
-                    raise ResumeFailed(f"could not resume the session within "
-                                       f"{self._window_s:g} s: {exc}") from exc
+                    raise ResumeFailed(
+                        f"could not resume the session within {self._window_s:g} s: {exc}"
+                    ) from exc
                 await asyncio.sleep(wait)
                 wait = min(2 * wait, 1.0)
         if first["type"] != "session_resumed":
@@ -221,11 +234,13 @@ class LiveStream:
         self._ws = ws
         received = int(first["audio_received_bytes"])
         if self._unacked and received < self._unacked[0][0] or received > self._offset:
-            raise ResumeFailed(f"the server has {received} bytes of audio; this stream kept "
-                               f"only those after {self._unacked[0][0] if self._unacked else 0}")
+            raise ResumeFailed(
+                f"the server has {received} bytes of audio; this stream kept "
+                f"only those after {self._unacked[0][0] if self._unacked else 0}"
+            )
         for start, audio in self._unacked:
             if start + len(audio) > received:
-                await ws.send(audio[max(0, received - start):])
+                await ws.send(audio[max(0, received - start) :])
         self._delivered = self._offset
         if self._ending:
             await ws.send(control_message(ControlType.END_OF_STREAM))
@@ -238,15 +253,16 @@ class LiveStream:
             if message is not None:
                 yield message
 
-    async def __aenter__(self) -> "LiveStream":
+    async def __aenter__(self) -> LiveStream:
         return self
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
 
-async def send_paced(live: LiveStream, chunks: AsyncIterator[bytes], bytes_per_second: int,
-                     fast: bool = False) -> None:
+async def send_paced(
+    live: LiveStream, chunks: AsyncIterator[bytes], bytes_per_second: int, fast: bool = False
+) -> None:
     """Send ``chunks`` in real time (chunk n leaves at n × its length, by the clock, not
     by sleeps that drift), or as fast as the server reads with ``fast``; then end."""
     loop = asyncio.get_running_loop()
@@ -259,5 +275,3 @@ async def send_paced(live: LiveStream, chunks: AsyncIterator[bytes], bytes_per_s
         await live.send(chunk)
         sent += len(chunk)
     await live.end()
-
-

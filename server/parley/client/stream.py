@@ -12,13 +12,22 @@ import contextlib
 import os
 import shutil
 import sys
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable, TextIO
+from typing import TextIO
 
 from parley.client.live import LiveStream, ServerError, send_paced, stream_url
 
-__all__ = ["StreamResult", "run_stream", "ffmpeg_pcm", "stdin_pcm", "stream_url",
-           "LiveDisplay", "token_from_env", "ServerError"]
+__all__ = [
+    "StreamResult",
+    "run_stream",
+    "ffmpeg_pcm",
+    "stdin_pcm",
+    "stream_url",
+    "LiveDisplay",
+    "token_from_env",
+    "ServerError",
+]
 
 CHUNK_SECONDS = 0.1
 
@@ -42,9 +51,23 @@ async def ffmpeg_pcm(path: str, sample_rate: int = 16000) -> AsyncIterator[bytes
     if shutil.which("ffmpeg") is None:
         raise RuntimeError("ffmpeg is needed to decode audio files (apt-get install ffmpeg)")
     process = await asyncio.create_subprocess_exec(
-        "ffmpeg", "-nostdin", "-loglevel", "error", "-i", path, "-f", "s16le",
-        "-acodec", "pcm_s16le", "-ac", "1", "-ar", str(sample_rate), "-",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        "ffmpeg",
+        "-nostdin",
+        "-loglevel",
+        "error",
+        "-i",
+        path,
+        "-f",
+        "s16le",
+        "-acodec",
+        "pcm_s16le",
+        "-ac",
+        "1",
+        "-ar",
+        str(sample_rate),
+        "-",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert process.stdout is not None and process.stderr is not None
     chunk = int(sample_rate * CHUNK_SECONDS) * 2
@@ -77,9 +100,14 @@ async def stdin_pcm(bytes_per_chunk: int) -> AsyncIterator[bytes]:
         yield data
 
 
-async def run_stream(url: str, chunks: AsyncIterator[bytes], bytes_per_second: int, *,
-                     fast: bool = False, on_message: Callable[[dict], None] | None = None
-                     ) -> StreamResult:
+async def run_stream(
+    url: str,
+    chunks: AsyncIterator[bytes],
+    bytes_per_second: int,
+    *,
+    fast: bool = False,
+    on_message: Callable[[dict], None] | None = None,
+) -> StreamResult:
     """Send ``chunks`` to ``url`` (a full stream URL, query included), then end_of_stream;
     return everything the server said (a refusal or fatal error is in ``errors``)."""
     result = StreamResult()
@@ -150,13 +178,15 @@ class LiveDisplay:
 
         kind = message["type"]
         if kind == "partial" and self._show_partials:
-            line = f"… {message['text']}"[-(self._width - 1):]
+            line = f"… {message['text']}"[-(self._width - 1) :]
             self._out.write("\r\x1b[K" + line)
         elif kind == "final" and message["text"].strip():
             self._out.write(("\r\x1b[K" if self._tty else "") + text_line(message) + "\n")
         elif kind == "error":
-            self._out.write(("\r\x1b[K" if self._tty else "")
-                            + f"error {message['code']}: {message['message']}\n")
+            self._out.write(
+                ("\r\x1b[K" if self._tty else "")
+                + f"error {message['code']}: {message['message']}\n"
+            )
         self._out.flush()
 
 

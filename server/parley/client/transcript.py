@@ -49,8 +49,9 @@ class Transcript:
         """Labels in order of first appearance (by time) in the words and finals."""
         seen: list[str] = []
         for final in self.finals:
-            for label in [w.get("speaker") for w in final.get("words") or []] + \
-                    [final.get("speaker")]:
+            for label in [w.get("speaker") for w in final.get("words") or []] + [
+                final.get("speaker")
+            ]:
                 if label is not None and label not in seen:
                     seen.append(label)
         return seen
@@ -61,8 +62,9 @@ class Transcript:
         for final in self.finals:
             words = final.get("words") or []
             if not words and final["text"].strip():  # no word times: the final is one turn
-                words = [{"start": final["start"], "end": final["end"],
-                          "speaker": final.get("speaker")}]
+                words = [
+                    {"start": final["start"], "end": final["end"], "speaker": final.get("speaker")}
+                ]
             for w in words:
                 last = turns[-1] if turns else None
                 if last and last.speaker == w["speaker"] and w["start"] - last.end < gap_s:
@@ -74,6 +76,10 @@ class Transcript:
 
 def rttm(turns: list[SpeakerTurn], uri: str) -> str:
     """NIST RTTM lines (``SPEAKER uri 1 start duration <NA> <NA> label <NA> <NA>``)."""
-    lines = [f"SPEAKER {uri} 1 {t.start:.3f} {t.end - t.start:.3f} <NA> <NA> "
-             f"{t.speaker or 'unknown'} <NA> <NA>" for t in turns if t.end > t.start]
+    lines = [
+        f"SPEAKER {uri} 1 {t.start:.3f} {t.end - t.start:.3f} <NA> <NA> "
+        f"{t.speaker or 'unknown'} <NA> <NA>"
+        for t in turns
+        if t.end > t.start
+    ]
     return "".join(line + "\n" for line in lines)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK
@@ -39,13 +40,22 @@ def request_of(scope: Scope) -> Request:
     """The handshake or HTTP request as websockets' ``Request`` (path with its query)."""
     query = scope.get("query_string", b"").decode("latin-1")
     path = scope["path"] + (f"?{query}" if query else "")
-    return Request(path, Headers([(name.decode("latin-1"), value.decode("latin-1"))
-                                  for name, value in scope.get("headers", [])]))
+    return Request(
+        path,
+        Headers(
+            [
+                (name.decode("latin-1"), value.decode("latin-1"))
+                for name, value in scope.get("headers", [])
+            ]
+        ),
+    )
 
 
 def _headers(response: Response) -> list[tuple[bytes, bytes]]:
-    return [(name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in response.headers.raw_items()]
+    return [
+        (name.lower().encode("latin-1"), value.encode("latin-1"))
+        for name, value in response.headers.raw_items()
+    ]
 
 
 class AsgiConnection:
@@ -74,8 +84,7 @@ class AsgiConnection:
         while True:
             message = await self._receive()
             if message["type"] == "websocket.disconnect":
-                await self._inbox.put(Close(message.get("code", 1005), message.get("reason")
-                                            or ""))
+                await self._inbox.put(Close(message.get("code", 1005), message.get("reason") or ""))
                 return
             if message["type"] == "websocket.receive":
                 data = message.get("bytes")
@@ -141,10 +150,17 @@ class AsgiApp:
     async def _http(self, scope: Scope, send: Send) -> None:
         response = self._service.route(None, request_of(scope))
         if response is None:  # a WebSocket path, asked without the upgrade
-            response = json_response(HTTPStatus.UPGRADE_REQUIRED, {
-                "error": "upgrade_required", "message": "this path is a WebSocket"})
-        await send({"type": "http.response.start", "status": response.status_code,
-                    "headers": _headers(response)})
+            response = json_response(
+                HTTPStatus.UPGRADE_REQUIRED,
+                {"error": "upgrade_required", "message": "this path is a WebSocket"},
+            )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": _headers(response),
+            }
+        )
         await send({"type": "http.response.body", "body": response.body})
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -155,8 +171,9 @@ class AsgiApp:
         if refusal is not None:
             await _refuse(scope, send, refusal)
             return
-        subprotocol = self._service.endpoint.subprotocol(request,
-                                                         list(scope.get("subprotocols", ())))
+        subprotocol = self._service.endpoint.subprotocol(
+            request, list(scope.get("subprotocols", ()))
+        )
         await send({"type": "websocket.accept", "subprotocol": subprotocol})
         connection = AsgiConnection(request, receive, send)
         try:
@@ -167,8 +184,13 @@ class AsgiApp:
 
 async def _refuse(scope: Scope, send: Send, response: Response) -> None:
     if HTTP_RESPONSE_EXTENSION in (scope.get("extensions") or {}):
-        await send({"type": "websocket.http.response.start", "status": response.status_code,
-                    "headers": _headers(response)})
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": response.status_code,
+                "headers": _headers(response),
+            }
+        )
         await send({"type": "websocket.http.response.body", "body": response.body})
     else:
         await send({"type": "websocket.close", "code": 1008})

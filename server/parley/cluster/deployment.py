@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import ray
 from ray import serve
 
 from parley.app import access_of, in_passing_thread, load_asr, load_diarization
-from parley.transport.front_door import FrontDoor
 from parley.config import Settings
 from parley.runtime.scheduler import AsrScheduler
 from parley.service import Service, start_service
+from parley.transport.front_door import FrontDoor
 from parley.transport.ws_server import AsrService
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,7 @@ DRAIN_MARGIN_S = 5.0
 STOP_POLL_S = 0.2
 # Read from each replica's own environment, never passed through Ray (whose deployment
 # configs are stored in its control store and shown on its dashboard).
-SECRET_FIELDS = {"token": True, "api_keys": True, "webhooks": {"secret"},
-                 "twilio": {"auth_token"}}
+SECRET_FIELDS = {"token": True, "api_keys": True, "webhooks": {"secret"}, "twilio": {"auth_token"}}
 
 
 def replica_is_stopping() -> bool:
@@ -70,8 +69,8 @@ class ParleyReplica:
         context = serve.get_replica_context()
         name = f"{ray.get_runtime_context().get_node_id()[:12]}/{context.replica_tag}"
         self._service: Service = await start_service(
-            self._settings, worker, asr, access_of(self._settings), diarization,
-            server_name=name)
+            self._settings, worker, asr, access_of(self._settings), diarization, server_name=name
+        )
         self._watch = asyncio.ensure_future(self._drain_when_stopping())
         log.info("replica %s serving %s", name, asr.model_label)
 
@@ -79,10 +78,9 @@ class ParleyReplica:
         return FrontDoor(self._service)  # the same application as `parley serve`
 
     async def _drain_when_stopping(self) -> None:
-        while not replica_is_stopping():
+        while not replica_is_stopping():  # noqa: ASYNC110 (Ray has no stop event to await)
             await asyncio.sleep(STOP_POLL_S)
-        log.info("replica stopping: draining %d session(s)",
-                 self._service.endpoint.live_sessions)
+        log.info("replica stopping: draining %d session(s)", self._service.endpoint.live_sessions)
         await self._service.drain(self._settings.server.drain_timeout_s)
 
     def check_health(self) -> None:
@@ -112,11 +110,14 @@ def deployment_options(settings: Settings) -> dict:
     if cluster.max_replicas is not None and cluster.max_replicas > cluster.replicas:
         target = cluster.target_sessions or max(1.0, 0.75 * server.max_sessions)
         options["autoscaling_config"] = {
-            "min_replicas": cluster.replicas, "initial_replicas": cluster.replicas,
-            "max_replicas": cluster.max_replicas, "target_ongoing_requests": target,
+            "min_replicas": cluster.replicas,
+            "initial_replicas": cluster.replicas,
+            "max_replicas": cluster.max_replicas,
+            "target_ongoing_requests": target,
             "upscale_delay_s": cluster.upscale_delay_s,
             "downscale_delay_s": cluster.downscale_delay_s,
-            "look_back_period_s": cluster.look_back_s}
+            "look_back_period_s": cluster.look_back_s,
+        }
     else:
         options["num_replicas"] = cluster.replicas
     return options
@@ -126,7 +127,8 @@ def application(settings: Settings, load: AsrLoader | None = None):
     """The bound Ray Serve application (``load``: how replicas load ASR; the model the
     settings name by default)."""
     return ParleyReplica.options(**deployment_options(settings)).bind(
-        replica_settings(settings), load)
+        replica_settings(settings), load
+    )
 
 
 def build(args: dict):

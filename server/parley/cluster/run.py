@@ -24,10 +24,11 @@ def start(settings: Settings, load=None) -> float:
     cluster = settings.cluster
     began = time.perf_counter()
     if not ray.is_initialized():
-        ray.init(address=cluster.address, include_dashboard=False,
-                 logging_level=logging.WARNING)
-    serve.start(proxy_location=cluster.proxy_location,
-                http_options={"host": cluster.host, "port": cluster.port})
+        ray.init(address=cluster.address, include_dashboard=False, logging_level=logging.WARNING)
+    serve.start(
+        proxy_location=cluster.proxy_location,
+        http_options={"host": cluster.host, "port": cluster.port},
+    )
     serve.run(application(settings, load), name=APP_NAME, route_prefix="/")
     return time.perf_counter() - began
 
@@ -58,10 +59,12 @@ def serve_cluster(settings: Settings) -> None:
     try:
         took = start(settings)
         cluster = settings.cluster
-        print(f"Parley cluster listening on ws://{cluster.host}:{cluster.port}/v1/stream "
-              f"(ready in {took:.1f} s, {cluster.replicas} replica(s) of {settings.asr.model}; "
-              f"the page at http://{cluster.host}:{cluster.port}/; Ctrl-C stops it)",
-              flush=True)
+        print(
+            f"Parley cluster listening on ws://{cluster.host}:{cluster.port}/v1/stream "
+            f"(ready in {took:.1f} s, {cluster.replicas} replica(s) of {settings.asr.model}; "
+            f"the page at http://{cluster.host}:{cluster.port}/; Ctrl-C stops it)",
+            flush=True,
+        )
         while not stopping.wait(0.5):
             pass
         print("draining the replicas' sessions, then stopping", flush=True)

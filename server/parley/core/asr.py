@@ -18,9 +18,10 @@ same contract. Nothing here imports torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, Sequence, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -69,13 +70,13 @@ class AsrRequest:
     """Decode ``audio`` (16 kHz mono float32, at most the engine's ``max_audio_s``)."""
 
     audio: np.ndarray
-    language: str | None = None           # None: a multilingual model detects it
-    with_words: bool = False              # word timings (finals want them, partials not)
+    language: str | None = None  # None: a multilingual model detects it
+    with_words: bool = False  # word timings (finals want them, partials not)
     draft: tuple[int, ...] | None = None  # an earlier hypothesis of this audio's prefix
-    context: tuple[int, ...] = ()         # the prompt: the caller's words, earlier text
+    context: tuple[int, ...] = ()  # the prompt: the caller's words, earlier text
     languages: frozenset[str] = frozenset()  # detection restricted to these (empty: any)
     task: Task = Task.TRANSCRIBE
-    bias: KeytermBias | None = None       # keyterms the decoder favours (lossless w.r.t. it)
+    bias: KeytermBias | None = None  # keyterms the decoder favours (lossless w.r.t. it)
 
     @property
     def seconds(self) -> float:
@@ -84,9 +85,9 @@ class AsrRequest:
 
 @dataclass
 class DecodeStats:
-    passes: int = 0        # decoder passes after the prompt
-    drafted: int = 0       # draft tokens offered
-    accepted: int = 0      # draft tokens kept
+    passes: int = 0  # decoder passes after the prompt
+    drafted: int = 0  # draft tokens offered
+    accepted: int = 0  # draft tokens kept
     verify_steps: int = 0  # passes that carried a draft
 
     @property
@@ -101,11 +102,11 @@ class Transcription:
     words: tuple[TimedWord, ...] = ()  # times relative to the audio start
     no_speech_prob: float = 0.0
     avg_logprob: float = 0.0
-    rejected: str | None = None       # why the text was dropped (no_speech, repetition)
+    rejected: str | None = None  # why the text was dropped (no_speech, repetition)
     stats: DecodeStats = field(default_factory=DecodeStats)
-    language: str | None = None       # the language decoded in ("en" on an English-only model)
+    language: str | None = None  # the language decoded in ("en" on an English-only model)
     language_probability: float | None = None  # when it was detected, not forced
-    compression_ratio: float = 0.0    # of the text (repetitive text compresses well)
+    compression_ratio: float = 0.0  # of the text (repetitive text compresses well)
     # The decode looks like speech the model cannot read (protocol.md's
     # ``language_unsupported``): an English-only model hearing another language.
     foreign: bool = False
@@ -150,11 +151,11 @@ class Transcriber(Protocol[D]):
     """An ASR engine that decodes many requests at once, step by step (one thread owns it)."""
 
     label: str
-    max_rows: int        # decodes in flight at once
-    max_audio_s: float   # longest request audio
-    max_draft: int       # longest draft one step verifies
+    max_rows: int  # decodes in flight at once
+    max_audio_s: float  # longest request audio
+    max_draft: int  # longest draft one step verifies
 
-    multilingual: bool   # it detects, transcribes and translates many languages
+    multilingual: bool  # it detects, transcribes and translates many languages
     languages: frozenset[str]  # the languages it transcribes
     max_prompt_tokens: int  # the longest ``AsrRequest.context``
 
@@ -198,8 +199,9 @@ class Transcriber(Protocol[D]):
         ...
 
 
-def transcribe(engine: Transcriber, request: AsrRequest, budget: int | None = None
-               ) -> Transcription:
+def transcribe(
+    engine: Transcriber, request: AsrRequest, budget: int | None = None
+) -> Transcription:
     """One request decoded alone, start to finish (tests, benchmarks, warm-up)."""
     (decode,) = engine.start([request])
     budget = engine.max_draft if budget is None else budget
@@ -212,8 +214,9 @@ def transcribe(engine: Transcriber, request: AsrRequest, budget: int | None = No
     return engine.finish(decode)
 
 
-def decoding_problem(decoding: Decoding, label: str, multilingual: bool,
-                     known: frozenset[str]) -> str | None:
+def decoding_problem(
+    decoding: Decoding, label: str, multilingual: bool, known: frozenset[str]
+) -> str | None:
     """Why a model (``label``; ``known`` its languages) cannot do what ``decoding`` asks,
     or None: the one rule both engines apply."""
     asked = ({decoding.language} if decoding.language else set()) | set(decoding.languages)

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 MEASURE_AUDIO_S = 20.0  # of audio received between two measurements of the cost
-SMOOTHING = 0.3         # weight of a new measurement against what was known
+SMOOTHING = 0.3  # weight of a new measurement against what was known
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,9 @@ class StreamCost:
         rate = max(0.0, cost_total_s - self._cost_at) / audio
         if self.per_audio_s is None or not self.measured:
             # The first measurement outweighs a prior that was only a guess.
-            self.per_audio_s = rate if self.per_audio_s is None else (
-                0.5 * self.per_audio_s + 0.5 * rate)
+            self.per_audio_s = (
+                rate if self.per_audio_s is None else (0.5 * self.per_audio_s + 0.5 * rate)
+            )
         else:
             self.per_audio_s += SMOOTHING * (rate - self.per_audio_s)
         self.measured = True

@@ -23,8 +23,9 @@ class StepCostModel:
     data does not yet cover (say, only one row so far) stay sensible.
     """
 
-    def __init__(self, prior: tuple[float, float, float], window: int = 256,
-                 prior_weight: float = 1.0):
+    def __init__(
+        self, prior: tuple[float, float, float], window: int = 256, prior_weight: float = 1.0
+    ):
         self._prior = np.asarray(prior, dtype=float)
         self._prior_weight = prior_weight
         self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
@@ -106,10 +107,10 @@ class DecayingRate:
     at: float = 0.0
 
     @classmethod
-    def starting(cls, tau: float, now: float) -> "DecayingRate":
+    def starting(cls, tau: float, now: float) -> DecayingRate:
         return cls(tau, now, 0.0, now)
 
-    def add(self, amount: float, now: float) -> "DecayingRate":
+    def add(self, amount: float, now: float) -> DecayingRate:
         return replace(self, value=self._decayed(now) + amount, at=max(now, self.at))
 
     def rate(self, now: float) -> float:
@@ -151,7 +152,9 @@ class Acceptance:
 def cost_report(step: StepCostModel, encoder: EncoderCosts) -> dict:
     """The measured cost models, in milliseconds (for /health)."""
     c0, c_row, c_token = step.coefficients
-    return {"step_ms": round(1000 * c0, 2), "step_ms_per_row": round(1000 * c_row, 2),
-            "step_ms_per_token": round(1000 * c_token, 2),
-            "encoder_ms_by_clips": {n: round(1000 * s, 1)
-                                    for n, s in sorted(encoder.known.items())}}
+    return {
+        "step_ms": round(1000 * c0, 2),
+        "step_ms_per_row": round(1000 * c_row, 2),
+        "step_ms_per_token": round(1000 * c_token, 2),
+        "encoder_ms_by_clips": {n: round(1000 * s, 1) for n, s in sorted(encoder.known.items())},
+    }

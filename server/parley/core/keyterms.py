@@ -15,11 +15,11 @@ still goes there.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
-MAX_KEYTERMS = 100        # terms a stream or file may give
-MAX_KEYTERM_CHARS = 50    # characters in one term
+MAX_KEYTERMS = 100  # terms a stream or file may give
+MAX_KEYTERM_CHARS = 50  # characters in one term
 # The bias, in logits: a term's first token a little, its continuation much more, once
 # the text has begun it (chosen on bench/vocabulary.py: a start bonus of 4 made false
 # insertions, 3 none; recall rose from 1 to 3).
@@ -35,8 +35,10 @@ def check_keyterms(terms: Iterable[str]) -> tuple[str, ...]:
         if not term or term in kept:
             continue
         if len(term) > MAX_KEYTERM_CHARS:
-            raise ValueError(f"a keyterm has at most {MAX_KEYTERM_CHARS} characters: "
-                             f"{term[:20]!r}… has {len(term)}")
+            raise ValueError(
+                f"a keyterm has at most {MAX_KEYTERM_CHARS} characters: "
+                f"{term[:20]!r}… has {len(term)}"
+            )
         kept.append(term)
     if len(kept) > MAX_KEYTERMS:
         raise ValueError(f"at most {MAX_KEYTERMS} keyterms; {len(kept)} were given")

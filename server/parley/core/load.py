@@ -12,22 +12,22 @@ from dataclasses import dataclass, replace
 
 from parley.core.costs import DecayingRate
 
-LOAD_WINDOW_S = 10.0        # how far back the load estimates look
+LOAD_WINDOW_S = 10.0  # how far back the load estimates look
 PARTIAL_COST_SMOOTHING = 0.2
 # A final's tokens per second of audio, and the seconds its finish (word timings) takes,
 # before any is measured; moving averages of finished finals replace them.
 TOKENS_PER_SECOND_PRIOR = 3.0
 FINISH_SECONDS_PRIOR = 0.03
 FINAL_SMOOTHING = 0.1
-MIN_FINAL_SECONDS = 0.5     # shorter finals say little about tokens per second
+MIN_FINAL_SECONDS = 0.5  # shorter finals say little about tokens per second
 
 
 @dataclass(frozen=True)
 class Load:
     """What the thread has measured lately, published (replaced whole) for the loop."""
 
-    busy: DecayingRate         # worker seconds per second: the busy fraction
-    finals: DecayingRate       # worker seconds per second spent on finals
+    busy: DecayingRate  # worker seconds per second: the busy fraction
+    finals: DecayingRate  # worker seconds per second spent on finals
     partial_cost_s: float = 0.0  # worker seconds one partial costs
 
 
@@ -35,8 +35,9 @@ class LoadLedger:
     """Written by the ASR thread only; the event loop reads ``load``, an immutable value."""
 
     def __init__(self, now: float):
-        self.load = Load(DecayingRate.starting(LOAD_WINDOW_S, now),
-                         DecayingRate.starting(LOAD_WINDOW_S, now))
+        self.load = Load(
+            DecayingRate.starting(LOAD_WINDOW_S, now), DecayingRate.starting(LOAD_WINDOW_S, now)
+        )
         self.tokens_per_second = TOKENS_PER_SECOND_PRIOR
         self.finish_seconds = FINISH_SECONDS_PRIOR
         self._partial_cost: float | None = None

@@ -10,8 +10,8 @@ the piece its middle falls in, and keeps its offset inside that piece.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -47,13 +47,20 @@ class Window:
 
     def audio(self, recording: np.ndarray) -> np.ndarray:
         """The window's samples, cut from the 16 kHz recording."""
-        return np.concatenate([recording[round(p.start * SAMPLE_RATE):
-                                         round(p.end * SAMPLE_RATE)] for p in self.pieces])
+        return np.concatenate(
+            [
+                recording[round(p.start * SAMPLE_RATE) : round(p.end * SAMPLE_RATE)]
+                for p in self.pieces
+            ]
+        )
 
     def voiced_regions(self) -> list[tuple[float, float]]:
         """Every piece's voiced regions, in window time."""
-        return [(offset + a, offset + b) for piece, offset in zip(self.pieces, self.offsets)
-                for a, b in piece.voiced]
+        return [
+            (offset + a, offset + b)
+            for piece, offset in zip(self.pieces, self.offsets)
+            for a, b in piece.voiced
+        ]
 
     def place(self, words: Sequence[TimedWord]) -> list[list[TimedWord]]:
         """``words`` (window time) → for each piece, its words in recording time, clamped
@@ -68,7 +75,6 @@ class Window:
             placed[index].append(TimedWord(word.word, start, end, word.probability))
         return placed
 
-
     def unheard_tail(self, words: Sequence[TimedWord]) -> Window | None:
         """The pieces after the last that ``words`` (window time) reached, as a window of
         their own; None when the words reach the last piece (or reach none: a window
@@ -80,7 +86,7 @@ class Window:
         reached = [i for i, piece_words in enumerate(placed) if piece_words]
         if not reached or reached[-1] == len(self.pieces) - 1:
             return None
-        return pack(self.pieces[reached[-1] + 1:], float("inf"))[0]
+        return pack(self.pieces[reached[-1] + 1 :], float("inf"))[0]
 
 
 def pack(pieces: Sequence[Piece], max_s: float) -> list[Window]:

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 # The warm-up times ever larger encoder batches while each one's cost per clip is
 # below this fraction of the best so far (batching still pays for throughput).
 ENCODER_BATCH_GAIN = 0.95
 
 
-def draft_budgets(acceptance: Sequence[float | None], step_cost: Callable[[int, int], float],
-                  max_draft: int) -> list[int]:
+def draft_budgets(
+    acceptance: Sequence[float | None], step_cost: Callable[[int, int], float], max_draft: int
+) -> list[int]:
     """Draft budgets that maximise the expected tokens per second of the next step.
 
     ``acceptance[i]`` is row i's per-token acceptance probability (None: the row has no
@@ -75,13 +76,14 @@ def encoder_batch_size(waiting: int, timed: Mapping[int, float]) -> int:
     sizes = {n: seconds for n, seconds in timed.items() if n <= waiting}
     if 1 not in sizes:
         return 1
+
     def mean_completion(k: int) -> float:
         return sizes[k] * (math.ceil(waiting / k) + 1) / 2
+
     return min(sorted(sizes), key=mean_completion)
 
 
-def remaining_steps(produced: int, steps: int, expected_tokens: float,
-                    drafting: bool) -> float:
+def remaining_steps(produced: int, steps: int, expected_tokens: float, drafting: bool) -> float:
     """Steps a decode still needs: the tokens it is expected to reach (at least one
     more, end of text) at the pace it has kept so far (before two steps: a guess of
     four tokens a step with a draft, one without)."""
@@ -112,7 +114,8 @@ class PartialPacing:
     max_interval_s: float = 4.0
     min_spare: float = 0.02
 
-    def interval(self, base_s: float, streams: int, partial_cost_s: float,
-                 final_load: float) -> float:
+    def interval(
+        self, base_s: float, streams: int, partial_cost_s: float, final_load: float
+    ) -> float:
         spare = max(self.target_busy - final_load, self.min_spare)
         return max(base_s, min(self.max_interval_s, streams * partial_cost_s / spare))

@@ -12,15 +12,19 @@ centroid, and the windows' activities, mapped to those speakers, are aggregated.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
-from parley.core.stream_diarizer import (DiarizationConfig, SpeakerModel, StreamDiarizer,
-                                         WindowSpeakers)
+from parley.core.stream_diarizer import (
+    DiarizationConfig,
+    SpeakerModel,
+    StreamDiarizer,
+    WindowSpeakers,
+)
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class RecordingClustering:
     # joins the nearest.
     distance: float = 0.25
     min_speaker_s: float = 10.0
-    min_alone_s: float = 0.5    # seconds alone in a window for its embedding to count
+    min_alone_s: float = 0.5  # seconds alone in a window for its embedding to count
     active_threshold: float = 0.5
     min_silhouette: float = 0.0  # above 0: count speakers by silhouette, not by distance
 
@@ -74,8 +78,12 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-9)
 
 
-def cluster(embeddings: np.ndarray, weights: np.ndarray, config: RecordingClustering,
-            count: SpeakerCount = SpeakerCount()) -> np.ndarray:
+def cluster(
+    embeddings: np.ndarray,
+    weights: np.ndarray,
+    config: RecordingClustering,
+    count: SpeakerCount = SpeakerCount(),
+) -> np.ndarray:
     """(n, dim) embeddings, each worth ``weights[i]`` seconds alone → a speaker index per
     embedding, 0..k-1, numbered by first appearance."""
     from scipy.cluster.hierarchy import fcluster, linkage
@@ -95,15 +103,17 @@ def cluster(embeddings: np.ndarray, weights: np.ndarray, config: RecordingCluste
     wanted = count.clamp(found, n)
     if wanted != found:
         labels = fcluster(tree, t=wanted, criterion="maxclust") - 1
-    labels = _fold_small(unit, weights, labels, config.min_speaker_s,
-                         keep=max(count.exactly or 0, count.at_least))
+    labels = _fold_small(
+        unit, weights, labels, config.min_speaker_s, keep=max(count.exactly or 0, count.at_least)
+    )
     centroids = _centroids(unit, weights, labels)
     labels = np.argmax(unit @ centroids.T, axis=1)  # each to its nearest speaker
     return _by_appearance(labels)
 
 
-def _by_silhouette(unit: np.ndarray, tree: np.ndarray, min_silhouette: float,
-                   most: int) -> np.ndarray:
+def _by_silhouette(
+    unit: np.ndarray, tree: np.ndarray, min_silhouette: float, most: int
+) -> np.ndarray:
     """The cut of ``tree`` into 2..``most`` clusters with the best mean silhouette (cosine),
     or one cluster when none reaches ``min_silhouette``."""
     from scipy.cluster.hierarchy import fcluster
@@ -127,18 +137,26 @@ def _silhouette(distances: np.ndarray, labels: np.ndarray) -> float:
     mean_to = (distances @ member) / np.maximum(sizes - member, 1)  # own cluster: without i
     own = mean_to[member]
     other = np.where(member, np.inf, mean_to).min(axis=1)
-    scores = np.where(sizes[labels] > 1, (other - own) / np.maximum(np.maximum(own, other),
-                                                                   1e-9), 0.0)
+    scores = np.where(
+        sizes[labels] > 1, (other - own) / np.maximum(np.maximum(own, other), 1e-9), 0.0
+    )
     return float(scores.mean())
 
 
 def _centroids(unit: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    return _unit(np.stack([(unit[labels == k] * weights[labels == k, None]).sum(axis=0)
-                           for k in range(labels.max() + 1)]))
+    return _unit(
+        np.stack(
+            [
+                (unit[labels == k] * weights[labels == k, None]).sum(axis=0)
+                for k in range(labels.max() + 1)
+            ]
+        )
+    )
 
 
-def _fold_small(unit: np.ndarray, weights: np.ndarray, labels: np.ndarray,
-                min_speaker_s: float, keep: int) -> np.ndarray:
+def _fold_small(
+    unit: np.ndarray, weights: np.ndarray, labels: np.ndarray, min_speaker_s: float, keep: int
+) -> np.ndarray:
     """Clusters with under ``min_speaker_s`` alone join their nearest larger cluster,
     while more than ``keep`` clusters remain (a count the caller gave is kept)."""
     labels = _by_appearance(labels)
@@ -160,9 +178,12 @@ def _by_appearance(labels: np.ndarray) -> np.ndarray:
     return np.array([order[label] for label in labels.tolist()], dtype=int)
 
 
-def diarize_windows(windows: Sequence[WindowSpeakers], frame_step: float,
-                    config: RecordingClustering, count: SpeakerCount = SpeakerCount()
-                    ) -> TimelineSnapshot:
+def diarize_windows(
+    windows: Sequence[WindowSpeakers],
+    frame_step: float,
+    config: RecordingClustering,
+    count: SpeakerCount = SpeakerCount(),
+) -> TimelineSnapshot:
     """Every window of a recording (as ``StreamDiarizer.observe`` gives them) → who spoke
     when, every turn settled.
 
@@ -175,13 +196,15 @@ def diarize_windows(windows: Sequence[WindowSpeakers], frame_step: float,
     for w, window in enumerate(windows):
         local = window.local
         for s in range(len(local.alone_s)):
-            if (local.alone_s[s] >= config.min_alone_s and local.peak_activity[s]
-                    >= config.active_threshold and not np.isnan(local.embeddings[s]).any()):
+            if (
+                local.alone_s[s] >= config.min_alone_s
+                and local.peak_activity[s] >= config.active_threshold
+                and not np.isnan(local.embeddings[s]).any()
+            ):
                 where.append((w, s))
                 vectors.append(local.embeddings[s])
                 weights.append(float(local.alone_s[s]))
-    labels = cluster(np.array(vectors).reshape(len(vectors), -1), np.array(weights),
-                     config, count)
+    labels = cluster(np.array(vectors).reshape(len(vectors), -1), np.array(weights), config, count)
     speaker_of = {place: int(label) for place, label in zip(where, labels)}
     speakers = int(labels.max()) + 1 if len(labels) else 0
     if not windows:
@@ -204,7 +227,7 @@ def diarize_windows(windows: Sequence[WindowSpeakers], frame_step: float,
     wanted = np.rint(counts / np.maximum(seen, 1)).astype(int)
     order = np.argsort(-scores, axis=1)
     for f in np.flatnonzero(wanted):
-        top = order[f, :wanted[f]]
+        top = order[f, : wanted[f]]
         speaking[f, top[scores[f, top] > 0]] = True
     return _snapshot(speaking, frame_step)
 
@@ -220,15 +243,20 @@ def _snapshot(speaking: np.ndarray, frame_step: float) -> TimelineSnapshot:
     return TimelineSnapshot(tuple(turns), end, len({t.speaker for t in turns}), (), end)
 
 
-def observe_recording(models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig,
-                      step_s: float) -> list[WindowSpeakers]:
+def observe_recording(
+    models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig, step_s: float
+) -> list[WindowSpeakers]:
     """The models' part over a whole recording: the live window (``config.window_s``)
     every ``step_s``, the last one ending where the recording does."""
-    diarizer = StreamDiarizer(models, replace(config, step_s=step_s,
-                                              latency_s=max(config.latency_s, step_s)))
+    diarizer = StreamDiarizer(
+        models, replace(config, step_s=step_s, latency_s=max(config.latency_s, step_s))
+    )
     shortest = config.min_window_s * SAMPLE_RATE
-    windows = [diarizer.observe(window, start) for window, start, _ in diarizer.windows(audio)
-               if len(window) >= shortest]
+    windows = [
+        diarizer.observe(window, start)
+        for window, start, _ in diarizer.windows(audio)
+        if len(window) >= shortest
+    ]
     covered = int(len(audio) // int(step_s * SAMPLE_RATE) * int(step_s * SAMPLE_RATE))
     if covered < len(audio) and len(audio) >= shortest:  # the tail after the last step
         start = max(0, len(audio) - int(config.window_s * SAMPLE_RATE))

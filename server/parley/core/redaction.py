@@ -17,8 +17,9 @@ words as digits ("twenty one" → "21"), as Deepgram's option does.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import TypeVar
 
 from text_to_num import alpha2digit
 
@@ -26,20 +27,20 @@ REDACTED = "[redacted]"
 
 
 class Redact(str, Enum):
-    PCI = "pci"          # card numbers
-    SSN = "ssn"          # US social security numbers
-    PHONE = "phone"      # phone numbers
+    PCI = "pci"  # card numbers
+    SSN = "ssn"  # US social security numbers
+    PHONE = "phone"  # phone numbers
     NUMBERS = "numbers"  # every number
 
 
-DIGITS = {Redact.PCI: range(12, 10_000), Redact.SSN: range(8, 11),
-          Redact.PHONE: range(7, 13)}
+DIGITS = {Redact.PCI: range(12, 10_000), Redact.SSN: range(8, 11), Redact.PHONE: range(7, 13)}
 _AMOUNT = re.compile(r"[$%€£]|\d\.\d")
 _NUMBER_WORDS = frozenset(
     "zero oh one two three four five six seven eight nine ten eleven twelve thirteen "
     "fourteen fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty "
-    "seventy eighty ninety hundred thousand million".split())
-_EDGE = re.compile(r"^[^\w$#+]+|[^\w%]+$")     # punctuation around a word
+    "seventy eighty ninety hundred thousand million".split()
+)
+_EDGE = re.compile(r"^[^\w$#+]+|[^\w%]+$")  # punctuation around a word
 _DIGITAL = re.compile(r"^[$#+]?\d[\d\-./,:]*%?$")  # 4111, 4111-1111, 555-0123, $20
 
 
@@ -61,8 +62,11 @@ def _core(word: str) -> str:
 
 def _is_number_word(word: str) -> bool:
     core = _core(word)
-    return bool(_DIGITAL.match(core)) or all(
-        part in _NUMBER_WORDS for part in core.split("-") if part) and bool(core)
+    return (
+        bool(_DIGITAL.match(core))
+        or all(part in _NUMBER_WORDS for part in core.split("-") if part)
+        and bool(core)
+    )
 
 
 def _as_digits(words: Sequence[str]) -> str:
@@ -105,9 +109,13 @@ def redacted_runs(words: Sequence[str], categories: frozenset[Redact]) -> list[t
 W = TypeVar("W")
 
 
-def rewrite(words: Sequence[W], text_of: Callable[[W], str],
-            join: Callable[[Sequence[W], str], W], categories: frozenset[Redact],
-            numerals: bool) -> list[W]:
+def rewrite(
+    words: Sequence[W],
+    text_of: Callable[[W], str],
+    join: Callable[[Sequence[W], str], W],
+    categories: frozenset[Redact],
+    numerals: bool,
+) -> list[W]:
     """``words`` with each redacted run made one ``[redacted]`` word and, with
     ``numerals``, each other run's number words written as digits. ``join(run, text)``
     makes one word of a run (keeping its times); the run's last punctuation stays."""
@@ -118,7 +126,7 @@ def rewrite(words: Sequence[W], text_of: Callable[[W], str],
     at = 0
     for start, end in sorted(set(runs) | redacted):
         out.extend(words[at:start])
-        trailing = texts[end - 1][len(texts[end - 1].rstrip(".,!?;:")):]
+        trailing = texts[end - 1][len(texts[end - 1].rstrip(".,!?;:")) :]
         if (start, end) in redacted:
             out.append(join(words[start:end], REDACTED + trailing))
         else:

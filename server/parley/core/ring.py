@@ -25,7 +25,7 @@ class AudioRing:
         n = len(samples)
         at = self._written % self.capacity
         first = min(n, self.capacity - at)
-        self._data[at:at + first] = samples[:first]
+        self._data[at : at + first] = samples[:first]
         self._data[: n - first] = samples[first:]
         self._written += n
 
@@ -34,5 +34,5 @@ class AudioRing:
         count = min(count, self._written, self.capacity)
         end = self._written % self.capacity
         if count <= end:
-            return self._data[end - count:end].copy()
-        return np.concatenate([self._data[self.capacity - (count - end):], self._data[:end]])
+            return self._data[end - count : end].copy()
+        return np.concatenate([self._data[self.capacity - (count - end) :], self._data[:end]])

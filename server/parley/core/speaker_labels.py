@@ -12,13 +12,13 @@ numbered speaker as someone else (merged, or it was never confirmed):
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 
 class SpeakerLabels:
     def __init__(self) -> None:
         self._numbers: dict[int, int] = {}  # shown speaker → its number
-        self._settled: set[int] = set()     # numbers in finals that can no longer change
+        self._settled: set[int] = set()  # numbers in finals that can no longer change
 
     def label(self, speaker: int | None, assign: bool = True) -> str | None:
         """``S<n>`` for ``speaker``; a new number only if ``assign`` (None: no speaker)."""

@@ -18,7 +18,7 @@ from parley.core.audio import SAMPLE_RATE
 class FrameGrid:
     """Where a segmentation model's output frames fall in its input window."""
 
-    step: float   # seconds between frames
+    step: float  # seconds between frames
     start: float  # the first frame's start within the window
 
     def frame_of_samples(self, samples: int, frames: int) -> np.ndarray:
@@ -30,7 +30,7 @@ class FrameGrid:
 @dataclass(frozen=True)
 class SpeakerFrames:
     active: np.ndarray  # (frames, local) bool
-    alone: np.ndarray   # (frames, local) bool: active while no other local speaker is
+    alone: np.ndarray  # (frames, local) bool: active while no other local speaker is
 
     @classmethod
     def of(cls, activity: np.ndarray, active_probability: float) -> SpeakerFrames:

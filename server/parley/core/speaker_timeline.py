@@ -9,8 +9,8 @@ rolling buffers, which therefore stay the size of one window plus the latency.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -51,8 +51,9 @@ class TimelineSnapshot:
     def between(self, start: float, end: float) -> TimelineSnapshot:
         """This snapshot with only the turns that overlap [start, end]."""
         turns = tuple(t for t in self.turns if t.end > start and t.start < end)
-        return TimelineSnapshot(turns, self.settled_until, self.speaker_count, self.aliases,
-                                self.heard_until)
+        return TimelineSnapshot(
+            turns, self.settled_until, self.speaker_count, self.aliases, self.heard_until
+        )
 
     def _nearest(self, start: float, end: float, reach: float = 1.0) -> int | None:
         # Short words between turns (breaths, "uh") go to the closest turn nearby.
@@ -69,11 +70,11 @@ class TimelineSnapshot:
 class SpeakerTimeline:
     frame_step: float
     latency: float
-    onset: float = 0.5         # mean activity above which a speaker is speaking
+    onset: float = 0.5  # mean activity above which a speaker is speaking
     keep_seconds: float = 120  # settled history kept for labelling late finals
     _sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     _counts: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _origin: int = 0           # global frame index of _sums[0]
+    _origin: int = 0  # global frame index of _sums[0]
     _settled: list[Turn] = field(default_factory=list)
     _open: dict[int, float] = field(default_factory=dict)  # speaker → start of a running turn
 
@@ -85,8 +86,8 @@ class SpeakerTimeline:
         offset = first - self._origin
         if offset < 0:  # the part before the settled edge is history now
             activity, frames, offset = activity[-offset:], frames + offset, 0
-        self._sums[offset:offset + frames, :speakers] += activity
-        self._counts[offset:offset + frames] += 1
+        self._sums[offset : offset + frames, :speakers] += activity
+        self._counts[offset : offset + frames] += 1
 
     def _grow(self, end_frame: int, speakers: int) -> None:
         rows = max(end_frame - self._origin, self._sums.shape[0])
@@ -107,8 +108,9 @@ class SpeakerTimeline:
         if final:
             settle_to = len(self._counts)
         else:
-            settle_to = min(int((now - self.latency) / self.frame_step) - self._origin,
-                            len(self._counts))
+            settle_to = min(
+                int((now - self.latency) / self.frame_step) - self._origin, len(self._counts)
+            )
         if settle_to <= 0:
             if final:
                 self._close_turns(self._origin * self.frame_step)
@@ -159,16 +161,22 @@ class SpeakerTimeline:
                         running[speaker] = t
                     elif not row[speaker] and speaker in running:
                         turns.append(Turn(running.pop(speaker), t, speaker))
-            end = (self._origin + int(np.flatnonzero(seen)[-1]) + 1) * self.frame_step \
-                if seen.any() else settled_until
+            end = (
+                (self._origin + int(np.flatnonzero(seen)[-1]) + 1) * self.frame_step
+                if seen.any()
+                else settled_until
+            )
         else:
             end = settled_until
         turns += [Turn(start, end, speaker) for speaker, start in running.items() if start < end]
-        shown = [Turn(t.start, t.end, aliases[t.speaker] if t.speaker < len(aliases)
-                      else t.speaker) for t in turns]
+        shown = [
+            Turn(t.start, t.end, aliases[t.speaker] if t.speaker < len(aliases) else t.speaker)
+            for t in turns
+        ]
         shown.sort(key=lambda turn: (turn.start, turn.speaker))
-        return TimelineSnapshot(tuple(shown), settled_until, len({t.speaker for t in shown}),
-                                tuple(aliases), end)
+        return TimelineSnapshot(
+            tuple(shown), settled_until, len({t.speaker for t in shown}), tuple(aliases), end
+        )
 
     def settled_turns(self) -> list[Turn]:
         return list(self._settled)

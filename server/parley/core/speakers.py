@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-
 # Speakers merged away keep their index (the timeline's columns and earlier snapshots name
 # them), so the founded ones are capped, to bound a long session's memory; past the cap a
 # new voice joins the closest speaker, as when max_speakers are all taken.
@@ -44,16 +43,16 @@ SPREAD_RANGE = (0.3, 0.99)  # a measured spread is kept inside this (a few sampl
 class ClusteringConfig:
     max_speakers: int = 8
     new_speaker_distance: float = 0.45  # cosine distance above which a speaker is someone new
-    merge_distance: float = 0.15       # centroids this close are one speaker
-    active_threshold: float = 0.5      # peak activity for a local speaker to count at all
-    min_new_speaker_s: float = 0.5     # seconds alone in a window to found a speaker
-    min_update_s: float = 1.0          # seconds alone in a window to move a centroid
-    min_speaker_s: float = 2.0         # seconds alone in all, before a speaker is shown
-    stale_windows: int = 120           # an unconfirmed speaker unheard this long is retired
-    split_similarity: float = 0.85     # two groups of samples less alike (relative) are two
-    sample_every_s: float = 1.0        # fresh seconds alone between two samples of a voice
-    min_split_samples: int = 4         # samples each group needs before a split
-    voice_similarity: float = 0.8      # spread of a voice with one sample (a prior)
+    merge_distance: float = 0.15  # centroids this close are one speaker
+    active_threshold: float = 0.5  # peak activity for a local speaker to count at all
+    min_new_speaker_s: float = 0.5  # seconds alone in a window to found a speaker
+    min_update_s: float = 1.0  # seconds alone in a window to move a centroid
+    min_speaker_s: float = 2.0  # seconds alone in all, before a speaker is shown
+    stale_windows: int = 120  # an unconfirmed speaker unheard this long is retired
+    split_similarity: float = 0.85  # two groups of samples less alike (relative) are two
+    sample_every_s: float = 1.0  # fresh seconds alone between two samples of a voice
+    min_split_samples: int = 4  # samples each group needs before a split
+    voice_similarity: float = 0.8  # spread of a voice with one sample (a prior)
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_speakers <= 64:
@@ -72,7 +71,7 @@ class LocalSpeakers:
 
     embeddings: np.ndarray  # (local, dim); NaN rows: too little audio to embed
     peak_activity: np.ndarray  # (local,) highest segmentation probability in the window
-    alone_s: np.ndarray     # (local,) seconds heard alone in the window
+    alone_s: np.ndarray  # (local,) seconds heard alone in the window
     fresh_alone_s: np.ndarray  # (local,) of those, seconds in audio no earlier window had
 
 
@@ -147,9 +146,12 @@ class OnlineClustering:
         """Global speaker index for each local speaker (None: inactive, no embedding, or too
         little evidence to found a speaker)."""
         config = self.config
-        usable = [i for i in range(len(local.embeddings))
-                  if local.peak_activity[i] >= config.active_threshold
-                  and not np.isnan(local.embeddings[i]).any()]
+        usable = [
+            i
+            for i in range(len(local.embeddings))
+            if local.peak_activity[i] >= config.active_threshold
+            and not np.isnan(local.embeddings[i]).any()
+        ]
         result: list[int | None] = [None] * len(local.embeddings)
         if not usable:
             return result
@@ -160,8 +162,11 @@ class OnlineClustering:
         if live:
             distances = 1.0 - vectors @ self.centroids(live).T
             rows, cols = linear_sum_assignment(distances)
-            matched = {r: live[c] for r, c in zip(rows, cols)
-                       if distances[r, c] <= config.new_speaker_distance}
+            matched = {
+                r: live[c]
+                for r, c in zip(rows, cols)
+                if distances[r, c] <= config.new_speaker_distance
+            }
         room = config.max_speakers - len(live)
         for row, index in enumerate(usable):
             strong = local.alone_s[index] >= config.min_new_speaker_s
@@ -192,8 +197,13 @@ class OnlineClustering:
         self._retire_stale()
         return result
 
-    def _found(self, centroid_sum: np.ndarray, voice: list[np.ndarray], evidence: float,
-               last_heard: int | None = None) -> int:
+    def _found(
+        self,
+        centroid_sum: np.ndarray,
+        voice: list[np.ndarray],
+        evidence: float,
+        last_heard: int | None = None,
+    ) -> int:
         self._sums.append(centroid_sum)
         self._evidence.append(evidence)
         self._merged_into.append(None)
@@ -221,8 +231,10 @@ class OnlineClustering:
         most one split a step (the next step looks again)."""
         config = self.config
         live = self._live()
-        if len(live) >= config.max_speakers or self.size >= FOUNDED_PER_SPEAKER * \
-                config.max_speakers:
+        if (
+            len(live) >= config.max_speakers
+            or self.size >= FOUNDED_PER_SPEAKER * config.max_speakers
+        ):
             return
         for speaker in live:
             voice = np.array(self._voices[speaker])
@@ -231,16 +243,19 @@ class OnlineClustering:
             first, second = two_groups(voice)
             if min(len(first), len(second)) < config.min_split_samples:
                 continue
-            if relative_similarity(voice[first], voice[second],
-                                   config.voice_similarity) >= config.split_similarity:
+            if (
+                relative_similarity(voice[first], voice[second], config.voice_similarity)
+                >= config.split_similarity
+            ):
                 continue
             keep, leave = (first, second) if 0 in first else (second, first)
             share = self._evidence[speaker] * len(leave) / len(voice)
             self._sums[speaker] = voice[keep].sum(axis=0)
             self._voices[speaker] = list(voice[keep])
             self._evidence[speaker] -= share
-            self._found(voice[leave].sum(axis=0), list(voice[leave]), share,
-                        self._last_heard[speaker])
+            self._found(
+                voice[leave].sum(axis=0), list(voice[leave]), share, self._last_heard[speaker]
+            )
             return
 
     def _retire_stale(self) -> None:
@@ -249,8 +264,11 @@ class OnlineClustering:
         changes no label and frees its place for a real newcomer."""
         shown = self.aliases()
         for speaker in self._live():
-            if (not self.confirmed(speaker) and shown[speaker] != speaker
-                    and self._windows - self._last_heard[speaker] > self.config.stale_windows):
+            if (
+                not self.confirmed(speaker)
+                and shown[speaker] != speaker
+                and self._windows - self._last_heard[speaker] > self.config.stale_windows
+            ):
                 self._merged_into[speaker] = shown[speaker]
 
     def _merge_converged(self) -> None:

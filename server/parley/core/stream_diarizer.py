@@ -25,10 +25,10 @@ from parley.core.turns import TurnConfig
 class DiarizationConfig:
     window_s: float = 5.0
     step_s: float = 0.5
-    latency_s: float = 4.0           # how long a label may still change (see TurnConfig)
+    latency_s: float = 4.0  # how long a label may still change (see TurnConfig)
     active_probability: float = 0.5  # segmentation probability of a local speaker speaking
-    min_alone_s: float = 0.5         # seconds alone to embed a speaker from those frames only
-    min_window_s: float = 0.5        # shorter windows are not segmented
+    min_alone_s: float = 0.5  # seconds alone to embed a speaker from those frames only
+    min_window_s: float = 0.5  # shorter windows are not segmented
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     turns: TurnConfig = field(default_factory=TurnConfig)
 
@@ -43,7 +43,7 @@ class DiarizationConfig:
 class WindowSpeakers:
     """What the models found in one window: its local speakers' activity and embeddings."""
 
-    start: float          # stream time of the first frame
+    start: float  # stream time of the first frame
     activity: np.ndarray  # (frames, local) probabilities
     local: LocalSpeakers
 
@@ -70,8 +70,9 @@ class StreamDiarizer:
         self.timeline = SpeakerTimeline(models.grid.step, config.latency_s)
         self._seen_until = 0.0  # stream time up to which earlier windows heard the audio
 
-    def step(self, window: np.ndarray, window_start: float, now: float,
-             final: bool = False) -> TimelineSnapshot:
+    def step(
+        self, window: np.ndarray, window_start: float, now: float, final: bool = False
+    ) -> TimelineSnapshot:
         """Add the window that ends at ``now`` (if long enough), settle what is older than
         the latency (everything, if ``final``), and return the timeline as it stands."""
         if len(window) >= self.config.min_window_s * SAMPLE_RATE:
@@ -111,8 +112,12 @@ class StreamDiarizer:
         window_end = window_start + len(window) / SAMPLE_RATE
         fresh_from = max(0, int((self._seen_until - window_start - grid.start) / grid.step))
         self._seen_until = max(self._seen_until, window_end)
-        local = LocalSpeakers(self._models.embed(window, masks), activity.max(axis=0),
-                              frames.alone_seconds(grid), frames.alone_seconds(grid, fresh_from))
+        local = LocalSpeakers(
+            self._models.embed(window, masks),
+            activity.max(axis=0),
+            frames.alone_seconds(grid),
+            frames.alone_seconds(grid, fresh_from),
+        )
         return WindowSpeakers(window_start + grid.start, activity, local)
 
     def link(self, window: WindowSpeakers) -> None:

@@ -12,8 +12,9 @@ correct who said its words (with a ``speaker_update``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 Span = tuple[float, float]
 CELL_S = 0.1  # the grid on which a snapshot is read to find a change
@@ -22,7 +23,7 @@ CELL_S = 0.1  # the grid on which a snapshot is read to find a change
 @dataclass(frozen=True)
 class TurnConfig:
     min_turn_s: float = 1.0  # shorter runs join a neighbour unless pauses set them apart
-    pause_s: float = 0.3     # a gap this long between words sets runs apart
+    pause_s: float = 0.3  # a gap this long between words sets runs apart
     cut_search_s: float = 0.2  # a speaker-change cut goes to the quietest frame this near
     change_latency_s: float = 2.0  # how old a change must be before a final is cut there
 
@@ -33,18 +34,18 @@ class TurnConfig:
 
 class Speaking(Protocol):
     settled_until: float  # labels before this will not change
-    heard_until: float    # the end of the audio heard so far
+    heard_until: float  # the end of the audio heard so far
 
     def speaking(self, start: float, end: float) -> int | None: ...
 
-    def between(self, start: float, end: float) -> "Speaking":
+    def between(self, start: float, end: float) -> Speaking:
         """The same, keeping only what overlaps [start, end] (to read it many times)."""
 
 
 @dataclass
 class _Run:
     first: int  # index of its first item
-    last: int   # index of its last item
+    last: int  # index of its last item
     label: int | None
 
 
@@ -58,8 +59,9 @@ def _runs(labels: Sequence[int | None]) -> list[_Run]:
     return runs
 
 
-def smooth_labels(spans: Sequence[Span], labels: Sequence[int | None],
-                  config: TurnConfig = TurnConfig()) -> list[int | None]:
+def smooth_labels(
+    spans: Sequence[Span], labels: Sequence[int | None], config: TurnConfig = TurnConfig()
+) -> list[int | None]:
     """Labels of consecutive ``spans`` (words), with short runs joined to a neighbour.
 
     Unlabelled items take the label of the run before them (or after, at the start).
@@ -80,7 +82,7 @@ def smooth_labels(spans: Sequence[Span], labels: Sequence[int | None],
         if not joins:
             return out
         *_, k, target = min(joins)
-        out[runs[k].first:runs[k].last + 1] = [target] * (runs[k].last - runs[k].first + 1)
+        out[runs[k].first : runs[k].last + 1] = [target] * (runs[k].last - runs[k].first + 1)
 
 
 def _between_one_speaker(runs: list[_Run], k: int) -> bool:
@@ -97,8 +99,7 @@ def _fill_gaps(labels: list[int | None]) -> list[int | None]:
     return out
 
 
-def _join_target(runs: list[_Run], k: int, spans: Sequence[Span],
-                 pause_s: float) -> int | None:
+def _join_target(runs: list[_Run], k: int, spans: Sequence[Span], pause_s: float) -> int | None:
     run = runs[k]
     before = runs[k - 1] if k > 0 else None
     after = runs[k + 1] if k + 1 < len(runs) else None
@@ -115,13 +116,13 @@ def _join_target(runs: list[_Run], k: int, spans: Sequence[Span],
     return None
 
 
-def settled_change(snapshot: Speaking, start: float, end: float,
-                   config: TurnConfig = TurnConfig()) -> float | None:
+def settled_change(
+    snapshot: Speaking, start: float, end: float, config: TurnConfig = TurnConfig()
+) -> float | None:
     """The first time in [start, end] where one speaker's run of at least ``min_turn_s``
     gives way to another's, both settled or older than ``change_latency_s`` (None: no
     such change yet)."""
-    until = min(end, max(snapshot.settled_until,
-                         snapshot.heard_until - config.change_latency_s))
+    until = min(end, max(snapshot.settled_until, snapshot.heard_until - config.change_latency_s))
     cells = int((until - start) / CELL_S)
     if cells <= 0:
         return None

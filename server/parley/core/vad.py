@@ -18,7 +18,6 @@ import webrtcvad
 from parley.core.audio import SAMPLE_RATE
 
 
-
 class CloseReason(str, Enum):
     SILENCE = "silence"
     MAX_LENGTH = "max_length"
@@ -45,11 +44,15 @@ class VadConfig:
         if self.min_speech_ms < self.frame_ms or self.min_silence_ms < self.frame_ms:
             raise ValueError("min_speech_ms and min_silence_ms must be at least one frame")
         if self.speech_pad_ms > self.min_silence_ms:
-            raise ValueError("speech_pad_ms cannot exceed min_silence_ms: the end pad is "
-                             "taken from the silence that closes the segment")
+            raise ValueError(
+                "speech_pad_ms cannot exceed min_silence_ms: the end pad is "
+                "taken from the silence that closes the segment"
+            )
         if not 2 * self.cut_search_s < self.max_segment_s <= 29.0:
-            raise ValueError("max_segment_s must be between 2 × cut_search_s and 29 s "
-                             "(Whisper reads at most 30 s at once)")
+            raise ValueError(
+                "max_segment_s must be between 2 × cut_search_s and 29 s "
+                "(Whisper reads at most 30 s at once)"
+            )
 
     @property
     def frame_samples(self) -> int:
@@ -80,8 +83,10 @@ class SegmentClosed:
         unvoiced gap is at most ``bridge_s``."""
         regions: list[tuple[float, float]] = []
         for index in np.flatnonzero(self.voiced):
-            start, end = index * self.frame_s, min((index + 1) * self.frame_s,
-                                                   len(self.audio) / SAMPLE_RATE)
+            start, end = (
+                index * self.frame_s,
+                min((index + 1) * self.frame_s, len(self.audio) / SAMPLE_RATE),
+            )
             if regions and start - regions[-1][1] <= bridge_s + 1e-9:
                 regions[-1] = (regions[-1][0], end)
             else:
@@ -121,8 +126,8 @@ class _SegmentBuffer:
         """Whole frames (and at most one short one, last); ``voiced``: one flag per frame."""
         first = self.length // self._frame
         frames = -(-len(audio) // self._frame)
-        self._voiced[first:first + frames] = voiced
-        self._data[self.length:self.length + len(audio)] = audio
+        self._voiced[first : first + frames] = voiced
+        self._data[self.length : self.length + len(audio)] = audio
         self.length += len(audio)
 
     def view(self, end: int | None = None) -> np.ndarray:
@@ -131,7 +136,7 @@ class _SegmentBuffer:
     def voiced(self, start: int = 0, end: int | None = None) -> np.ndarray:
         """Flags of the frames in samples [start, end) (both on frame boundaries)."""
         end = self.length if end is None else end
-        return self._voiced[start // self._frame: -(-end // self._frame)].copy()
+        return self._voiced[start // self._frame : -(-end // self._frame)].copy()
 
 
 class VadSegmenter:
@@ -155,7 +160,8 @@ class VadSegmenter:
         self._max_samples = int(config.max_segment_s * SAMPLE_RATE) // self._frame * self._frame
         # Frames heard while idle: the pad before speech, and the window that triggers it.
         self._recent: deque[tuple[np.ndarray, bool]] = deque(
-            maxlen=self._pad_frames + self._trigger_window)
+            maxlen=self._pad_frames + self._trigger_window
+        )
         self._pending = np.zeros(self._frame, dtype=np.float32)
         self._pending_len = 0
         self._segment = _SegmentBuffer(self._max_samples + self._frame, self._frame)
@@ -182,7 +188,9 @@ class VadSegmenter:
         offset = 0
         while offset < len(audio):
             take = min(self._frame - self._pending_len, len(audio) - offset)
-            self._pending[self._pending_len:self._pending_len + take] = audio[offset:offset + take]
+            self._pending[self._pending_len : self._pending_len + take] = audio[
+                offset : offset + take
+            ]
             self._pending_len += take
             offset += take
             if self._pending_len == self._frame:
@@ -210,8 +218,12 @@ class VadSegmenter:
         if not self._speaking:
             return None
         seg = self._segment
-        return OpenSegment(self._next_id - 1, seg.start_sample / SAMPLE_RATE,
-                           (seg.start_sample + seg.length) / SAMPLE_RATE, seg.view().copy())
+        return OpenSegment(
+            self._next_id - 1,
+            seg.start_sample / SAMPLE_RATE,
+            (seg.start_sample + seg.length) / SAMPLE_RATE,
+            seg.view().copy(),
+        )
 
     def open_span(self) -> tuple[float, float] | None:
         """Stream times [start, end) of the open segment (None: nobody is speaking)."""
@@ -225,7 +237,7 @@ class VadSegmenter:
         if not self._speaking:
             return []
         if self._pending_len:
-            tail = self._pending[:self._pending_len].copy()
+            tail = self._pending[: self._pending_len].copy()
             self._samples_seen += self._pending_len
             self._pending_len = 0
             self._segment.append(tail, True)  # the client cut it off: count it as speech
@@ -247,7 +259,7 @@ class VadSegmenter:
             self._grow(frame, voiced, events)
             return
         self._recent.append((frame, voiced))
-        window = list(self._recent)[-self._trigger_window:]
+        window = list(self._recent)[-self._trigger_window :]
         if sum(v for _, v in window) >= self._trigger_frames:
             first_voiced = next(i for i, (_, v) in enumerate(window) if v)
             self._start(frame_start, len(window) - first_voiced, events)
@@ -262,7 +274,7 @@ class VadSegmenter:
             first_sample += self._frame
             skip += 1
         self._open(first_sample, events)
-        for frame, voiced in recent[len(recent) - keep + skip:]:
+        for frame, voiced in recent[len(recent) - keep + skip :]:
             self._segment.append(frame, voiced)
         self._segment.last_voiced_end = self._segment.length
         self._recent.clear()
@@ -288,7 +300,7 @@ class VadSegmenter:
             events.append(self._close(end, CloseReason.SILENCE))
             # The silence after the end pad can serve as the next segment's pre-roll.
             for i in range(0, len(tail), self._frame):
-                self._recent.append((tail[i:i + self._frame], False))
+                self._recent.append((tail[i : i + self._frame], False))
         elif seg.length >= self._max_samples:
             self._cut(events)
 
@@ -297,14 +309,13 @@ class VadSegmenter:
         frames = self._segment.length // self._frame
         self._cut_in(frames - search, frames, CloseReason.MAX_LENGTH, events)
 
-    def _cut_in(self, first: int, last: int, reason: CloseReason,
-                events: list[VadEvent]) -> None:
+    def _cut_in(self, first: int, last: int, reason: CloseReason, events: list[VadEvent]) -> None:
         """Close the segment just after its quietest frame in [first, last) and go on
         with the rest in a new one."""
         seg = self._segment
         audio = seg.view()
-        frames = audio[first * self._frame:last * self._frame].reshape(last - first, self._frame)
-        cut = (first + int(np.argmin((frames ** 2).mean(axis=1))) + 1) * self._frame
+        frames = audio[first * self._frame : last * self._frame].reshape(last - first, self._frame)
+        cut = (first + int(np.argmin((frames**2).mean(axis=1))) + 1) * self._frame
         rest, rest_voiced = audio[cut:].copy(), seg.voiced(cut)
         carried_voiced = max(0, seg.last_voiced_end - cut)
         events.append(self._close(cut, reason))
@@ -333,9 +344,15 @@ class VadSegmenter:
         seg = self._segment
         start_sample = seg.start_sample
         end_sample = start_sample + end
-        closed = SegmentClosed(self._next_id - 1, start_sample / SAMPLE_RATE,
-                               end_sample / SAMPLE_RATE, seg.view(end).copy(), reason,
-                               seg.voiced(0, end), self._frame / SAMPLE_RATE)
+        closed = SegmentClosed(
+            self._next_id - 1,
+            start_sample / SAMPLE_RATE,
+            end_sample / SAMPLE_RATE,
+            seg.view(end).copy(),
+            reason,
+            seg.voiced(0, end),
+            self._frame / SAMPLE_RATE,
+        )
         self._last_end_sample = end_sample
         self._speaking = False
         self._trailing_silence = 0

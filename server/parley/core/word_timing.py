@@ -19,8 +19,8 @@ Four corrections, all in seconds from the segment start:
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from parley.core.words import TimedWord
 
@@ -29,8 +29,8 @@ SENTENCE_ENDS = tuple(".!?。！？")
 
 @dataclass(frozen=True)
 class WordTimingConfig:
-    bridge_s: float = 0.3            # unvoiced gaps up to this long are inside speech
-    median_cap_s: float = 0.7        # openai-whisper: the median word duration, capped
+    bridge_s: float = 0.3  # unvoiced gaps up to this long are inside speech
+    median_cap_s: float = 0.7  # openai-whisper: the median word duration, capped
     max_duration_factor: float = 2.0  # ...and twice it is the longest a word may last
 
     def __post_init__(self) -> None:
@@ -41,8 +41,11 @@ class WordTimingConfig:
 Region = tuple[float, float]
 
 
-def fit_words(words: Sequence[TimedWord], regions: Sequence[Region],
-              config: WordTimingConfig = WordTimingConfig()) -> list[TimedWord]:
+def fit_words(
+    words: Sequence[TimedWord],
+    regions: Sequence[Region],
+    config: WordTimingConfig = WordTimingConfig(),
+) -> list[TimedWord]:
     """``words`` with times fitted to the voiced ``regions`` (sorted, disjoint)."""
     if not words:
         return []
@@ -88,10 +91,16 @@ def _limit_durations(words: list[TimedWord], config: WordTimingConfig) -> list[T
     for i, w in enumerate(out):
         if w.end - w.start <= longest:
             continue
-        follows_pause = i == 0 or out[i - 1].word.endswith(SENTENCE_ENDS) \
+        follows_pause = (
+            i == 0
+            or out[i - 1].word.endswith(SENTENCE_ENDS)
             or w.start - out[i - 1].end > config.bridge_s
-        precedes_pause = i == len(out) - 1 or w.word.endswith(SENTENCE_ENDS) \
+        )
+        precedes_pause = (
+            i == len(out) - 1
+            or w.word.endswith(SENTENCE_ENDS)
             or out[i + 1].start - w.end > config.bridge_s
+        )
         if precedes_pause or not follows_pause:
             out[i] = _timed(w, w.start, w.start + longest)
         else:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 # Punctuation that belongs to the word before it, not a word of its own.
 _TRAILING = set(".,!?:;%)]}\"'»”’…")

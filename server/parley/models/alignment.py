@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 # Pinned transformers: its own median filter, the one its Whisper generate uses.
 from transformers.models.whisper.generation_whisper import _median_filter
 
@@ -19,8 +20,9 @@ SECONDS_PER_ENCODER_FRAME = 0.02
 MEDIAN_FILTER_WIDTH = 7
 
 
-def token_times(weights: torch.Tensor, prompt_length: int, text_tokens: int,
-                audio_seconds: float) -> tuple[np.ndarray, np.ndarray]:
+def token_times(
+    weights: torch.Tensor, prompt_length: int, text_tokens: int, audio_seconds: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Start and end seconds (from the audio start) of each text token.
 
     ``weights``: the alignment heads' cross-attention over the prompt, the text tokens
@@ -29,14 +31,13 @@ def token_times(weights: torch.Tensor, prompt_length: int, text_tokens: int,
     n = text_tokens
     if n == 0:
         return np.zeros(0), np.zeros(0)
-    frames = max(1, min(int(round(audio_seconds / SECONDS_PER_ENCODER_FRAME)),
-                        weights.shape[-1]))
+    frames = max(1, min(int(round(audio_seconds / SECONDS_PER_ENCODER_FRAME)), weights.shape[-1]))
     weights = weights[..., :frames].float()
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True)
     weights = _median_filter((weights - mean) / (std + 1e-10), MEDIAN_FILTER_WIDTH)
-    matrix = weights.mean(dim=0)[prompt_length: prompt_length + n + 1]
+    matrix = weights.mean(dim=0)[prompt_length : prompt_length + n + 1]
     text_index, time_index = dynamic_time_warping(-matrix.double().cpu().numpy())
     jumps = np.pad(np.diff(text_index), (1, 0), constant_values=1).astype(bool)
     jump_times = time_index[jumps] * SECONDS_PER_ENCODER_FRAME
     # DTW visits every row, so there is one jump per row: n text tokens, then end-of-text.
-    return jump_times[:n], jump_times[1:n + 1]
+    return jump_times[:n], jump_times[1 : n + 1]

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, WhisperForCausalLM, WhisperForConditionalGeneration
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    WhisperForCausalLM,
+    WhisperForConditionalGeneration,
+)
 
 from parley.models.device import DevicePlan
 
@@ -40,26 +45,38 @@ def check_compatible(main_config, main_tokenizer, assistant_config, assistant_to
     if assistant_config.vocab_size != main_config.vocab_size:
         raise IncompatibleAssistant(
             f"vocabularies differ ({assistant_config.vocab_size} vs {main_config.vocab_size} "
-            "tokens): drafts would be other tokens")
-    if assistant_tokenizer is not None and main_tokenizer is not None and \
-            assistant_tokenizer.get_vocab() != main_tokenizer.get_vocab():
+            "tokens): drafts would be other tokens"
+        )
+    if (
+        assistant_tokenizer is not None
+        and main_tokenizer is not None
+        and assistant_tokenizer.get_vocab() != main_tokenizer.get_vocab()
+    ):
         raise IncompatibleAssistant("the tokenizers map tokens to different ids")
     decoder_only = "WhisperForCausalLM" in (assistant_config.architectures or [])
     if decoder_only:
         if assistant_config.d_model != main_config.d_model:
             raise IncompatibleAssistant(
                 f"a decoder-only assistant reads the main encoder's output: its width "
-                f"{assistant_config.d_model} must equal the main model's {main_config.d_model}")
+                f"{assistant_config.d_model} must equal the main model's {main_config.d_model}"
+            )
         if assistant_config.max_source_positions != main_config.max_source_positions:
             raise IncompatibleAssistant("the encoder lengths differ")
     elif assistant_config.num_mel_bins != main_config.num_mel_bins:
         raise IncompatibleAssistant(
             f"the assistant reads {assistant_config.num_mel_bins} mel bins, the main model "
-            f"{main_config.num_mel_bins}")
+            f"{main_config.num_mel_bins}"
+        )
 
 
-def load_assistant(source: str, label: str, main_config, main_tokenizer, plan: DevicePlan,
-                   languages: frozenset[str] | None) -> Assistant:
+def load_assistant(
+    source: str,
+    label: str,
+    main_config,
+    main_tokenizer,
+    plan: DevicePlan,
+    languages: frozenset[str] | None,
+) -> Assistant:
     """Check that ``source`` can draft for the main model (before loading any weights),
     then load it; raises IncompatibleAssistant with the reason."""
     config = AutoConfig.from_pretrained(source)
@@ -71,11 +88,13 @@ def load_assistant(source: str, label: str, main_config, main_tokenizer, plan: D
         tokenizer = None  # a checkpoint without tokenizer files: the vocabulary size must do
     check_compatible(main_config, main_tokenizer, config, tokenizer)
     if "WhisperForCausalLM" in (config.architectures or []):
-        model = WhisperForCausalLM.from_pretrained(source, dtype=plan.dtype,
-                                                   attn_implementation="sdpa")
+        model = WhisperForCausalLM.from_pretrained(
+            source, dtype=plan.dtype, attn_implementation="sdpa"
+        )
         model = model.to(plan.device).eval()
         return Assistant(label, model.model.decoder, model.proj_out, None, languages)
-    model = WhisperForConditionalGeneration.from_pretrained(source, dtype=plan.dtype,
-                                                            attn_implementation="sdpa")
+    model = WhisperForConditionalGeneration.from_pretrained(
+        source, dtype=plan.dtype, attn_implementation="sdpa"
+    )
     model = model.to(plan.device).eval()
     return Assistant(label, model.model.decoder, model.proj_out, model.model.encoder, languages)

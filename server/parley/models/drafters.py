@@ -7,7 +7,8 @@ wrong draft costs time, never accuracy.
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
@@ -53,7 +54,7 @@ class HypothesisDrafter:
     def __init__(self, previous: Sequence[int], initial_length: int = 16):
         self.previous = list(previous)
         self.length = initial_length
-        self._cursor = 0   # where in ``previous`` the new hypothesis is, by the last draft
+        self._cursor = 0  # where in ``previous`` the new hypothesis is, by the last draft
         self._start = 0
 
     def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]:
@@ -65,16 +66,16 @@ class HypothesisDrafter:
         if start is None or start >= len(previous):
             return []
         self._start = start
-        return previous[start:start + limit]
+        return previous[start : start + limit]
 
     def _realign(self, tokens: Sequence[int]) -> int | None:
         previous, n = self.previous, len(tokens)
         low = max(0, self._cursor - self.SEARCH_BEHIND)
         high = min(len(previous), self._cursor + self.SEARCH_AHEAD)
         for size in range(min(MAX_MATCH_NGRAM, n), 0, -1):
-            tail = list(tokens[n - size:])
+            tail = list(tokens[n - size :])
             for begin in range(high - size, low - 1, -1):
-                if previous[begin:begin + size] == tail:
+                if previous[begin : begin + size] == tail:
                     return begin + size
         return None
 
@@ -98,8 +99,15 @@ class AssistantDrafter:
     adapts: longer after full acceptance, shorter after a rejection.
     """
 
-    def __init__(self, state: DecoderState, head: OutputHead, suppress: torch.Tensor | None = None,
-                 eot: int | None = None, initial_length: int = 4, max_length: int = 15):
+    def __init__(
+        self,
+        state: DecoderState,
+        head: OutputHead,
+        suppress: torch.Tensor | None = None,
+        eot: int | None = None,
+        initial_length: int = 4,
+        max_length: int = 15,
+    ):
         self._suppress = suppress  # the main model's suppressed tokens: never worth drafting
         self._eot = eot
         self._state = state

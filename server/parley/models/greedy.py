@@ -14,8 +14,8 @@ under that bias.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -32,14 +32,14 @@ class RowDecode:
 
     row: Row
     prompt: list[int]
-    sot_index: int                 # where <|startoftranscript|> is in the prompt
-    room: int                      # most tokens after the prompt
+    sot_index: int  # where <|startoftranscript|> is in the prompt
+    room: int  # most tokens after the prompt
     drafter: Drafter | None = None
     tokens: list[int] = field(default_factory=list)
     token_logprobs: list[float] = field(default_factory=list)  # of each of ``tokens``
-    next_token: int = -1           # chosen, not yet fed
-    next_logprob: float = 0.0      # of next_token
-    logprob: float = 0.0           # sum over chosen tokens, end-of-text included
+    next_token: int = -1  # chosen, not yet fed
+    next_logprob: float = 0.0  # of next_token
+    logprob: float = 0.0  # sum over chosen tokens, end-of-text included
     no_speech_prob: float = 0.0
     stats: DecodeStats = field(default_factory=DecodeStats)
     eot: int = -1
@@ -61,9 +61,17 @@ class RowDecode:
 class GreedyVerifier:
     """Chooses tokens for rows of one decoder: prompts first, then batched verify steps."""
 
-    def __init__(self, decoder: RowDecoder, head: OutputHead, suppress: Sequence[int],
-                 begin_suppress: Sequence[int], eot: int, no_speech_token: int | None,
-                 vocab: int, device: torch.device):
+    def __init__(
+        self,
+        decoder: RowDecoder,
+        head: OutputHead,
+        suppress: Sequence[int],
+        begin_suppress: Sequence[int],
+        eot: int,
+        no_speech_token: int | None,
+        vocab: int,
+        device: torch.device,
+    ):
         self.decoder = decoder
         self.head = head
         self.suppress = torch.zeros(vocab, dtype=torch.bool, device=device)
@@ -109,15 +117,16 @@ class GreedyVerifier:
         if any(d.bias is not None for d in decodes):
             biased, offset = [], 0
             for d, draft in zip(decodes, drafts):
-                biased += [(offset + j, d.bias, d.tokens + draft[:j])
-                           for j in range(len(draft) + 1)]
+                biased += [
+                    (offset + j, d.bias, d.tokens + draft[:j]) for j in range(len(draft) + 1)
+                ]
                 offset += len(draft) + 1
             _add_bias(logits, biased)
         logits = logits.masked_fill(self.suppress, -math.inf)
         choices = logits.argmax(-1).tolist()
         kept_rows, picked, offset, keeps = [], [], 0, []
         for draft in drafts:
-            mine = choices[offset:offset + len(draft) + 1]
+            mine = choices[offset : offset + len(draft) + 1]
             kept = 0
             while kept < len(draft) and draft[kept] == mine[kept] and draft[kept] != self.eot:
                 kept += 1
@@ -131,7 +140,7 @@ class GreedyVerifier:
         reports, at = [], 0
         for d, draft, kept in zip(decodes, drafts, keeps):
             d.stats.passes += 1
-            mine = gained[at:at + kept + 1]
+            mine = gained[at : at + kept + 1]
             d.logprob += math.fsum(mine)
             d.token_logprobs.extend(mine[:kept])
             d.next_logprob = mine[kept]
@@ -148,8 +157,9 @@ class GreedyVerifier:
         return reports
 
 
-def _add_bias(logits: torch.Tensor,
-              positions: Sequence[tuple[int, KeytermBias | None, Sequence[int]]]) -> None:
+def _add_bias(
+    logits: torch.Tensor, positions: Sequence[tuple[int, KeytermBias | None, Sequence[int]]]
+) -> None:
     """Add each (row of ``logits``, bias, text before that position)'s keyterm bonuses."""
     rows: list[int] = []
     tokens: list[int] = []
@@ -162,6 +172,10 @@ def _add_bias(logits: torch.Tensor,
             tokens.append(token)
             values.append(bonus)
     if rows:
-        where = (torch.tensor(rows, device=logits.device), torch.tensor(tokens, device=logits.device))
-        logits.index_put_(where, torch.tensor(values, device=logits.device, dtype=logits.dtype),
-                          accumulate=True)
+        where = (
+            torch.tensor(rows, device=logits.device),
+            torch.tensor(tokens, device=logits.device),
+        )
+        logits.index_put_(
+            where, torch.tensor(values, device=logits.device, dtype=logits.dtype), accumulate=True
+        )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -39,8 +39,9 @@ class OutputHead:
             "rows @ transposed": lambda h: h @ transposed,
             "weight @ rows.T": lambda h: (weight @ h.t()).t(),
         }
-        chosen = {rows: self._fastest(candidates, rows, weight.shape[1])
-                  for rows in CALIBRATED_ROWS}
+        chosen = {
+            rows: self._fastest(candidates, rows, weight.shape[1]) for rows in CALIBRATED_ROWS
+        }
         self._choice = {rows: candidates[name] for rows, name in chosen.items()}
         log.debug("output projection layout by row count: %s", chosen)
 

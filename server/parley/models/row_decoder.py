@@ -22,8 +22,8 @@ can neither be rolled back per row nor keep rows packed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -34,10 +34,10 @@ ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 @dataclass
 class _Captured:
-    graph: "torch.cuda.CUDAGraph"
-    ids: torch.Tensor        # (rows, width) long, read by the graph
+    graph: torch.cuda.CUDAGraph
+    ids: torch.Tensor  # (rows, width) long, read by the graph
     positions: torch.Tensor  # (rows, width) long, read by the graph
-    hidden: torch.Tensor     # (rows, width, d_model), written by the graph
+    hidden: torch.Tensor  # (rows, width, d_model), written by the graph
 
 
 class Row:
@@ -46,7 +46,7 @@ class Row:
     It is a ``drafters.DecoderState``, so an assistant drafter can own one too.
     """
 
-    def __init__(self, decoder: "RowDecoder", slot: int):
+    def __init__(self, decoder: RowDecoder, slot: int):
         self._decoder = decoder
         self.slot = slot  # where its buffers are; moves when rows are packed
         self.length = 0
@@ -67,8 +67,9 @@ class Row:
 class RowDecoder:
     """One decoder's buffers for up to ``capacity`` rows (one thread owns it)."""
 
-    def __init__(self, decoder: torch.nn.Module, *, capacity: int, max_width: int,
-                 graphs: bool = False):
+    def __init__(
+        self, decoder: torch.nn.Module, *, capacity: int, max_width: int, graphs: bool = False
+    ):
         weight = decoder.embed_tokens.weight
         self._decoder = decoder
         self._device, dtype = weight.device, weight.dtype
@@ -108,10 +109,12 @@ class RowDecoder:
             raise RuntimeError(f"the decoder holds {self.capacity} rows; {first} are in use")
         for i, layer in enumerate(self._decoder.layers):
             attention = layer.encoder_attn
-            self._cross_k[i, first:first + count].copy_(
-                self._split_heads(attention.k_proj(encoder_hidden)))
-            self._cross_v[i, first:first + count].copy_(
-                self._split_heads(attention.v_proj(encoder_hidden)))
+            self._cross_k[i, first : first + count].copy_(
+                self._split_heads(attention.k_proj(encoder_hidden))
+            )
+            self._cross_v[i, first : first + count].copy_(
+                self._split_heads(attention.v_proj(encoder_hidden))
+            )
         rows = [Row(self, first + i) for i in range(count)]
         self._rows.extend(rows)
         return rows
@@ -122,14 +125,18 @@ class RowDecoder:
         one pass can read them as a slice while the rest of the batch waits."""
         wanted = set(map(id, rows))
         outside = [r for r in rows if r.slot >= len(rows)]
-        inside_others = [r for r in self._rows[:len(rows)] if id(r) not in wanted]
+        inside_others = [r for r in self._rows[: len(rows)] if id(r) not in wanted]
         for row, other in zip(outside, inside_others):
             self._swap(row, other)
 
     def _swap(self, a: Row, b: Row) -> None:
         used = min(max(a.length, b.length) + self.max_width, self._slots)
-        for buffers, length in ((self._self_k, used), (self._self_v, used),
-                                (self._cross_k, None), (self._cross_v, None)):
+        for buffers, length in (
+            (self._self_k, used),
+            (self._self_v, used),
+            (self._cross_k, None),
+            (self._cross_v, None),
+        ):
             first, second = buffers[:, a.slot, :, :length], buffers[:, b.slot, :, :length]
             kept = first.clone()
             first.copy_(second)
@@ -166,8 +173,10 @@ class RowDecoder:
             if not ids:
                 raise ValueError("a pass feeds each row at least one token")
             if row.length + len(ids) > self.max_positions:
-                raise ValueError(f"{row.length + len(ids)} tokens: the decoder holds at most "
-                                 f"{self.max_positions}")
+                raise ValueError(
+                    f"{row.length + len(ids)} tokens: the decoder holds at most "
+                    f"{self.max_positions}"
+                )
         width = max(len(ids) for ids in feeds)
         if len(rows) > 1 and max(r.length for r in rows) + width > self._slots:
             # A padded pass would run past the buffers (a long prompt beside a long
@@ -180,7 +189,7 @@ class RowDecoder:
         hidden = self._run([rows[i] for i in order], [feeds[i] for i in order], width)
         out: list[torch.Tensor] = [hidden] * len(rows)
         for k, i in enumerate(order):
-            out[i] = hidden[k, :len(feeds[i])]
+            out[i] = hidden[k, : len(feeds[i])]
             rows[i].length += len(feeds[i])
         return out
 
@@ -188,8 +197,9 @@ class RowDecoder:
         first, count = rows[0].slot, len(rows)
         bucket = self._bucket(first, count, width)
         if bucket is None:
-            ids = torch.tensor([list(f) + [f[-1]] * (width - len(f)) for f in feeds],
-                               device=self._device)
+            ids = torch.tensor(
+                [list(f) + [f[-1]] * (width - len(f)) for f in feeds], device=self._device
+            )
             starts = torch.tensor([r.length for r in rows], device=self._device)
             positions = starts[:, None] + torch.arange(width, device=self._device)
             visible = max(r.length for r in rows) + width
@@ -200,7 +210,7 @@ class RowDecoder:
         positions = [list(range(r.length, r.length + bucket_width)) for r in rows]
         spare = list(range(self._slots - bucket_width, self._slots))
         ids += [[0] * bucket_width] * (bucket_rows - count)  # padding rows write only into
-        positions += [spare] * (bucket_rows - count)         # slots past every sequence
+        positions += [spare] * (bucket_rows - count)  # slots past every sequence
         captured.ids.copy_(torch.tensor(ids), non_blocking=True)
         captured.positions.copy_(torch.tensor(positions), non_blocking=True)
         captured.graph.replay()
@@ -215,9 +225,15 @@ class RowDecoder:
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], x.shape[1], self._heads, self._head_dim).transpose(1, 2)
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, first: int, count: int,
-                 visible: int, heads: dict[int, list[int]] | None = None
-                 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        first: int,
+        count: int,
+        visible: int,
+        heads: dict[int, list[int]] | None = None,
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Hidden states of ``ids`` (rows, width) at ``positions`` for rows
         ``[first, first + count)``, each attending to its own slots ``[0, visible)``;
         and, for ``heads`` ({layer: [head, ...]}), those heads' cross-attention weights.
@@ -231,8 +247,11 @@ class RowDecoder:
         embedded = decoder.embed_positions.weight[positions.clamp(max=self.max_positions - 1)]
         x = decoder.embed_tokens(ids) + embedded
         mask = (self._slot_index[:visible] <= positions[:, :, None])[:, None]
-        where = (self._row_index[:count, None, None], self._head_index[None, :, None],
-                 positions[:, None, :])
+        where = (
+            self._row_index[:count, None, None],
+            self._head_index[None, :, None],
+            positions[:, None, :],
+        )
         last = first + count
         weights: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(decoder.layers):
@@ -242,8 +261,9 @@ class RowDecoder:
             keys, values = self._self_k[i, first:last], self._self_v[i, first:last]
             keys.index_put_(where, self._split_heads(attention.k_proj(h)))
             values.index_put_(where, self._split_heads(attention.v_proj(h)))
-            out = F.scaled_dot_product_attention(q, keys[:, :, :visible], values[:, :, :visible],
-                                                 attn_mask=mask, scale=1.0)
+            out = F.scaled_dot_product_attention(
+                q, keys[:, :, :visible], values[:, :, :visible], attn_mask=mask, scale=1.0
+            )
             x = x + attention.out_proj(out.transpose(1, 2).reshape(count, width, self._d_model))
             attention = layer.encoder_attn
             h = layer.encoder_attn_layer_norm(x)
@@ -254,16 +274,18 @@ class RowDecoder:
                 weights[i] = (q[:, chosen] @ cross_k[:, chosen].transpose(-1, -2)).softmax(-1)
                 if i == max(heads):
                     return x, weights  # the layers above have no head to report
-            out = F.scaled_dot_product_attention(q, cross_k, self._cross_v[i, first:last],
-                                                 scale=1.0)
+            out = F.scaled_dot_product_attention(
+                q, cross_k, self._cross_v[i, first:last], scale=1.0
+            )
             x = x + attention.out_proj(out.transpose(1, 2).reshape(count, width, self._d_model))
             h = layer.final_layer_norm(x)
             x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
         return decoder.layer_norm(x), weights
 
     @torch.inference_mode()
-    def cross_attention(self, row: Row, ids: Sequence[int],
-                        heads: Sequence[tuple[int, int]]) -> torch.Tensor:
+    def cross_attention(
+        self, row: Row, ids: Sequence[int], heads: Sequence[tuple[int, int]]
+    ) -> torch.Tensor:
         """Cross-attention weights of ``heads`` ((layer, head) pairs) when ``row`` reads
         ``ids`` from its first position: shape (len(heads), len(ids), frames).
 
@@ -274,8 +296,7 @@ class RowDecoder:
         if not row.active:
             raise RuntimeError("this row was released; its decode has ended")
         if len(ids) > self.max_positions:
-            raise ValueError(f"{len(ids)} tokens: the decoder holds at most "
-                             f"{self.max_positions}")
+            raise ValueError(f"{len(ids)} tokens: the decoder holds at most {self.max_positions}")
         by_layer: dict[int, list[int]] = {}
         for layer, head in heads:
             by_layer.setdefault(layer, []).append(head)
@@ -283,8 +304,9 @@ class RowDecoder:
         positions = torch.arange(len(ids), device=self._device)[None]
         _, weights = self._forward(tokens, positions, row.slot, 1, len(ids), by_layer)
         row.length = max(row.length, len(ids))
-        return torch.stack([weights[layer][0, by_layer[layer].index(head)]
-                            for layer, head in heads])
+        return torch.stack(
+            [weights[layer][0, by_layer[layer].index(head)] for layer, head in heads]
+        )
 
     @torch.inference_mode()
     def _capture(self) -> None:
@@ -296,8 +318,9 @@ class RowDecoder:
             for width in widths:
                 ids = torch.zeros((count, width), dtype=torch.long, device=self._device)
                 # Warm-up and capture write into the spare slots past the last position.
-                positions = torch.arange(self._slots - width, self._slots,
-                                         device=self._device).repeat(count, 1)
+                positions = torch.arange(
+                    self._slots - width, self._slots, device=self._device
+                ).repeat(count, 1)
                 side.wait_stream(torch.cuda.current_stream(self._device))
                 with torch.cuda.stream(side):
                     for _ in range(2):  # cuBLAS workspaces and lazy kernels before capture

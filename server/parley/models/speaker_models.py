@@ -20,11 +20,11 @@ from typing import Protocol
 
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")  # pyannote's telemetry stays off
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from parley.core.audio import SAMPLE_RATE  # noqa: E402
-from parley.core.speaker_masks import FrameGrid  # noqa: E402
+from parley.core.audio import SAMPLE_RATE
+from parley.core.speaker_masks import FrameGrid
 
 log = logging.getLogger(__name__)
 MIN_EMBEDDING_SECONDS = 0.3
@@ -55,14 +55,16 @@ class CamPlusPlusEmbedder:
     dimension = 192
 
     def __init__(self, directory: Path, device: torch.device):
-        spec = importlib.util.spec_from_file_location("parley_campplus",
-                                                      directory / "camplusplus.py")
+        spec = importlib.util.spec_from_file_location(
+            "parley_campplus", directory / "camplusplus.py"
+        )
         module = importlib.util.module_from_spec(spec)
         assert spec.loader is not None
         spec.loader.exec_module(module)
         model = module.CAMPPlus(feat_dim=80, embedding_size=self.dimension)
-        state = torch.load(directory / "campplus_cn_en_common.pt", map_location="cpu",
-                           weights_only=True)
+        state = torch.load(
+            directory / "campplus_cn_en_common.pt", map_location="cpu", weights_only=True
+        )
         model.load_state_dict(state)
         self._model = model.to(device).eval()
         self._device = device
@@ -84,8 +86,9 @@ class CamPlusPlusEmbedder:
                 continue
             noise = torch.randn(len(samples), generator=torch.Generator().manual_seed(0))
             pcm = samples * 32768.0 + FBANK_DITHER * noise.to(samples.device)
-            features = kaldi.fbank(pcm[None], num_mel_bins=80, dither=0.0,
-                                   sample_frequency=SAMPLE_RATE)
+            features = kaldi.fbank(
+                pcm[None], num_mel_bins=80, dither=0.0, sample_frequency=SAMPLE_RATE
+            )
             features = features - features.mean(dim=0, keepdim=True)
             out[i] = self._network(features)
         return out
@@ -101,14 +104,21 @@ def _onnx_session(model: torch.nn.Module):
     exported = io.BytesIO()
     with warnings.catch_warnings():  # the exporter's notes on the model's own code
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.zeros(1, 200, 80),), exported,
-                          input_names=["features"], output_names=["embedding"],
-                          dynamic_axes={"features": {1: "frames"}}, dynamo=False)
+        torch.onnx.export(
+            model,
+            (torch.zeros(1, 200, 80),),
+            exported,
+            input_names=["features"],
+            output_names=["embedding"],
+            dynamic_axes={"features": {1: "frames"}},
+            dynamo=False,
+        )
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    return onnxruntime.InferenceSession(exported.getvalue(), options,
-                                        providers=["CPUExecutionProvider"])
+    return onnxruntime.InferenceSession(
+        exported.getvalue(), options, providers=["CPUExecutionProvider"]
+    )
 
 
 class PyannoteEmbedder:
@@ -144,8 +154,7 @@ class SpeakerModels:
         speakers with too little audio."""
         return self.embedder(torch.from_numpy(window), torch.from_numpy(masks))
 
-    def diarize_recording(self, audio: np.ndarray, config, clustering, count,
-                          step_s: float):
+    def diarize_recording(self, audio: np.ndarray, config, clustering, count, step_s: float):
         """Who spoke when in a whole recording (a ``TimelineSnapshot``): a pyannote
         pipeline's own offline algorithm when one was loaded, else every window's
         speakers clustered at once (``core.recording_speakers``)."""
@@ -175,9 +184,12 @@ def _pipeline_snapshot(pipeline, audio: np.ndarray, count):
     numbered by first appearance)."""
     from parley.core.speaker_timeline import TimelineSnapshot, Turn
 
-    output = pipeline({"waveform": torch.from_numpy(audio)[None], "sample_rate": SAMPLE_RATE},
-                      num_speakers=count.exactly, min_speakers=count.at_least,
-                      max_speakers=count.at_most)
+    output = pipeline(
+        {"waveform": torch.from_numpy(audio)[None], "sample_rate": SAMPLE_RATE},
+        num_speakers=count.exactly,
+        min_speakers=count.at_least,
+        max_speakers=count.at_most,
+    )
     annotation = getattr(output, "speaker_diarization", output)  # pyannote 4 wraps it
     order: dict[str, int] = {}
     turns = []
@@ -203,18 +215,29 @@ def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> 
         directory = models_dir / DIARIZATION.name
         problems = verify(directory)
         if problems:
-            raise FileNotFoundError(f"the diarization bundle is not installed in {models_dir} "
-                                    f"({problems[0]}); run `parley models install`")
-        segmentation = Model.from_pretrained(str(directory / "segmentation" /
-                                                 "pytorch_model.bin")).to(device).eval()
+            raise FileNotFoundError(
+                f"the diarization bundle is not installed in {models_dir} "
+                f"({problems[0]}); run `parley models install`"
+            )
+        segmentation = (
+            Model.from_pretrained(str(directory / "segmentation" / "pytorch_model.bin"))
+            .to(device)
+            .eval()
+        )
         embed = CamPlusPlusEmbedder(directory / "campplus", device)
         return SpeakerModels(segmentation, embed, "bundle", _grid_of(segmentation), device)
     pipeline = _load_pipeline(source)
     segmentation = pipeline._segmentation.model.to(device).eval()
     embedding = pipeline._embedding
     embedding.to(device)
-    return SpeakerModels(segmentation, PyannoteEmbedder(embedding), source,
-                         _grid_of(segmentation), device, pipeline=pipeline.to(device))
+    return SpeakerModels(
+        segmentation,
+        PyannoteEmbedder(embedding),
+        source,
+        _grid_of(segmentation),
+        device,
+        pipeline=pipeline.to(device),
+    )
 
 
 def _load_pipeline(source: str):
@@ -224,14 +247,18 @@ def _load_pipeline(source: str):
         return Pipeline.from_pretrained(str(Path(source).expanduser()))
     token = os.environ.get("HF_TOKEN")
     if not token:
-        raise RuntimeError(f"diarization pipeline {source!r} is on the Hugging Face hub and "
-                           "gated: set HF_TOKEN in the environment (its value is never logged)")
+        raise RuntimeError(
+            f"diarization pipeline {source!r} is on the Hugging Face hub and "
+            "gated: set HF_TOKEN in the environment (its value is never logged)"
+        )
     try:
         pipeline = Pipeline.from_pretrained(source, token=token)
     except Exception as exc:  # the hub's own errors say more than we could
-        raise RuntimeError(f"could not load diarization pipeline {source!r}: "
-                           f"{type(exc).__name__} (check HF_TOKEN and that you accepted the "
-                           "model's conditions on the hub)") from None
+        raise RuntimeError(
+            f"could not load diarization pipeline {source!r}: "
+            f"{type(exc).__name__} (check HF_TOKEN and that you accepted the "
+            "model's conditions on the hub)"
+        ) from None
     if pipeline is None:
         raise RuntimeError(f"could not load diarization pipeline {source!r}: is HF_TOKEN valid?")
     return pipeline

@@ -12,16 +12,24 @@ from __future__ import annotations
 import gzip
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
 from transformers import AutoConfig, WhisperForConditionalGeneration, WhisperProcessor
 from transformers.utils import logging as hf_logging
 
-from parley.core.asr import (AsrRequest, Decoding, StepReport, Task, Transcription, Vocabulary,
-                             decoding_problem, transcribe)
+from parley.core.asr import (
+    AsrRequest,
+    Decoding,
+    StepReport,
+    Task,
+    Transcription,
+    Vocabulary,
+    decoding_problem,
+    transcribe,
+)
 from parley.core.audio import SAMPLE_RATE
 from parley.core.keyterms import KeytermBias
 from parley.core.words import TimedWord, group_words
@@ -55,7 +63,7 @@ class QualityGuards:
     logprob_threshold: float = -1.0
     compression_ratio_threshold: float = 2.4
     certain_no_speech: float = 0.9
-    short_text_tokens: int = 3            # a text this short (or shorter) is a "short" one
+    short_text_tokens: int = 3  # a text this short (or shorter) is a "short" one
     short_no_speech_threshold: float = 0.4
     # An English-only model hearing another language writes fluent English with little
     # confidence, and more doubt that it heard speech at all: its mean log-probability
@@ -69,15 +77,20 @@ class QualityGuards:
         """The decode of an English-only model looks like another language's speech."""
         return avg_logprob - self.foreign_no_speech_weight * no_speech_prob < self.foreign_doubt
 
-    def rejects(self, no_speech_prob: float, avg_logprob: float, compression: float,
-                text_tokens: int) -> str | None:
+    def rejects(
+        self, no_speech_prob: float, avg_logprob: float, compression: float, text_tokens: int
+    ) -> str | None:
         """Why a decode's text is not speech (``no_speech``, ``repetition``), or None."""
         doubtful = avg_logprob < self.logprob_threshold
         if no_speech_prob > self.certain_no_speech or (
-                no_speech_prob > self.no_speech_threshold and doubtful):
+            no_speech_prob > self.no_speech_threshold and doubtful
+        ):
             return "no_speech"
-        if (text_tokens <= self.short_text_tokens and doubtful
-                and no_speech_prob > self.short_no_speech_threshold):
+        if (
+            text_tokens <= self.short_text_tokens
+            and doubtful
+            and no_speech_prob > self.short_no_speech_threshold
+        ):
             return "no_speech"
         if compression > self.compression_ratio_threshold:
             return "repetition"
@@ -111,11 +124,20 @@ class WhisperDecode:
 class WhisperEngine:
     """Loads a Whisper model (bundle directory, local path or hub id) and decodes with it."""
 
-    def __init__(self, source: str, label: str, plan: DevicePlan, *,
-                 assistant_source: str | None = None, assistant_label: str | None = None,
-                 assistant_languages: frozenset[str] | None = None,
-                 guards: QualityGuards | None = QualityGuards(), max_draft: int = 15,
-                 max_rows: int = 16, cuda_graphs: bool = True):
+    def __init__(
+        self,
+        source: str,
+        label: str,
+        plan: DevicePlan,
+        *,
+        assistant_source: str | None = None,
+        assistant_label: str | None = None,
+        assistant_languages: frozenset[str] | None = None,
+        guards: QualityGuards | None = QualityGuards(),
+        max_draft: int = 15,
+        max_rows: int = 16,
+        cuda_graphs: bool = True,
+    ):
         hf_logging.set_verbosity_error()  # transformers' deprecation chatter is not ours to show
         self.label = label
         self.plan = plan
@@ -129,31 +151,53 @@ class WhisperEngine:
         tokenizer = self.processor.tokenizer
         self.assistant: Assistant | None = None
         if assistant_source is not None:  # checked before the main weights load: fail fast
-            self.assistant = load_assistant(assistant_source, assistant_label or assistant_source,
-                                            AutoConfig.from_pretrained(source), tokenizer, plan,
-                                            assistant_languages)
-        self.model = WhisperForConditionalGeneration.from_pretrained(
-            source, dtype=plan.dtype, attn_implementation="sdpa"
-        ).to(plan.device).eval()
+            self.assistant = load_assistant(
+                assistant_source,
+                assistant_label or assistant_source,
+                AutoConfig.from_pretrained(source),
+                tokenizer,
+                plan,
+                assistant_languages,
+            )
+        self.model = (
+            WhisperForConditionalGeneration.from_pretrained(
+                source, dtype=plan.dtype, attn_implementation="sdpa"
+            )
+            .to(plan.device)
+            .eval()
+        )
         generation = self.model.generation_config
         self.multilingual = bool(getattr(generation, "is_multilingual", False))
-        self.languages = frozenset(token[2:-2] for token in
-                                   getattr(generation, "lang_to_id", {}) or {}) \
-            if self.multilingual else frozenset({"en"})
+        self.languages = (
+            frozenset(token[2:-2] for token in getattr(generation, "lang_to_id", {}) or {})
+            if self.multilingual
+            else frozenset({"en"})
+        )
         self._eot = generation.eos_token_id
         self._sot = generation.decoder_start_token_id
         self._prev = tokenizer.convert_tokens_to_ids("<|startofprev|>")
         # The widest step is the last accepted token plus a full draft.
-        self.decoder = RowDecoder(self.model.model.decoder, capacity=max_rows,
-                                  max_width=max_draft + 1, graphs=self.graphs)
+        self.decoder = RowDecoder(
+            self.model.model.decoder, capacity=max_rows, max_width=max_draft + 1, graphs=self.graphs
+        )
         self.verifier = GreedyVerifier(
-            self.decoder, OutputHead(self.model.proj_out), generation.suppress_tokens or [],
-            generation.begin_suppress_tokens or [], self._eot,
-            generation.no_timestamps_token_id - 1, self.model.config.vocab_size, plan.device)
+            self.decoder,
+            OutputHead(self.model.proj_out),
+            generation.suppress_tokens or [],
+            generation.begin_suppress_tokens or [],
+            self._eot,
+            generation.no_timestamps_token_id - 1,
+            self.model.config.vocab_size,
+            plan.device,
+        )
         self._alignment_heads = [tuple(pair) for pair in generation.alignment_heads]
         if self.assistant is not None:
-            self._assistant_decoder = RowDecoder(self.assistant.decoder, capacity=max_rows,
-                                                 max_width=max_draft + 1, graphs=self.graphs)
+            self._assistant_decoder = RowDecoder(
+                self.assistant.decoder,
+                capacity=max_rows,
+                max_width=max_draft + 1,
+                graphs=self.graphs,
+            )
             self._assistant_head = OutputHead(self.assistant.proj_out)
 
     # ------------------------------------------------------------------ languages
@@ -180,8 +224,12 @@ class WhisperEngine:
         tokenizer = self.processor.tokenizer
         bias = None
         if decoding.keyterms:
-            bias = KeytermBias(tuple(tuple(tokenizer.encode(" " + term, add_special_tokens=False))
-                                     for term in decoding.keyterms))
+            bias = KeytermBias(
+                tuple(
+                    tuple(tokenizer.encode(" " + term, add_special_tokens=False))
+                    for term in decoding.keyterms
+                )
+            )
         return Vocabulary(prompt, bias)
 
     def sot_sequence(self, language: str | None, task: Task = Task.TRANSCRIBE) -> list[int]:
@@ -216,17 +264,26 @@ class WhisperEngine:
         try:
             languages = self._languages(requests, rows)
             for i, (request, row, (language, probability)) in enumerate(
-                    zip(requests, rows, languages)):
+                zip(requests, rows, languages)
+            ):
                 prefix = [self._prev, *request.context] if request.context else []
                 prompt = prefix + self.sot_sequence(language, request.task)
-                drafter, assistant_row = self._drafter(request, language, features[i:i + 1],
-                                                       encoder_hidden[i:i + 1])
+                drafter, assistant_row = self._drafter(
+                    request, language, features[i : i + 1], encoder_hidden[i : i + 1]
+                )
                 if assistant_row is not None:
                     assistant_rows.append(assistant_row)
-                main = RowDecode(row, prompt, len(prefix), self.decoder.max_positions - len(prompt),
-                                 drafter, bias=request.bias)
-                decodes.append(WhisperDecode(request, main, assistant_row,
-                                             language or "en", probability))
+                main = RowDecode(
+                    row,
+                    prompt,
+                    len(prefix),
+                    self.decoder.max_positions - len(prompt),
+                    drafter,
+                    bias=request.bias,
+                )
+                decodes.append(
+                    WhisperDecode(request, main, assistant_row, language or "en", probability)
+                )
             self.verifier.prime([d.main for d in decodes])
         except BaseException:
             for row in rows:
@@ -246,9 +303,11 @@ class WhisperEngine:
         tokens = main.tokens
         text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
         compression = compression_ratio(text)
-        rejected = self.guards.rejects(main.no_speech_prob, main.avg_logprob,
-                                       compression, len(tokens)) \
-            if self.guards else None
+        rejected = (
+            self.guards.rejects(main.no_speech_prob, main.avg_logprob, compression, len(tokens))
+            if self.guards
+            else None
+        )
         words: tuple[TimedWord, ...] = ()
         try:
             if rejected:
@@ -257,24 +316,41 @@ class WhisperEngine:
                 words = tuple(self._words(main, request.seconds))
         finally:
             self.drop(decode)
-        return Transcription(text=text, tokens=tuple(tokens), words=words,
-                             no_speech_prob=main.no_speech_prob, avg_logprob=main.avg_logprob,
-                             rejected=rejected, stats=main.stats, language=decode.language,
-                             language_probability=decode.language_probability,
-                             compression_ratio=compression,
-                             foreign=bool(text and self.guards and not self.multilingual
-                                          and self.guards.foreign(main.avg_logprob,
-                                                                  main.no_speech_prob)))
+        return Transcription(
+            text=text,
+            tokens=tuple(tokens),
+            words=words,
+            no_speech_prob=main.no_speech_prob,
+            avg_logprob=main.avg_logprob,
+            rejected=rejected,
+            stats=main.stats,
+            language=decode.language,
+            language_probability=decode.language_probability,
+            compression_ratio=compression,
+            foreign=bool(
+                text
+                and self.guards
+                and not self.multilingual
+                and self.guards.foreign(main.avg_logprob, main.no_speech_prob)
+            ),
+        )
 
     def drop(self, decode: WhisperDecode) -> None:
         self.decoder.release(decode.main.row)
         if decode.assistant_row is not None:
             self._assistant_decoder.release(decode.assistant_row)
 
-    def transcribe(self, audio: np.ndarray, *, language: str | None = None,
-                   with_words: bool = False, draft: tuple[int, ...] | None = None,
-                   context: tuple[int, ...] = (), budget: int | None = None,
-                   **options) -> Transcription:
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        *,
+        language: str | None = None,
+        with_words: bool = False,
+        draft: tuple[int, ...] | None = None,
+        context: tuple[int, ...] = (),
+        budget: int | None = None,
+        **options,
+    ) -> Transcription:
         """One clip decoded alone (tests and benchmarks); ``budget`` 0 means no drafts;
         ``options``: the rest of ``AsrRequest`` (languages, task, bias)."""
         request = AsrRequest(audio, language, with_words, draft, context, **options)
@@ -282,8 +358,9 @@ class WhisperEngine:
 
     # ------------------------------------------------------------------ internals
 
-    def _languages(self, requests: Sequence[AsrRequest], rows: list[Row]
-                   ) -> list[tuple[str | None, float | None]]:
+    def _languages(
+        self, requests: Sequence[AsrRequest], rows: list[Row]
+    ) -> list[tuple[str | None, float | None]]:
         """Each request's language, and its probability where it was detected: a
         multilingual model detects the missing ones from the first decoder position
         (<|startoftranscript|> alone), all rows in one pass, among the request's
@@ -304,24 +381,38 @@ class WhisperEngine:
                 out.append(known)
                 continue
             if request.languages:
-                allowed = torch.tensor([name in request.languages for name in names],
-                                       device=row_logits.device)
+                allowed = torch.tensor(
+                    [name in request.languages for name in names], device=row_logits.device
+                )
                 row_logits = row_logits.masked_fill(~allowed, -math.inf)
             probabilities = row_logits.softmax(-1)
             best = int(probabilities.argmax())
             out.append((names[best], float(probabilities[best])))
         return out
 
-    def _drafter(self, request: AsrRequest, language: str | None, features: torch.Tensor,
-                 encoder_hidden: torch.Tensor) -> tuple[Drafter | None, Row | None]:
+    def _drafter(
+        self,
+        request: AsrRequest,
+        language: str | None,
+        features: torch.Tensor,
+        encoder_hidden: torch.Tensor,
+    ) -> tuple[Drafter | None, Row | None]:
         hypothesis = HypothesisDrafter(request.draft) if request.draft else None
         assistant, row = None, None
         # The assistants (distil-whisper) learnt to transcribe, not to translate.
-        if (self.assistant is not None and request.task is Task.TRANSCRIBE
-                and self.assistant.serves(language)):
+        if (
+            self.assistant is not None
+            and request.task is Task.TRANSCRIBE
+            and self.assistant.serves(language)
+        ):
             (row,) = self._assistant_decoder.add(self.assistant.encode(features, encoder_hidden))
-            assistant = AssistantDrafter(row, self._assistant_head, self.verifier.suppress,
-                                         self._eot, max_length=self.max_draft)
+            assistant = AssistantDrafter(
+                row,
+                self._assistant_head,
+                self.verifier.suppress,
+                self._eot,
+                max_length=self.max_draft,
+            )
         if hypothesis and assistant:
             return ChainedDrafter(hypothesis, assistant), row
         return hypothesis or assistant, row
@@ -336,7 +427,9 @@ class WhisperEngine:
         probabilities = np.exp(decode.token_logprobs)
         pieces, starts, ends, probs = _merge_partial_characters(
             [self.processor.tokenizer.decode([t]) for t in tokens],
-            starts.tolist(), ends.tolist(), probabilities.tolist(),
+            starts.tolist(),
+            ends.tolist(),
+            probabilities.tolist(),
         )
         return group_words(pieces, starts, ends, probs)
 

@@ -84,21 +84,28 @@ def _layer_tensors(model: Ct2Model, src: str, dst: str, decoder: bool) -> dict[s
     # (CTranslate2 stores zeros there).
     q_w, k_w, v_w = _split_rows(model.get(f"{src}/self_attention/linear_0/weight"), 3)
     q_b, _k_b, v_b = _split_rows(model.get(f"{src}/self_attention/linear_0/bias"), 3)
-    out.update({
-        f"{dst}.self_attn.q_proj.weight": q_w, f"{dst}.self_attn.q_proj.bias": q_b,
-        f"{dst}.self_attn.k_proj.weight": k_w,
-        f"{dst}.self_attn.v_proj.weight": v_w, f"{dst}.self_attn.v_proj.bias": v_b,
-    })
+    out.update(
+        {
+            f"{dst}.self_attn.q_proj.weight": q_w,
+            f"{dst}.self_attn.q_proj.bias": q_b,
+            f"{dst}.self_attn.k_proj.weight": k_w,
+            f"{dst}.self_attn.v_proj.weight": v_w,
+            f"{dst}.self_attn.v_proj.bias": v_b,
+        }
+    )
     linear("self_attention/linear_1", "self_attn.out_proj")
     norm("self_attention/layer_norm", "self_attn_layer_norm")
     if decoder:
         linear("attention/linear_0", "encoder_attn.q_proj")
         k_w, v_w = _split_rows(model.get(f"{src}/attention/linear_1/weight"), 2)
         _k_b, v_b = _split_rows(model.get(f"{src}/attention/linear_1/bias"), 2)
-        out.update({
-            f"{dst}.encoder_attn.k_proj.weight": k_w,
-            f"{dst}.encoder_attn.v_proj.weight": v_w, f"{dst}.encoder_attn.v_proj.bias": v_b,
-        })
+        out.update(
+            {
+                f"{dst}.encoder_attn.k_proj.weight": k_w,
+                f"{dst}.encoder_attn.v_proj.weight": v_w,
+                f"{dst}.encoder_attn.v_proj.bias": v_b,
+            }
+        )
         linear("attention/linear_2", "encoder_attn.out_proj")
         norm("attention/layer_norm", "encoder_attn_layer_norm")
     linear("ffn/linear_0", "fc1")
@@ -135,7 +142,7 @@ class Vocabulary:
     tokens: list[str]
 
     @classmethod
-    def read(cls, path: Path) -> "Vocabulary":
+    def read(cls, path: Path) -> Vocabulary:
         # split on "\n" only: byte-level tokens may contain other line-break characters
         lines = path.read_text(encoding="utf-8").split("\n")
         return cls(lines[:-1] if lines and lines[-1] == "" else lines)
@@ -153,7 +160,7 @@ class Vocabulary:
 
     def specials(self) -> list[str]:
         """The ``<|...|>`` control tokens after end-of-text, timestamps excluded."""
-        return [t for t in self.tokens[self.eot:] if not _is_timestamp(t)]
+        return [t for t in self.tokens[self.eot :] if not _is_timestamp(t)]
 
     def languages(self) -> dict[str, int]:
         return {t: i for i, t in enumerate(self.tokens) if _LANGUAGE_TOKEN.match(t)}
@@ -189,11 +196,15 @@ def build_tokenizer(source: Path, vocabulary: Vocabulary):
         extra_special_tokens=[t for t in vocabulary.specials() if t != "<|endoftext|>"],
         pad_token="<|endoftext|>",  # as the hub's checkpoints: batched pipelines pad with it
     )
-    mismatched = [i for i, token in enumerate(vocabulary.tokens)
-                  if tokenizer.convert_ids_to_tokens(i) != token]
+    mismatched = [
+        i
+        for i, token in enumerate(vocabulary.tokens)
+        if tokenizer.convert_ids_to_tokens(i) != token
+    ]
     if mismatched:
-        raise ValueError(f"{len(mismatched)} token ids differ from vocabulary.txt, "
-                         f"first at id {mismatched[0]}")
+        raise ValueError(
+            f"{len(mismatched)} token ids differ from vocabulary.txt, first at id {mismatched[0]}"
+        )
     return tokenizer
 
 
@@ -217,8 +228,9 @@ def build_generation_config(ct2_config: dict, vocabulary: Vocabulary, max_length
     )
     if vocabulary.multilingual:
         fields["lang_to_id"] = vocabulary.languages()
-        fields["task_to_id"] = {task: vocabulary.id_of(f"<|{task}|>")
-                                for task in ("transcribe", "translate")}
+        fields["task_to_id"] = {
+            task: vocabulary.id_of(f"<|{task}|>") for task in ("transcribe", "translate")
+        }
     return GenerationConfig(**fields)
 
 
@@ -259,8 +271,9 @@ def import_whisper(source: Path, destination: Path) -> list[Path]:
     shape = infer_shape(ct2)
     vocabulary = Vocabulary.read(source / "vocabulary.txt")
     if len(vocabulary.tokens) != shape.vocab_size:
-        raise ValueError(f"vocabulary.txt has {len(vocabulary.tokens)} tokens, "
-                         f"the embeddings {shape.vocab_size}")
+        raise ValueError(
+            f"vocabulary.txt has {len(vocabulary.tokens)} tokens, the embeddings {shape.vocab_size}"
+        )
     ct2_config = json.loads((source / "config.json").read_text())
 
     destination.mkdir(parents=True, exist_ok=True)
@@ -268,7 +281,8 @@ def import_whisper(source: Path, destination: Path) -> list[Path]:
     save_file(state, str(destination / "model.safetensors"), metadata={"format": "pt"})
     build_model_config(shape, vocabulary).save_pretrained(destination)
     build_generation_config(ct2_config, vocabulary, shape.max_target_positions).save_pretrained(
-        destination)
+        destination
+    )
     build_tokenizer(source, vocabulary).save_pretrained(destination)
     WhisperFeatureExtractor(feature_size=shape.n_mels).save_pretrained(destination)
     return sorted(p for p in destination.iterdir() if p.is_file())

@@ -9,7 +9,6 @@ from parley.core.audio import SAMPLE_RATE as TARGET_RATE
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
 
 
-
 def _mulaw_table() -> np.ndarray:
     # ITU-T G.711 mu-law expansion of all 256 codes, scaled to [-1, 1].
     codes = ~np.arange(256, dtype=np.uint8)
@@ -27,8 +26,11 @@ def _alaw_table() -> np.ndarray:
     sign = (codes & 0x80) != 0
     exponent = (codes >> 4) & 0x07
     mantissa = (codes & 0x0F).astype(np.int32)
-    magnitude = np.where(exponent == 0, (mantissa << 4) + 8,
-                         ((mantissa << 4) + 0x108) << np.maximum(exponent.astype(np.int32) - 1, 0))
+    magnitude = np.where(
+        exponent == 0,
+        (mantissa << 4) + 8,
+        ((mantissa << 4) + 0x108) << np.maximum(exponent.astype(np.int32) - 1, 0),
+    )
     linear = np.where(sign, magnitude, -magnitude)
     return (linear / 32768.0).astype(np.float32)
 
@@ -43,9 +45,9 @@ class AudioDecoder:
     def __init__(self, config: StreamConfig):
         self.config = config
         self._resampler = (
-            soxr.ResampleStream(config.sample_rate, TARGET_RATE, 1, dtype="float32",
-                                quality="HQ")
-            if config.sample_rate != TARGET_RATE else None
+            soxr.ResampleStream(config.sample_rate, TARGET_RATE, 1, dtype="float32", quality="HQ")
+            if config.sample_rate != TARGET_RATE
+            else None
         )
 
     def decode(self, frame: bytes) -> np.ndarray:
@@ -64,8 +66,10 @@ class AudioDecoder:
         elif encoding is Encoding.PCM_F32LE:
             samples = np.frombuffer(frame, dtype="<f4").astype(np.float32)
             if not np.all(np.isfinite(samples)):
-                raise ProtocolError(ErrorCode.BAD_AUDIO,
-                                    "float32 audio holds NaN or infinity; the message was dropped")
+                raise ProtocolError(
+                    ErrorCode.BAD_AUDIO,
+                    "float32 audio holds NaN or infinity; the message was dropped",
+                )
             samples = np.clip(samples, -1.0, 1.0)
         elif encoding is Encoding.MULAW:
             samples = _MULAW[np.frombuffer(frame, dtype=np.uint8)]

@@ -52,7 +52,7 @@ def close_reason(text: str) -> str:
     encoded = text.encode("utf-8")
     if len(encoded) <= MAX_CLOSE_REASON_BYTES:
         return text
-    cut = encoded[:MAX_CLOSE_REASON_BYTES - len("…".encode())]
+    cut = encoded[: MAX_CLOSE_REASON_BYTES - len("…".encode())]
     return cut.decode("utf-8", errors="ignore") + "…"
 
 

@@ -6,9 +6,10 @@ Every class here mirrors a section of protocol.md; change both together.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 # The errors and the stream's configuration have their own modules; the wires import
 # them from here, with the messages.
@@ -35,15 +36,17 @@ def parse_control(text: str) -> ControlType:
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "text messages must be JSON objects") from None
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
-        raise ProtocolError(ErrorCode.BAD_MESSAGE,
-                            'a control message is a JSON object with a string "type"')
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE, 'a control message is a JSON object with a string "type"'
+        )
     try:
         return ControlType(data["type"])
     except ValueError:
         choices = ", ".join(c.value for c in ControlType)
-        raise ProtocolError(ErrorCode.BAD_MESSAGE,
-                            f"unknown message type {data['type']!r}; expected one of {choices}"
-                            ) from None
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE,
+            f"unknown message type {data['type']!r}; expected one of {choices}",
+        ) from None
 
 
 def control_message(kind: ControlType) -> str:
@@ -63,10 +66,10 @@ class Word:
 
 
 class FinalReason(str, Enum):
-    SILENCE = "silence"          # the speaker paused: a natural end of utterance
-    MAX_LENGTH = "max_length"    # a long turn was cut; the speech goes on in the next segment
+    SILENCE = "silence"  # the speaker paused: a natural end of utterance
+    MAX_LENGTH = "max_length"  # a long turn was cut; the speech goes on in the next segment
     SPEAKER_CHANGE = "speaker_change"  # the turn passed to another speaker, without a pause
-    FINALIZE = "finalize"        # the client asked for it
+    FINALIZE = "finalize"  # the client asked for it
     END_OF_STREAM = "end_of_stream"
 
 
@@ -107,7 +110,7 @@ class SegmentEnded:
 
     segment_id: int
     end: float
-    reason: "FinalReason"
+    reason: FinalReason
     type: str = "segment_ended"
 
 
@@ -168,7 +171,7 @@ class EndReason(str, Enum):
 
     END_OF_STREAM = "end_of_stream"  # the client sent end_of_stream
     SHUTTING_DOWN = "shutting_down"  # the server drained (SIGTERM)
-    MAX_DURATION = "max_duration"    # the session reached limits.max_session_s
+    MAX_DURATION = "max_duration"  # the session reached limits.max_session_s
 
     @property
     def close_code(self) -> int:
@@ -176,8 +179,11 @@ class EndReason(str, Enum):
 
     @property
     def close_reason(self) -> str:
-        return {"end_of_stream": "end of stream", "shutting_down": "server shutting down",
-                "max_duration": "maximum session duration reached"}[self.value]
+        return {
+            "end_of_stream": "end of stream",
+            "shutting_down": "server shutting down",
+            "max_duration": "maximum session duration reached",
+        }[self.value]
 
 
 @dataclass(frozen=True)
@@ -200,8 +206,18 @@ class Error:
         return self.code.close_code is not None
 
 
-ServerMessage = (SessionStarted | SessionResumed | SpeechStarted | SegmentEnded | Partial
-                 | Final | SpeakerUpdate | Finalized | SessionEnded | Error)
+ServerMessage = (
+    SessionStarted
+    | SessionResumed
+    | SpeechStarted
+    | SegmentEnded
+    | Partial
+    | Final
+    | SpeakerUpdate
+    | Finalized
+    | SessionEnded
+    | Error
+)
 
 
 def _round_times(value: Any) -> Any:
@@ -257,13 +273,18 @@ def parse(data: Mapping[str, Any]) -> ServerMessage | None:
     if kind == "segment_ended":
         return SegmentEnded(**{**fields, "reason": FinalReason(fields["reason"])})
     if kind == "session_ended":
-        return SessionEnded(**{**fields, "reason": EndReason(fields.get("reason",
-                                                                        "end_of_stream"))})
+        return SessionEnded(
+            **{**fields, "reason": EndReason(fields.get("reason", "end_of_stream"))}
+        )
     if kind == "error":
         fields.pop("fatal", None)
         return Error(**{**fields, "code": ErrorCode(fields["code"])})
-    simple = {"speech_started": SpeechStarted, "partial": Partial, "finalized": Finalized,
-              "session_resumed": SessionResumed}
+    simple = {
+        "speech_started": SpeechStarted,
+        "partial": Partial,
+        "finalized": Finalized,
+        "session_resumed": SessionResumed,
+    }
     return simple[kind](**fields) if kind in simple else None
 
 

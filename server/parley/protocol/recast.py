@@ -18,9 +18,14 @@ def shifted(message: M, offset_s: float) -> M:
     if isinstance(message, Partial):
         return replace(message, start=message.start + offset_s, end=message.end + offset_s)
     if isinstance(message, Final):
-        return replace(message, start=message.start + offset_s, end=message.end + offset_s,
-                       words=[replace(w, start=w.start + offset_s, end=w.end + offset_s)
-                              for w in message.words])
+        return replace(
+            message,
+            start=message.start + offset_s,
+            end=message.end + offset_s,
+            words=[
+                replace(w, start=w.start + offset_s, end=w.end + offset_s) for w in message.words
+            ],
+        )
     if isinstance(message, Finalized):
         return replace(message, audio_end=message.audio_end + offset_s)
     if isinstance(message, SegmentEnded):
@@ -31,8 +36,9 @@ def shifted(message: M, offset_s: float) -> M:
 def with_speaker(message: M, speaker: str) -> M:
     """A final or partial (and its words) said by ``speaker``; others as they are."""
     if isinstance(message, Final):
-        return replace(message, speaker=speaker,
-                       words=[replace(w, speaker=speaker) for w in message.words])
+        return replace(
+            message, speaker=speaker, words=[replace(w, speaker=speaker) for w in message.words]
+        )
     if isinstance(message, Partial):
         return replace(message, speaker=speaker)
     return message

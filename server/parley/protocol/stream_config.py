@@ -4,9 +4,10 @@ client asks of the decoding, read from the query string and told back in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 from parley.core.asr import Decoding, Task
 from parley.core.keyterms import check_keyterms
@@ -35,12 +36,12 @@ class StreamConfig:
     language: str | None = None
     partials: bool = True
     diarization: bool = False
-    languages: tuple[str, ...] = ()    # detection among these (section 2, "Languages")
+    languages: tuple[str, ...] = ()  # detection among these (section 2, "Languages")
     task: Task = Task.TRANSCRIBE
-    keyterms: tuple[str, ...] = ()     # names and terms the decoder favours
-    prompt: str | None = None          # text the model reads first (Whisper's prompt)
-    redact: tuple[str, ...] = ()       # Redact categories, applied to every result
-    numerals: bool = False             # number words written as digits
+    keyterms: tuple[str, ...] = ()  # names and terms the decoder favours
+    prompt: str | None = None  # text the model reads first (Whisper's prompt)
+    redact: tuple[str, ...] = ()  # Redact categories, applied to every result
+    numerals: bool = False  # number words written as digits
 
     MIN_RATE = 8000
     MAX_RATE = 48000
@@ -56,8 +57,9 @@ class StreamConfig:
     @property
     def decoding(self) -> Decoding:
         """What the stream asks of the model besides its audio."""
-        return Decoding(self.language, frozenset(self.languages), self.task, self.keyterms,
-                        self.prompt or "")
+        return Decoding(
+            self.language, frozenset(self.languages), self.task, self.keyterms, self.prompt or ""
+        )
 
     @property
     def redaction(self) -> frozenset[Redact]:
@@ -72,7 +74,7 @@ class StreamConfig:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "StreamConfig":
+    def from_json(cls, data: Mapping[str, Any]) -> StreamConfig:
         """The inverse of ``to_json`` (a ``session_started``'s config); fields this
         version does not know are left out."""
         known = {f for f in cls.__dataclass_fields__}
@@ -97,10 +99,23 @@ class StreamConfig:
         return query
 
     @classmethod
-    def from_query(cls, params: Mapping[str, str]) -> "StreamConfig":
-        known = {"encoding", "sample_rate", "channels", "language", "partials", "diarization",
-                 "token", "webhook_url", "languages", "task", "keyterms", "prompt", "redact",
-                 "numerals"}
+    def from_query(cls, params: Mapping[str, str]) -> StreamConfig:
+        known = {
+            "encoding",
+            "sample_rate",
+            "channels",
+            "language",
+            "partials",
+            "diarization",
+            "token",
+            "webhook_url",
+            "languages",
+            "task",
+            "keyterms",
+            "prompt",
+            "redact",
+            "numerals",
+        }
         unknown = sorted(set(params) - known)
         if unknown:
             raise ProtocolError(ErrorCode.BAD_CONFIG, f"unknown parameter(s): {', '.join(unknown)}")
@@ -108,8 +123,9 @@ class StreamConfig:
             encoding = Encoding(params.get("encoding", cls.encoding.value))
         except ValueError:
             choices = ", ".join(e.value for e in Encoding)
-            raise ProtocolError(ErrorCode.BAD_CONFIG,
-                                f"encoding must be one of {choices}") from None
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG, f"encoding must be one of {choices}"
+            ) from None
         sample_rate = _int_param(params, "sample_rate", cls.sample_rate, cls.MIN_RATE, cls.MAX_RATE)
         channels = _int_param(params, "channels", cls.channels, 1, cls.MAX_CHANNELS)
         language = params.get("language") or None
@@ -117,13 +133,15 @@ class StreamConfig:
             language = None
         prompt = params.get("prompt") or None
         if prompt is not None and len(prompt) > cls.MAX_PROMPT_CHARS:
-            raise ProtocolError(ErrorCode.BAD_CONFIG,
-                                f"prompt has at most {cls.MAX_PROMPT_CHARS} characters")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG, f"prompt has at most {cls.MAX_PROMPT_CHARS} characters"
+            )
         try:
             task = Task(params.get("task", cls.task.value))
         except ValueError:
-            raise ProtocolError(ErrorCode.BAD_CONFIG,
-                                "task must be transcribe or translate") from None
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG, "task must be transcribe or translate"
+            ) from None
         try:
             keyterms = check_keyterms(_listed(params, "keyterms"))
             redact = tuple(sorted(r.value for r in parse_redact(_listed(params, "redact"))))
@@ -136,8 +154,11 @@ class StreamConfig:
             language=language_tag(language, "language") if language else None,
             partials=_bool_param(params, "partials", cls.partials),
             diarization=_bool_param(params, "diarization", cls.diarization),
-            languages=tuple(dict.fromkeys(language_tag(tag, "languages")
-                                          for tag in _listed(params, "languages"))),
+            languages=tuple(
+                dict.fromkeys(
+                    language_tag(tag, "languages") for tag in _listed(params, "languages")
+                )
+            ),
             task=task,
             keyterms=keyterms,
             prompt=prompt,
@@ -150,8 +171,9 @@ def language_tag(raw: str, name: str) -> str:
     """A 2 or 3 letter language code, lower case (BCP-47's region dropped: en-US is en)."""
     base = raw.strip().split("-")[0].split("_")[0]
     if not (base.isascii() and base.isalpha() and 2 <= len(base) <= 3):
-        raise ProtocolError(ErrorCode.BAD_CONFIG,
-                            f"{name} takes 2 or 3 letter codes such as 'en'; not {raw!r}")
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG, f"{name} takes 2 or 3 letter codes such as 'en'; not {raw!r}"
+        )
     return base.lower()
 
 
@@ -186,8 +208,14 @@ def _bool_param(params: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 # The decoding options' defaults as to_json writes them (left out of a query).
-_DECODING_DEFAULTS = {"languages": [], "task": Task.TRANSCRIBE.value, "keyterms": [],
-                      "prompt": None, "redact": [], "numerals": False}
+_DECODING_DEFAULTS = {
+    "languages": [],
+    "task": Task.TRANSCRIBE.value,
+    "keyterms": [],
+    "prompt": None,
+    "redact": [],
+    "numerals": False,
+}
 # The query parameters that set the decoding (section 1), for wires that carry them
 # elsewhere (Twilio's <Parameter>s).
 DECODING_OPTIONS = tuple(_DECODING_DEFAULTS) + ("language",)

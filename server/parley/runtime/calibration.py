@@ -9,7 +9,7 @@ steps timed on the way seed the step cost model.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,12 +19,16 @@ from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.policy import ENCODER_BATCH_GAIN
 
 log = logging.getLogger(__name__)
-WARM_UP_SECONDS = 2.0       # of synthetic audio the warm-up decodes
-CALIBRATION_REPEATS = 2     # encoder passes timed per batch size
+WARM_UP_SECONDS = 2.0  # of synthetic audio the warm-up decodes
+CALIBRATION_REPEATS = 2  # encoder passes timed per batch size
 
 
-def calibrate(engine: Transcriber, step_cost: StepCostModel, encoder_cost: EncoderCosts,
-              clock: Callable[[], float]) -> None:
+def calibrate(
+    engine: Transcriber,
+    step_cost: StepCostModel,
+    encoder_cost: EncoderCosts,
+    clock: Callable[[], float],
+) -> None:
     """Decode once untimed, then time encoder passes of 1, 2, 4… clips (and one plain
     step each) into ``encoder_cost`` and ``step_cost``; raises what the engine raises."""
     rng = np.random.default_rng(0)
@@ -47,9 +51,13 @@ def calibrate(engine: Transcriber, step_cost: StepCostModel, encoder_cost: Encod
                 engine.drop(decode)
         best_so_far = min((s / n for n, s in encoder_cost.known.items()), default=None)
         encoder_cost.observe(clips, min(timings))
-        if best_so_far is not None and \
-                encoder_cost(clips) / clips > best_so_far * ENCODER_BATCH_GAIN:
+        if (
+            best_so_far is not None
+            and encoder_cost(clips) / clips > best_so_far * ENCODER_BATCH_GAIN
+        ):
             break
         clips *= 2
-    log.info("encoder seconds by batch size: %s", {
-        n: round(seconds, 3) for n, seconds in sorted(encoder_cost.known.items())})
+    log.info(
+        "encoder seconds by batch size: %s",
+        {n: round(seconds, 3) for n, seconds in sorted(encoder_cost.known.items())},
+    )

@@ -38,18 +38,25 @@ class LiveCapacity:
     cheap. Speaker steps follow the audio closely, so theirs is counted as audio
     arrives (``heard``)."""
 
-    def __init__(self, asr: AsrScheduler, diarization: DiarizationWorker | None,
-                 policy: CapacityPolicy, diarization_step_s: float | None = None):
+    def __init__(
+        self,
+        asr: AsrScheduler,
+        diarization: DiarizationWorker | None,
+        policy: CapacityPolicy,
+        diarization_step_s: float | None = None,
+    ):
         self._asr = asr
         self._diarization = diarization
         self.policy = policy
         self._audio_s = 0.0
         self._diarized_audio_s = 0.0
         encoder = asr.encoder_cost.known.get(1)
-        self.asr_cost = StreamCost(None if encoder is None else
-                                   encoder * ENCODER_PASSES_PER_AUDIO_S)
+        self.asr_cost = StreamCost(
+            None if encoder is None else encoder * ENCODER_PASSES_PER_AUDIO_S
+        )
         self.diarization_cost = StreamCost(
-            None if not diarization_step_s else DIARIZATION_STEP_PRIOR_S / diarization_step_s)
+            None if not diarization_step_s else DIARIZATION_STEP_PRIOR_S / diarization_step_s
+        )
 
     def settled(self, seconds: float) -> None:
         """A live stream's finals now cover ``seconds`` more of its audio."""
@@ -60,8 +67,9 @@ class LiveCapacity:
         """``seconds`` of a labelled stream's audio arrived."""
         if self._diarization is not None:
             self._diarized_audio_s += seconds
-            self.diarization_cost.observe(self._diarization.stats.busy_seconds,
-                                          self._diarized_audio_s)
+            self.diarization_cost.observe(
+                self._diarization.stats.busy_seconds, self._diarized_audio_s
+            )
 
     def streams(self) -> dict[str, float]:
         """Real-time streams each worker carries at the target (inf: not yet known)."""
@@ -73,13 +81,17 @@ class LiveCapacity:
     def refusal(self, load: LiveLoad, diarized: bool) -> str | None:
         """Why one more stream (``diarized`` or not) would not fit; None if it does."""
         if not self.asr_cost.admits(load.streams, self.policy):
-            return (f"the server is at its measured capacity of "
-                    f"{int(self.asr_cost.streams(self.policy))} real-time streams; "
-                    "try again later")
+            return (
+                f"the server is at its measured capacity of "
+                f"{int(self.asr_cost.streams(self.policy))} real-time streams; "
+                "try again later"
+            )
         if diarized and not self.diarization_cost.admits(load.diarized, self.policy):
-            return (f"the server is at its measured capacity of "
-                    f"{int(self.diarization_cost.streams(self.policy))} streams with speaker "
-                    "labels; try again later, or stream without diarization")
+            return (
+                f"the server is at its measured capacity of "
+                f"{int(self.diarization_cost.streams(self.policy))} streams with speaker "
+                "labels; try again later, or stream without diarization"
+            )
         return None
 
     def full(self, load: LiveLoad) -> bool:

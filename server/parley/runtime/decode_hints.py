@@ -40,8 +40,12 @@ class DecodeHints:
         if self._partial is None:
             return
         future, segment = self._partial
-        if (future.done() and not future.cancelled() and future.exception() is None
-                and future.result().tokens):
+        if (
+            future.done()
+            and not future.cancelled()
+            and future.exception() is None
+            and future.result().tokens
+        ):
             self._hypothesis = (segment, future.result().tokens)
 
     def context(self) -> tuple[int, ...]:

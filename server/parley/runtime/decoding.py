@@ -24,22 +24,35 @@ class StreamDecoding:
     max_prompt_tokens: int
 
     @classmethod
-    def of(cls, config: StreamConfig, engine: Transcriber) -> "StreamDecoding":
+    def of(cls, config: StreamConfig, engine: Transcriber) -> StreamDecoding:
         """ValueError when the model cannot do what ``config`` asks."""
         engine.check_decoding(config.decoding)
         return cls(config, engine.vocabulary(config.decoding), engine.max_prompt_tokens)
 
-    def request(self, audio: np.ndarray, *, with_words: bool, draft: tuple[int, ...] | None,
-                context: tuple[int, ...]) -> AsrRequest:
+    def request(
+        self,
+        audio: np.ndarray,
+        *,
+        with_words: bool,
+        draft: tuple[int, ...] | None,
+        context: tuple[int, ...],
+    ) -> AsrRequest:
         """A segment's request; ``context`` (earlier finals) follows the caller's words,
         cut from its start to fit the prompt."""
         fixed = self.vocabulary.prompt
         room = self.max_prompt_tokens - len(fixed)
         prompt = fixed + (context[-room:] if room > 0 and context else ())
         config = self.config
-        return AsrRequest(audio, config.language, with_words=with_words, draft=draft,
-                          context=prompt, languages=frozenset(config.languages),
-                          task=config.task, bias=self.vocabulary.bias)
+        return AsrRequest(
+            audio,
+            config.language,
+            with_words=with_words,
+            draft=draft,
+            context=prompt,
+            languages=frozenset(config.languages),
+            task=config.task,
+            bias=self.vocabulary.bias,
+        )
 
     # ------------------------------------------------------------------ results
 
@@ -51,8 +64,9 @@ class StreamDecoding:
         """Redacted runs made one ``[redacted]`` word; numerals as digits."""
         if not self._rewrites:
             return words
-        return rewrite(words, lambda w: w.word, _joined, self.config.redaction,
-                       self.config.numerals)
+        return rewrite(
+            words, lambda w: w.word, _joined, self.config.redaction, self.config.numerals
+        )
 
     def text(self, text: str, words: list[Word] | None = None) -> str:
         """The text of a result: its rewritten words', else its own, rewritten."""
@@ -66,14 +80,13 @@ class StreamDecoding:
     def language_fields(result: Transcription) -> dict:
         """A final's ``language``, ``language_probability``, ``confidence``, ``warnings``."""
         probability = result.language_probability
-        return {"language": result.language,
-                "language_probability": round(probability, 3) if probability is not None
-                else None,
-                "confidence": round(result.confidence, 3) if result.text else None,
-                "warnings": [FinalWarning.LANGUAGE_UNSUPPORTED.value] if result.foreign else []}
+        return {
+            "language": result.language,
+            "language_probability": round(probability, 3) if probability is not None else None,
+            "confidence": round(result.confidence, 3) if result.text else None,
+            "warnings": [FinalWarning.LANGUAGE_UNSUPPORTED.value] if result.foreign else [],
+        }
 
 
 def _joined(run: list[Word], text: str) -> Word:
-    return Word(text, run[0].start, run[-1].end, min(w.probability for w in run),
-                run[0].speaker)
-
+    return Word(text, run[0].start, run[-1].end, min(w.probability for w in run), run[0].speaker)

@@ -13,8 +13,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -43,16 +43,20 @@ class _Job:
 class DiarizationWorker:
     """One thread runs every session's diarization steps, at most ``capacity`` queued."""
 
-    def __init__(self, models: SpeakerModel, config: DiarizationConfig, capacity: int = 64,
-                 on_thread_start: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        models: SpeakerModel,
+        config: DiarizationConfig,
+        capacity: int = 64,
+        on_thread_start: Callable[[], None] | None = None,
+    ):
         self.models = models
         self.config = config
         self.stats = DiarizationStats()
         self.on_step: Callable[[float], None] | None = None  # told each step's seconds
         self._on_thread_start = on_thread_start
         self._queue: queue.Queue = queue.Queue(capacity)
-        self._thread = threading.Thread(target=self._run, name="parley-diarization",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="parley-diarization", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -64,8 +68,14 @@ class DiarizationWorker:
     def new_stream(self) -> StreamDiarizer:
         return StreamDiarizer(self.models, self.config)
 
-    async def submit(self, diarizer: StreamDiarizer, window: np.ndarray, window_start: float,
-                     now: float, final: bool = False) -> concurrent.futures.Future:
+    async def submit(
+        self,
+        diarizer: StreamDiarizer,
+        window: np.ndarray,
+        window_start: float,
+        now: float,
+        final: bool = False,
+    ) -> concurrent.futures.Future:
         """Queue one step; waits while the queue is full (each session has at most one
         step queued, so the wait is short)."""
         future: concurrent.futures.Future = concurrent.futures.Future()

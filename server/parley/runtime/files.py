@@ -23,14 +23,14 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
 from parley.core.asr import Task, Transcription
-from parley.core.keyterms import check_keyterms
 from parley.core.audio import SAMPLE_RATE
+from parley.core.keyterms import check_keyterms
 from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering, SpeakerCount
 from parley.core.redaction import parse_redact
@@ -44,17 +44,17 @@ from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.threads import in_passing_thread
 
 log = logging.getLogger(__name__)
-WINDOW_MARGIN_S = 1.0   # a packed window leaves this much of the decoder's 30 s free
+WINDOW_MARGIN_S = 1.0  # a packed window leaves this much of the decoder's 30 s free
 VAD_CHUNK_S = 30.0
-LOWEST_PRIORITY = 19    # nice value of the thread that clusters a recording's speakers
+LOWEST_PRIORITY = 19  # nice value of the thread that clusters a recording's speakers
 
 
 @dataclass(frozen=True)
 class FileLimits:
-    max_jobs: int = 2             # recordings transcribed at once; one more gets Busy
-    max_bytes: int = 200 << 20    # an upload's size
+    max_jobs: int = 2  # recordings transcribed at once; one more gets Busy
+    max_bytes: int = 200 << 20  # an upload's size
     max_seconds: float = 4 * 3600.0  # a recording's duration
-    windows_in_flight: int = 8    # a job's windows queued or decoding at once
+    windows_in_flight: int = 8  # a job's windows queued or decoding at once
     diarization_step_s: float = 2.5  # a recording's diarization windows are this far apart
 
 
@@ -66,16 +66,20 @@ class FileRequest:
     prompt: str = ""  # text the model reads first, given to every window
     task: Task = Task.TRANSCRIBE
     keyterms: tuple[str, ...] = ()  # names and terms the decoder favours
-    redact: tuple[str, ...] = ()    # Redact categories
+    redact: tuple[str, ...] = ()  # Redact categories
     numerals: bool = False
 
     @property
     def config(self) -> StreamConfig:
         """The same decoding settings as a stream's (ValueError past their bounds)."""
-        return StreamConfig(language=self.language, task=self.task,
-                            keyterms=check_keyterms(self.keyterms), prompt=self.prompt or None,
-                            redact=tuple(sorted(r.value for r in parse_redact(self.redact))),
-                            numerals=self.numerals)
+        return StreamConfig(
+            language=self.language,
+            task=self.task,
+            keyterms=check_keyterms(self.keyterms),
+            prompt=self.prompt or None,
+            redact=tuple(sorted(r.value for r in parse_redact(self.redact))),
+            numerals=self.numerals,
+        )
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,8 @@ class DecodeReport:
 
     windows: int
     segments: int
-    mean_batch_rows: float   # rows per decoder step while the job ran (all traffic)
-    draft_tokens: int        # drafts proposed for its windows (speculation)
+    mean_batch_rows: float  # rows per decoder step while the job ran (all traffic)
+    draft_tokens: int  # drafts proposed for its windows (speculation)
     accepted_tokens: int
 
     @property
@@ -93,10 +97,14 @@ class DecodeReport:
         return self.draft_tokens > 0
 
     def to_json(self) -> dict:
-        return {"windows": self.windows, "segments": self.segments,
-                "mean_batch_rows": round(self.mean_batch_rows, 2),
-                "assisted": self.assisted, "draft_tokens": self.draft_tokens,
-                "accepted_tokens": self.accepted_tokens}
+        return {
+            "windows": self.windows,
+            "segments": self.segments,
+            "mean_batch_rows": round(self.mean_batch_rows, 2),
+            "assisted": self.assisted,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+        }
 
 
 @dataclass(frozen=True)
@@ -197,23 +205,28 @@ class FileJobs:
         (their callers answer with an error)."""
         self._draining = True
         if self._running:
-            log.info("draining %d recording(s), for at most %g s", len(self._running),
-                     timeout_s)
+            log.info("draining %d recording(s), for at most %g s", len(self._running), timeout_s)
             await asyncio.wait(set(self._running), timeout=timeout_s)
         for task in list(self._running):
             task.cancel()
 
-    async def transcribe(self, audio: np.ndarray, request: FileRequest,
-                         on_progress: Callable[[float], None] | None = None,
-                         on_text: Callable[[str], None] | None = None) -> FileTranscript:
+    async def transcribe(
+        self,
+        audio: np.ndarray,
+        request: FileRequest,
+        on_progress: Callable[[float], None] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> FileTranscript:
         """Transcribe a whole 16 kHz recording (hold a ``slot()`` around it);
         ``on_progress`` is told the fraction of windows done, ``on_text`` each window's
         text in order as soon as it and those before it are done (speakers come only
         with the whole transcript)."""
         began = time.perf_counter()
         segments = await asyncio.to_thread(segment_recording, audio, self.vad)
-        pieces = [Piece(s.segment_id, s.start, s.end,
-                        tuple(s.voiced_regions(self.word_timing.bridge_s))) for s in segments]
+        pieces = [
+            Piece(s.segment_id, s.start, s.end, tuple(s.voiced_regions(self.word_timing.bridge_s)))
+            for s in segments
+        ]
         windows = pack(pieces, self.max_window_s - WINDOW_MARGIN_S)
         reasons = {s.segment_id: s.reason for s in segments}
         stats = self.worker.stats
@@ -222,8 +235,9 @@ class FileJobs:
         if request.diarize:
             if self.speaker_models is None:
                 raise RuntimeError("this server has diarization off")
-            speakers = asyncio.ensure_future(in_passing_thread(
-                self._diarize, audio, request.speakers))
+            speakers = asyncio.ensure_future(
+                in_passing_thread(self._diarize, audio, request.speakers)
+            )
         decoding = StreamDecoding.of(request.config, self.worker.engine)
         try:
             progress = _Progress(len(windows), on_change=on_progress)
@@ -234,24 +248,43 @@ class FileJobs:
                 speakers.cancel()
         steps = stats.steps - steps_before
         report = DecodeReport(
-            len(results), len(segments),
+            len(results),
+            len(segments),
             (stats.rows_stepped - rows_before) / steps if steps else 0.0,
-            sum(r.stats.drafted for _, r in results), sum(r.stats.accepted for _, r in results))
+            sum(r.stats.drafted for _, r in results),
+            sum(r.stats.accepted for _, r in results),
+        )
         finals = _finals(results, reasons, snapshot, self.word_timing, decoding)
         labels = tuple(dict.fromkeys(f.speaker for f in finals if f.speaker))
         heard = Counter(f.language for f in finals if f.language)
         language = request.language or (heard.most_common(1)[0][0] if heard else None)
-        transcript = FileTranscript(len(audio) / SAMPLE_RATE, tuple(finals), labels,
-                                    language, report, time.perf_counter() - began, waited)
-        log.info("transcribed a recording of %.1f s in %.2f s: %d windows, %d segments, "
-                 "%d speakers", transcript.duration, transcript.processing_s, len(windows),
-                 len(segments), len(labels))
+        transcript = FileTranscript(
+            len(audio) / SAMPLE_RATE,
+            tuple(finals),
+            labels,
+            language,
+            report,
+            time.perf_counter() - began,
+            waited,
+        )
+        log.info(
+            "transcribed a recording of %.1f s in %.2f s: %d windows, %d segments, %d speakers",
+            transcript.duration,
+            transcript.processing_s,
+            len(windows),
+            len(segments),
+            len(labels),
+        )
         return transcript
 
-    async def _decode(self, audio: np.ndarray, windows: list[Window], decoding: StreamDecoding,
-                      progress: _Progress,
-                      on_text: Callable[[str], None] | None
-                      ) -> tuple[list[tuple[Window, Transcription]], float]:
+    async def _decode(
+        self,
+        audio: np.ndarray,
+        windows: list[Window],
+        decoding: StreamDecoding,
+        progress: _Progress,
+        on_text: Callable[[str], None] | None,
+    ) -> tuple[list[tuple[Window, Transcription]], float]:
         """Every window through the scheduler, at most ``windows_in_flight`` at once, and
         once more the pieces of a window the decoder stopped short of; (window, result)
         pairs in recording order, and the seconds until the first result came."""
@@ -265,25 +298,24 @@ class FileJobs:
             while True:
                 while len(pending) < self.limits.windows_in_flight and queued:
                     index, window, retry = queued.pop()
-                    request = decoding.request(window.audio(audio), with_words=True,
-                                               draft=None, context=())
-                    pending[self.worker.submit_background(request, owner)] = \
-                        (index, window, retry)
+                    request = decoding.request(
+                        window.audio(audio), with_words=True, draft=None, context=()
+                    )
+                    pending[self.worker.submit_background(request, owner)] = (index, window, retry)
                 if not pending:
                     break
-                await asyncio.wait([asyncio.wrap_future(f) for f in pending],
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    [asyncio.wrap_future(f) for f in pending], return_when=asyncio.FIRST_COMPLETED
+                )
                 for future in [f for f in pending if f.done()]:
                     if future.cancelled():  # the scheduler stopped
-                        raise RuntimeError("the ASR worker stopped before the recording "
-                                           "was done")
+                        raise RuntimeError("the ASR worker stopped before the recording was done")
                     index, window, retry = pending.pop(future)
                     result = future.result()  # raises its failure
                     waited = waited or time.perf_counter() - began
                     parts[index].append((window, result))
                     waiting[index] -= 1
-                    tail = None if retry or result.rejected else window.unheard_tail(
-                        result.words)
+                    tail = None if retry or result.rejected else window.unheard_tail(result.words)
                     if tail is not None:
                         waiting[index] += 1
                         queued.append((index, tail, True))  # next: its words come first
@@ -308,8 +340,8 @@ class FileJobs:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
         set_threads(1)
         return self.speaker_models.diarize_recording(  # type: ignore[union-attr]
-            audio, self.diarization_config, self.clustering, count,
-            self.limits.diarization_step_s)
+            audio, self.diarization_config, self.clustering, count, self.limits.diarization_step_s
+        )
 
 
 def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
@@ -318,14 +350,18 @@ def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
     chunk = int(VAD_CHUNK_S * SAMPLE_RATE)
     events = []
     for start in range(0, len(audio), chunk):
-        events += segmenter.push(audio[start:start + chunk])
+        events += segmenter.push(audio[start : start + chunk])
     events += segmenter.flush(CloseReason.END_OF_STREAM)
     return [e for e in events if isinstance(e, SegmentClosed)]
 
 
-def _finals(results: list[tuple[Window, Transcription]],
-            reasons: dict[int, CloseReason], speakers: TimelineSnapshot | None,
-            timing: WordTimingConfig, decoding: StreamDecoding) -> list[Final]:
+def _finals(
+    results: list[tuple[Window, Transcription]],
+    reasons: dict[int, CloseReason],
+    speakers: TimelineSnapshot | None,
+    timing: WordTimingConfig,
+    decoding: StreamDecoding,
+) -> list[Final]:
     """One final per speaker's run of words in each segment: the segment's own text when
     it had a window to itself and one speaker, else its words joined; each with its
     window's language, redacted as asked."""
@@ -339,21 +375,40 @@ def _finals(results: list[tuple[Window, Transcription]],
             for i, (run, label) in enumerate(runs):
                 first, last = i == 0, i == len(runs) - 1
                 alone = len(window.pieces) == 1 and len(runs) == 1
-                words = decoding.words([Word(w.word, round(w.start, 3), round(w.end, 3),
-                                             round(w.probability, 3), label) for w in run])
-                finals.append(Final(
-                    len(finals), piece.start if first else run[0].start,
-                    piece.end if last else run[-1].end,
-                    decoding.text(result.text, words) if alone
-                    else " ".join(w.word for w in words),
-                    FinalReason(reasons[piece.segment_id].value) if last
-                    else FinalReason.SPEAKER_CHANGE, words, label,
-                    **decoding.language_fields(result)))
+                words = decoding.words(
+                    [
+                        Word(
+                            w.word,
+                            round(w.start, 3),
+                            round(w.end, 3),
+                            round(w.probability, 3),
+                            label,
+                        )
+                        for w in run
+                    ]
+                )
+                finals.append(
+                    Final(
+                        len(finals),
+                        piece.start if first else run[0].start,
+                        piece.end if last else run[-1].end,
+                        decoding.text(result.text, words)
+                        if alone
+                        else " ".join(w.word for w in words),
+                        FinalReason(reasons[piece.segment_id].value)
+                        if last
+                        else FinalReason.SPEAKER_CHANGE,
+                        words,
+                        label,
+                        **decoding.language_fields(result),
+                    )
+                )
     return finals
 
 
-def _speaker_runs(words: list[TimedWord], speakers: TimelineSnapshot | None
-                  ) -> list[tuple[list[TimedWord], str | None]]:
+def _speaker_runs(
+    words: list[TimedWord], speakers: TimelineSnapshot | None
+) -> list[tuple[list[TimedWord], str | None]]:
     """The segment's words in runs of one speaker (one run without speakers; a word
     nobody overlaps takes its neighbour's speaker)."""
     if not words:
@@ -366,8 +421,9 @@ def _speaker_runs(words: list[TimedWord], speakers: TimelineSnapshot | None
         labels.append(None if k is None else f"S{k + 1}")
     for i, label in enumerate(labels):
         if label is None:
-            labels[i] = next((x for x in labels[i::-1] if x), None) or \
-                next((x for x in labels[i:] if x), None)
+            labels[i] = next((x for x in labels[i::-1] if x), None) or next(
+                (x for x in labels[i:] if x), None
+            )
     runs: list[tuple[list[TimedWord], str | None]] = []
     for word, label in zip(words, labels):
         if runs and runs[-1][1] == label:

@@ -13,8 +13,9 @@ from parley.runtime.media import decode_file
 from parley.runtime.threads import in_passing_thread
 
 
-async def transcribe_locally(settings: Settings, sources: list[str], fmt: str,
-                             language: str | None, num_speakers: int | None) -> list[str]:
+async def transcribe_locally(
+    settings: Settings, sources: list[str], fmt: str, language: str | None, num_speakers: int | None
+) -> list[str]:
     """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file."""
     from parley.app import load_asr, load_diarization
     from parley.service import file_jobs
@@ -35,6 +36,7 @@ async def transcribe_locally(settings: Settings, sources: list[str], fmt: str,
         for source in sources:
             audio = await decode_file(Path(source), settings.files.max_duration_s)
             with tqdm(total=100, desc=Path(source).name, unit="%", leave=False) as bar:
+
                 def advance(fraction: float, bar=bar) -> None:
                     bar.update(round(100 * fraction) - bar.n)
 

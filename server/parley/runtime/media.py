@@ -36,9 +36,26 @@ async def decode_file(path: Path, max_s: float) -> np.ndarray:
     if not ffmpeg_available():
         raise RuntimeError("ffmpeg is needed to decode recordings (apt-get install ffmpeg)")
     process = await asyncio.create_subprocess_exec(
-        "ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-i", str(path),
-        "-vn", "-f", "s16le", "-acodec", "pcm_s16le", "-ac", "1", "-ar", str(SAMPLE_RATE),
-        "pipe:1", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        "ffmpeg",
+        "-nostdin",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-i",
+        str(path),
+        "-vn",
+        "-f",
+        "s16le",
+        "-acodec",
+        "pcm_s16le",
+        "-ac",
+        "1",
+        "-ar",
+        str(SAMPLE_RATE),
+        "pipe:1",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     limit = int(max_s * SAMPLE_RATE) * 2
     chunks: list[bytes] = []
     size = 0

@@ -36,14 +36,19 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from parley.core.asr import AsrRequest, Decode, Transcriber
 from parley.core.costs import Acceptance, EncoderCosts, StepCostModel
 from parley.core.load import LoadLedger
-from parley.core.policy import (PartialPacing, draft_budgets, encoder_batch_size,
-                                finish_decoding_first, remaining_steps)
+from parley.core.policy import (
+    PartialPacing,
+    draft_budgets,
+    encoder_batch_size,
+    finish_decoding_first,
+    remaining_steps,
+)
 from parley.runtime.calibration import calibrate
 from parley.runtime.scheduler_stats import SchedulerObserver, SchedulerStats
 
@@ -71,9 +76,15 @@ class _Job:
 
 
 class AsrScheduler:
-    def __init__(self, engine: Transcriber, capacity: int, *, target_busy: float = 0.8,
-                 on_thread_start: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        engine: Transcriber,
+        capacity: int,
+        *,
+        target_busy: float = 0.8,
+        on_thread_start: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         if capacity < 2:
             raise ValueError("the ASR queue needs room for at least two requests")
         self.engine = engine
@@ -116,8 +127,9 @@ class AsrScheduler:
         self._thread.start()
         await asyncio.to_thread(self._ready.wait)
         if self._warm_up_error is not None:
-            raise RuntimeError(f"the ASR engine failed its warm-up: {self._warm_up_error}") \
-                from self._warm_up_error
+            raise RuntimeError(
+                f"the ASR engine failed its warm-up: {self._warm_up_error}"
+            ) from self._warm_up_error
 
     @property
     def alive(self) -> bool:
@@ -150,8 +162,7 @@ class AsrScheduler:
         """Queue a partial if it cannot delay a final: none waits, and half the room is
         kept for finals. Returns None (never waits) otherwise."""
         assert self._slots is not None, "start() the scheduler first"
-        if self._finals_submitted > self._finals_taken or \
-                self._in_flight >= self.capacity // 2:
+        if self._finals_submitted > self._finals_taken or self._in_flight >= self.capacity // 2:
             self.stats.partials_refused += 1
             return None
         await self._slots.acquire()  # cannot wait: fewer than capacity are in flight
@@ -164,8 +175,9 @@ class AsrScheduler:
     def partial_interval(self, base_s: float) -> float:
         """Seconds a stream should leave between its partials now (at least ``base_s``)."""
         load = self._ledger.load
-        return self.pacing.interval(base_s, self._partial_streams, load.partial_cost_s,
-                                    load.finals.rate(self._clock()))
+        return self.pacing.interval(
+            base_s, self._partial_streams, load.partial_cost_s, load.finals.rate(self._clock())
+        )
 
     def _enqueue(self, request: AsrRequest, final: bool) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -174,8 +186,7 @@ class AsrScheduler:
         self._inbox.put(_Job(request, future, final, self._clock()))
         return future
 
-    def submit_background(self, request: AsrRequest, owner: object
-                          ) -> concurrent.futures.Future:
+    def submit_background(self, request: AsrRequest, owner: object) -> concurrent.futures.Future:
         """Queue a recording's window behind every live request (``owner``: its file, so
         that files take turns). Never waits: the caller bounds what it has in flight."""
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -217,8 +228,9 @@ class AsrScheduler:
             return
         finally:
             self._ready.set()
-        while self._take(block=not (self._active or self._finals or self._partials
-                                    or self._background)):
+        while self._take(
+            block=not (self._active or self._finals or self._partials or self._background)
+        ):
             try:
                 self._discard_cancelled()
                 self._admit()
@@ -257,8 +269,7 @@ class AsrScheduler:
         except queue.Empty:
             pass
         if self._stopping:
-            for job in [*self._partials, *(j for line in self._background.values()
-                                           for j in line)]:
+            for job in [*self._partials, *(j for line in self._background.values() for j in line)]:
                 job.future.cancel()
             self._partials.clear()
             self._background.clear()
@@ -281,7 +292,8 @@ class AsrScheduler:
         """Waiting finals join now (unless the finals decoding are about to be done);
         partials join only when no final waits or decodes."""
         while self._finals and not finish_decoding_first(
-                self._remaining_seconds(), self.encoder_cost(1)):
+            self._remaining_seconds(), self.encoder_cost(1)
+        ):
             free = self.engine.max_rows - len(self._active)
             if free == 0 and not self._evict_partial():
                 return  # every row decodes a final: the next one joins when one leaves
@@ -299,8 +311,7 @@ class AsrScheduler:
             return
         # One window per round: a window's encoder pass is a full 30 s one, and a final
         # that comes meanwhile waits for it, so background passes are never batched.
-        if self._background and len(self._active) < self.engine.max_rows \
-                and not self._finals:
+        if self._background and len(self._active) < self.engine.max_rows and not self._finals:
             self._start([self._next_background()])
 
     def _next_background(self) -> _Job:
@@ -318,8 +329,9 @@ class AsrScheduler:
         step = self.step_cost(len(finals), len(finals))
         remaining = []
         for job in finals:
-            expected = max(len(job.request.draft or ()),
-                           self._ledger.tokens_per_second * job.request.seconds)
+            expected = max(
+                len(job.request.draft or ()), self._ledger.tokens_per_second * job.request.seconds
+            )
             steps = remaining_steps(job.produced, job.steps, expected, job.decode.drafting)
             remaining.append(steps * step + self._ledger.finish_seconds)
         return remaining
@@ -338,8 +350,9 @@ class AsrScheduler:
             self._fail(jobs[0], exc)
             return
         spent = self._work(self._clock() - began)
-        log.debug("started %d %s in %.3f s", len(jobs), "finals" if jobs[0].final else "partials",
-                  spent)
+        log.debug(
+            "started %d %s in %.3f s", len(jobs), "finals" if jobs[0].final else "partials", spent
+        )
         self.encoder_cost.observe(len(jobs), spent)
         self.stats.encoder_passes += 1
         self.stats.encoded_clips += len(jobs)
@@ -354,8 +367,11 @@ class AsrScheduler:
         # Partials pause while finals decode, and recordings while either does: each row
         # a step carries costs time (on a small CPU about a quarter of a one-row step),
         # and live work comes first.
-        jobs = ([j for j in self._active if j.final]
-                or [j for j in self._active if j.owner is None] or list(self._active))
+        jobs = (
+            [j for j in self._active if j.final]
+            or [j for j in self._active if j.owner is None]
+            or list(self._active)
+        )
         acceptance = [j.acceptance.probability if j.decode.drafting else None for j in jobs]
         budgets = draft_budgets(acceptance, self.step_cost, self.engine.max_draft)
         began = self._clock()
@@ -404,14 +420,22 @@ class AsrScheduler:
             if job.final:
                 self._ledger.final_done(job.request.seconds, len(result.tokens), finished_in)
             self.stats.jobs_done += 1
-            log.debug("%s of %.1f s: waited %.3f s, done after %.3f s, cost %.3f s, %d steps, "
-                      "%d in flight", "final" if job.final else "partial", job.request.seconds,
-                      job.admitted - job.submitted, self._clock() - job.submitted, job.cost,
-                      job.steps, len(self._active))
+            log.debug(
+                "%s of %.1f s: waited %.3f s, done after %.3f s, cost %.3f s, %d steps, "
+                "%d in flight",
+                "final" if job.final else "partial",
+                job.request.seconds,
+                job.admitted - job.submitted,
+                self._clock() - job.submitted,
+                job.cost,
+                job.steps,
+                len(self._active),
+            )
             self.stats.audio_seconds += job.request.seconds
             if self.observer is not None and job.owner is None:
-                self.observer.decoded(job.final, job.admitted - job.submitted,
-                                      self._clock() - job.admitted)
+                self.observer.decoded(
+                    job.final, job.admitted - job.submitted, self._clock() - job.admitted
+                )
             if job.future.set_running_or_notify_cancel():
                 job.future.set_result(result)
             else:

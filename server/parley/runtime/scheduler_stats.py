@@ -18,13 +18,13 @@ class SchedulerObserver(Protocol):
 class SchedulerStats:
     jobs_done: int = 0
     jobs_failed: int = 0
-    partials_refused: int = 0     # not queued, because a final waited or room was short
-    partials_cancelled: int = 0   # the session no longer wanted it
-    partials_evicted: int = 0     # gave its row to a final
-    background_evicted: int = 0   # a recording's window gave its row to a final
+    partials_refused: int = 0  # not queued, because a final waited or room was short
+    partials_cancelled: int = 0  # the session no longer wanted it
+    partials_evicted: int = 0  # gave its row to a final
+    background_evicted: int = 0  # a recording's window gave its row to a final
     steps: int = 0
-    rows_stepped: int = 0         # sum over steps of the rows in each
-    tokens_fed: int = 0           # sum over steps of the positions fed
+    rows_stepped: int = 0  # sum over steps of the rows in each
+    tokens_fed: int = 0  # sum over steps of the positions fed
     encoder_passes: int = 0
     encoded_clips: int = 0
     drafted: int = 0
@@ -33,5 +33,7 @@ class SchedulerStats:
     audio_seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {name: round(value, 3) if isinstance(value, float) else value
-                for name, value in vars(self).items()}
+        return {
+            name: round(value, 3) if isinstance(value, float) else value
+            for name, value in vars(self).items()
+        }

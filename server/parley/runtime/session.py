@@ -13,21 +13,33 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
 
 import numpy as np
 
 from parley.core.asr import Transcription
 from parley.core.audio import SAMPLE_RATE
-from parley.core.vad import (CloseReason, SegmentClosed, SpeechStart, VadConfig,
-                             VadSegmenter)
+from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
 from parley.core.word_timing import WordTimingConfig, fit_words
 from parley.core.words import shift_words
 from parley.protocol.audio import AudioDecoder
-from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Finalized, FinalReason,
-                                      Partial, ProtocolError, ServerMessage, SessionEnded,
-                                      SegmentEnded, SpeechStarted, StreamConfig, Word)
+from parley.protocol.messages import (
+    EndReason,
+    Error,
+    ErrorCode,
+    Final,
+    Finalized,
+    FinalReason,
+    Partial,
+    ProtocolError,
+    SegmentEnded,
+    ServerMessage,
+    SessionEnded,
+    SpeechStarted,
+    StreamConfig,
+    Word,
+)
 from parley.protocol.recast import shifted, with_speaker
 from parley.runtime.decode_hints import DecodeHints
 from parley.runtime.decoding import StreamDecoding
@@ -43,7 +55,7 @@ ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept, to time final
 class SessionOptions:
     vad: VadConfig
     partial_interval_s: float = 1.0  # when the worker has time; it stretches under load
-    context_tokens: int = 0        # tokens of earlier finals given to the model as its prompt
+    context_tokens: int = 0  # tokens of earlier finals given to the model as its prompt
     hypothesis_drafts: bool = True  # re-use the last partial's tokens as a draft
     word_timing: WordTimingConfig = WordTimingConfig()
     # Told, for each final, the seconds from receiving the audio at its end to its
@@ -85,9 +97,15 @@ _END = object()
 
 
 class Session:
-    def __init__(self, config: StreamConfig, worker: AsrScheduler, options: SessionOptions,
-                 speakers: SpeakerTrack | None = None, speaker: str | None = None,
-                 offset_s: float = 0.0):
+    def __init__(
+        self,
+        config: StreamConfig,
+        worker: AsrScheduler,
+        options: SessionOptions,
+        speakers: SpeakerTrack | None = None,
+        speaker: str | None = None,
+        offset_s: float = 0.0,
+    ):
         """``speakers`` labels a diarized stream; ``speaker`` is the one speaker of a
         stream that carries one person (a phone line, a meeting participant);
         ``offset_s`` is where the stream starts in the time its messages are told in
@@ -155,10 +173,15 @@ class Session:
         self._check_open()
         vad = vad or self._vad.config
         audio_changes = (config.encoding, config.sample_rate, config.channels) != (
-            self.config.encoding, self.config.sample_rate, self.config.channels)
+            self.config.encoding,
+            self.config.sample_rate,
+            self.config.channels,
+        )
         if self._heard_audio and (audio_changes or vad != self._vad.config):
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "the audio format and turn detection "
-                                "cannot change once audio has been sent")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                "the audio format and turn detection cannot change once audio has been sent",
+            )
         if config.diarization != self.config.diarization:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "diarization is chosen when connecting")
         if config.partials != self.config.partials:
@@ -226,8 +249,9 @@ class Session:
         if self._speakers is not None:
             await self._outbox.put(_DiarizationStep(await self._speakers.finish()))
         self._ended = True
-        await self._outbox.put(SessionEnded(audio_duration=self.stream_time,
-                                            segments=self._segments, reason=reason))
+        await self._outbox.put(
+            SessionEnded(audio_duration=self.stream_time, segments=self._segments, reason=reason)
+        )
         await self._outbox.put(_END)
 
     async def report(self, error: Error) -> None:
@@ -291,9 +315,11 @@ class Session:
             except Exception as exc:
                 if item.is_final:
                     self._final_sent()
-                    yield Error(ErrorCode.TRANSCRIPTION_FAILED,
-                                f"segment {item.segment_id} could not be transcribed: {exc}",
-                                segment_id=item.segment_id)
+                    yield Error(
+                        ErrorCode.TRANSCRIPTION_FAILED,
+                        f"segment {item.segment_id} could not be transcribed: {exc}",
+                        segment_id=item.segment_id,
+                    )
                 continue
             message = self._with_speakers(item.to_message(result))
             if isinstance(message, Final):
@@ -342,9 +368,13 @@ class Session:
             if self._diarization_failed:
                 return []
             self._diarization_failed = True  # told once; the transcript goes on
-            return [Error(ErrorCode.DIARIZATION_FAILED,
-                          f"speaker labels stopped: a diarization step failed ({exc}); "
-                          "transcription goes on, later speakers may be missing or stale")]
+            return [
+                Error(
+                    ErrorCode.DIARIZATION_FAILED,
+                    f"speaker labels stopped: a diarization step failed ({exc}); "
+                    "transcription goes on, later speakers may be missing or stale",
+                )
+            ]
         return list(self._speakers.apply(snapshot))
 
     # ------------------------------------------------------------------ internals
@@ -360,8 +390,9 @@ class Session:
         elif isinstance(event, SegmentClosed):
             self._quiet_since = event.end
             self._stop_wanting_partials()
-            await self._outbox.put(SegmentEnded(event.segment_id, event.end,
-                                               FinalReason(event.reason.value)))
+            await self._outbox.put(
+                SegmentEnded(event.segment_id, event.end, FinalReason(event.reason.value))
+            )
             await self._submit_final(event)
 
     def _stop_wanting_partials(self) -> None:
@@ -380,8 +411,9 @@ class Session:
             self._partial.cancel()  # queued or mid-decode: it leaves at the next step
             self._partial = None
         decoding = self._decoding
-        request = decoding.request(segment.audio, with_words=True, draft=draft,
-                                   context=self._hints.context())
+        request = decoding.request(
+            segment.audio, with_words=True, draft=draft, context=self._hints.context()
+        )
         future = await self._worker.submit_final(request)
         self._hints.final(future)
         self._segments += 1
@@ -390,11 +422,21 @@ class Session:
 
         def to_final(result: Transcription) -> Final:
             fitted = fit_words(result.words, segment.voiced_regions(timing.bridge_s), timing)
-            words = decoding.words([Word(w.word, w.start, w.end, w.probability)
-                                    for w in shift_words(fitted, segment.start, segment.end)])
-            return Final(segment.segment_id, segment.start, segment.end,
-                         decoding.text(result.text, words), reason, words,
-                         **decoding.language_fields(result))
+            words = decoding.words(
+                [
+                    Word(w.word, w.start, w.end, w.probability)
+                    for w in shift_words(fitted, segment.start, segment.end)
+                ]
+            )
+            return Final(
+                segment.segment_id,
+                segment.start,
+                segment.end,
+                decoding.text(result.text, words),
+                reason,
+                words,
+                **decoding.language_fields(result),
+            )
 
         await self._outbox.put(_Decode(future, to_final, segment.segment_id, is_final=True))
 
@@ -410,9 +452,12 @@ class Session:
         segment = self._vad.open_segment()
         assert segment is not None
         decoding = self._decoding
-        request = decoding.request(segment.audio, with_words=False,
-                                   draft=self._hints.draft_for(segment.segment_id),
-                                   context=self._hints.context())
+        request = decoding.request(
+            segment.audio,
+            with_words=False,
+            draft=self._hints.draft_for(segment.segment_id),
+            context=self._hints.context(),
+        )
         future = await self._worker.try_submit_partial(request)
         if future is None:
             return  # a final waits: skip this partial, never a final
@@ -421,7 +466,12 @@ class Session:
         self._partial_end = segment.end
 
         def to_partial(result: Transcription) -> Partial:
-            return Partial(segment.segment_id, segment.start, segment.end,
-                           decoding.text(result.text), language=result.language)
+            return Partial(
+                segment.segment_id,
+                segment.start,
+                segment.end,
+                decoding.text(result.text),
+                language=result.language,
+            )
 
         await self._outbox.put(_Decode(future, to_partial, segment.segment_id, is_final=False))

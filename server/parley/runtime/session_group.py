@@ -19,16 +19,22 @@ import heapq
 import itertools
 import math
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import AsyncIterator, Callable
 
-from parley.protocol.messages import (EndReason, Error, Final, ServerMessage, SessionEnded,
-                                      StreamConfig)
+from parley.protocol.messages import (
+    EndReason,
+    Error,
+    Final,
+    ServerMessage,
+    SessionEnded,
+    StreamConfig,
+)
 from parley.runtime.session import Mark, Session
 
 MERGED_SIZE = 256
-STALLED_S = 2.0   # a track whose audio stopped this long ago holds no final back
-RECHECK_S = 0.2   # how often held finals are looked at while audio comes in
+STALLED_S = 2.0  # a track whose audio stopped this long ago holds no final back
+RECHECK_S = 0.2  # how often held finals are looked at while audio comes in
 _END = object()
 
 
@@ -62,8 +68,9 @@ class _Barrier:
 
 
 class SessionGroup:
-    def __init__(self, config: StreamConfig,
-                 make_session: Callable[[StreamConfig, str, float], Session]):
+    def __init__(
+        self, config: StreamConfig, make_session: Callable[[StreamConfig, str, float], Session]
+    ):
         self.config = config  # the connection's (each track may differ)
         self._make_session = make_session
         self._tracks: dict[str, Session] = {}
@@ -87,8 +94,9 @@ class SessionGroup:
     def tracks(self) -> dict[str, Session]:
         return dict(self._tracks)
 
-    def track(self, name: str, config: StreamConfig, speaker: str,
-              offset_s: float = 0.0) -> Session:
+    def track(
+        self, name: str, config: StreamConfig, speaker: str, offset_s: float = 0.0
+    ) -> Session:
         """The track's session, started on first use with ``config``, ``speaker`` and
         the time it starts at (``offset_s``)."""
         self._resting.discard(name)
@@ -129,9 +137,11 @@ class SessionGroup:
         """The time before which no track can still send a final (tracks that left or
         whose audio stopped coming, with nothing left decoding, do not count)."""
         now = time.monotonic()
-        holding = [s.settled_until() for name, s in self._tracks.items()
-                   if s.decoding or (name not in self._resting
-                                     and now - s.last_audio_at < STALLED_S)]
+        holding = [
+            s.settled_until()
+            for name, s in self._tracks.items()
+            if s.decoding or (name not in self._resting and now - s.last_audio_at < STALLED_S)
+        ]
         return min(holding, default=math.inf)
 
     async def _release(self, until: float) -> None:

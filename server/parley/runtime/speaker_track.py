@@ -53,7 +53,7 @@ class SpeakerTrack:
         """
         started = []
         for offset in range(0, len(samples), self._step):
-            piece = samples[offset:offset + self._step]
+            piece = samples[offset : offset + self._step]
             self._ring.push(piece)
             self._since_step += len(piece)
             if self._since_step < self._step:
@@ -79,8 +79,9 @@ class SpeakerTrack:
         now = self._ring.total / SAMPLE_RATE
         unseen = self._since_step > 0 or not final
         window = self._ring.latest(self._window) if unseen else np.zeros(0, np.float32)
-        future = await self._worker.submit(self._diarizer, window,
-                                           now - len(window) / SAMPLE_RATE, now, final=final)
+        future = await self._worker.submit(
+            self._diarizer, window, now - len(window) / SAMPLE_RATE, now, final=final
+        )
         self._since_step = 0
         self._pending = future
         return future
@@ -121,21 +122,24 @@ class SpeakerTrack:
 
     def _note_newest(self) -> None:
         step = self._pending
-        if (step is not None and step.done() and not step.cancelled()
-                and step.exception() is None):
+        if step is not None and step.done() and not step.cancelled() and step.exception() is None:
             self._newest = step.result()
 
     def _label(self, final: Final) -> Final:
         snapshot = self._snapshot
         spans = [(w.start, w.end) for w in final.words]
-        speakers = smooth_labels(spans, [snapshot.speaker_of(a, b) for a, b in spans],
-                                 self._worker.config.turns)
+        speakers = smooth_labels(
+            spans, [snapshot.speaker_of(a, b) for a, b in spans], self._worker.config.turns
+        )
         words = [replace(w, speaker=self._labels.label(s)) for w, s in zip(final.words, speakers)]
         spoken: dict[str | None, float] = {}
         for w in words:
             spoken[w.speaker] = spoken.get(w.speaker, 0.0) + max(w.end - w.start, 1e-3)
-        speaker = max(spoken, key=spoken.get) if spoken else self._labels.label(
-            snapshot.speaker_of(final.start, final.end))
+        speaker = (
+            max(spoken, key=spoken.get)
+            if spoken
+            else self._labels.label(snapshot.speaker_of(final.start, final.end))
+        )
         return replace(final, speaker=speaker, words=words)
 
     def _settle(self, final: Final) -> None:
@@ -149,7 +153,8 @@ class SpeakerTrack:
         for segment_id, sent in list(self._unsettled.items()):
             relabelled = self._label(sent)
             changed = relabelled.speaker != sent.speaker or any(
-                a.speaker != b.speaker for a, b in zip(relabelled.words, sent.words))
+                a.speaker != b.speaker for a, b in zip(relabelled.words, sent.words)
+            )
             if changed:
                 updates.append(SpeakerUpdate(segment_id, relabelled.speaker, relabelled.words))
                 self._unsettled[segment_id] = relabelled

@@ -16,9 +16,9 @@ import asyncio
 import itertools
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
 import aiohttp
 from standardwebhooks import Webhook
@@ -37,14 +37,14 @@ class WebhookEvent:
 
 @dataclass(frozen=True)
 class WebhookConfig:
-    url: str | None              # where sessions' events go unless a session names its own
-    secret: str                  # whsec_ + base64, as Standard Webhooks gives them
+    url: str | None  # where sessions' events go unless a session names its own
+    secret: str  # whsec_ + base64, as Standard Webhooks gives them
     allowed_targets: tuple[str, ...] = ()  # URL prefixes a session may name as its own
-    queue_size: int = 256        # events a session may have waiting
+    queue_size: int = 256  # events a session may have waiting
     max_attempts: int = 6
-    first_retry_s: float = 0.5   # doubled after each failed attempt …
-    max_retry_s: float = 30.0    # … up to this
-    timeout_s: float = 10.0      # per attempt
+    first_retry_s: float = 0.5  # doubled after each failed attempt …
+    max_retry_s: float = 30.0  # … up to this
+    timeout_s: float = 10.0  # per attempt
 
 
 class WebhookSender:
@@ -62,13 +62,14 @@ class WebhookSender:
 
     async def start(self) -> None:
         self._client = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.config.timeout_s))
+            timeout=aiohttp.ClientTimeout(total=self.config.timeout_s)
+        )
 
     def allows(self, url: str) -> bool:
         """Whether a session may have its events sent to ``url``."""
         return any(url.startswith(prefix) for prefix in self.config.allowed_targets)
 
-    def feed(self, session_id: str, url: str | None = None) -> "WebhookFeed | None":
+    def feed(self, session_id: str, url: str | None = None) -> WebhookFeed | None:
         """A new session's feed, to ``url`` (allowed by the caller) or the server's URL;
         None when there is neither. Its task runs until the feed is closed and emptied."""
         url = url or self.config.url
@@ -93,15 +94,17 @@ class WebhookSender:
     async def post(self, url: str, message_id: str, body: str) -> bool:
         """One signed delivery attempt; True on a 2xx answer."""
         assert self._client is not None, "start() the sender first"
-        now = datetime.now(timezone.utc)
-        headers = {"content-type": "application/json", "webhook-id": message_id,
-                   "webhook-timestamp": str(int(now.timestamp())),
-                   "webhook-signature": self._signer.sign(message_id, now, body)}
+        now = datetime.now(UTC)
+        headers = {
+            "content-type": "application/json",
+            "webhook-id": message_id,
+            "webhook-timestamp": str(int(now.timestamp())),
+            "webhook-signature": self._signer.sign(message_id, now, body),
+        }
         try:
-            async with self._client.post(url, data=body.encode(),
-                                         headers=headers) as response:
+            async with self._client.post(url, data=body.encode(), headers=headers) as response:
                 return 200 <= response.status < 300
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return False
 
     def outcome(self, outcome: str) -> None:
@@ -120,15 +123,21 @@ class WebhookSender:
                 await asyncio.sleep(wait)
                 wait = min(2 * wait, config.max_retry_s)
         self.outcome("failed")
-        log.warning("webhook %s of %s failed after %d attempts", message_id, owner,
-                    config.max_attempts, extra={"session_id": owner})
+        log.warning(
+            "webhook %s of %s failed after %d attempts",
+            message_id,
+            owner,
+            config.max_attempts,
+            extra={"session_id": owner},
+        )
         return False
 
     def send(self, url: str, message_id: str, body: str) -> None:
         """Deliver one body (a recording's callback) in the background, as ``deliver``;
         ``stop`` waits for it as for the feeds."""
-        task = asyncio.create_task(self.deliver(url, message_id, body, message_id),
-                                   name=f"callback-{message_id}")
+        task = asyncio.create_task(
+            self.deliver(url, message_id, body, message_id), name=f"callback-{message_id}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -149,15 +158,22 @@ class WebhookFeed:
 
     def publish(self, kind: str, data: dict) -> None:
         """Queue one event (``kind`` such as ``transcript.final``); dropped if full."""
-        event = {"type": kind, "timestamp": datetime.now(timezone.utc).isoformat(),
-                 "data": {"session_id": self._session_id, **data}}
+        event = {
+            "type": kind,
+            "timestamp": datetime.now(UTC).isoformat(),
+            "data": {"session_id": self._session_id, **data},
+        }
         message_id = f"msg_{self._session_id}_{next(self._numbers)}"  # the same on retries
         if self._queue.qsize() < self._limit:
             self._queue.put_nowait((message_id, json.dumps(event, ensure_ascii=False)))
         else:
             self._sender.outcome("dropped")
-            log.warning("webhook queue of session %s is full: dropped %s", self._session_id,
-                        kind, extra={"session_id": self._session_id})
+            log.warning(
+                "webhook queue of session %s is full: dropped %s",
+                self._session_id,
+                kind,
+                extra={"session_id": self._session_id},
+            )
 
     def close(self) -> None:
         """No more events: the feed's task ends once the queue is delivered."""

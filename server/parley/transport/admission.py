@@ -5,8 +5,8 @@ settings), and the open sessions counted per key."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from websockets.http11 import Request
 
@@ -29,10 +29,14 @@ class StreamLimits:
     resume_window_s: float = 30.0  # a resumable session waits this long for its client
 
     def to_json(self) -> dict:
-        limits = {"max_frame_bytes": self.max_frame_bytes, "idle_timeout_s": self.idle_timeout_s,
-                  "max_segment_s": self.max_segment_s, "max_session_s": self.max_session_s,
-                  "max_participants": self.max_participants,
-                  "resume_window_s": self.resume_window_s}
+        limits = {
+            "max_frame_bytes": self.max_frame_bytes,
+            "idle_timeout_s": self.idle_timeout_s,
+            "max_segment_s": self.max_segment_s,
+            "max_session_s": self.max_session_s,
+            "max_participants": self.max_participants,
+            "resume_window_s": self.resume_window_s,
+        }
         if self.diarization_latency_s is not None:
             limits["diarization_latency_s"] = self.diarization_latency_s
         return limits
@@ -57,9 +61,14 @@ class Refused(Exception):
 class Admission:
     """Admits or refuses; counts each key's open sessions (``opened``/``closed``)."""
 
-    def __init__(self, access: Access, limits: StreamLimits,
-                 check_decoding: Callable[[Decoding], None], diarization: bool,
-                 allows_webhook: Callable[[str], bool]):
+    def __init__(
+        self,
+        access: Access,
+        limits: StreamLimits,
+        check_decoding: Callable[[Decoding], None],
+        diarization: bool,
+        allows_webhook: Callable[[str], bool],
+    ):
         self._access = access
         self._limits = limits
         self._check_decoding = check_decoding
@@ -77,28 +86,41 @@ class Admission:
         """The name of the key an allowed origin came with, or Refused."""
         headers = request.headers
         if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
-            raise Refused(Error(ErrorCode.FORBIDDEN_ORIGIN,
-                                "pages from this origin may not stream to this server"))
+            raise Refused(
+                Error(
+                    ErrorCode.FORBIDDEN_ORIGIN,
+                    "pages from this origin may not stream to this server",
+                )
+            )
         key = dialect.identify(request, params, self._access.keys)
         if key is None:
             raise Refused(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
         return key
 
-    def admit(self, request: Request, dialect: Dialect, live: int,
-              draining: bool) -> tuple[Setup, str]:
+    def admit(
+        self, request: Request, dialect: Dialect, live: int, draining: bool
+    ) -> tuple[Setup, str]:
         """The stream's settings and the name of the key it came with, or Refused."""
         params = query_of(request)
         key = self.identify(request, dialect, params)
         if draining:
             raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
         if live >= self._limits.max_sessions:
-            raise Refused(Error(ErrorCode.SERVER_BUSY,
-                                f"the server is at its limit of {self._limits.max_sessions} "
-                                "sessions; try again later"))
+            raise Refused(
+                Error(
+                    ErrorCode.SERVER_BUSY,
+                    f"the server is at its limit of {self._limits.max_sessions} "
+                    "sessions; try again later",
+                )
+            )
         per_key = self._limits.max_sessions_per_key
         if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
-            raise Refused(Error(ErrorCode.TOO_MANY_SESSIONS,
-                                f"this key has its limit of {per_key} sessions open"))
+            raise Refused(
+                Error(
+                    ErrorCode.TOO_MANY_SESSIONS,
+                    f"this key has its limit of {per_key} sessions open",
+                )
+            )
         return self._setup(request, dialect, params), key
 
     def _setup(self, request: Request, dialect: Dialect, params: Mapping[str, str]) -> Setup:
@@ -110,10 +132,18 @@ class Admission:
         except ValueError as exc:
             raise Refused(Error(ErrorCode.BAD_CONFIG, str(exc))) from None
         if setup.webhook_url is not None and not self._allows_webhook(setup.webhook_url):
-            raise Refused(Error(ErrorCode.BAD_CONFIG, "this server does not send webhooks to "
-                                "that URL (see webhooks.allowed_targets)"))
+            raise Refused(
+                Error(
+                    ErrorCode.BAD_CONFIG,
+                    "this server does not send webhooks to that URL (see webhooks.allowed_targets)",
+                )
+            )
         if setup.config.diarization and not self._diarization:
-            raise Refused(Error(ErrorCode.BAD_CONFIG,
-                                "diarization is not available on this server (start it with "
-                                "--diarization bundle)"))
+            raise Refused(
+                Error(
+                    ErrorCode.BAD_CONFIG,
+                    "diarization is not available on this server (start it with "
+                    "--diarization bundle)",
+                )
+            )
         return setup

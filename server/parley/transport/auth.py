@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hmac
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 from urllib.parse import urlsplit
 
 KEY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -24,7 +24,7 @@ class ApiKeys:
     keys: tuple[tuple[str, bytes], ...] = ()
 
     @classmethod
-    def of(cls, named: Mapping[str, str]) -> "ApiKeys":
+    def of(cls, named: Mapping[str, str]) -> ApiKeys:
         """Keys from a name → value mapping; ValueError on a bad name or an empty value."""
         for name, value in named.items():
             if not KEY_NAME.match(name):
@@ -95,7 +95,7 @@ class OriginPolicy:
         return host is not None and urlsplit(origin).netloc.lower() == host.lower()
 
     @classmethod
-    def of(cls, origins: list[str] | None) -> "OriginPolicy":
+    def of(cls, origins: list[str] | None) -> OriginPolicy:
         if origins is None:
             return cls(None)
         return cls(frozenset(o.rstrip("/").lower() for o in origins))

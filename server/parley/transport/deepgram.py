@@ -11,10 +11,10 @@ import hashlib
 import json
 import string
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Mapping
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
@@ -22,24 +22,36 @@ from websockets.http11 import Response
 from parley import __version__
 from parley.core.redaction import REDACTED
 from parley.core.vad import VadConfig
-from parley.protocol.messages import (Encoding, Error, ErrorCode, Final, FinalReason, Partial,
-                                      ProtocolError, ServerMessage, SessionEnded, SpeechStarted,
-                                      StreamConfig, Word)
+from parley.protocol.messages import (
+    Encoding,
+    Error,
+    ErrorCode,
+    Final,
+    FinalReason,
+    Partial,
+    ProtocolError,
+    ServerMessage,
+    SessionEnded,
+    SpeechStarted,
+    StreamConfig,
+    Word,
+)
 from parley.runtime.session import Mark, Session
-from parley.transport.dialect import (MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream,
-                                      every)
+from parley.transport.dialect import MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream, every
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
 LISTEN_PATH = "/v1/listen"
 ENCODINGS = {"linear16": Encoding.PCM_S16LE, "mulaw": Encoding.MULAW, "alaw": Encoding.ALAW}
 CHANNEL = [0, 1]  # channel_index: channel 0 of 1 (several channels are mixed to one)
-_HTTP_STATUS = {ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,
-                ErrorCode.FORBIDDEN_ORIGIN: HTTPStatus.FORBIDDEN,
-                ErrorCode.BAD_CONFIG: HTTPStatus.BAD_REQUEST,
-                ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS,
-                ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
-                ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE}
+_HTTP_STATUS = {
+    ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,
+    ErrorCode.FORBIDDEN_ORIGIN: HTTPStatus.FORBIDDEN,
+    ErrorCode.BAD_CONFIG: HTTPStatus.BAD_REQUEST,
+    ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS,
+    ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
+    ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE,
+}
 
 
 @dataclass(frozen=True)
@@ -74,9 +86,16 @@ def _whole(params: Mapping[str, str], name: str) -> int | None:
 
 
 # Deepgram's redact values → Parley's categories (protocol.md section 9).
-REDACT = {"pci": ("pci",), "credit_card": ("pci",), "credit_card_number": ("pci",),
-          "ssn": ("ssn",), "phone_number": ("phone",), "numbers": ("numbers",),
-          "true": ("pci", "ssn"), "pii": ("pci", "ssn", "phone")}
+REDACT = {
+    "pci": ("pci",),
+    "credit_card": ("pci",),
+    "credit_card_number": ("pci",),
+    "ssn": ("ssn",),
+    "phone_number": ("phone",),
+    "numbers": ("numbers",),
+    "true": ("pci", "ssn"),
+    "pii": ("pci", "ssn", "phone"),
+}
 
 
 @dataclass(frozen=True)
@@ -89,16 +108,18 @@ class ListenVocabulary:
     numerals: bool = False
 
     @classmethod
-    def of(cls, params: Mapping[str, str]) -> "ListenVocabulary":
-        terms = every(params, "keyterm") + [k.rsplit(":", 1)[0] if ":" in k else k
-                                            for k in every(params, "keywords")]
+    def of(cls, params: Mapping[str, str]) -> ListenVocabulary:
+        terms = every(params, "keyterm") + [
+            k.rsplit(":", 1)[0] if ":" in k else k for k in every(params, "keywords")
+        ]
         categories: list[str] = []
         for value in every(params, "redact"):
             if value.lower() == "false":
                 continue
             if value.lower() not in REDACT:
-                raise ProtocolError(ErrorCode.BAD_CONFIG, f"redact takes "
-                                    f"{', '.join(REDACT)}; not {value!r}")
+                raise ProtocolError(
+                    ErrorCode.BAD_CONFIG, f"redact takes {', '.join(REDACT)}; not {value!r}"
+                )
             categories += REDACT[value.lower()]
         return cls(tuple(terms), tuple(dict.fromkeys(categories)), _flag(params, "numerals"))
 
@@ -143,31 +164,40 @@ class DeepgramDialect(KeyOffered):
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
         raw_encoding = params.get("encoding")
         if raw_encoding is None:
-            raise ProtocolError(ErrorCode.BAD_CONFIG,
-                                "containerised audio is not supported: give encoding "
-                                "(linear16, mulaw or alaw) and sample_rate")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                "containerised audio is not supported: give encoding "
+                "(linear16, mulaw or alaw) and sample_rate",
+            )
         encoding = ENCODINGS.get(raw_encoding.lower())
         if encoding is None:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, f"encoding {raw_encoding!r} is not "
-                                f"supported; use one of {', '.join(ENCODINGS)}")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                f"encoding {raw_encoding!r} is not supported; use one of {', '.join(ENCODINGS)}",
+            )
         if "sample_rate" not in params:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
         if _flag(params, "multichannel"):
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "multichannel=true is not supported: "
-                                "send one connection per channel")
-        native = {"encoding": encoding.value, "sample_rate": params["sample_rate"],
-                  "channels": params.get("channels", "1"),
-                  "partials": str(_flag(params, "interim_results")).lower(),
-                  "diarization": str(_flag(params, "diarize") or "diarize_model" in params
-                                     ).lower()}
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                "multichannel=true is not supported: send one connection per channel",
+            )
+        native = {
+            "encoding": encoding.value,
+            "sample_rate": params["sample_rate"],
+            "channels": params.get("channels", "1"),
+            "partials": str(_flag(params, "interim_results")).lower(),
+            "diarization": str(_flag(params, "diarize") or "diarize_model" in params).lower(),
+        }
         language = _language(params.get("language"))
         if language is not None:
             native["language"] = language
         native.update(ListenVocabulary.of(params).query())
         config = StreamConfig.from_query(native)
         # Deepgram's callback: results also POSTed there (Parley signs them as webhooks).
-        return Setup(config, self._vad_of(params), self.options(params),
-                     webhook_url=params.get("callback"))
+        return Setup(
+            config, self._vad_of(params), self.options(params), webhook_url=params.get("callback")
+        )
 
     def _vad_of(self, params: Mapping[str, str]) -> VadConfig | None:
         """``endpointing`` in ms as the VAD silence that ends a segment (None: the server's)."""
@@ -179,8 +209,9 @@ class DeepgramDialect(KeyOffered):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "endpointing must be at least 0")
         silence = max(endpointing, MIN_TURN_SILENCE_MS)  # Deepgram's default is 10 ms
         silence -= silence % self._vad.frame_ms
-        return replace(self._vad, min_silence_ms=silence,
-                       speech_pad_ms=min(self._vad.speech_pad_ms, silence))
+        return replace(
+            self._vad, min_silence_ms=silence, speech_pad_ms=min(self._vad.speech_pad_ms, silence)
+        )
 
     @staticmethod
     def options(params: Mapping[str, str]) -> ListenOptions:
@@ -190,24 +221,31 @@ class DeepgramDialect(KeyOffered):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "utterance_end_ms must be positive")
         endpointing = params.get("endpointing", "").lower() not in ("false", "0")
         return ListenOptions(
-            punctuate=_flag(params, "punctuate") or _flag(params, "smart_format")
+            punctuate=_flag(params, "punctuate")
+            or _flag(params, "smart_format")
             or _flag(params, "dictation"),
             endpointing=endpointing,
             utterance_end_s=utterance_end_ms / 1000 if utterance_end_ms else None,
-            vad_events=_flag(params, "vad_events"))
+            vad_events=_flag(params, "vad_events"),
+        )
 
     def refusal(self, error: Error) -> Response:
         status = _HTTP_STATUS.get(error.code, HTTPStatus.BAD_REQUEST)
-        response = json_response(status, {"err_code": error.code.value.upper(),
-                                          "err_msg": error.message,
-                                          "request_id": str(uuid.uuid4())})
+        response = json_response(
+            status,
+            {
+                "err_code": error.code.value.upper(),
+                "err_msg": error.message,
+                "request_id": str(uuid.uuid4()),
+            },
+        )
         response.headers["dg-error"] = error.message
         return response
 
     def error(self, error: Error) -> str:
         return json.dumps(_error_message(error))
 
-    def translator(self, opened: Opened) -> "DeepgramTranslator":
+    def translator(self, opened: Opened) -> DeepgramTranslator:
         assert isinstance(opened.setup.options, ListenOptions)
         return DeepgramTranslator(opened, opened.setup.options)
 
@@ -236,7 +274,7 @@ class DeepgramTranslator:
         self._opened = opened
         self._options = options
         self._request_id = str(uuid.UUID(hex=opened.session_id))
-        self._created = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        self._created = datetime.now(UTC).isoformat(timespec="milliseconds")
         self._model_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"parley:{opened.model}"))
         self._model_info = {"name": opened.model, "version": __version__, "arch": "whisper"}
         self._audio_sha256 = hashlib.sha256()
@@ -267,14 +305,21 @@ class DeepgramTranslator:
             return False
         if kind == "CloseStream":
             return True
-        raise ProtocolError(ErrorCode.BAD_MESSAGE, "expected a JSON message of type KeepAlive, "
-                            f"Finalize or CloseStream; got {message[:100]!r}")
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE,
+            "expected a JSON message of type KeepAlive, "
+            f"Finalize or CloseStream; got {message[:100]!r}",
+        )
 
     async def _maybe_utterance_end(self, session: Session) -> None:
         wait = self._options.utterance_end_s
         quiet = session.quiet_since
-        if (wait is not None and quiet is not None and quiet != self._quiet_marked
-                and session.stream_time - quiet >= wait):
+        if (
+            wait is not None
+            and quiet is not None
+            and quiet != self._quiet_marked
+            and session.stream_time - quiet >= wait
+        ):
             self._quiet_marked = quiet
             await session.mark(_UTTERANCE_END_DUE)
 
@@ -286,19 +331,37 @@ class DeepgramTranslator:
         if isinstance(message, Final):
             if message.words:
                 self._last_word_end = message.words[-1].end
-            return [self._results(message.start, message.end, message.text, message.words,
-                                  is_final=True, reason=message.reason,
-                                  language=message.language)]
+            return [
+                self._results(
+                    message.start,
+                    message.end,
+                    message.text,
+                    message.words,
+                    is_final=True,
+                    reason=message.reason,
+                    language=message.language,
+                )
+            ]
         if isinstance(message, Partial):
             if not message.text.strip():
                 return []
-            return [self._results(message.start, message.end, message.text, [],
-                                  is_final=False, reason=None, language=message.language)]
+            return [
+                self._results(
+                    message.start,
+                    message.end,
+                    message.text,
+                    [],
+                    is_final=False,
+                    reason=None,
+                    language=message.language,
+                )
+            ]
         if isinstance(message, SpeechStarted):
             if not self._options.vad_events:
                 return []
-            return [{"type": "SpeechStarted", "channel": CHANNEL,
-                     "timestamp": round(message.start, 3)}]
+            return [
+                {"type": "SpeechStarted", "channel": CHANNEL, "timestamp": round(message.start, 3)}
+            ]
         if isinstance(message, Mark) and message.payload is _UTTERANCE_END_DUE:
             if self._last_word_end is None:
                 return []
@@ -310,37 +373,60 @@ class DeepgramTranslator:
             return [_error_message(message)]
         return []  # speaker_update (Deepgram cannot revise a result), finalized, marks
 
-    def _results(self, start: float, end: float, text: str, words: list[Word], *,
-                 is_final: bool, reason: FinalReason | None, language: str | None) -> dict:
+    def _results(
+        self,
+        start: float,
+        end: float,
+        text: str,
+        words: list[Word],
+        *,
+        is_final: bool,
+        reason: FinalReason | None,
+        language: str | None,
+    ) -> dict:
         if self._options.punctuate:
             transcript = text.strip()
         elif words:
             transcript = " ".join(filter(None, (bare(w.word) for w in words)))
         else:
             transcript = " ".join(filter(None, (bare(w) for w in text.split())))
-        speech_final = self._options.endpointing and reason in (FinalReason.SILENCE,
-                                                                FinalReason.END_OF_STREAM)
+        speech_final = self._options.endpointing and reason in (
+            FinalReason.SILENCE,
+            FinalReason.END_OF_STREAM,
+        )
         alternative = {
             "transcript": transcript,
             "confidence": round(sum(w.probability for w in words) / len(words), 4)
-            if words else 0.0,
-            "words": [self._word(w, language) for w in words]}
+            if words
+            else 0.0,
+            "words": [self._word(w, language) for w in words],
+        }
         if language is not None:
             alternative["languages"] = [language]  # as language=multi answers
         return {
-            "type": "Results", "channel_index": CHANNEL,
-            "start": round(start, 3), "duration": round(end - start, 3),
-            "is_final": is_final, "speech_final": speech_final,
+            "type": "Results",
+            "channel_index": CHANNEL,
+            "start": round(start, 3),
+            "duration": round(end - start, 3),
+            "is_final": is_final,
+            "speech_final": speech_final,
             "from_finalize": reason is FinalReason.FINALIZE,
             "channel": {"alternatives": [alternative]},
-            "metadata": {"request_id": self._request_id, "model_info": self._model_info,
-                         "model_uuid": self._model_uuid},
+            "metadata": {
+                "request_id": self._request_id,
+                "model_info": self._model_info,
+                "model_uuid": self._model_uuid,
+            },
         }
 
     def _word(self, word: Word, language: str | None) -> dict:
-        out = {"word": bare(word.word), "start": round(word.start, 3),
-               "end": round(word.end, 3), "confidence": round(word.probability, 4),
-               "punctuated_word": word.word.strip()}
+        out = {
+            "word": bare(word.word),
+            "start": round(word.start, 3),
+            "end": round(word.end, 3),
+            "confidence": round(word.probability, 4),
+            "punctuated_word": word.word.strip(),
+        }
         if language is not None:
             out["language"] = language
         if word.speaker is not None:
@@ -348,8 +434,14 @@ class DeepgramTranslator:
         return out
 
     def _metadata(self, duration: float) -> dict:
-        return {"type": "Metadata", "transaction_key": "deprecated",
-                "request_id": self._request_id, "sha256": self._audio_sha256.hexdigest(),
-                "created": self._created, "duration": round(duration, 3),
-                "channels": self._opened.setup.config.channels, "models": [self._model_uuid],
-                "model_info": {self._model_uuid: self._model_info}}
+        return {
+            "type": "Metadata",
+            "transaction_key": "deprecated",
+            "request_id": self._request_id,
+            "sha256": self._audio_sha256.hexdigest(),
+            "created": self._created,
+            "duration": round(duration, 3),
+            "channels": self._opened.setup.config.channels,
+            "models": [self._model_uuid],
+            "model_info": {self._model_uuid: self._model_info},
+        }

@@ -13,8 +13,9 @@ state; ``Dialect.translator`` makes a ``Translator`` for one connection.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from starlette.datastructures import QueryParams
@@ -86,7 +87,8 @@ def json_event(message: str | bytes, kinds: tuple[str, ...], wrong: str) -> dict
         except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
             pass
     if not isinstance(data, dict) or not isinstance(
-            next((data[k] for k in kinds if data.get(k)), None), str):
+        next((data[k] for k in kinds if data.get(k)), None), str
+    ):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, wrong)
     return data
 
@@ -97,8 +99,8 @@ class Setup:
 
     config: StreamConfig
     vad: VadConfig | None = None  # None: the server's
-    options: object = None        # the dialect's own, for its translator
-    tracks: bool = False          # one session per track (a SessionGroup), not one session
+    options: object = None  # the dialect's own, for its translator
+    tracks: bool = False  # one session per track (a SessionGroup), not one session
     webhook_url: str | None = None  # the session's own webhook target, if it names one
 
 

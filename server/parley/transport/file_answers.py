@@ -47,43 +47,72 @@ def _spoken(result: FileTranscript) -> list[Final]:
 
 # ------------------------------------------------------------------ OpenAI
 
+
 def openai_json(result: FileTranscript) -> dict:
-    return {"text": result.text, "usage": {"type": "duration",
-                                           "seconds": round(result.duration, 3)}}
+    return {
+        "text": result.text,
+        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
+    }
 
 
-def openai_verbose(result: FileTranscript, language: str, task: Task, with_words: bool,
-                   with_segments: bool = True) -> dict:
+def openai_verbose(
+    result: FileTranscript, language: str, task: Task, with_words: bool, with_segments: bool = True
+) -> dict:
     """``verbose_json``: segments as Whisper's (tokens and temperature are not kept:
     empty and 0), each with the code of the language it was decoded in; words when
     asked for."""
-    answer: dict = {"task": task.value, "language": language,
-                    "duration": round(result.duration, 3), "text": result.text,
-                    "usage": {"type": "duration", "seconds": round(result.duration, 3)}}
+    answer: dict = {
+        "task": task.value,
+        "language": language,
+        "duration": round(result.duration, 3),
+        "text": result.text,
+        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
+    }
     if with_segments:
         answer["segments"] = [
-            {"id": i, "seek": 0, "start": f.start, "end": f.end, "text": " " + f.text,
-             "tokens": [], "temperature": 0.0,
-             "avg_logprob": round(math.log(f.confidence), 4) if f.confidence else 0.0,
-             "compression_ratio": 1.0, "no_speech_prob": 0.0, "language": f.language}
-            for i, f in enumerate(_spoken(result))]
+            {
+                "id": i,
+                "seek": 0,
+                "start": f.start,
+                "end": f.end,
+                "text": " " + f.text,
+                "tokens": [],
+                "temperature": 0.0,
+                "avg_logprob": round(math.log(f.confidence), 4) if f.confidence else 0.0,
+                "compression_ratio": 1.0,
+                "no_speech_prob": 0.0,
+                "language": f.language,
+            }
+            for i, f in enumerate(_spoken(result))
+        ]
     if with_words:
-        answer["words"] = [{"word": w.word, "start": w.start, "end": w.end}
-                           for w in result.words]
+        answer["words"] = [{"word": w.word, "start": w.start, "end": w.end} for w in result.words]
     return answer
 
 
 def openai_diarized(result: FileTranscript) -> dict:
     """``diarized_json``, as OpenAI's diarizing model answers: segments with speakers."""
-    return {"task": "transcribe", "duration": round(result.duration, 3), "text": result.text,
-            "segments": [{"type": "transcript.text.segment", "id": f"seg_{i}",
-                          "start": f.start, "end": f.end, "text": f.text,
-                          "speaker": f.speaker or "S1"}
-                         for i, f in enumerate(_spoken(result))],
-            "usage": {"type": "duration", "seconds": round(result.duration, 3)}}
+    return {
+        "task": "transcribe",
+        "duration": round(result.duration, 3),
+        "text": result.text,
+        "segments": [
+            {
+                "type": "transcript.text.segment",
+                "id": f"seg_{i}",
+                "start": f.start,
+                "end": f.end,
+                "text": f.text,
+                "speaker": f.speaker or "S1",
+            }
+            for i, f in enumerate(_spoken(result))
+        ],
+        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
+    }
 
 
 # ------------------------------------------------------------------ Deepgram
+
 
 def _bare(word: str) -> str:
     return _PUNCTUATION.sub("", word).lower() or word.lower()
@@ -93,15 +122,22 @@ def _speaker_number(label: str | None) -> int | None:
     return int(label[1:]) - 1 if label and label[1:].isdigit() else None
 
 
-def deepgram_response(result: FileTranscript, request_id: str, model: str, *,
-                      diarize: bool, punctuate: bool, utterances: bool,
-                      audio_sha256: str, detected: bool = False) -> dict:
+def deepgram_response(
+    result: FileTranscript,
+    request_id: str,
+    model: str,
+    *,
+    diarize: bool,
+    punctuate: bool,
+    utterances: bool,
+    audio_sha256: str,
+    detected: bool = False,
+) -> dict:
     """Deepgram's pre-recorded response: one channel, one alternative."""
     finals = _spoken(result)
 
     def word(w) -> dict:
-        entry = {"word": _bare(w.word), "start": w.start, "end": w.end,
-                 "confidence": w.probability}
+        entry = {"word": _bare(w.word), "start": w.start, "end": w.end, "confidence": w.probability}
         if punctuate:
             entry["punctuated_word"] = w.word
         if diarize:
@@ -114,36 +150,52 @@ def deepgram_response(result: FileTranscript, request_id: str, model: str, *,
 
     words = [word(w) for f in finals for w in f.words]
     confidences = [w["confidence"] for w in words]
-    alternative = {"transcript": " ".join(text(f) for f in finals),
-                   "confidence": round(sum(confidences) / len(confidences), 3)
-                   if confidences else 0.0, "words": words}
+    alternative = {
+        "transcript": " ".join(text(f) for f in finals),
+        "confidence": round(sum(confidences) / len(confidences), 3) if confidences else 0.0,
+        "words": words,
+    }
     model_id = hashlib.sha1(model.encode()).hexdigest()[:8]
-    metadata = {"request_id": request_id, "sha256": audio_sha256,
-                "created": dt.datetime.now(dt.timezone.utc).isoformat(),
-                "duration": round(result.duration, 3), "channels": 1, "models": [model_id],
-                "model_info": {model_id: {"name": model, "version": "parley", "arch": "whisper"}}}
+    metadata = {
+        "request_id": request_id,
+        "sha256": audio_sha256,
+        "created": dt.datetime.now(dt.UTC).isoformat(),
+        "duration": round(result.duration, 3),
+        "channels": 1,
+        "models": [model_id],
+        "model_info": {model_id: {"name": model, "version": "parley", "arch": "whisper"}},
+    }
     languages = Counter(f.language for f in finals if f.language)
     channel: dict = {"alternatives": [alternative]}
     if languages:
         alternative["languages"] = [code for code, _ in languages.most_common()]
         if detected:  # detect_language=true, or no language given
             channel["detected_language"] = languages.most_common(1)[0][0]
-            probabilities = [f.language_probability for f in finals
-                             if f.language_probability is not None]
+            probabilities = [
+                f.language_probability for f in finals if f.language_probability is not None
+            ]
             if probabilities:
                 channel["language_confidence"] = round(sum(probabilities) / len(probabilities), 3)
     results: dict = {"channels": [channel]}
     if utterances:
         results["utterances"] = [
-            {"id": f"{request_id}-{i}", "start": f.start, "end": f.end, "channel": 0,
-             "confidence": _confidence(f), "transcript": text(f),
-             "words": [word(w) for w in f.words],
-             **({"speaker": _speaker_number(f.speaker) or 0} if diarize else {})}
-            for i, f in enumerate(finals)]
+            {
+                "id": f"{request_id}-{i}",
+                "start": f.start,
+                "end": f.end,
+                "channel": 0,
+                "confidence": _confidence(f),
+                "transcript": text(f),
+                "words": [word(w) for w in f.words],
+                **({"speaker": _speaker_number(f.speaker) or 0} if diarize else {}),
+            }
+            for i, f in enumerate(finals)
+        ]
     return {"metadata": metadata, "results": results}
 
 
 # ------------------------------------------------------------------ the reference handler
+
 
 def pyannote_label(label: str | None) -> str:
     """S1 → SPEAKER_00, the labels pyannote (and so the reference handler) gives."""
@@ -151,16 +203,35 @@ def pyannote_label(label: str | None) -> str:
     return f"SPEAKER_{number or 0:02d}"
 
 
-def predict_response(result: FileTranscript, diarized: bool, parameters: dict,
-                     warnings: list[str]) -> dict:
+def predict_response(
+    result: FileTranscript, diarized: bool, parameters: dict, warnings: list[str]
+) -> dict:
     """``{"speakers", "chunks", "text"}`` as the reference handler answers (its
     ``speakers`` are its chunks, each with the speaker it falls in), plus ``parley``:
     what the scheduler chose and the parameters it was given."""
     finals = _spoken(result)
     chunks = [{"timestamp": [f.start, f.end], "text": " " + f.text} for f in finals]
-    speakers = [{"speaker": pyannote_label(f.speaker), "text": " " + f.text,
-                 "timestamp": [f.start, f.end]} for f in finals] if diarized else []
-    return {"speakers": speakers, "chunks": chunks, "text": " " + result.text,
-            "parley": {"decode": result.report.to_json(), "parameters": parameters,
-                       "warnings": warnings, "duration": round(result.duration, 3),
-                       "processing_s": round(result.processing_s, 3)}}
+    speakers = (
+        [
+            {
+                "speaker": pyannote_label(f.speaker),
+                "text": " " + f.text,
+                "timestamp": [f.start, f.end],
+            }
+            for f in finals
+        ]
+        if diarized
+        else []
+    )
+    return {
+        "speakers": speakers,
+        "chunks": chunks,
+        "text": " " + result.text,
+        "parley": {
+            "decode": result.report.to_json(),
+            "parameters": parameters,
+            "warnings": warnings,
+            "duration": round(result.duration, 3),
+            "processing_s": round(result.processing_s, 3),
+        },
+    }

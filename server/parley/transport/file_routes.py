@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import uuid
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -33,9 +34,19 @@ OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 TRUE = ("1", "true", "yes", "on")
 # The reference handler's parameters (its validation_utils), all accepted; those it
 # chose for the caller are reported, not obeyed: Parley's scheduler chooses.
-PREDICT_PARAMETERS = ("task", "batch_size", "chunk_length_s", "sampling_rate", "assisted",
-                      "language", "num_speakers", "min_speakers", "max_speakers",
-                      "prompt", "keyterms")  # the last two are Parley's own
+PREDICT_PARAMETERS = (
+    "task",
+    "batch_size",
+    "chunk_length_s",
+    "sampling_rate",
+    "assisted",
+    "language",
+    "num_speakers",
+    "min_speakers",
+    "max_speakers",
+    "prompt",
+    "keyterms",
+)  # the last two are Parley's own
 
 
 def _flag(value: str | None, default: bool = False) -> bool:
@@ -56,10 +67,12 @@ class FileRoutes:
         self._callbacks: set[asyncio.Task] = set()
 
     def routes(self) -> list[Route]:
-        return [Route("/v1/audio/transcriptions", self.openai, methods=["POST"]),
-                Route("/v1/audio/translations", self.openai_translation, methods=["POST"]),
-                Route("/v1/listen", self.deepgram, methods=["POST"]),
-                Route("/predict", self.predict, methods=["POST"])]
+        return [
+            Route("/v1/audio/transcriptions", self.openai, methods=["POST"]),
+            Route("/v1/audio/translations", self.openai_translation, methods=["POST"]),
+            Route("/v1/listen", self.deepgram, methods=["POST"]),
+            Route("/predict", self.predict, methods=["POST"]),
+        ]
 
     def _language(self, requested: str | None) -> str | None:
         return requested or ("en" if self._model.endswith(".en") else None)
@@ -78,20 +91,33 @@ class FileRoutes:
                 form = await stack.enter_async_context(self._door.form(request))
                 fmt = form.get("response_format") or "json"
                 if fmt not in OPENAI_FORMATS:
-                    raise UploadError(UploadCode.BAD_REQUEST, f"response_format must be one "
-                                      f"of {', '.join(OPENAI_FORMATS)}", "response_format")
-                granularities = set(form.all("timestamp_granularities[]") +
-                                    form.all("timestamp_granularities"))
+                    raise UploadError(
+                        UploadCode.BAD_REQUEST,
+                        f"response_format must be one of {', '.join(OPENAI_FORMATS)}",
+                        "response_format",
+                    )
+                granularities = set(
+                    form.all("timestamp_granularities[]") + form.all("timestamp_granularities")
+                )
                 if granularities - {"word", "segment"}:
-                    raise UploadError(UploadCode.BAD_REQUEST, "timestamp_granularities are "
-                                      "word and segment", "timestamp_granularities")
+                    raise UploadError(
+                        UploadCode.BAD_REQUEST,
+                        "timestamp_granularities are word and segment",
+                        "timestamp_granularities",
+                    )
                 diarize = fmt == "diarized_json" or _flag(form.get("diarize"))
                 if task is Task.TRANSLATE and (diarize or _flag(form.get("stream"))):
-                    raise UploadError(UploadCode.BAD_REQUEST, "translations take json, text, "
-                                      "srt, vtt or verbose_json, without stream",
-                                      "response_format")
-                job = FileRequest(language=form.get("language") or None, diarize=diarize,
-                                  prompt=form.get("prompt") or "", task=task)
+                    raise UploadError(
+                        UploadCode.BAD_REQUEST,
+                        "translations take json, text, srt, vtt or verbose_json, without stream",
+                        "response_format",
+                    )
+                job = FileRequest(
+                    language=form.get("language") or None,
+                    diarize=diarize,
+                    prompt=form.get("prompt") or "",
+                    task=task,
+                )
                 if _flag(form.get("stream")):
                     # the stream takes the upload over, and closes it when done
                     return await self._openai_stream(form.path, job, key, stack)
@@ -101,27 +127,37 @@ class FileRoutes:
         if fmt == "text":
             return PlainTextResponse(result.text + "\n")
         if fmt in ("srt", "vtt"):
-            return PlainTextResponse(file_answers.rendered(result, fmt),
-                                     media_type="text/vtt" if fmt == "vtt" else "text/plain")
+            return PlainTextResponse(
+                file_answers.rendered(result, fmt),
+                media_type="text/vtt" if fmt == "vtt" else "text/plain",
+            )
         if fmt == "verbose_json":
             language = _language_name(self._language(result.language))
-            return JSONResponse(file_answers.openai_verbose(
-                result, language, task, with_words="word" in granularities,
-                with_segments="segment" in granularities or "word" not in granularities))
+            return JSONResponse(
+                file_answers.openai_verbose(
+                    result,
+                    language,
+                    task,
+                    with_words="word" in granularities,
+                    with_segments="segment" in granularities or "word" not in granularities,
+                )
+            )
         if fmt == "diarized_json":
             return JSONResponse(file_answers.openai_diarized(result))
         return JSONResponse(file_answers.openai_json(result))
 
-    async def _openai_stream(self, path, job: FileRequest, key: str,
-                             stack: contextlib.AsyncExitStack) -> Response:
+    async def _openai_stream(
+        self, path, job: FileRequest, key: str, stack: contextlib.AsyncExitStack
+    ) -> Response:
         """Server-sent events: a ``transcript.text.delta`` per window as its text and those
         before it are done, then ``transcript.text.done`` (errors: an ``error`` event)."""
         deltas: asyncio.Queue[str | None] = asyncio.Queue()
 
         async def run() -> FileTranscript:
             try:
-                return await self._door.transcribe(path, job, key,
-                                                   on_text=lambda t: deltas.put_nowait(t))
+                return await self._door.transcribe(
+                    path, job, key, on_text=lambda t: deltas.put_nowait(t)
+                )
             finally:
                 deltas.put_nowait(None)
 
@@ -140,17 +176,22 @@ class FileRoutes:
                 except UploadError as error:
                     yield _sse({"type": "error", "error": _openai_error_body(error)})
                     return
-                yield _sse({"type": "transcript.text.done", "text": result.text,
-                            "usage": {"type": "duration",
-                                      "seconds": round(result.duration, 3)}})
+                yield _sse(
+                    {
+                        "type": "transcript.text.done",
+                        "text": result.text,
+                        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
+                    }
+                )
             finally:
                 if not task.done():
                     task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 await lost.aclose()
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"})
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+        )
 
     # ------------------------------------------------------------------ Deepgram
 
@@ -167,40 +208,62 @@ class FileRoutes:
                 vocabulary = ListenVocabulary.of(params)
             except ProtocolError as exc:
                 raise UploadError(UploadCode.BAD_REQUEST, exc.message) from None
-            job = FileRequest(language=_deepgram_language(params), diarize=diarize,
-                              keyterms=vocabulary.keyterms, redact=vocabulary.redact,
-                              numerals=vocabulary.numerals)
+            job = FileRequest(
+                language=_deepgram_language(params),
+                diarize=diarize,
+                keyterms=vocabulary.keyterms,
+                redact=vocabulary.redact,
+                numerals=vocabulary.numerals,
+            )
             result = await self._door.transcribe(path, job, key)
             return file_answers.deepgram_response(
-                result, request_id, self._model, diarize=diarize, punctuate=punctuate,
-                utterances=utterances, audio_sha256=digest,
-                detected=job.language is None)
+                result,
+                request_id,
+                self._model,
+                diarize=diarize,
+                punctuate=punctuate,
+                utterances=utterances,
+                audio_sha256=digest,
+                detected=job.language is None,
+            )
 
         try:
             key = self._door.authorize(request)
             if request.headers.get("content-type", "").startswith("application/json"):
-                raise UploadError(UploadCode.BAD_REQUEST, "Parley does not fetch audio from "
-                                  "URLs: send the audio itself as the request body")
+                raise UploadError(
+                    UploadCode.BAD_REQUEST,
+                    "Parley does not fetch audio from "
+                    "URLs: send the audio itself as the request body",
+                )
             callback = params.get("callback")
             if callback:
                 return await self._deepgram_callback(request, callback, request_id, key, run)
             async with self._door.body(request) as path:
                 return JSONResponse(await run(path, key))
         except UploadError as error:
-            return JSONResponse(_deepgram_error(error, request_id), status_code=error.status,
-                                headers=error.headers())
+            return JSONResponse(
+                _deepgram_error(error, request_id),
+                status_code=error.status,
+                headers=error.headers(),
+            )
 
-    async def _deepgram_callback(self, request: Request, callback: str, request_id: str,
-                                 key: str, run) -> Response:
+    async def _deepgram_callback(
+        self, request: Request, callback: str, request_id: str, key: str, run
+    ) -> Response:
         """Answer ``{"request_id"}`` once the upload is in, then POST the result (or the
         error) to ``callback``, signed as Parley's webhooks, only to allowed targets."""
         if self._webhooks is None or not self._webhooks.allows(callback):
-            raise UploadError(UploadCode.BAD_REQUEST, "this server sends no callback to that "
-                              "URL (see webhooks.allowed_targets)", "callback")
+            raise UploadError(
+                UploadCode.BAD_REQUEST,
+                "this server sends no callback to that URL (see webhooks.allowed_targets)",
+                "callback",
+            )
         if not self._door.jobs.has_room():
-            raise UploadError(UploadCode.SERVER_BUSY, "the server is transcribing its limit "
-                              "of recordings; try again later",
-                              retry_after_s=self._door.jobs.retry_after_s())
+            raise UploadError(
+                UploadCode.SERVER_BUSY,
+                "the server is transcribing its limit of recordings; try again later",
+                retry_after_s=self._door.jobs.retry_after_s(),
+            )
         stack = contextlib.AsyncExitStack()
         path = await stack.enter_async_context(self._door.body(request))
         webhooks = self._webhooks
@@ -225,18 +288,26 @@ class FileRoutes:
             key = self._door.authorize(request)
             async with self._door.form(request) as form:
                 parameters, warnings = _predict_parameters(form.get("parameters"))
-                count = speaker_count(parameters.get("num_speakers"),
-                                      parameters.get("min_speakers"),
-                                      parameters.get("max_speakers"))
+                count = speaker_count(
+                    parameters.get("num_speakers"),
+                    parameters.get("min_speakers"),
+                    parameters.get("max_speakers"),
+                )
                 diarize = self._door.jobs.can_diarize
-                job = FileRequest(language=parameters.get("language") or None,
-                                  diarize=diarize, speakers=count, **_predict_decoding(parameters))
+                job = FileRequest(
+                    language=parameters.get("language") or None,
+                    diarize=diarize,
+                    speakers=count,
+                    **_predict_decoding(parameters),
+                )
                 result = await self._door.transcribe(form.path, job, key)
         except UploadError as error:
-            return JSONResponse({"detail": error.message, "error": error.code.value},
-                                status_code=error.status, headers=error.headers())
-        return JSONResponse(file_answers.predict_response(result, diarize, parameters,
-                                                          warnings))
+            return JSONResponse(
+                {"detail": error.message, "error": error.code.value},
+                status_code=error.status,
+                headers=error.headers(),
+            )
+        return JSONResponse(file_answers.predict_response(result, diarize, parameters, warnings))
 
 
 def _predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
@@ -245,13 +316,16 @@ def _predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
     try:
         parameters = json.loads(raw)
     except ValueError:
-        raise UploadError(UploadCode.BAD_REQUEST, "parameters must be a JSON object",
-                          "parameters") from None
+        raise UploadError(
+            UploadCode.BAD_REQUEST, "parameters must be a JSON object", "parameters"
+        ) from None
     if not isinstance(parameters, dict):
-        raise UploadError(UploadCode.BAD_REQUEST, "parameters must be a JSON object",
-                          "parameters")
-    warnings = [f"unknown parameter {name!r} ignored" for name in parameters
-                if name not in PREDICT_PARAMETERS]
+        raise UploadError(UploadCode.BAD_REQUEST, "parameters must be a JSON object", "parameters")
+    warnings = [
+        f"unknown parameter {name!r} ignored"
+        for name in parameters
+        if name not in PREDICT_PARAMETERS
+    ]
     for warning in warnings:
         log.warning("predict: %s", warning)
     return {k: v for k, v in parameters.items() if k in PREDICT_PARAMETERS}, warnings
@@ -262,14 +336,21 @@ def _predict_decoding(parameters: dict) -> dict:
     try:
         task = Task(str(parameters.get("task", "transcribe")))
     except ValueError:
-        raise UploadError(UploadCode.BAD_REQUEST, "task must be transcribe or translate",
-                          "parameters") from None
+        raise UploadError(
+            UploadCode.BAD_REQUEST, "task must be transcribe or translate", "parameters"
+        ) from None
     keyterms = parameters.get("keyterms") or []
     prompt = parameters.get("prompt") or ""
-    if not (isinstance(keyterms, list) and all(isinstance(k, str) for k in keyterms)
-            and isinstance(prompt, str)):
-        raise UploadError(UploadCode.BAD_REQUEST, "keyterms must be a list of strings and "
-                          "prompt a string", "parameters")
+    if not (
+        isinstance(keyterms, list)
+        and all(isinstance(k, str) for k in keyterms)
+        and isinstance(prompt, str)
+    ):
+        raise UploadError(
+            UploadCode.BAD_REQUEST,
+            "keyterms must be a list of strings and prompt a string",
+            "parameters",
+        )
     return {"task": task, "keyterms": tuple(keyterms), "prompt": prompt}
 
 
@@ -281,8 +362,11 @@ def _deepgram_language(params) -> str | None:
 
 
 def _deepgram_error(error: UploadError, request_id: str) -> dict:
-    return {"err_code": error.code.value.upper(), "err_msg": error.message,
-            "request_id": request_id}
+    return {
+        "err_code": error.code.value.upper(),
+        "err_msg": error.message,
+        "request_id": request_id,
+    }
 
 
 def _sha256(path) -> str:
@@ -297,17 +381,25 @@ def _sse(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-_OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error",
-                 503: "server_error", 500: "server_error"}
+_OPENAI_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    429: "rate_limit_error",
+    503: "server_error",
+    500: "server_error",
+}
 
 
 def _openai_error_body(error: UploadError) -> dict:
-    return {"message": error.message,
-            "type": _OPENAI_TYPES.get(error.status, "invalid_request_error"),
-            "param": error.param, "code": error.code.value}
+    return {
+        "message": error.message,
+        "type": _OPENAI_TYPES.get(error.status, "invalid_request_error"),
+        "param": error.param,
+        "code": error.code.value,
+    }
 
 
 def _openai_error(error: UploadError) -> Response:
-    return JSONResponse({"error": _openai_error_body(error)}, status_code=error.status,
-                        headers=error.headers())
-
+    return JSONResponse(
+        {"error": _openai_error_body(error)}, status_code=error.status, headers=error.headers()
+    )

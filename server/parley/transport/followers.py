@@ -80,8 +80,9 @@ class Followers:
         owner = self._live.get(session_id)
         # A key follows its own sessions, and those started without a key of the server's.
         if owner is None or (owner in self._keys.names and owner != key):
-            await _refuse(connection, Error(ErrorCode.NOT_FOUND,
-                                            f"no live session {session_id} to follow"))
+            await _refuse(
+                connection, Error(ErrorCode.NOT_FOUND, f"no live session {session_id} to follow")
+            )
             return
         queue: asyncio.Queue = asyncio.Queue(FOLLOWER_QUEUE + 1)  # + the end marker
         self._queues[session_id].add(queue)
@@ -90,8 +91,13 @@ class Followers:
             await connection.send(json.dumps({"type": "following", "session_id": session_id}))
             while (item := await queue.get()) is not _END:
                 if item is _BEHIND:
-                    await _refuse(connection, Error(ErrorCode.SERVER_BUSY, "this follower fell "
-                                                    f"{FOLLOWER_QUEUE} messages behind"))
+                    await _refuse(
+                        connection,
+                        Error(
+                            ErrorCode.SERVER_BUSY,
+                            f"this follower fell {FOLLOWER_QUEUE} messages behind",
+                        ),
+                    )
                     return
                 await connection.send(item)
             await connection.close(1000, "session ended")

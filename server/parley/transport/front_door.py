@@ -18,14 +18,22 @@ from parley.service import Service
 class FrontDoor:
     def __init__(self, service: Service):
         self._streams = AsgiApp(service)
-        self._files = Router(routes=service.file_routes.routes()) \
-            if service.file_routes is not None else None
-        self._file_paths = frozenset(route.path for route in self._files.routes) \
-            if self._files is not None else frozenset()
+        self._files = (
+            Router(routes=service.file_routes.routes()) if service.file_routes is not None else None
+        )
+        self._file_paths = (
+            frozenset(route.path for route in self._files.routes)
+            if self._files is not None
+            else frozenset()
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (self._files is not None and scope["type"] == "http"
-                and scope.get("method") == "POST" and scope["path"] in self._file_paths):
+        if (
+            self._files is not None
+            and scope["type"] == "http"
+            and scope.get("method") == "POST"
+            and scope["path"] in self._file_paths
+        ):
             await self._files(scope, receive, send)
         else:
             await self._streams(scope, receive, send)

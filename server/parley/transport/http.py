@@ -4,31 +4,41 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from pathlib import Path
-from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-
-
-CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                 ".css": "text/css; charset=utf-8"}
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
 # The page loads only its own scripts, styles and worklet, and talks only to this server.
-CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; "
-                           "connect-src 'self' ws: wss:; img-src 'self' data: blob:; "
-                           "media-src 'self' blob:; worker-src 'self'; object-src 'none'; "
-                           "base-uri 'none'; frame-ancestors 'none'")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "connect-src 'self' ws: wss:; img-src 'self' data: blob:; "
+    "media-src 'self' blob:; worker-src 'self'; object-src 'none'; "
+    "base-uri 'none'; frame-ancestors 'none'"
+)
 _STATIC_NAME = re.compile(r"^/([a-z0-9_-]+\.(?:html|js|css))$")
 
 
-def _response(status: HTTPStatus, body: bytes, content_type: str,
-              extra: list[tuple[str, str]] = ()) -> Response:
-    headers = Headers([("Content-Type", content_type), ("Content-Length", str(len(body))),
-                       ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
-                       *extra])
+def _response(
+    status: HTTPStatus, body: bytes, content_type: str, extra: list[tuple[str, str]] = ()
+) -> Response:
+    headers = Headers(
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+            ("X-Content-Type-Options", "nosniff"),
+            *extra,
+        ]
+    )
     return Response(status.value, status.phrase, headers, body)
 
 
@@ -50,9 +60,15 @@ class StaticFiles:
         if found is None:
             return None
         body, content_type = found
-        return _response(HTTPStatus.OK, body, content_type,
-                         [("Content-Security-Policy", CONTENT_SECURITY_POLICY),
-                          ("Referrer-Policy", "no-referrer")])
+        return _response(
+            HTTPStatus.OK,
+            body,
+            content_type,
+            [
+                ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+                ("Referrer-Policy", "no-referrer"),
+            ],
+        )
 
 
 def json_response(status: HTTPStatus, data: dict) -> Response:
@@ -63,9 +79,13 @@ def text_response(status: HTTPStatus, body: bytes, content_type: str) -> Respons
     return _response(status, body, content_type)
 
 
-def make_request_router(routes: Mapping[str, Callable[[], Response]], static: StaticFiles,
-                        streams: frozenset[str], follows: Callable[[str], bool],
-                        check_handshake: Callable[[Request], Response | None]):
+def make_request_router(
+    routes: Mapping[str, Callable[[], Response]],
+    static: StaticFiles,
+    streams: frozenset[str],
+    follows: Callable[[str], bool],
+    check_handshake: Callable[[Request], Response | None],
+):
     """websockets' process_request hook: let the ``streams`` paths through to the
     WebSocket handshake (unless ``check_handshake`` answers instead), and the paths that
     ``follows`` a session; answer ``routes`` (path → answer) and the static files, and
@@ -82,7 +102,8 @@ def make_request_router(routes: Mapping[str, Callable[[], Response]], static: St
         page = static.get(path)
         if page is not None:
             return page
-        return json_response(HTTPStatus.NOT_FOUND,
-                             {"error": "not_found", "message": f"no such path: {path}"})
+        return json_response(
+            HTTPStatus.NOT_FOUND, {"error": "not_found", "message": f"no such path: {path}"}
+        )
 
     return route

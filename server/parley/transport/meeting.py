@@ -12,7 +12,8 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from websockets.datastructures import Headers
 
@@ -36,11 +37,13 @@ class MeetingDialect(NativeDialect):
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
         config = StreamConfig.from_query(params)
         if config.diarization:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "a meeting session labels each "
-                                "participant by name: diarization is not needed")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                "a meeting session labels each participant by name: diarization is not needed",
+            )
         return Setup(config, tracks=True, webhook_url=params.get("webhook_url"))
 
-    def translator(self, opened: Opened) -> "MeetingTranslator":
+    def translator(self, opened: Opened) -> MeetingTranslator:
         return MeetingTranslator(opened)
 
 
@@ -54,8 +57,12 @@ class MeetingTranslator(NativeTranslator):
 
     async def receive(self, message: str | bytes, session: Stream) -> bool:
         assert isinstance(session, SessionGroup)  # this dialect's setup asks for tracks
-        data = json_event(message, ("type", "event"), "messages are JSON text objects (audio "
-                          "base64 in them) with a string \"type\" (or Recall.ai's \"event\")")
+        data = json_event(
+            message,
+            ("type", "event"),
+            "messages are JSON text objects (audio "
+            'base64 in them) with a string "type" (or Recall.ai\'s "event")',
+        )
         kind = data.get("type") or data.get("event")
         if kind in ("audio", RECALL_AUDIO):
             participant, audio, at_s = _audio(data)
@@ -67,25 +74,30 @@ class MeetingTranslator(NativeTranslator):
         elif kind == ControlType.END_OF_STREAM.value:
             return True
         elif kind != ControlType.KEEP_ALIVE.value and not str(kind).startswith(
-                ("participant_events.", "transcript.", "audio_mixed_raw.")):
+            ("participant_events.", "transcript.", "audio_mixed_raw.")
+        ):
             raise ProtocolError(ErrorCode.BAD_MESSAGE, f"unknown message type {kind!r}")
         return False
 
-    async def _feed(self, session: SessionGroup, participant: dict, audio: bytes,
-                    at_s: float | None) -> None:
+    async def _feed(
+        self, session: SessionGroup, participant: dict, audio: bytes, at_s: float | None
+    ) -> None:
         key = str(participant["id"])
         track = self._tracks.get(key)
         if track is None:
             cap = self._opened.limits["max_participants"]
             if len(self._tracks) >= cap:  # each participant is a session's work
-                raise ProtocolError(ErrorCode.TOO_MANY_PARTICIPANTS, f"this meeting has its "
-                                    f"limit of {cap} participants; participant {key!r}'s "
-                                    "audio was dropped")
+                raise ProtocolError(
+                    ErrorCode.TOO_MANY_PARTICIPANTS,
+                    f"this meeting has its "
+                    f"limit of {cap} participants; participant {key!r}'s "
+                    "audio was dropped",
+                )
             # A participant's track starts where their first audio was taken.
-            track = self._tracks[key] = TimedTrack(self._opened.setup.config,
-                                                   start_s=at_s or 0.0)
-        stream = session.track(key, self._opened.setup.config, self._speaker(key, participant),
-                               offset_s=track.start_s)
+            track = self._tracks[key] = TimedTrack(self._opened.setup.config, start_s=at_s or 0.0)
+        stream = session.track(
+            key, self._opened.setup.config, self._speaker(key, participant), offset_s=track.start_s
+        )
         await track.feed(stream, audio, at_s)
 
     def _speaker(self, key: str, participant: dict) -> str:
@@ -98,7 +110,6 @@ class MeetingTranslator(NativeTranslator):
         return self._names[key]
 
 
-
 def _recall_inner(data: dict) -> dict:
     """Recall.ai nests the payload as data.data."""
     if "event" not in data:
@@ -108,8 +119,11 @@ def _recall_inner(data: dict) -> dict:
 
 def _participant(data: dict) -> dict:
     participant = _recall_inner(data).get("participant")
-    if (not isinstance(participant, dict) or participant.get("id") in (None, "")
-            or isinstance(participant.get("id"), (dict, list))):
+    if (
+        not isinstance(participant, dict)
+        or participant.get("id") in (None, "")
+        or isinstance(participant.get("id"), (dict, list))
+    ):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "the message needs participant.id")
     return participant
 
@@ -128,6 +142,8 @@ def _audio(data: dict) -> tuple[dict, bytes, float | None]:
         if at_s is not None and not math.isfinite(at_s):
             raise ValueError("timestamp must be finite")
     except (binascii.Error, ValueError, TypeError):
-        raise ProtocolError(ErrorCode.BAD_AUDIO, "audio must be base64 and timestamp a number "
-                            "of seconds; the message was dropped") from None
+        raise ProtocolError(
+            ErrorCode.BAD_AUDIO,
+            "audio must be base64 and timestamp a number of seconds; the message was dropped",
+        ) from None
     return _participant(data), audio, at_s

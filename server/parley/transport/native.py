@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
-from parley.protocol.messages import (STREAM_PATH, ControlType, Error, ServerMessage,
-                                      SessionResumed, SessionStarted, StreamConfig, encode,
-                                      parse_control)
+from parley.protocol.messages import (
+    STREAM_PATH,
+    ControlType,
+    Error,
+    ServerMessage,
+    SessionResumed,
+    SessionStarted,
+    StreamConfig,
+    encode,
+    parse_control,
+)
 from parley.runtime.session import Mark, Session
 from parley.transport.dialect import KeyOffered, Opened, Setup, Stream
 
@@ -42,7 +50,7 @@ class NativeDialect(KeyOffered):
     def error(self, error: Error) -> str:
         return encode(error)
 
-    def translator(self, opened: Opened) -> "NativeTranslator":
+    def translator(self, opened: Opened) -> NativeTranslator:
         return NativeTranslator(opened)
 
 
@@ -54,9 +62,19 @@ class NativeTranslator:
 
     def opening(self) -> list[str]:
         opened = self._opened
-        return [encode(SessionStarted(opened.session_id, opened.setup.config, opened.limits,
-                                      opened.model, opened.server, opened.resume_token,
-                                      list(opened.model_languages)))]
+        return [
+            encode(
+                SessionStarted(
+                    opened.session_id,
+                    opened.setup.config,
+                    opened.limits,
+                    opened.model,
+                    opened.server,
+                    opened.resume_token,
+                    list(opened.model_languages),
+                )
+            )
+        ]
 
     def resumed(self, last_seq: int) -> str:
         """The first message on a connection that resumed the session."""

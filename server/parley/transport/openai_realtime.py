@@ -16,15 +16,24 @@ import itertools
 import json
 import uuid
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
 from parley.core.vad import VadConfig
-from parley.protocol.messages import (Error, ErrorCode, Final, Finalized, FinalReason,
-                                      ProtocolError, SegmentEnded, ServerMessage, SpeechStarted)
+from parley.protocol.messages import (
+    Error,
+    ErrorCode,
+    Final,
+    Finalized,
+    FinalReason,
+    ProtocolError,
+    SegmentEnded,
+    ServerMessage,
+    SpeechStarted,
+)
 from parley.runtime.session import Mark, Session
 from parley.transport.dialect import KeyOffered, Opened, Setup, Stream, json_event
 from parley.transport.native import bearer_or_token
@@ -47,7 +56,7 @@ class OpenAIRealtimeDialect(KeyOffered):
     def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
         for offered in headers.get("Sec-WebSocket-Protocol", "").split(","):
             if offered.strip().startswith(BROWSER_KEY_PREFIX):
-                return offered.strip()[len(BROWSER_KEY_PREFIX):]
+                return offered.strip()[len(BROWSER_KEY_PREFIX) :]
         return bearer_or_token(headers)
 
     def subprotocol(self, offered: list[str]) -> str | None:
@@ -55,9 +64,10 @@ class OpenAIRealtimeDialect(KeyOffered):
 
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
         if params.get("intent") != "transcription":
-            raise ProtocolError(ErrorCode.BAD_CONFIG,
-                                "Parley serves transcription sessions only: connect with "
-                                "?intent=transcription")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                "Parley serves transcription sessions only: connect with ?intent=transcription",
+            )
         return Setup(DEFAULT_CONFIG, self._vad)
 
     def refusal(self, error: Error) -> Response:
@@ -66,24 +76,40 @@ class OpenAIRealtimeDialect(KeyOffered):
     def error(self, error: Error) -> str:
         return json.dumps(_error_event(f"event_{uuid.uuid4().hex[:20]}", error))
 
-    def translator(self, opened: Opened) -> "OpenAIRealtimeTranslator":
+    def translator(self, opened: Opened) -> OpenAIRealtimeTranslator:
         return OpenAIRealtimeTranslator(opened, self._vad)
 
 
 def _error_event(event_id: str, error: Error, client_event: object = None) -> dict:
-    kind = ("server_error" if error.code in (ErrorCode.INTERNAL_ERROR,
-                                             ErrorCode.TRANSCRIPTION_FAILED) else
-            "invalid_request_error")
-    return {"type": "error", "event_id": event_id,
-            "error": {"type": kind, "code": error.code.value, "message": error.message,
-                      "param": None, "event_id": client_event}}
+    kind = (
+        "server_error"
+        if error.code in (ErrorCode.INTERNAL_ERROR, ErrorCode.TRANSCRIPTION_FAILED)
+        else "invalid_request_error"
+    )
+    return {
+        "type": "error",
+        "event_id": event_id,
+        "error": {
+            "type": kind,
+            "code": error.code.value,
+            "message": error.message,
+            "param": None,
+            "event_id": client_event,
+        },
+    }
 
 
 def _commit_empty(client_event: str | None) -> dict:
-    return {"type": "error", "error": {
-        "type": "invalid_request_error", "code": "input_audio_buffer_commit_empty",
-        "message": "the input audio buffer holds no audio that is not committed yet",
-        "param": None, "event_id": client_event}}
+    return {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "code": "input_audio_buffer_commit_empty",
+            "message": "the input audio buffer holds no audio that is not committed yet",
+            "param": None,
+            "event_id": client_event,
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -108,9 +134,9 @@ class OpenAIRealtimeTranslator:
         self._items = itertools.count(1)
         self._settings = SessionSettings(opened.setup.config, opened.setup.vad or vad)
         self._previous_item: str | None = None
-        self._segments: dict[int, _Item] = {}     # server VAD: each segment's item
-        self._manual_item: _Item | None = None    # without: the item the next commit makes
-        self._finalizing: deque[str] = deque()    # "commit" or "clear", per finalize asked
+        self._segments: dict[int, _Item] = {}  # server VAD: each segment's item
+        self._manual_item: _Item | None = None  # without: the item the next commit makes
+        self._finalizing: deque[str] = deque()  # "commit" or "clear", per finalize asked
         self._heard_since_commit = False
         self._commit_transcribed = False  # whether a commit's finalize closed any speech
         self._refused_events: deque = deque()  # client event ids of refused events, in order
@@ -124,9 +150,13 @@ class OpenAIRealtimeTranslator:
         assert isinstance(session, Session)  # this dialect's setup asks for one session
         event: dict = {}
         try:
-            event = json_event(message, ("type",), "events are JSON text objects with a "
-                               "string \"type\" (audio goes base64 in "
-                               "input_audio_buffer.append)")
+            event = json_event(
+                message,
+                ("type",),
+                "events are JSON text objects with a "
+                'string "type" (audio goes base64 in '
+                "input_audio_buffer.append)",
+            )
             await self._dispatch(event, session)
         except ProtocolError:
             # The endpoint reports it in stream order; its error event names the client's.
@@ -147,19 +177,23 @@ class OpenAIRealtimeTranslator:
         elif kind in ("session.update", "transcription_session.update"):
             await self._update(event, session, old_form=kind.startswith("transcription_"))
         else:
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"event type {kind!r} is not supported "
-                                "by a transcription session")
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE,
+                f"event type {kind!r} is not supported by a transcription session",
+            )
 
     async def _append(self, event: dict, session: Session) -> None:
         audio = event.get("audio")
         if not isinstance(audio, str):
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, "input_audio_buffer.append needs "
-                                "\"audio\": base64 audio")
+            raise ProtocolError(
+                ErrorCode.BAD_MESSAGE, 'input_audio_buffer.append needs "audio": base64 audio'
+            )
         try:
             data = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
-            raise ProtocolError(ErrorCode.BAD_AUDIO, "audio is not valid base64; the event "
-                                "was dropped") from None
+            raise ProtocolError(
+                ErrorCode.BAD_AUDIO, "audio is not valid base64; the event was dropped"
+            ) from None
         await session.feed(data)
         self._heard_since_commit = self._heard_since_commit or bool(data)
 
@@ -175,9 +209,10 @@ class OpenAIRealtimeTranslator:
     async def _update(self, event: dict, session: Session, old_form: bool) -> None:
         fields = event.get("session")
         if not isinstance(fields, dict):
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "session.update needs a \"session\" object")
-        new = self._settings.updated(fields, old_form, self._server_vad_defaults,
-                                     self._opened.check_decoding)
+            raise ProtocolError(ErrorCode.BAD_CONFIG, 'session.update needs a "session" object')
+        new = self._settings.updated(
+            fields, old_form, self._server_vad_defaults, self._opened.check_decoding
+        )
         session.reconfigure(new.config, new.vad)  # ProtocolError (nothing applied) if too late
         self._settings = new
         updated = "transcription_session.updated" if old_form else "session.updated"
@@ -200,15 +235,29 @@ class OpenAIRealtimeTranslator:
         if isinstance(message, Finalized):
             return self._finalized()
         if isinstance(message, Error):
-            item = self._segments.pop(message.segment_id, None) \
-                if message.segment_id is not None else None
+            item = (
+                self._segments.pop(message.segment_id, None)
+                if message.segment_id is not None
+                else None
+            )
             if message.code is ErrorCode.TRANSCRIPTION_FAILED and item is not None:
-                return [{"type": "conversation.item.input_audio_transcription.failed",
-                         "item_id": item.id, "content_index": 0,
-                         "error": {"type": "server_error", "code": message.code.value,
-                                   "message": message.message}}]
-            client_event = (self._refused_events.popleft()
-                            if message.segment_id is None and self._refused_events else None)
+                return [
+                    {
+                        "type": "conversation.item.input_audio_transcription.failed",
+                        "item_id": item.id,
+                        "content_index": 0,
+                        "error": {
+                            "type": "server_error",
+                            "code": message.code.value,
+                            "message": message.message,
+                        },
+                    }
+                ]
+            client_event = (
+                self._refused_events.popleft()
+                if message.segment_id is None and self._refused_events
+                else None
+            )
             return [_error_event(self._event_id(), message, client_event)]
         return []  # partials (deltas cannot be retracted), speaker updates, session_ended
 
@@ -216,8 +265,13 @@ class OpenAIRealtimeTranslator:
         if not self._settings.server_vad:
             return []
         item = self._segments[message.segment_id] = _Item(self._item_id())
-        return [{"type": "input_audio_buffer.speech_started",
-                 "audio_start_ms": round(message.start * 1000), "item_id": item.id}]
+        return [
+            {
+                "type": "input_audio_buffer.speech_started",
+                "audio_start_ms": round(message.start * 1000),
+                "item_id": item.id,
+            }
+        ]
 
     def _clearing(self, reason: FinalReason) -> bool:
         """Whether this segment's audio is what the client asked to clear (with server VAD
@@ -235,9 +289,14 @@ class OpenAIRealtimeTranslator:
         item = self._segments.setdefault(ended.segment_id, _Item(self._item_id()))
         if ended.reason is FinalReason.FINALIZE:
             self._commit_transcribed = True
-        return [{"type": "input_audio_buffer.speech_stopped",
-                 "audio_end_ms": round(ended.end * 1000), "item_id": item.id},
-                self._committed(item)]
+        return [
+            {
+                "type": "input_audio_buffer.speech_stopped",
+                "audio_end_ms": round(ended.end * 1000),
+                "item_id": item.id,
+            },
+            self._committed(item),
+        ]
 
     def _final(self, final: Final) -> list[dict]:
         text = final.text.strip()
@@ -272,21 +331,38 @@ class OpenAIRealtimeTranslator:
         return [self._committed(item), *self._completed(item, item.texts, None)]
 
     def _committed(self, item: _Item) -> dict:
-        event = {"type": "input_audio_buffer.committed", "item_id": item.id,
-                 "previous_item_id": self._previous_item}
+        event = {
+            "type": "input_audio_buffer.committed",
+            "item_id": item.id,
+            "previous_item_id": self._previous_item,
+        }
         self._previous_item = item.id
         return event
 
     def _completed(self, item: _Item, texts: list[str], seconds: float | None) -> list[dict]:
-        events = [{"type": "conversation.item.input_audio_transcription.delta",
-                   "item_id": item.id, "content_index": 0,
-                   "delta": text if k == 0 else " " + text} for k, text in enumerate(texts)]
-        usage = ({"type": "duration", "seconds": round(seconds, 3)} if seconds is not None
-                 else {"type": "tokens", "input_tokens": 0, "output_tokens": 0,
-                       "total_tokens": 0})
-        events.append({"type": "conversation.item.input_audio_transcription.completed",
-                       "item_id": item.id, "content_index": 0, "transcript": " ".join(texts),
-                       "usage": usage})
+        events = [
+            {
+                "type": "conversation.item.input_audio_transcription.delta",
+                "item_id": item.id,
+                "content_index": 0,
+                "delta": text if k == 0 else " " + text,
+            }
+            for k, text in enumerate(texts)
+        ]
+        usage = (
+            {"type": "duration", "seconds": round(seconds, 3)}
+            if seconds is not None
+            else {"type": "tokens", "input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+        )
+        events.append(
+            {
+                "type": "conversation.item.input_audio_transcription.completed",
+                "item_id": item.id,
+                "content_index": 0,
+                "transcript": " ".join(texts),
+                "usage": usage,
+            }
+        )
         return events
 
     # ------------------------------------------------------------------ helpers

@@ -4,23 +4,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
-from parley.protocol.messages import (Encoding, ErrorCode, ProtocolError, StreamConfig,
-                                      language_tag)
+from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig, language_tag
 from parley.transport.dialect import MIN_TURN_SILENCE_MS, json_object
 
-FORMATS = {"audio/pcm": Encoding.PCM_S16LE, "audio/pcmu": Encoding.MULAW,
-           "audio/pcma": Encoding.ALAW}
+FORMATS = {
+    "audio/pcm": Encoding.PCM_S16LE,
+    "audio/pcmu": Encoding.MULAW,
+    "audio/pcma": Encoding.ALAW,
+}
 # (session format type, rate) of the older session form's names
-OLD_FORMATS = {"pcm16": ("audio/pcm", 24000), "g711_ulaw": ("audio/pcmu", 8000),
-               "g711_alaw": ("audio/pcma", 8000)}
+OLD_FORMATS = {
+    "pcm16": ("audio/pcm", 24000),
+    "g711_ulaw": ("audio/pcmu", 8000),
+    "g711_alaw": ("audio/pcma", 8000),
+}
 PCM_RATE = 24000
-DEFAULT_CONFIG = StreamConfig(encoding=Encoding.PCM_S16LE, sample_rate=PCM_RATE,
-                              partials=False)  # deltas are only text that will not change
+DEFAULT_CONFIG = StreamConfig(
+    encoding=Encoding.PCM_S16LE, sample_rate=PCM_RATE, partials=False
+)  # deltas are only text that will not change
 
 
 @dataclass(frozen=True)
@@ -35,27 +42,51 @@ class SessionSettings:
         audio_format: dict = {"type": {v: k for k, v in FORMATS.items()}[config.encoding]}
         if config.encoding is Encoding.PCM_S16LE:
             audio_format["rate"] = config.sample_rate
-        turns = ({"type": "server_vad", "prefix_padding_ms": vad.speech_pad_ms,
-                  "silence_duration_ms": vad.min_silence_ms} if self.server_vad else None)
-        return {"type": "transcription", "id": session_id,
-                "object": "realtime.transcription_session",
-                "audio": {"input": {"format": audio_format,
-                                    "transcription": {"model": model,
-                                                      "language": config.language,
-                                                      "prompt": config.prompt or ""},
-                                    "turn_detection": turns, "noise_reduction": None}},
-                "include": None}
+        turns = (
+            {
+                "type": "server_vad",
+                "prefix_padding_ms": vad.speech_pad_ms,
+                "silence_duration_ms": vad.min_silence_ms,
+            }
+            if self.server_vad
+            else None
+        )
+        return {
+            "type": "transcription",
+            "id": session_id,
+            "object": "realtime.transcription_session",
+            "audio": {
+                "input": {
+                    "format": audio_format,
+                    "transcription": {
+                        "model": model,
+                        "language": config.language,
+                        "prompt": config.prompt or "",
+                    },
+                    "turn_detection": turns,
+                    "noise_reduction": None,
+                }
+            },
+            "include": None,
+        }
 
-    def updated(self, fields: dict, old_form: bool, server_vad_defaults: VadConfig,
-                check_decoding: Callable[[Decoding], None]) -> "SessionSettings":
+    def updated(
+        self,
+        fields: dict,
+        old_form: bool,
+        server_vad_defaults: VadConfig,
+        check_decoding: Callable[[Decoding], None],
+    ) -> SessionSettings:
         """These settings with an update's ``session`` fields applied; ProtocolError
         (bad_config) for one Parley cannot take."""
         if old_form:
             audio_format, transcription, turns = _old_form(fields)
         else:
             if fields.get("type", "transcription") != "transcription":
-                raise ProtocolError(ErrorCode.BAD_CONFIG, "only transcription sessions are "
-                                    "served: session.type must be \"transcription\"")
+                raise ProtocolError(
+                    ErrorCode.BAD_CONFIG,
+                    'only transcription sessions are served: session.type must be "transcription"',
+                )
             audio = json_object(fields.get("audio"), "session.audio")
             audio_in = json_object(audio.get("input"), "session.audio.input")
             audio_format = audio_in.get("format")
@@ -65,29 +96,36 @@ class SessionSettings:
         if audio_format is not None:
             new = replace(new, config=replace(new.config, **_audio_format(audio_format)))
         if transcription is not None:
-            new = new._transcribing(json_object(transcription, "transcription"),
-                                    check_decoding)
+            new = new._transcribing(json_object(transcription, "transcription"), check_decoding)
         if turns is not ...:
-            new = replace(new, server_vad=turns is not None,
-                          vad=_turn_vad(turns, server_vad_defaults) if turns is not None
-                          else new.vad)
+            new = replace(
+                new,
+                server_vad=turns is not None,
+                vad=_turn_vad(turns, server_vad_defaults) if turns is not None else new.vad,
+            )
         return new
 
-    def _transcribing(self, transcription: dict,
-                      check_decoding: Callable[[Decoding], None]) -> "SessionSettings":
+    def _transcribing(
+        self, transcription: dict, check_decoding: Callable[[Decoding], None]
+    ) -> SessionSettings:
         language = transcription.get("language") or None
         if language is not None and not isinstance(language, str):
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.language must be a "
-                                "language code such as \"en\"")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG, 'transcription.language must be a language code such as "en"'
+            )
         prompt = transcription.get("prompt") or None
         if prompt is not None and not isinstance(prompt, str):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.prompt must be a string")
         if prompt is not None and len(prompt) > StreamConfig.MAX_PROMPT_CHARS:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "transcription.prompt has at most "
-                                f"{StreamConfig.MAX_PROMPT_CHARS} characters")
-        config = replace(self.config, prompt=prompt,
-                         language=language_tag(language, "transcription.language")
-                         if language else None)
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                f"transcription.prompt has at most {StreamConfig.MAX_PROMPT_CHARS} characters",
+            )
+        config = replace(
+            self.config,
+            prompt=prompt,
+            language=language_tag(language, "transcription.language") if language else None,
+        )
         try:
             check_decoding(config.decoding)
         except ValueError as exc:
@@ -97,8 +135,10 @@ class SessionSettings:
 
 def _turn_vad(turns: Any, base: VadConfig) -> VadConfig:
     if not isinstance(turns, dict) or turns.get("type") not in ("server_vad", "semantic_vad"):
-        raise ProtocolError(ErrorCode.BAD_CONFIG, "turn_detection must be null or of type "
-                            "server_vad or semantic_vad")
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG,
+            "turn_detection must be null or of type server_vad or semantic_vad",
+        )
     silence = _ms(turns, "silence_duration_ms", base.min_silence_ms)
     silence = max(silence, MIN_TURN_SILENCE_MS) // base.frame_ms * base.frame_ms
     pad = min(_ms(turns, "prefix_padding_ms", base.speech_pad_ms), silence)
@@ -106,16 +146,22 @@ def _turn_vad(turns: Any, base: VadConfig) -> VadConfig:
 
 
 def _audio_format(value: Any) -> dict:
-    if not isinstance(value, dict) or not isinstance(value.get("type"), str) \
-            or value["type"] not in FORMATS:
-        raise ProtocolError(ErrorCode.BAD_CONFIG, "audio.input.format.type must be one of "
-                            f"{', '.join(FORMATS)}")
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("type"), str)
+        or value["type"] not in FORMATS
+    ):
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG, f"audio.input.format.type must be one of {', '.join(FORMATS)}"
+        )
     encoding = FORMATS[value["type"]]
     if encoding is Encoding.PCM_S16LE:
         rate = value.get("rate", PCM_RATE)
         if not isinstance(rate, int) or not StreamConfig.MIN_RATE <= rate <= StreamConfig.MAX_RATE:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "audio.input.format.rate must be an "
-                                "integer sample rate (24000)")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                "audio.input.format.rate must be an integer sample rate (24000)",
+            )
     else:
         rate = 8000
     return {"encoding": encoding, "sample_rate": rate, "channels": 1}
@@ -127,8 +173,9 @@ def _old_form(fields: dict) -> tuple[Any, Any, Any]:
     if "input_audio_format" in fields:
         name = fields["input_audio_format"]
         if not isinstance(name, str) or name not in OLD_FORMATS:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "input_audio_format must be one of "
-                                f"{', '.join(OLD_FORMATS)}")
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG, f"input_audio_format must be one of {', '.join(OLD_FORMATS)}"
+            )
         kind, rate = OLD_FORMATS[name]
         audio_format = {"type": kind, "rate": rate}
     turns = fields["turn_detection"] if "turn_detection" in fields else ...
@@ -140,6 +187,7 @@ def _ms(fields: dict, name: str, default: int) -> int:
     if value is None:
         return default
     if not isinstance(value, int) or value < 0:
-        raise ProtocolError(ErrorCode.BAD_CONFIG, f"turn_detection.{name} must be a "
-                            "non-negative integer")
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG, f"turn_detection.{name} must be a non-negative integer"
+        )
     return value

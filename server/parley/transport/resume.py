@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
@@ -39,10 +39,10 @@ class SentLog:
     def __init__(self, keep: int = REPLAY_KEEP):
         self._keep = keep
         self._texts: deque[str] = deque()
-        self._first = 1           # the seq of _texts[0]
-        self.last_seq = 0         # the newest message's
-        self.sent_seq = 0         # the newest one the attached connection was sent
-        self.unattended = False   # no client will come back: nothing waits for one
+        self._first = 1  # the seq of _texts[0]
+        self.last_seq = 0  # the newest message's
+        self.sent_seq = 0  # the newest one the attached connection was sent
+        self.unattended = False  # no client will come back: nothing waits for one
         self._finished = False
         self._changed = asyncio.Event()
 
@@ -99,8 +99,7 @@ class Handoff:
 
     connection: Connection
     last_seq: int
-    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop()
-                                 .create_future())
+    done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 @dataclass
@@ -134,13 +133,19 @@ class Resumes:
         such live session for this key, or another connection is already taking it."""
         found = self._by_token.get(token)
         if found is None or found.key != key:  # another key's token says nothing of it
-            raise Refused(Error(ErrorCode.NOT_FOUND, "no live session to resume with "
-                                      "that token (it ended, or its resume window passed)"))
+            raise Refused(
+                Error(
+                    ErrorCode.NOT_FOUND,
+                    "no live session to resume with "
+                    "that token (it ended, or its resume window passed)",
+                )
+            )
         try:
             found.handoffs.put_nowait(handoff)
         except asyncio.QueueFull:
-            raise Refused(Error(ErrorCode.NOT_FOUND, "another connection is resuming "
-                                      "this session")) from None
+            raise Refused(
+                Error(ErrorCode.NOT_FOUND, "another connection is resuming this session")
+            ) from None
 
     def give_back(self, token: str, handoff: Handoff) -> None:
         """Requeue a handoff taken by a wait that ended for another reason."""
@@ -153,6 +158,7 @@ class Resumes:
 def resume_point(dialect: Dialect, params: dict[str, str]) -> int:
     """The ``last_seq`` of a resume (0: none of the session's messages arrived), or
     Refused (bad_config)."""
+
     def refused(message: str) -> Refused:
         return Refused(Error(ErrorCode.BAD_CONFIG, message))
 
@@ -160,12 +166,14 @@ def resume_point(dialect: Dialect, params: dict[str, str]) -> int:
         raise refused(f"sessions on {dialect.path} cannot be resumed (only {STREAM_PATH})")
     unknown = set(params) - {"resume", "last_seq", "token"}
     if unknown:
-        raise refused("a resume takes only resume, last_seq and token; not "
-                      f"{', '.join(sorted(unknown))}")
+        raise refused(
+            f"a resume takes only resume, last_seq and token; not {', '.join(sorted(unknown))}"
+        )
     raw = params.get("last_seq", "0")
     if not raw.isdigit() or len(raw) > 12:
-        raise refused("last_seq must be the seq of the last message received (a whole "
-                      "number, 0 for none)")
+        raise refused(
+            "last_seq must be the seq of the last message received (a whole number, 0 for none)"
+        )
     return int(raw)
 
 
@@ -174,5 +182,4 @@ def dropped(closed: ConnectionClosed) -> bool:
     (1006; uvicorn says 1005 for a connection lost after the handshake), or a send that
     failed."""
     close = closed.rcvd or closed.sent
-    return close is None or close.code in (CloseCode.ABNORMAL_CLOSURE,
-                                           CloseCode.NO_STATUS_RCVD)
+    return close is None or close.code in (CloseCode.ABNORMAL_CLOSURE, CloseCode.NO_STATUS_RCVD)

@@ -11,8 +11,12 @@ from parley.runtime.session import Session
 
 MAX_GAP_S = 3600.0  # audio further ahead of its track than this is refused
 HEAD_S = 0.25  # of a gap, fed as silence through the decoder (its resampler's delay is less)
-SILENCE = {Encoding.PCM_S16LE: b"\x00\x00", Encoding.PCM_F32LE: b"\x00" * 4,
-           Encoding.MULAW: b"\xff", Encoding.ALAW: b"\xd5"}
+SILENCE = {
+    Encoding.PCM_S16LE: b"\x00\x00",
+    Encoding.PCM_F32LE: b"\x00" * 4,
+    Encoding.MULAW: b"\xff",
+    Encoding.ALAW: b"\xd5",
+}
 
 
 @dataclass
@@ -33,14 +37,18 @@ class TimedTrack:
             gap = round((at_s - self.start_s) * self._bytes_per_s) - self.fed_bytes
             gap -= gap % frame
             if gap > MAX_GAP_S * self._bytes_per_s:
-                raise ProtocolError(ErrorCode.BAD_AUDIO, f"audio taken at {at_s:g} s is more "
-                                    "than an hour ahead of its track; it was dropped")
+                raise ProtocolError(
+                    ErrorCode.BAD_AUDIO,
+                    f"audio taken at {at_s:g} s is more "
+                    "than an hour ahead of its track; it was dropped",
+                )
             if gap > 0:
                 # The head goes through the decoder, so its resampler's last samples of
                 # audio come out before the silence; the rest only moves the clock.
                 head = min(gap, int(HEAD_S * self._bytes_per_s) // frame * frame)
-                await session.feed(SILENCE[self.config.encoding] * self.config.channels
-                                   * (head // frame))
+                await session.feed(
+                    SILENCE[self.config.encoding] * self.config.channels * (head // frame)
+                )
                 await session.skip_silence((gap - head) / self._bytes_per_s)
                 self.fed_bytes += gap
         await session.feed(payload)

@@ -15,14 +15,20 @@ import binascii
 import hashlib
 import hmac
 import json
+from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Mapping
 
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from parley.protocol.messages import (Encoding, Error, ErrorCode, ProtocolError, ServerMessage,
-                                      StreamConfig)
+from parley.protocol.messages import (
+    Encoding,
+    Error,
+    ErrorCode,
+    ProtocolError,
+    ServerMessage,
+    StreamConfig,
+)
 from parley.protocol.stream_config import DECODING_OPTIONS
 from parley.runtime.session import Mark
 from parley.runtime.session_group import SessionGroup
@@ -63,8 +69,7 @@ class TwilioDialect:
         host = request.headers.get("Host", "")
         # Twilio signs the URL it was given: the configured public one, else wss:// (or
         # ws://, on a test loop) and the Host the request came to.
-        bases = ([self._public_url] if self._public_url
-                 else [f"wss://{host}", f"ws://{host}"])
+        bases = [self._public_url] if self._public_url else [f"wss://{host}", f"ws://{host}"]
         for base in bases:
             expected = twilio_signature(self._auth_token, base + request.path)
             if offered and hmac.compare_digest(expected, offered):
@@ -79,17 +84,18 @@ class TwilioDialect:
         return None
 
     def refusal(self, error: Error) -> Response:
-        status = {ErrorCode.UNAUTHORIZED: HTTPStatus.FORBIDDEN,
-                  ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
-                  ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE,
-                  ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS
-                  }.get(error.code, HTTPStatus.BAD_REQUEST)
+        status = {
+            ErrorCode.UNAUTHORIZED: HTTPStatus.FORBIDDEN,
+            ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
+            ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE,
+            ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS,
+        }.get(error.code, HTTPStatus.BAD_REQUEST)
         return json_response(status, {"error": error.code.value, "message": error.message})
 
     def error(self, error: Error) -> str:
         return json.dumps({"event": "error", "code": error.code.value, "message": error.message})
 
-    def translator(self, opened: Opened) -> "TwilioTranslator":
+    def translator(self, opened: Opened) -> TwilioTranslator:
         return TwilioTranslator(opened)
 
 
@@ -106,8 +112,9 @@ class TwilioTranslator:
 
     async def receive(self, message: str | bytes, session: Stream) -> bool:
         assert isinstance(session, SessionGroup)  # this dialect's setup asks for tracks
-        event = json_event(message, ("event",), "Twilio sends JSON text objects with a "
-                           "string \"event\"")
+        event = json_event(
+            message, ("event",), 'Twilio sends JSON text objects with a string "event"'
+        )
         kind = event.get("event")
         if kind == "media":
             await self._media(event, session)
@@ -115,8 +122,9 @@ class TwilioTranslator:
             await self._start(event, session)
         elif kind == "dtmf":
             dtmf = json_object(event.get("dtmf"), "dtmf")
-            await session.mark(WebhookEvent("call.dtmf", {"track": dtmf.get("track"),
-                                                          "digit": dtmf.get("digit")}))
+            await session.mark(
+                WebhookEvent("call.dtmf", {"track": dtmf.get("track"), "digit": dtmf.get("digit")})
+            )
         elif kind == "stop":
             return True
         elif kind not in ("connected", "mark"):
@@ -126,18 +134,21 @@ class TwilioTranslator:
     async def _start(self, event: dict, session: SessionGroup) -> None:
         start = json_object(event.get("start"), "start")
         media_format = json_object(start.get("mediaFormat"), "start.mediaFormat")
-        if (media_format.get("encoding", "audio/x-mulaw") != "audio/x-mulaw"
-                or str(media_format.get("sampleRate", 8000)) != "8000"
-                or str(media_format.get("channels", 1)) != "1"):
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "Twilio media must be audio/x-mulaw, "
-                                f"8000 Hz, one channel; got {media_format}")
+        if (
+            media_format.get("encoding", "audio/x-mulaw") != "audio/x-mulaw"
+            or str(media_format.get("sampleRate", 8000)) != "8000"
+            or str(media_format.get("channels", 1)) != "1"
+        ):
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                f"Twilio media must be audio/x-mulaw, 8000 Hz, one channel; got {media_format}",
+            )
         parameters = json_object(start.get("customParameters"), "start.customParameters")
         for track, parameter in RENAME_PARAMETERS.items():
             if parameters.get(parameter):
                 self._speakers[track] = str(parameters[parameter])
         # The <Stream>'s <Parameter>s set the call's decoding as /v1/stream's query does.
-        chosen = {name: str(parameters[name]) for name in DECODING_OPTIONS
-                  if parameters.get(name)}
+        chosen = {name: str(parameters[name]) for name in DECODING_OPTIONS if parameters.get(name)}
         if chosen:
             config = StreamConfig.from_query({**self._config.to_query(), **chosen})
             try:
@@ -146,11 +157,19 @@ class TwilioTranslator:
                 raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
             self._config = config
         self._started = True
-        await session.mark(WebhookEvent("call.started", {
-            "call_sid": start.get("callSid"), "stream_sid": start.get("streamSid"),
-            "account_sid": start.get("accountSid"), "tracks": start.get("tracks"),
-            "speakers": {t: self._speakers[t] for t in _names(start.get("tracks"))},
-            "custom_parameters": parameters}))
+        await session.mark(
+            WebhookEvent(
+                "call.started",
+                {
+                    "call_sid": start.get("callSid"),
+                    "stream_sid": start.get("streamSid"),
+                    "account_sid": start.get("accountSid"),
+                    "tracks": start.get("tracks"),
+                    "speakers": {t: self._speakers[t] for t in _names(start.get("tracks"))},
+                    "custom_parameters": parameters,
+                },
+            )
+        )
 
     async def _media(self, event: dict, session: SessionGroup) -> None:
         media = json_object(event.get("media"), "media")
@@ -161,8 +180,10 @@ class TwilioTranslator:
             payload = base64.b64decode(str(media.get("payload", "")), validate=True)
             timestamp_ms = int(str(media.get("timestamp", 0)))  # numbers come as strings
         except (binascii.Error, ValueError):
-            raise ProtocolError(ErrorCode.BAD_AUDIO, "media needs a base64 payload and a "
-                                "numeric timestamp; the chunk was dropped") from None
+            raise ProtocolError(
+                ErrorCode.BAD_AUDIO,
+                "media needs a base64 payload and a numeric timestamp; the chunk was dropped",
+            ) from None
         track = self._tracks.setdefault(name, TimedTrack(self._config))
         stream = session.track(name, self._config, self._speakers[name])
         # Timing follows the timestamps: a gap in the media is silence in the track.

@@ -16,10 +16,10 @@ import logging
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import AsyncIterator, Callable
 
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
@@ -41,27 +41,40 @@ MAX_FIELDS = 64
 
 
 class UploadCode(str, Enum):
-    UNAUTHORIZED = "unauthorized"            # 401
-    FORBIDDEN_ORIGIN = "forbidden_origin"    # 403
-    BAD_REQUEST = "bad_request"              # 400: a missing or malformed field
-    BAD_AUDIO = "bad_audio"                  # 400: undecodable or empty audio
-    TOO_LARGE = "too_large"                  # 413: over files.max_upload_mb
-    TOO_LONG = "too_long"                    # 413: over files.max_duration_s
-    SERVER_BUSY = "server_busy"              # 429: every job slot is taken
-    TOO_MANY_JOBS = "too_many_jobs"          # 429: this key's limit
-    SHUTTING_DOWN = "shutting_down"          # 503: draining
+    UNAUTHORIZED = "unauthorized"  # 401
+    FORBIDDEN_ORIGIN = "forbidden_origin"  # 403
+    BAD_REQUEST = "bad_request"  # 400: a missing or malformed field
+    BAD_AUDIO = "bad_audio"  # 400: undecodable or empty audio
+    TOO_LARGE = "too_large"  # 413: over files.max_upload_mb
+    TOO_LONG = "too_long"  # 413: over files.max_duration_s
+    SERVER_BUSY = "server_busy"  # 429: every job slot is taken
+    TOO_MANY_JOBS = "too_many_jobs"  # 429: this key's limit
+    SHUTTING_DOWN = "shutting_down"  # 503: draining
     TRANSCRIPTION_FAILED = "transcription_failed"  # 500
 
 
-STATUS = {UploadCode.UNAUTHORIZED: 401, UploadCode.FORBIDDEN_ORIGIN: 403,
-          UploadCode.BAD_REQUEST: 400, UploadCode.BAD_AUDIO: 400, UploadCode.TOO_LARGE: 413,
-          UploadCode.TOO_LONG: 413, UploadCode.SERVER_BUSY: 429, UploadCode.TOO_MANY_JOBS: 429,
-          UploadCode.SHUTTING_DOWN: 503, UploadCode.TRANSCRIPTION_FAILED: 500}
+STATUS = {
+    UploadCode.UNAUTHORIZED: 401,
+    UploadCode.FORBIDDEN_ORIGIN: 403,
+    UploadCode.BAD_REQUEST: 400,
+    UploadCode.BAD_AUDIO: 400,
+    UploadCode.TOO_LARGE: 413,
+    UploadCode.TOO_LONG: 413,
+    UploadCode.SERVER_BUSY: 429,
+    UploadCode.TOO_MANY_JOBS: 429,
+    UploadCode.SHUTTING_DOWN: 503,
+    UploadCode.TRANSCRIPTION_FAILED: 500,
+}
 
 
 class UploadError(Exception):
-    def __init__(self, code: UploadCode, message: str, param: str | None = None,
-                 retry_after_s: int | None = None):
+    def __init__(
+        self,
+        code: UploadCode,
+        message: str,
+        param: str | None = None,
+        retry_after_s: int | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
@@ -108,8 +121,9 @@ class FileDoor:
         """The key's name (ANONYMOUS without keys); UploadError when it may not send."""
         headers = Headers(request.headers.items())
         if not self.access.origins.allows(headers.get("Origin"), headers.get("Host")):
-            raise UploadError(UploadCode.FORBIDDEN_ORIGIN,
-                              "pages from this origin may not send to this server")
+            raise UploadError(
+                UploadCode.FORBIDDEN_ORIGIN, "pages from this origin may not send to this server"
+            )
         offered = bearer_or_token(headers) or request.query_params.get("token")
         key = by_key(self.access.keys, offered)
         if key is None:
@@ -122,8 +136,9 @@ class FileDoor:
             raise self._too_large()
 
     def _too_large(self) -> UploadError:
-        return UploadError(UploadCode.TOO_LARGE, f"the upload exceeds "
-                           f"{self.jobs.limits.max_bytes / 2**20:g} MiB")
+        return UploadError(
+            UploadCode.TOO_LARGE, f"the upload exceeds {self.jobs.limits.max_bytes / 2**20:g} MiB"
+        )
 
     async def _counted(self, request: Request) -> AsyncIterator[bytes]:
         received = 0
@@ -138,11 +153,20 @@ class FileDoor:
         """The multipart form, its file copied to a temporary file of ours (deleted after)."""
         self._check_length(request)
         if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-            raise UploadError(UploadCode.BAD_REQUEST, "send the recording as "
-                              "multipart/form-data, with the audio in the field "
-                              f"{file_field!r}", param=file_field)
-        parser = MultiPartParser(request.headers, self._counted(request), max_files=4,
-                                 max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
+            raise UploadError(
+                UploadCode.BAD_REQUEST,
+                "send the recording as "
+                "multipart/form-data, with the audio in the field "
+                f"{file_field!r}",
+                param=file_field,
+            )
+        parser = MultiPartParser(
+            request.headers,
+            self._counted(request),
+            max_files=4,
+            max_fields=MAX_FIELDS,
+            max_part_size=MAX_FIELD_BYTES,
+        )
         try:
             data = await parser.parse()
         except MultiPartException as exc:
@@ -150,8 +174,11 @@ class FileDoor:
         try:
             upload = data.get(file_field)
             if not isinstance(upload, UploadFile):
-                raise UploadError(UploadCode.BAD_REQUEST, f"the form has no file field "
-                                  f"{file_field!r}", param=file_field)
+                raise UploadError(
+                    UploadCode.BAD_REQUEST,
+                    f"the form has no file field {file_field!r}",
+                    param=file_field,
+                )
             fields: dict[str, list[str]] = {}
             for name, value in data.multi_items():
                 if isinstance(value, str):
@@ -175,8 +202,13 @@ class FileDoor:
             copy.flush()
             yield Path(copy.name)
 
-    async def transcribe(self, path: Path, request: FileRequest, key: str,
-                         on_text: Callable[[str], None] | None = None) -> FileTranscript:
+    async def transcribe(
+        self,
+        path: Path,
+        request: FileRequest,
+        key: str,
+        on_text: Callable[[str], None] | None = None,
+    ) -> FileTranscript:
         """Decode and transcribe, within the job bound and the key's; UploadError on
         anything the client should be told."""
         outcome = "done"
@@ -184,8 +216,11 @@ class FileDoor:
             self._check_request(request)
             per_key = self.max_jobs_per_key
             if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
-                raise UploadError(UploadCode.TOO_MANY_JOBS, f"this key has its limit of "
-                                  f"{per_key} recordings running", retry_after_s=5)
+                raise UploadError(
+                    UploadCode.TOO_MANY_JOBS,
+                    f"this key has its limit of {per_key} recordings running",
+                    retry_after_s=5,
+                )
             try:
                 with self.jobs.slot():
                     self._per_key[key] += 1
@@ -197,18 +232,23 @@ class FileDoor:
                         if not self.jobs.draining or task is None:
                             raise
                         task.uncancel()  # the drain's deadline, not the client's leaving
-                        raise UploadError(UploadCode.SHUTTING_DOWN, "the server shut down "
-                                          "before the recording was done") from None
+                        raise UploadError(
+                            UploadCode.SHUTTING_DOWN,
+                            "the server shut down before the recording was done",
+                        ) from None
                     finally:
                         self._per_key[key] -= 1
                         self.metrics.files_running.dec()
             except Busy as busy:
-                raise UploadError(UploadCode.SERVER_BUSY, f"the server is transcribing its "
-                                  f"limit of {self.jobs.limits.max_jobs} recordings; try "
-                                  "again later", retry_after_s=busy.retry_after_s) from None
+                raise UploadError(
+                    UploadCode.SERVER_BUSY,
+                    f"the server is transcribing its "
+                    f"limit of {self.jobs.limits.max_jobs} recordings; try "
+                    "again later",
+                    retry_after_s=busy.retry_after_s,
+                ) from None
             except Draining:
-                raise UploadError(UploadCode.SHUTTING_DOWN,
-                                  "the server is shutting down") from None
+                raise UploadError(UploadCode.SHUTTING_DOWN, "the server is shutting down") from None
         except UploadError as error:
             outcome = error.code.value
             raise
@@ -227,11 +267,15 @@ class FileDoor:
         except ValueError as exc:
             raise UploadError(UploadCode.BAD_REQUEST, str(exc)) from None
         if request.diarize and not self.jobs.can_diarize:
-            raise UploadError(UploadCode.BAD_REQUEST, "diarization is not available on this "
-                              "server (start it with --diarization bundle)", param="diarize")
+            raise UploadError(
+                UploadCode.BAD_REQUEST,
+                "diarization is not available on this server (start it with --diarization bundle)",
+                param="diarize",
+            )
 
-    async def _run(self, path: Path, request: FileRequest,
-                   on_text: Callable[[str], None] | None) -> FileTranscript:
+    async def _run(
+        self, path: Path, request: FileRequest, on_text: Callable[[str], None] | None
+    ) -> FileTranscript:
         try:
             audio = await decode_file(path, self.jobs.limits.max_seconds)
         except UndecodableAudio as exc:
@@ -242,30 +286,40 @@ class FileDoor:
             transcript = await self.jobs.transcribe(audio, request, on_text=on_text)
         except Exception as exc:
             log.exception("a recording could not be transcribed")
-            raise UploadError(UploadCode.TRANSCRIPTION_FAILED,
-                              f"the recording could not be transcribed: {exc}") from None
+            raise UploadError(
+                UploadCode.TRANSCRIPTION_FAILED, f"the recording could not be transcribed: {exc}"
+            ) from None
         self.metrics.file_audio_seconds.inc(transcript.duration)
         self.metrics.file_queue_wait.observe(transcript.queue_wait_s)
         if transcript.processing_s > 0:
             self.metrics.file_real_time_factor.observe(
-                transcript.duration / transcript.processing_s)
+                transcript.duration / transcript.processing_s
+            )
         return transcript
 
 
-def speaker_count(num: str | int | None, least: str | int | None, most: str | int | None,
-                  ) -> SpeakerCount:
+def speaker_count(
+    num: str | int | None,
+    least: str | int | None,
+    most: str | int | None,
+) -> SpeakerCount:
     """The reference handler's num/min/max_speakers (None or blank: not given)."""
+
     def number(value, name: str) -> int | None:
         if value is None or value == "":
             return None
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise UploadError(UploadCode.BAD_REQUEST, f"{name} must be an integer",
-                              param=name) from None
+            raise UploadError(
+                UploadCode.BAD_REQUEST, f"{name} must be an integer", param=name
+            ) from None
 
     try:
-        return SpeakerCount(number(num, "num_speakers"), number(least, "min_speakers") or 1,
-                            number(most, "max_speakers"))
+        return SpeakerCount(
+            number(num, "num_speakers"),
+            number(least, "min_speakers") or 1,
+            number(most, "max_speakers"),
+        )
     except ValueError as exc:
         raise UploadError(UploadCode.BAD_REQUEST, str(exc)) from None

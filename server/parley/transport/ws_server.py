@@ -25,28 +25,37 @@ from websockets.http11 import Request, Response
 
 from parley.core.asr import Decoding
 from parley.protocol.errors import close_reason
-from parley.protocol.messages import (EndReason, Error, ErrorCode, Final, Partial, ProtocolError,
-                                      ServerMessage, SpeakerUpdate, as_json)
+from parley.protocol.messages import (
+    EndReason,
+    Error,
+    ErrorCode,
+    Final,
+    Partial,
+    ProtocolError,
+    ServerMessage,
+    SpeakerUpdate,
+    as_json,
+)
 from parley.runtime.capacity import LiveCapacity, LiveLoad
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Mark, Session, SessionOptions
-from parley.runtime.speaker_track import SpeakerTrack
 from parley.runtime.session_group import SessionGroup
+from parley.runtime.speaker_track import SpeakerTrack
 from parley.runtime.webhooks import WebhookEvent, WebhookFeed, WebhookSender
 from parley.transport.admission import Access, Admission, Refused, StreamLimits
 from parley.transport.connection import Connection
-from parley.transport.dialect import (ANONYMOUS, Dialect, Opened, Setup, Stream, Translator,
-                                      query_of)
+from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator, query_of
 from parley.transport.followers import Followers
 from parley.transport.native import NativeTranslator
-from parley.transport.resume import (REPLAY_KEEP, Handoff, Resumes, SentLog, dropped,
-                                     resume_point)
+from parley.transport.resume import REPLAY_KEEP, Handoff, Resumes, SentLog, dropped, resume_point
 
 log = logging.getLogger(__name__)
 # Told to HTTP clients refused as busy: about the span over which the load is measured.
 BUSY_RETRY_AFTER_S = 10
+
+
 @dataclass(frozen=True)
 class AsrService:
     """What the transport may know of ASR: the worker, a label, the model's languages and
@@ -76,23 +85,32 @@ class _Connection:
     session_id: str
     key: str
     translator: Translator | None = None  # once admitted
-    webhooks: WebhookFeed | None = None   # once admitted, on a server with webhooks
+    webhooks: WebhookFeed | None = None  # once admitted, on a server with webhooks
     outcome: str = "disconnected"
     error_codes: list[str] = field(default_factory=list)
     resume_token: str | None = None  # a resumable session's (protocol.md section 6a)
-    ends_at: float = 0.0        # loop time at which the session reaches max_session_s
-    input_ended: bool = False   # the session was ended (its reader is done for good)
+    ends_at: float = 0.0  # loop time at which the session reaches max_session_s
+    input_ended: bool = False  # the session was ended (its reader is done for good)
 
 
 class StreamEndpoint:
     """Serves the dialects' paths; counts live sessions for admission (no per-session
     state here)."""
 
-    def __init__(self, asr: AsrService, options: SessionOptions, limits: StreamLimits,
-                 access: Access, metrics: Metrics, dialects: list[Dialect],
-                 diarization: DiarizationWorker | None = None,
-                 webhooks: WebhookSender | None = None, followers: Followers | None = None,
-                 server_name: str | None = None, capacity: LiveCapacity | None = None):
+    def __init__(
+        self,
+        asr: AsrService,
+        options: SessionOptions,
+        limits: StreamLimits,
+        access: Access,
+        metrics: Metrics,
+        dialects: list[Dialect],
+        diarization: DiarizationWorker | None = None,
+        webhooks: WebhookSender | None = None,
+        followers: Followers | None = None,
+        server_name: str | None = None,
+        capacity: LiveCapacity | None = None,
+    ):
         self._server_name = server_name
         self.capacity = capacity
         self._dialects = {dialect.path: dialect for dialect in dialects}
@@ -102,8 +120,13 @@ class StreamEndpoint:
         self._diarization = diarization
         self._options = options
         self._limits = limits
-        self._admission = Admission(access, limits, asr.check_decoding, diarization is not None,
-                                    lambda url: webhooks is not None and webhooks.allows(url))
+        self._admission = Admission(
+            access,
+            limits,
+            asr.check_decoding,
+            diarization is not None,
+            lambda url: webhooks is not None and webhooks.allows(url),
+        )
         self._metrics = metrics
         self._live: set[asyncio.Task] = set()
         self._resumes = Resumes()
@@ -128,8 +151,11 @@ class StreamEndpoint:
             self._admit(request, dialect)
         except Refused as refusal:
             self._metrics.sessions.labels(refusal.error.code.value).inc()
-            log.info("refused a session at the handshake: %s", refusal.error.code.value,
-                     extra={"outcome": refusal.error.code.value})
+            log.info(
+                "refused a session at the handshake: %s",
+                refusal.error.code.value,
+                extra={"outcome": refusal.error.code.value},
+            )
             response = dialect.refusal(refusal.error)
             if refusal.error.code in (ErrorCode.SERVER_BUSY, ErrorCode.SHUTTING_DOWN):
                 response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
@@ -188,8 +214,11 @@ class StreamEndpoint:
         except Refused as refusal:
             this.outcome = refusal.error.code.value
             await self._close_with(connection, this, refusal.error)
-            log.info("refused a session: %s", refusal.error.code.value,
-                     extra={"outcome": this.outcome, "key": this.key})
+            log.info(
+                "refused a session: %s",
+                refusal.error.code.value,
+                extra={"outcome": this.outcome, "key": this.key},
+            )
             return
         self._live.add(task)
         self._admission.opened(this.key)
@@ -210,27 +239,42 @@ class StreamEndpoint:
         session = self._stream_for(setup)
         if dialect.resumable and self._limits.resume_window_s > 0:
             this.resume_token = self._resumes.register(this.key, this.session_id)
-        this.translator = dialect.translator(Opened(this.session_id, setup,
-                                                    self._asr.model_label,
-                                                    self._limits.to_json(),
-                                                    self._asr.check_decoding,
-                                                    self._server_name, this.resume_token,
-                                                    self._asr.languages))
-        log.info("session %s started by key %s on %s: %s", this.session_id, this.key,
-                 dialect.path, setup.config,
-                 extra={"session_id": this.session_id, "key": this.key})
+        this.translator = dialect.translator(
+            Opened(
+                this.session_id,
+                setup,
+                self._asr.model_label,
+                self._limits.to_json(),
+                self._asr.check_decoding,
+                self._server_name,
+                this.resume_token,
+                self._asr.languages,
+            )
+        )
+        log.info(
+            "session %s started by key %s on %s: %s",
+            this.session_id,
+            this.key,
+            dialect.path,
+            setup.config,
+            extra={"session_id": this.session_id, "key": this.key},
+        )
         if self._followers is not None:
             self._followers.opened(this.session_id, this.key)
         if self._webhooks is not None:
             this.webhooks = self._webhooks.feed(this.session_id, setup.webhook_url)
         if this.webhooks is not None:
-            this.webhooks.publish("session.started", {"path": dialect.path,
-                                                      "config": setup.config.to_json(),
-                                                      "model": self._asr.model_label})
+            this.webhooks.publish(
+                "session.started",
+                {
+                    "path": dialect.path,
+                    "config": setup.config.to_json(),
+                    "model": self._asr.model_label,
+                },
+            )
         return session
 
-    async def _serve_session(self, first: Connection, session: Stream,
-                             this: _Connection) -> None:
+    async def _serve_session(self, first: Connection, session: Stream, this: _Connection) -> None:
         """Serve the session on its first connection and, if that one is lost, on each
         connection that resumes it within the window; or end it as after end_of_stream
         once no one does."""
@@ -246,8 +290,11 @@ class StreamEndpoint:
                     handoff = None
                 if not kept or this.resume_token is None:
                     return
-                handoff = kept if isinstance(kept, Handoff) else await self._await_resume(
-                    session, this, sent, pump)
+                handoff = (
+                    kept
+                    if isinstance(kept, Handoff)
+                    else await self._await_resume(session, this, sent, pump)
+                )
                 if handoff is None:
                     return
                 connection, after = handoff.connection, handoff.last_seq
@@ -259,19 +306,27 @@ class StreamEndpoint:
             pump.cancel()
             await asyncio.gather(pump, return_exceptions=True)
 
-    async def _await_resume(self, session: Stream, this: _Connection, sent: SentLog,
-                            pump: asyncio.Task) -> Handoff | None:
+    async def _await_resume(
+        self, session: Stream, this: _Connection, sent: SentLog, pump: asyncio.Task
+    ) -> Handoff | None:
         """The connection that resumes the session within the window; None if none
         does (or the server drains): the session then ends as after end_of_stream, and
         its finals still go to its webhooks and followers."""
         assert this.resume_token is not None
-        log.info("session %s lost its connection; resumable for %g s", this.session_id,
-                 self._limits.resume_window_s, extra={"session_id": this.session_id})
+        log.info(
+            "session %s lost its connection; resumable for %g s",
+            this.session_id,
+            self._limits.resume_window_s,
+            extra={"session_id": this.session_id},
+        )
         coming = asyncio.ensure_future(self._resumes.next_handoff(this.resume_token))
         drain = asyncio.ensure_future(self._draining.wait())
         try:
-            await asyncio.wait({coming, drain}, timeout=self._limits.resume_window_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {coming, drain},
+                timeout=self._limits.resume_window_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
         finally:
             drain.cancel()
         if coming.done() and not self._draining.is_set():
@@ -285,8 +340,9 @@ class StreamEndpoint:
         sent.leave_unattended()
         if not this.input_ended:
             this.input_ended = True
-            await session.end(EndReason.SHUTTING_DOWN if self._draining.is_set()
-                              else EndReason.END_OF_STREAM)
+            await session.end(
+                EndReason.SHUTTING_DOWN if self._draining.is_set() else EndReason.END_OF_STREAM
+            )
         await asyncio.gather(pump, return_exceptions=True)
         this.outcome = "disconnected"  # and it did not come back
         return None
@@ -295,13 +351,16 @@ class StreamEndpoint:
         """Resumes that came as the session ended: refused, as after it."""
         for handoff in late:
             code = ErrorCode.SHUTTING_DOWN if self._draining.is_set() else ErrorCode.NOT_FOUND
-            await self._close_with(handoff.connection, _Connection(this.session_id, this.key),
-                                   Error(code, "the session ended as this connection came "
-                                         "to resume it"))
+            await self._close_with(
+                handoff.connection,
+                _Connection(this.session_id, this.key),
+                Error(code, "the session ended as this connection came to resume it"),
+            )
             handoff.done.set_result(None)
 
-    async def _resume(self, connection: Connection, dialect: Dialect,
-                      params: dict[str, str], this: _Connection) -> None:
+    async def _resume(
+        self, connection: Connection, dialect: Dialect, params: dict[str, str], this: _Connection
+    ) -> None:
         """A connection with ``resume``: hand it to its session's coroutine, and wait
         until that is done with it; or refuse it."""
         assert connection.request is not None
@@ -314,14 +373,23 @@ class StreamEndpoint:
             self._resumes.claim(params["resume"], key, handoff)
         except Refused as refusal:
             await self._close_with(connection, this, refusal.error)
-            log.info("refused a resume: %s", refusal.error.code.value,
-                     extra={"outcome": refusal.error.code.value})
+            log.info(
+                "refused a resume: %s",
+                refusal.error.code.value,
+                extra={"outcome": refusal.error.code.value},
+            )
             return
         await handoff.done
 
-    async def _serve(self, connection: Connection, session: Stream, this: _Connection,
-                     sent: SentLog, pump: asyncio.Task,
-                     after: int | None) -> bool | Handoff:
+    async def _serve(
+        self,
+        connection: Connection,
+        session: Stream,
+        this: _Connection,
+        sent: SentLog,
+        pump: asyncio.Task,
+        after: int | None,
+    ) -> bool | Handoff:
         """Stream on one connection until the session ends (False) or the connection is
         lost with the session still to finish (True), or another connection takes the
         session over (that connection's Handoff). ``after``: None for the session's
@@ -333,20 +401,23 @@ class StreamEndpoint:
                     await connection.send(text)
             else:
                 if not sent.can_replay_after(after):
-                    too_old = Error(ErrorCode.NOT_FOUND, f"cannot resume after message "
-                                    f"{after}: the session has sent {sent.last_seq} and keeps "
-                                    f"the last {REPLAY_KEEP}")
+                    too_old = Error(
+                        ErrorCode.NOT_FOUND,
+                        f"cannot resume after message "
+                        f"{after}: the session has sent {sent.last_seq} and keeps "
+                        f"the last {REPLAY_KEEP}",
+                    )
                     # That connection's error, not the session's: it may yet be resumed.
-                    await self._close_with(connection, _Connection(this.session_id, this.key),
-                                           too_old)
+                    await self._close_with(
+                        connection, _Connection(this.session_id, this.key), too_old
+                    )
                     return True
                 assert isinstance(this.translator, NativeTranslator)  # the resumable wire
                 await connection.send(this.translator.resumed(sent.last_seq))
             ending = await self._run(connection, session, this, sent, after or 0)
             if isinstance(ending, Handoff):
                 with contextlib.suppress(ConnectionClosed):
-                    await connection.close(4409, "the session was resumed on another "
-                                           "connection")
+                    await connection.close(4409, "the session was resumed on another connection")
                 return ending
             this.outcome = "ended"
             await connection.close(ending.close_code, ending.close_reason)
@@ -360,8 +431,9 @@ class StreamEndpoint:
             if this.outcome == "ended":
                 return  # stopped while closing a session that had ended: it stays ended
             this.outcome = ErrorCode.SHUTTING_DOWN.value
-            await self._close_with(connection, this, Error(
-                ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
+            await self._close_with(
+                connection, this, Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down")
+            )
         except ConnectionClosed as closed:
             # A client that closed the connection meant to; one that dropped it (no close
             # frame) gets its session kept, if it may still be owed something.
@@ -369,8 +441,11 @@ class StreamEndpoint:
         except Exception:
             log.exception("session %s failed", this.session_id)
             this.outcome = ErrorCode.INTERNAL_ERROR.value
-            await self._close_with(connection, this, Error(
-                ErrorCode.INTERNAL_ERROR, "internal server error; the session ended"))
+            await self._close_with(
+                connection,
+                this,
+                Error(ErrorCode.INTERNAL_ERROR, "internal server error; the session ended"),
+            )
 
     def _closed(self, this: _Connection, session: Stream) -> None:
         """A session's end, told to its followers, webhooks, metrics and log."""
@@ -379,29 +454,48 @@ class StreamEndpoint:
         if self._followers is not None:
             self._followers.closed(this.session_id)
         if this.webhooks is not None:
-            this.webhooks.publish("session.ended", {"outcome": this.outcome,
-                                                    "audio_duration": audio_s,
-                                                    "error_codes": this.error_codes})
+            this.webhooks.publish(
+                "session.ended",
+                {
+                    "outcome": this.outcome,
+                    "audio_duration": audio_s,
+                    "error_codes": this.error_codes,
+                },
+            )
             this.webhooks.close()
         self._metrics.sessions.labels(this.outcome).inc()
-        log.info("session %s ended: %s after %.1f s of audio (key %s, errors %s)",
-                 this.session_id, this.outcome, audio_s, this.key,
-                 ",".join(this.error_codes) or "none",
-                 extra={"session_id": this.session_id, "key": this.key,
-                        "outcome": this.outcome, "audio_s": audio_s,
-                        "error_codes": this.error_codes})
+        log.info(
+            "session %s ended: %s after %.1f s of audio (key %s, errors %s)",
+            this.session_id,
+            this.outcome,
+            audio_s,
+            this.key,
+            ",".join(this.error_codes) or "none",
+            extra={
+                "session_id": this.session_id,
+                "key": this.key,
+                "outcome": this.outcome,
+                "audio_s": audio_s,
+                "error_codes": this.error_codes,
+            },
+        )
 
     def _stream_for(self, setup: Setup) -> Stream:
         options = self._options if setup.vad is None else replace(self._options, vad=setup.vad)
         if setup.tracks:
-            return SessionGroup(setup.config, lambda config, speaker, offset_s: Session(
-                config, self._asr.worker, options, speaker=speaker, offset_s=offset_s))
+            return SessionGroup(
+                setup.config,
+                lambda config, speaker, offset_s: Session(
+                    config, self._asr.worker, options, speaker=speaker, offset_s=offset_s
+                ),
+            )
         speakers = SpeakerTrack(self._diarization) if setup.config.diarization else None
         return Session(setup.config, self._asr.worker, options, speakers)
 
     def _admit(self, request: Request, dialect: Dialect) -> tuple[Setup, str]:
-        setup, key = self._admission.admit(request, dialect, len(self._live),
-                                           self._draining.is_set())
+        setup, key = self._admission.admit(
+            request, dialect, len(self._live), self._draining.is_set()
+        )
         if self.capacity is not None:
             why = self.capacity.refusal(self.load(), setup.config.diarization)
             if why is not None:
@@ -418,8 +512,9 @@ class StreamEndpoint:
 
     # ------------------------------------------------------------------ the stream
 
-    async def _run(self, connection: Connection, session: Stream, this: _Connection,
-                   sent: SentLog, after: int) -> EndReason | Handoff:
+    async def _run(
+        self, connection: Connection, session: Stream, this: _Connection, sent: SentLog, after: int
+    ) -> EndReason | Handoff:
         """Stream until the session ends (why), or another connection takes it over (its
         Handoff); fatal errors raise Refused, a lost connection ConnectionClosed."""
         writer = asyncio.create_task(self._write(connection, sent, after))
@@ -452,8 +547,9 @@ class StreamEndpoint:
             for task in (reader, writer, takeover):
                 if task is not None:
                     task.cancel()
-            await asyncio.gather(*(t for t in (reader, writer, takeover) if t is not None),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                *(t for t in (reader, writer, takeover) if t is not None), return_exceptions=True
+            )
             if takeover is not None and takeover.done() and not takeover.cancelled():
                 # A resume came as this connection failed: it is the next one's.
                 assert this.resume_token is not None
@@ -482,8 +578,11 @@ class StreamEndpoint:
             self._followers.publish(this.session_id, message)
         if this.webhooks is not None:
             if isinstance(message, (Final, SpeakerUpdate)):
-                kind = ("transcript.final" if isinstance(message, Final)
-                        else "transcript.speaker_update")
+                kind = (
+                    "transcript.final"
+                    if isinstance(message, Final)
+                    else "transcript.speaker_update"
+                )
                 this.webhooks.publish(kind, as_json(message))
             elif isinstance(message, Mark) and isinstance(message.payload, WebhookEvent):
                 this.webhooks.publish(message.payload.kind, message.payload.data)
@@ -492,8 +591,7 @@ class StreamEndpoint:
         elif isinstance(message, Partial):
             self._metrics.partials.inc()
 
-    async def _read(self, connection: Connection, session: Stream,
-                    this: _Connection) -> EndReason:
+    async def _read(self, connection: Connection, session: Stream, this: _Connection) -> EndReason:
         assert this.translator is not None
         ends_at = this.ends_at
         while True:
@@ -503,8 +601,12 @@ class StreamEndpoint:
                 return message
             limit = self._message_limit(message)
             if len(message) > limit:
-                raise Refused(Error(ErrorCode.FRAME_TOO_LARGE,
-                                   f"message of {len(message)} bytes exceeds {limit}"))
+                raise Refused(
+                    Error(
+                        ErrorCode.FRAME_TOO_LARGE,
+                        f"message of {len(message)} bytes exceeds {limit}",
+                    )
+                )
             heard = session.stream_time
             try:
                 ends = await this.translator.receive(message, session)
@@ -538,8 +640,9 @@ class StreamEndpoint:
         receive = asyncio.ensure_future(connection.recv())
         drain = asyncio.ensure_future(self._draining.wait())
         try:
-            await asyncio.wait({receive, drain}, timeout=min(idle, left),
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {receive, drain}, timeout=min(idle, left), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             drain.cancel()
             if not receive.done():
@@ -551,11 +654,9 @@ class StreamEndpoint:
             return EndReason.SHUTTING_DOWN
         if left <= idle:
             return EndReason.MAX_DURATION
-        raise Refused(Error(ErrorCode.IDLE_TIMEOUT,
-                           f"no audio or keep_alive for {idle:g} s"))
+        raise Refused(Error(ErrorCode.IDLE_TIMEOUT, f"no audio or keep_alive for {idle:g} s"))
 
-    async def _close_with(self, connection: Connection, this: _Connection,
-                          error: Error) -> None:
+    async def _close_with(self, connection: Connection, this: _Connection, error: Error) -> None:
         """Send ``error`` and close with its code; the client may already be gone."""
         self._metrics.errors.labels(error.code.value).inc()  # even if the client is gone
         this.error_codes.append(error.code.value)
@@ -565,4 +666,3 @@ class StreamEndpoint:
         close_code = error.code.close_code or 1011
         with contextlib.suppress(ConnectionClosed):
             await connection.close(close_code, close_reason(error.message))
-
