@@ -10,7 +10,7 @@ APT_PACKAGES := ffmpeg espeak-ng sox chromium
 export PYANNOTE_METRICS_ENABLED := false
 export HF_HUB_DISABLE_TELEMETRY := 1
 
-.PHONY: install system-packages venv models run cluster test bench gpu-wheels clean
+.PHONY: install system-packages venv models run cluster lint test test-fast bench gpu-wheels clean
 
 install: system-packages $(VENV)/.installed models
 
@@ -47,8 +47,18 @@ cluster: install
 # process: two workers each running torch on both cores made every model wait on the
 # other's threads (the suite took 440 s so, 322 s with one thread each).
 TEST_WORKERS ?= 2
-test: install
+test: install lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# The inner loop: the gates and every test that needs no model weights (about 1.5 min).
+test-fast: system-packages $(VENV)/.installed lint
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not weights"
+
+# The gates (rules and reasons in pyproject.toml): formatting, lint, types.
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff format --check server tests bench
+	$(VENV)/bin/ruff check server tests bench
+	$(VENV)/bin/mypy
 
 bench: install
 	$(PY) bench/asr.py

@@ -26,6 +26,14 @@ if TYPE_CHECKING:
     from fake_engine import FakeEngine
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test that reaches the installed bundle (through ``models_dir``, directly or
+    by another fixture) is marked ``weights``: ``make test-fast`` runs the others."""
+    for item in items:
+        if "models_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.weights)
+
+
 def free_port() -> int:
     """A loopback port nobody listens on now."""
     with socket.socket() as s:

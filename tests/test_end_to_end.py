@@ -5,6 +5,7 @@ import pytest
 from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer, words_of
 from conftest import chunks_of, serve_real
 from parley.client.stream import run_stream, stream_url
+from parley.core.policy import PartialPacing
 from parley.protocol.messages import StreamConfig
 
 
@@ -28,9 +29,13 @@ async def test_sample_in_real_time_is_transcribed_with_partials(start):
     hypothesis = " ".join(f["text"] for f in result.finals)
     assert wer(sample_reference_text(), hypothesis) <= 0.25
     assert result.ended["audio_duration"] == pytest.approx(24.0, abs=0.01)
-    spoken = [f for f in result.finals if f["end"] - f["start"] > 2.0]
+    # Partials are shed under load, by design, down to one per max_interval_s: a final
+    # longer than that always had one, and on an idle machine every spoken one does.
     partial_ids = {p["segment_id"] for p in result.partials}
-    assert spoken and all(f["segment_id"] in partial_ids for f in spoken)
+    spoken = {f["segment_id"] for f in result.finals if f["end"] - f["start"] > 2.0}
+    longest = PartialPacing().max_interval_s + 1.0
+    long = {f["segment_id"] for f in result.finals if f["end"] - f["start"] > longest}
+    assert spoken & partial_ids and long <= partial_ids
     times = [t for f in result.finals for t in (f["start"], f["end"])]
     assert times == sorted(times) and times[-1] <= 24.0
     for final in result.finals:

@@ -224,7 +224,7 @@ def _stream(args: argparse.Namespace) -> int:
     if reason != "end_of_stream":  # a drain or the duration limit: the rest was not sent
         print(
             f"parley: the server ended the session ({reason}) after "
-            f"{result.ended['audio_duration']:.1f} s of audio",
+            f"{(result.ended or {}).get('audio_duration', 0.0):.1f} s of audio",
             file=sys.stderr,
         )
     return EXIT_FAILED if fatal or result.ended is None or reason != "end_of_stream" else EXIT_OK

@@ -47,7 +47,7 @@ class VadSettings(BaseModel):
     aggressiveness: int = Field(
         _VAD.aggressiveness, ge=0, le=3, description="webrtcvad mode: 3 rejects the most noise"
     )
-    frame_ms: Literal[10, 20, 30] = _VAD.frame_ms
+    frame_ms: Literal[10, 20, 30] = _VAD.frame_ms  # type: ignore[assignment]  # VadConfig checks it
     speech_pad_ms: int = Field(_VAD.speech_pad_ms, ge=0, le=2000)
     min_speech_ms: int = Field(_VAD.min_speech_ms, ge=10, le=2000)
     min_silence_ms: int = Field(_VAD.min_silence_ms, ge=10, le=5000)

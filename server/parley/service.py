@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import cast
 
 from websockets.http11 import Request, Response
 
@@ -20,7 +21,7 @@ from parley.core.capacity import CapacityPolicy
 from parley.core.costs import cost_report
 from parley.runtime.capacity import LiveCapacity
 from parley.runtime.diarization import DiarizationWorker
-from parley.runtime.files import FileJobs
+from parley.runtime.files import FileJobs, RecordingSpeakers
 from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
@@ -194,6 +195,7 @@ class Service:
 
     async def handle(self, connection: Connection) -> None:
         """A WebSocket connection: a session's followers, else a stream."""
+        assert connection.request is not None  # the handshake is done
         if self.followers.matches(connection.request.path):
             await self.followers.handle(connection)
         else:
@@ -295,7 +297,8 @@ def file_jobs(
         worker,
         settings.vad.to_config(),
         settings.files.to_limits(),
-        speaker_models=diarization.models if diarization else None,
+        # The loaded SpeakerModels, which also diarize whole recordings.
+        speaker_models=cast(RecordingSpeakers, diarization.models) if diarization else None,
         diarization_config=diarization.config if diarization else None,
         clustering=RecordingClustering(distance=settings.files.speaker_distance),
         max_window_s=worker.engine.max_audio_s,

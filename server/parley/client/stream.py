@@ -122,8 +122,8 @@ async def run_stream(
     receiver = asyncio.create_task(_receive(live, result, on_message))
     try:
         await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_EXCEPTION)
-        if sender.done() and not sender.cancelled() and sender.exception() is not None:
-            raise sender.exception()  # the audio source failed: say so now, not at a timeout
+        if sender.done() and not sender.cancelled() and (error := sender.exception()) is not None:
+            raise error  # the audio source failed: say so now, not at a timeout
         await receiver
     finally:
         for task in (sender, receiver):

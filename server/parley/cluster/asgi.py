@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any
 
+from starlette.types import Receive, Scope, Send
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK
 from websockets.frames import Close
@@ -23,10 +22,6 @@ from websockets.http11 import Request, Response
 
 from parley.service import Service
 from parley.transport.http import json_response
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict]]
-Send = Callable[[dict], Awaitable[None]]
 
 # Client messages read ahead of the endpoint: enough to keep the proxy's hop busy,
 # and a bound on what one slow session can hold in memory (past either, the ASGI

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import ray
 from ray import serve
@@ -37,7 +38,12 @@ DRAIN_MARGIN_S = 5.0
 STOP_POLL_S = 0.2
 # Read from each replica's own environment, never passed through Ray (whose deployment
 # configs are stored in its control store and shown on its dashboard).
-SECRET_FIELDS = {"token": True, "api_keys": True, "webhooks": {"secret"}, "twilio": {"auth_token"}}
+SECRET_FIELDS: dict[str, Any] = {
+    "token": True,
+    "api_keys": True,
+    "webhooks": {"secret"},
+    "twilio": {"auth_token"},
+}
 
 
 def replica_is_stopping() -> bool:
@@ -61,7 +67,7 @@ def replica_settings(settings: Settings) -> dict:
 @serve.deployment(name="parley")
 @serve.ingress()
 class ParleyReplica:
-    async def __init__(self, settings: dict, load: AsrLoader | None = None):
+    async def __init__(self, settings: dict, load: AsrLoader | None = None):  # type: ignore[misc]  # Ray Serve awaits an async constructor
         # The secrets come from this process's environment (PARLEY_*), as on a server.
         self._settings = Settings(**settings)
         worker, asr = await in_passing_thread(load or load_asr, self._settings)
@@ -126,9 +132,8 @@ def deployment_options(settings: Settings) -> dict:
 def application(settings: Settings, load: AsrLoader | None = None):
     """The bound Ray Serve application (``load``: how replicas load ASR; the model the
     settings name by default)."""
-    return ParleyReplica.options(**deployment_options(settings)).bind(
-        replica_settings(settings), load
-    )
+    deployment: Any = ParleyReplica  # serve.deployment made it a Deployment
+    return deployment.options(**deployment_options(settings)).bind(replica_settings(settings), load)
 
 
 def build(args: dict):

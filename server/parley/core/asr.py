@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -200,7 +200,7 @@ class Transcriber(Protocol[D]):
 
 
 def transcribe(
-    engine: Transcriber, request: AsrRequest, budget: int | None = None
+    engine: Transcriber[Any], request: AsrRequest, budget: int | None = None
 ) -> Transcription:
     """One request decoded alone, start to finish (tests, benchmarks, warm-up)."""
     (decode,) = engine.start([request])

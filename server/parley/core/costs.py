@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -149,7 +150,7 @@ class Acceptance:
         return self.kept / total if total > 0 else 0.0
 
 
-def cost_report(step: StepCostModel, encoder: EncoderCosts) -> dict:
+def cost_report(step: StepCostModel, encoder: EncoderCosts) -> dict[str, Any]:
     """The measured cost models, in milliseconds (for /health)."""
     c0, c_row, c_token = step.coefficients
     return {

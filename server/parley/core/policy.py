@@ -54,7 +54,7 @@ def draft_budgets(
         expected += gain
         seconds = longer
         if budgets[i] < max_draft:
-            heapq.heappush(candidates, (-gain * acceptance[i], i))
+            heapq.heappush(candidates, (-gain * (acceptance[i] or 0.0), i))
     return budgets
 
 

@@ -46,7 +46,7 @@ class TimelineSnapshot:
             shared = min(end, turn.end) - max(start, turn.start)
             if shared > 0:
                 overlap[turn.speaker] = overlap.get(turn.speaker, 0.0) + shared
-        return max(overlap, key=overlap.get) if overlap else None
+        return max(overlap, key=lambda speaker: overlap[speaker]) if overlap else None
 
     def between(self, start: float, end: float) -> TimelineSnapshot:
         """This snapshot with only the turns that overlap [start, end]."""

@@ -295,8 +295,8 @@ class OnlineClustering:
         out: list[int] = []
         for speaker in range(len(self._sums)):
             root = speaker
-            while self._merged_into[root] is not None:
-                root = self._merged_into[root]
+            while (into := self._merged_into[root]) is not None:
+                root = into
             if root not in shown and shown:
                 distances = 1.0 - self.centroids([root]) @ self.centroids(shown).T
                 root = shown[int(np.argmin(distances[0]))]

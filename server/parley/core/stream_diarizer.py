@@ -9,6 +9,7 @@ tensor work lives behind the ``SpeakerModel`` protocol in ``parley.models``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -91,7 +92,9 @@ class StreamDiarizer:
         self.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
         return steps + 1
 
-    def windows(self, audio: np.ndarray, phase_s: float = 0.0):
+    def windows(
+        self, audio: np.ndarray, phase_s: float = 0.0
+    ) -> Iterator[tuple[np.ndarray, float, float]]:
         """(window, its start, its end) of each step the server takes over ``audio``."""
         step = int(self.config.step_s * SAMPLE_RATE)
         window = int(self.config.window_s * SAMPLE_RATE)

@@ -12,6 +12,7 @@ correct who said its words (with a ``speaker_update``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -33,8 +34,13 @@ class TurnConfig:
 
 
 class Speaking(Protocol):
-    settled_until: float  # labels before this will not change
-    heard_until: float  # the end of the audio heard so far
+    @property
+    def settled_until(self) -> float:
+        """Labels before this will not change."""
+
+    @property
+    def heard_until(self) -> float:
+        """The end of the audio heard so far."""
 
     def speaking(self, start: float, end: float) -> int | None: ...
 
@@ -103,15 +109,14 @@ def _join_target(runs: list[_Run], k: int, spans: Sequence[Span], pause_s: float
     run = runs[k]
     before = runs[k - 1] if k > 0 else None
     after = runs[k + 1] if k + 1 < len(runs) else None
-    gap_before = spans[run.first][0] - spans[before.last][1] if before else None
-    gap_after = spans[after.first][0] - spans[run.last][1] if after else None
-    near_before = before is not None and gap_before < pause_s
-    near_after = after is not None and gap_after < pause_s
+    gap_before = spans[run.first][0] - spans[before.last][1] if before else math.inf
+    gap_after = spans[after.first][0] - spans[run.last][1] if after else math.inf
+    near_before, near_after = gap_before < pause_s, gap_after < pause_s
     if before and after and before.label == after.label and (near_before or near_after):
         return before.label
-    if near_before and (not near_after or gap_before <= gap_after):
+    if before and near_before and gap_before <= gap_after:
         return before.label
-    if near_after:
+    if after and near_after:
         return after.label
     return None
 

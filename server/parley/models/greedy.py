@@ -124,7 +124,10 @@ class GreedyVerifier:
             _add_bias(logits, biased)
         logits = logits.masked_fill(self.suppress, -math.inf)
         choices = logits.argmax(-1).tolist()
-        kept_rows, picked, offset, keeps = [], [], 0, []
+        kept_rows: list[int] = []
+        picked: list[int] = []
+        keeps: list[int] = []
+        offset = 0
         for draft in drafts:
             mine = choices[offset : offset + len(draft) + 1]
             kept = 0
@@ -149,6 +152,7 @@ class GreedyVerifier:
                 d.stats.verify_steps += 1
                 d.stats.drafted += len(draft)
                 d.stats.accepted += kept
+                assert d.drafter is not None  # only a drafter drafts
                 d.drafter.feedback(len(draft), kept)
                 d.row.truncate(d.row.length - (len(draft) - kept))  # forget the rejected
             d.tokens.extend(draft[:kept])

@@ -57,7 +57,7 @@ class OutputHead:
                 project(hidden)
                 runs.append(time.perf_counter() - began)
             timings[name] = sorted(runs)[len(runs) // 2]
-        return min(timings, key=timings.get)
+        return min(timings, key=lambda name: timings[name])
 
     @torch.inference_mode()
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:

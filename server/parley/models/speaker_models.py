@@ -58,8 +58,8 @@ class CamPlusPlusEmbedder:
         spec = importlib.util.spec_from_file_location(
             "parley_campplus", directory / "camplusplus.py"
         )
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
         spec.loader.exec_module(module)
         model = module.CAMPPlus(feat_dim=80, embedding_size=self.dimension)
         state = torch.load(

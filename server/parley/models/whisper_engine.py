@@ -423,20 +423,25 @@ class WhisperEngine:
         if len(sequence) > self.decoder.max_positions:
             return []  # a decode that filled the decoder (a repetition loop): no timings
         weights = self.decoder.cross_attention(decode.row, sequence, self._alignment_heads)
-        starts, ends = token_times(weights, len(prompt), len(tokens), seconds)
+        token_starts, token_ends = token_times(weights, len(prompt), len(tokens), seconds)
         probabilities = np.exp(decode.token_logprobs)
         pieces, starts, ends, probs = _merge_partial_characters(
             [self.processor.tokenizer.decode([t]) for t in tokens],
-            starts.tolist(),
-            ends.tolist(),
+            token_starts.tolist(),
+            token_ends.tolist(),
             probabilities.tolist(),
         )
         return group_words(pieces, starts, ends, probs)
 
 
-def _merge_partial_characters(pieces, starts, ends, probs):
+def _merge_partial_characters(
+    pieces: list[str], starts: list[float], ends: list[float], probs: list[float]
+) -> tuple[list[str], list[float], list[float], list[float]]:
     """Merge tokens that hold part of a multi-byte character into the token after them."""
-    out_p, out_s, out_e, out_pr = [], [], [], []
+    out_p: list[str] = []
+    out_s: list[float] = []
+    out_e: list[float] = []
+    out_pr: list[float] = []
     carry: tuple[str, float, list[float]] | None = None
     for piece, start, end, prob in zip(pieces, starts, ends, probs):
         if carry is not None:

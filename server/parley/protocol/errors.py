@@ -3,7 +3,25 @@ wire's error is made of (pure)."""
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import Enum, IntEnum
+
+
+class CloseCode(IntEnum):
+    """Every close code a Parley WebSocket ends with (section 5)."""
+
+    NORMAL = 1000  # after session_ended (end_of_stream)
+    GOING_AWAY = 1001  # the server is shutting down
+    MESSAGE_TOO_BIG = 1009
+    INTERNAL_ERROR = 1011
+    TRY_AGAIN_LATER = 1013  # server busy
+    BAD_CONFIG = 4400
+    UNAUTHORIZED = 4401
+    FORBIDDEN_ORIGIN = 4403
+    NOT_FOUND = 4404
+    IDLE_TIMEOUT = 4408
+    TAKEN_OVER = 4409  # the session was resumed on another connection
+    MAX_DURATION = 4410  # after session_ended (max_duration)
+    TOO_MANY_SESSIONS = 4429
 
 
 class ErrorCode(str, Enum):
@@ -26,21 +44,21 @@ class ErrorCode(str, Enum):
     INTERNAL_ERROR = "internal_error"
 
     @property
-    def close_code(self) -> int | None:
+    def close_code(self) -> CloseCode | None:
         return _CLOSE_CODES.get(self)
 
 
-_CLOSE_CODES: dict[ErrorCode, int] = {
-    ErrorCode.UNAUTHORIZED: 4401,
-    ErrorCode.FORBIDDEN_ORIGIN: 4403,
-    ErrorCode.NOT_FOUND: 4404,
-    ErrorCode.TOO_MANY_SESSIONS: 4429,
-    ErrorCode.BAD_CONFIG: 4400,
-    ErrorCode.FRAME_TOO_LARGE: 1009,
-    ErrorCode.SERVER_BUSY: 1013,
-    ErrorCode.IDLE_TIMEOUT: 4408,
-    ErrorCode.SHUTTING_DOWN: 1001,
-    ErrorCode.INTERNAL_ERROR: 1011,
+_CLOSE_CODES: dict[ErrorCode, CloseCode] = {
+    ErrorCode.UNAUTHORIZED: CloseCode.UNAUTHORIZED,
+    ErrorCode.FORBIDDEN_ORIGIN: CloseCode.FORBIDDEN_ORIGIN,
+    ErrorCode.NOT_FOUND: CloseCode.NOT_FOUND,
+    ErrorCode.TOO_MANY_SESSIONS: CloseCode.TOO_MANY_SESSIONS,
+    ErrorCode.BAD_CONFIG: CloseCode.BAD_CONFIG,
+    ErrorCode.FRAME_TOO_LARGE: CloseCode.MESSAGE_TOO_BIG,
+    ErrorCode.SERVER_BUSY: CloseCode.TRY_AGAIN_LATER,
+    ErrorCode.IDLE_TIMEOUT: CloseCode.IDLE_TIMEOUT,
+    ErrorCode.SHUTTING_DOWN: CloseCode.GOING_AWAY,
+    ErrorCode.INTERNAL_ERROR: CloseCode.INTERNAL_ERROR,
 }
 
 

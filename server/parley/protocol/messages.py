@@ -13,8 +13,12 @@ from typing import Any
 
 # The errors and the stream's configuration have their own modules; the wires import
 # them from here, with the messages.
-from parley.protocol.errors import ErrorCode, ProtocolError
-from parley.protocol.stream_config import Encoding, StreamConfig, language_tag  # noqa: F401
+from parley.protocol.errors import CloseCode as CloseCode
+from parley.protocol.errors import ErrorCode as ErrorCode
+from parley.protocol.errors import ProtocolError as ProtocolError
+from parley.protocol.stream_config import Encoding as Encoding
+from parley.protocol.stream_config import StreamConfig as StreamConfig
+from parley.protocol.stream_config import language_tag as language_tag
 
 PROTOCOL_VERSION = 1
 STREAM_PATH = "/v1/stream"
@@ -174,8 +178,12 @@ class EndReason(str, Enum):
     MAX_DURATION = "max_duration"  # the session reached limits.max_session_s
 
     @property
-    def close_code(self) -> int:
-        return {"end_of_stream": 1000, "shutting_down": 1001, "max_duration": 4410}[self.value]
+    def close_code(self) -> CloseCode:
+        return {
+            "end_of_stream": CloseCode.NORMAL,
+            "shutting_down": CloseCode.GOING_AWAY,
+            "max_duration": CloseCode.MAX_DURATION,
+        }[self.value]
 
     @property
     def close_reason(self) -> str:
@@ -288,7 +296,7 @@ def parse(data: Mapping[str, Any]) -> ServerMessage | None:
     return simple[kind](**fields) if kind in simple else None
 
 
-def decode(text: str) -> dict[str, Any]:
+def decode(text: str | bytes) -> dict[str, Any]:
     """A server message as a dict (clients work on dicts; the type field says which)."""
     data = json.loads(text)
     if not isinstance(data, dict) or "type" not in data:

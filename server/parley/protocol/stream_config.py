@@ -208,7 +208,7 @@ def _bool_param(params: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 # The decoding options' defaults as to_json writes them (left out of a query).
-_DECODING_DEFAULTS = {
+_DECODING_DEFAULTS: dict[str, object] = {
     "languages": [],
     "task": Task.TRANSCRIBE.value,
     "keyterms": [],

@@ -8,6 +8,7 @@ engine's tokenizer runs once here, not per segment.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,5 +89,5 @@ class StreamDecoding:
         }
 
 
-def _joined(run: list[Word], text: str) -> Word:
+def _joined(run: Sequence[Word], text: str) -> Word:
     return Word(text, run[0].start, run[-1].end, min(w.probability for w in run), run[0].speaker)

@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -42,6 +43,23 @@ from parley.protocol.messages import Final, FinalReason, StreamConfig, Word
 from parley.runtime.decoding import StreamDecoding
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.threads import in_passing_thread
+
+if TYPE_CHECKING:
+    from parley.core.stream_diarizer import DiarizationConfig
+
+
+class RecordingSpeakers(Protocol):
+    """Who spoke when in a whole recording (``models.speaker_models.SpeakerModels``)."""
+
+    def diarize_recording(
+        self,
+        audio: np.ndarray,
+        config: DiarizationConfig,
+        clustering: RecordingClustering,
+        count: SpeakerCount,
+        step_s: float,
+    ) -> TimelineSnapshot: ...
+
 
 log = logging.getLogger(__name__)
 WINDOW_MARGIN_S = 1.0  # a packed window leaves this much of the decoder's 30 s free
@@ -157,8 +175,8 @@ class FileJobs:
     worker: AsrScheduler
     vad: VadConfig
     limits: FileLimits = FileLimits()
-    speaker_models: object | None = None  # the diarization worker's models, if any
-    diarization_config: object | None = None
+    speaker_models: RecordingSpeakers | None = None  # the diarization worker's models, if any
+    diarization_config: DiarizationConfig | None = None
     clustering: RecordingClustering = RecordingClustering()
     word_timing: WordTimingConfig = WordTimingConfig()
     max_window_s: float = 30.0
@@ -339,7 +357,9 @@ class FileJobs:
         with contextlib.suppress(OSError):  # not permitted everywhere; then at par
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
         set_threads(1)
-        return self.speaker_models.diarize_recording(  # type: ignore[union-attr]
+        # Only asked of a server with speakers, which has both.
+        assert self.speaker_models is not None and self.diarization_config is not None
+        return self.speaker_models.diarize_recording(
             audio, self.diarization_config, self.clustering, count, self.limits.diarization_step_s
         )
 
@@ -375,7 +395,7 @@ def _finals(
             for i, (run, label) in enumerate(runs):
                 first, last = i == 0, i == len(runs) - 1
                 alone = len(window.pieces) == 1 and len(runs) == 1
-                words = decoding.words(
+                labelled = decoding.words(
                     [
                         Word(
                             w.word,
@@ -392,13 +412,13 @@ def _finals(
                         len(finals),
                         piece.start if first else run[0].start,
                         piece.end if last else run[-1].end,
-                        decoding.text(result.text, words)
+                        decoding.text(result.text, labelled)
                         if alone
-                        else " ".join(w.word for w in words),
+                        else " ".join(w.word for w in labelled),
                         FinalReason(reasons[piece.segment_id].value)
                         if last
                         else FinalReason.SPEAKER_CHANGE,
-                        words,
+                        labelled,
                         label,
                         **decoding.language_fields(result),
                     )

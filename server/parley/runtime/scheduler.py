@@ -74,6 +74,12 @@ class _Job:
     steps: int = 0
     produced: int = 0  # tokens the steps gave it (its first one and end of text aside)
 
+    @property
+    def running(self) -> Decode:
+        """The decode of an active job (every active job has started one)."""
+        assert self.decode is not None
+        return self.decode
+
 
 class AsrScheduler:
     def __init__(
@@ -332,7 +338,7 @@ class AsrScheduler:
             expected = max(
                 len(job.request.draft or ()), self._ledger.tokens_per_second * job.request.seconds
             )
-            steps = remaining_steps(job.produced, job.steps, expected, job.decode.drafting)
+            steps = remaining_steps(job.produced, job.steps, expected, job.running.drafting)
             remaining.append(steps * step + self._ledger.finish_seconds)
         return remaining
 
@@ -372,11 +378,11 @@ class AsrScheduler:
             or [j for j in self._active if j.owner is None]
             or list(self._active)
         )
-        acceptance = [j.acceptance.probability if j.decode.drafting else None for j in jobs]
+        acceptance = [j.acceptance.probability if j.running.drafting else None for j in jobs]
         budgets = draft_budgets(acceptance, self.step_cost, self.engine.max_draft)
         began = self._clock()
         try:
-            reports = self.engine.step([j.decode for j in jobs], budgets)
+            reports = self.engine.step([j.running for j in jobs], budgets)
         except Exception as exc:
             self._work(self._clock() - began)
             log.exception("a decoder step failed; its %d decodes end with an error", len(jobs))
@@ -403,11 +409,11 @@ class AsrScheduler:
         self._finish_done()
 
     def _finish_done(self) -> None:
-        for job in [j for j in self._active if j.decode.finished]:
+        for job in [j for j in self._active if j.running.finished]:
             self._active.remove(job)
             began = self._clock()
             try:
-                result = self.engine.finish(job.decode)
+                result = self.engine.finish(job.running)
             except Exception as exc:
                 job.cost += self._work(self._clock() - began)
                 log.exception("a finished decode could not be turned into a result")

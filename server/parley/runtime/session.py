@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,7 @@ class _Decode:
     """An outbox entry whose message exists once the worker is done."""
 
     future: concurrent.futures.Future
-    to_message: Callable[[object], ServerMessage]
+    to_message: Callable[[Any], ServerMessage]  # the future's result → its message
     segment_id: int
     is_final: bool
 

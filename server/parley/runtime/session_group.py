@@ -113,7 +113,8 @@ class SessionGroup:
     async def _pump(self, name: str, session: Session) -> None:
         async for message in session.messages():
             if getattr(message, "segment_id", None) is not None:
-                message = replace(message, segment_id=self._connection_id(name, message))
+                # Only the messages that carry a segment_id get here.
+                message = replace(message, segment_id=self._connection_id(name, message))  # type: ignore[arg-type]
             if isinstance(message, Mark) and isinstance(message.payload, _Barrier):
                 barrier = message.payload
                 barrier.waiting -= 1

@@ -136,7 +136,7 @@ class SpeakerTrack:
         for w in words:
             spoken[w.speaker] = spoken.get(w.speaker, 0.0) + max(w.end - w.start, 1e-3)
         speaker = (
-            max(spoken, key=spoken.get)
+            max(spoken, key=lambda label: spoken[label])
             if spoken
             else self._labels.label(snapshot.speaker_of(final.start, final.end))
         )

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
-async def in_passing_thread(function, *args):
+async def in_passing_thread(function: Callable[..., T], *args: Any) -> T:
     """Run blocking model work on a thread of its own that ends with it.
 
     torch leaves an OpenMP thread team on every thread that ran it with several
@@ -14,7 +18,7 @@ async def in_passing_thread(function, *args):
     threads than cores libgomp stops spin-waiting, which made diarization steps 2.3
     times slower here. So only the model threads keep teams."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future = loop.create_future()
+    done: asyncio.Future[T] = loop.create_future()
 
     def run() -> None:
         try:

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from websockets.exceptions import ConnectionClosed
 
-from parley.protocol.errors import close_reason
+from parley.protocol.errors import CloseCode, close_reason
 from parley.protocol.messages import Error, ErrorCode, ServerMessage, encode
 from parley.transport.auth import ApiKeys
 from parley.transport.connection import Connection
@@ -100,7 +100,7 @@ class Followers:
                     )
                     return
                 await connection.send(item)
-            await connection.close(1000, "session ended")
+            await connection.close(CloseCode.NORMAL, "session ended")
         except ConnectionClosed:
             pass
         finally:
@@ -110,4 +110,6 @@ class Followers:
 async def _refuse(connection: Connection, error: Error) -> None:
     with contextlib.suppress(ConnectionClosed):
         await connection.send(encode(error))
-        await connection.close(error.code.close_code or 1011, close_reason(error.message))
+        await connection.close(
+            error.code.close_code or CloseCode.INTERNAL_ERROR, close_reason(error.message)
+        )

@@ -9,7 +9,7 @@ each keeps the answers, errors and close codes protocol.md gives it.
 
 from __future__ import annotations
 
-from starlette.routing import Router
+from starlette.routing import Route, Router
 
 from parley.cluster.asgi import AsgiApp, Receive, Scope, Send
 from parley.service import Service
@@ -22,7 +22,7 @@ class FrontDoor:
             Router(routes=service.file_routes.routes()) if service.file_routes is not None else None
         )
         self._file_paths = (
-            frozenset(route.path for route in self._files.routes)
+            frozenset(route.path for route in self._files.routes if isinstance(route, Route))
             if self._files is not None
             else frozenset()
         )

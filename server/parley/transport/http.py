@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,7 +28,7 @@ _STATIC_NAME = re.compile(r"^/([a-z0-9_-]+\.(?:html|js|css))$")
 
 
 def _response(
-    status: HTTPStatus, body: bytes, content_type: str, extra: list[tuple[str, str]] = ()
+    status: HTTPStatus, body: bytes, content_type: str, extra: Sequence[tuple[str, str]] = ()
 ) -> Response:
     headers = Headers(
         [

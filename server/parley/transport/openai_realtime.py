@@ -304,9 +304,9 @@ class OpenAIRealtimeTranslator:
             if self._clearing(final.reason):
                 self._manual_item = None
                 return []
-            item = self._manual_item = self._manual_item or _Item(self._item_id())
+            manual = self._manual_item = self._manual_item or _Item(self._item_id())
             if text:
-                item.texts.append(text)
+                manual.texts.append(text)
             return []  # sent when the client commits
         item = self._segments.pop(final.segment_id, None)
         if item is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from websockets.exceptions import ConnectionClosed
@@ -155,7 +155,7 @@ class Resumes:
         return await self._by_token[token].handoffs.get()
 
 
-def resume_point(dialect: Dialect, params: dict[str, str]) -> int:
+def resume_point(dialect: Dialect, params: Mapping[str, str]) -> int:
     """The ``last_seq`` of a resume (0: none of the session's messages arrived), or
     Refused (bad_config)."""
 

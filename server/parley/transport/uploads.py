@@ -16,7 +16,7 @@ import logging
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -140,7 +140,7 @@ class FileDoor:
             UploadCode.TOO_LARGE, f"the upload exceeds {self.jobs.limits.max_bytes / 2**20:g} MiB"
         )
 
-    async def _counted(self, request: Request) -> AsyncIterator[bytes]:
+    async def _counted(self, request: Request) -> AsyncGenerator[bytes, None]:
         received = 0
         async for chunk in request.stream():
             received += len(chunk)

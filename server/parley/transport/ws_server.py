@@ -17,14 +17,16 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from parley.core.asr import Decoding
-from parley.protocol.errors import close_reason
+from parley.protocol.errors import CloseCode, close_reason
 from parley.protocol.messages import (
     EndReason,
     Error,
@@ -359,7 +361,7 @@ class StreamEndpoint:
             handoff.done.set_result(None)
 
     async def _resume(
-        self, connection: Connection, dialect: Dialect, params: dict[str, str], this: _Connection
+        self, connection: Connection, dialect: Dialect, params: Mapping[str, str], this: _Connection
     ) -> None:
         """A connection with ``resume``: hand it to its session's coroutine, and wait
         until that is done with it; or refuse it."""
@@ -417,7 +419,9 @@ class StreamEndpoint:
             ending = await self._run(connection, session, this, sent, after or 0)
             if isinstance(ending, Handoff):
                 with contextlib.suppress(ConnectionClosed):
-                    await connection.close(4409, "the session was resumed on another connection")
+                    await connection.close(
+                        CloseCode.TAKEN_OVER, "the session was resumed on another connection"
+                    )
                 return ending
             this.outcome = "ended"
             await connection.close(ending.close_code, ending.close_reason)
@@ -425,15 +429,17 @@ class StreamEndpoint:
         except Refused as fatal:
             this.outcome = fatal.error.code.value
             await self._close_with(connection, this, fatal.error)
+            return False
         except asyncio.CancelledError:
             if not self._shutting_down:
                 raise
             if this.outcome == "ended":
-                return  # stopped while closing a session that had ended: it stays ended
+                return False  # stopped while closing a session that had ended: it stays ended
             this.outcome = ErrorCode.SHUTTING_DOWN.value
             await self._close_with(
                 connection, this, Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down")
             )
+            return False
         except ConnectionClosed as closed:
             # A client that closed the connection meant to; one that dropped it (no close
             # frame) gets its session kept, if it may still be owed something.
@@ -446,6 +452,7 @@ class StreamEndpoint:
                 this,
                 Error(ErrorCode.INTERNAL_ERROR, "internal server error; the session ended"),
             )
+            return False
 
     def _closed(self, this: _Connection, session: Stream) -> None:
         """A session's end, told to its followers, webhooks, metrics and log."""
@@ -489,7 +496,11 @@ class StreamEndpoint:
                     config, self._asr.worker, options, speaker=speaker, offset_s=offset_s
                 ),
             )
-        speakers = SpeakerTrack(self._diarization) if setup.config.diarization else None
+        speakers = (
+            SpeakerTrack(self._diarization)
+            if setup.config.diarization and self._diarization is not None
+            else None
+        )
         return Session(setup.config, self._asr.worker, options, speakers)
 
     def _admit(self, request: Request, dialect: Dialect) -> tuple[Setup, str]:
@@ -518,7 +529,7 @@ class StreamEndpoint:
         """Stream until the session ends (why), or another connection takes it over (its
         Handoff); fatal errors raise Refused, a lost connection ConnectionClosed."""
         writer = asyncio.create_task(self._write(connection, sent, after))
-        tasks = {writer}
+        tasks: set[asyncio.Task[Any]] = {writer}
         reader = None
         if not this.input_ended:
             reader = asyncio.create_task(self._read(connection, session, this))
@@ -532,8 +543,8 @@ class StreamEndpoint:
             while True:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    if task is not takeover and task.exception() is not None:
-                        raise task.exception()
+                    if task is not takeover and (error := task.exception()) is not None:
+                        raise error
                 if takeover in done:
                     handoff, takeover = takeover.result(), None
                     return handoff
@@ -544,9 +555,9 @@ class StreamEndpoint:
                 if writer in done:  # session_ended was sent
                     return ending
         finally:
-            for task in (reader, writer, takeover):
-                if task is not None:
-                    task.cancel()
+            for running in (reader, writer, takeover):
+                if running is not None:
+                    running.cancel()
             await asyncio.gather(
                 *(t for t in (reader, writer, takeover) if t is not None), return_exceptions=True
             )
@@ -663,6 +674,6 @@ class StreamEndpoint:
         assert connection.request is not None
         with contextlib.suppress(ConnectionClosed):
             await connection.send(self.dialect_of(connection.request).error(error))
-        close_code = error.code.close_code or 1011
+        close_code = error.code.close_code or CloseCode.INTERNAL_ERROR
         with contextlib.suppress(ConnectionClosed):
             await connection.close(close_code, close_reason(error.message))
