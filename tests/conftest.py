@@ -81,7 +81,7 @@ async def serve_fake(engine=None, token: str | None = None, **sections):
     from fake_engine import load_fake_asr
     from parley.app import start_server
     from parley.runtime.scheduler import AsrScheduler
-    from parley.transport.ws_server import AsrService
+    from parley.runtime.streams import AsrService
 
     settings = Settings(token=token, server={"port": 0, **sections.pop("server", {})}, **sections)
     if engine is None:

@@ -182,7 +182,7 @@ def load_fake_asr(settings):
     """``parley.app.load_asr``'s contract, with the fake engine: how the cluster tests'
     replicas load ASR (they import this module by name, from tests/ on PYTHONPATH)."""
     from parley.runtime.scheduler import AsrScheduler
-    from parley.transport.ws_server import AsrService
+    from parley.runtime.streams import AsrService
 
     engine = FakeEngine()
     scheduler = AsrScheduler(engine, settings.asr.queue_size)

@@ -35,7 +35,7 @@ from parley.core.stream_diarizer import DiarizationConfig
 from parley.protocol.messages import StreamConfig
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.scheduler import AsrScheduler
-from parley.transport.ws_server import AsrService
+from parley.runtime.streams import AsrService
 
 
 def http_base(url: str) -> str:

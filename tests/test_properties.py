@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parley.protocol.audio import AudioDecoder
+from parley.protocol.errors import close_reason
 from parley.protocol.messages import (
     ControlType,
     Encoding,
@@ -19,7 +20,6 @@ from parley.protocol.messages import (
     StreamConfig,
     parse_control,
 )
-from parley.transport.ws_server import close_reason
 
 PARAMETERS = ["encoding", "sample_rate", "channels", "language", "partials", "diarization", "token"]
 json_values = st.recursive(

@@ -17,11 +17,12 @@ from parley.config import Settings
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.streams import AsrService
 from parley.runtime.threads import in_passing_thread
 from parley.service import Service, start_service
 from parley.transport.admission import Access
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
-from parley.transport.ws_server import AsrService, StreamEndpoint
+from parley.transport.ws_server import StreamEndpoint
 
 log = logging.getLogger(__name__)
 # Headroom over max_frame_bytes, so an oversize frame reaches our own check and gets

@@ -26,14 +26,16 @@ from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import SessionOptions
+from parley.runtime.streams import AsrService, StreamFactory
 from parley.runtime.webhooks import WebhookConfig, WebhookSender
 from parley.transport.admission import Access, StreamLimits
 from parley.transport.connection import Connection
 from parley.transport.file_routes import FileRoutes
 from parley.transport.followers import Followers
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
+from parley.transport.sinks import FollowerSinks, MetricsSinks, SinkFactory, WebhookSinks
 from parley.transport.uploads import FileDoor
-from parley.transport.ws_server import AsrService, StreamEndpoint
+from parley.transport.ws_server import StreamEndpoint
 
 
 def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:
@@ -252,16 +254,19 @@ async def start_service(
     if webhooks is not None:
         await webhooks.start()
     followers = Followers(access.keys)
+    # Where every session's messages go besides its client: the endpoint knows only this.
+    sinks: list[SinkFactory] = [FollowerSinks(followers), MetricsSinks(metrics)]
+    if webhooks is not None:
+        sinks.append(WebhookSinks(webhooks))
     endpoint = StreamEndpoint(
         asr,
-        options,
+        StreamFactory(worker, options, diarization),
         _limits(settings, diarization is not None),
         access,
         metrics,
         dialects(settings),
-        diarization,
-        webhooks,
-        followers,
+        sinks,
+        webhooks.allows if webhooks is not None else lambda url: False,
         server_name,
         capacity,
     )

@@ -25,9 +25,9 @@ from ray import serve
 from parley.app import access_of, in_passing_thread, load_asr, load_diarization
 from parley.config import Settings
 from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.streams import AsrService
 from parley.service import Service, start_service
 from parley.transport.front_door import FrontDoor
-from parley.transport.ws_server import AsrService
 
 log = logging.getLogger(__name__)
 

@@ -25,13 +25,11 @@ from websockets.http11 import Request, Response
 from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Error, ErrorCode, ProtocolError, ServerMessage, StreamConfig
-from parley.runtime.session import Mark, Session
-from parley.runtime.session_group import SessionGroup
+from parley.runtime.session import Mark
+from parley.runtime.streams import Stream as Stream
 from parley.transport.auth import ApiKeys
 
 ANONYMOUS = "anonymous"  # the key name of a session on a server without keys
-# What a translator drives: one session, or one per track of the connection.
-Stream = Session | SessionGroup
 
 
 # Turn detection asked of a compatible endpoint (Deepgram's endpointing, OpenAI's

@@ -17,67 +17,35 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from parley.core.asr import Decoding
 from parley.protocol.errors import CloseCode, close_reason
 from parley.protocol.messages import (
     EndReason,
     Error,
     ErrorCode,
-    Final,
-    Partial,
     ProtocolError,
-    ServerMessage,
-    SpeakerUpdate,
-    as_json,
 )
 from parley.runtime.capacity import LiveCapacity, LiveLoad
-from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Mark, Session, SessionOptions
 from parley.runtime.session_group import SessionGroup
-from parley.runtime.speaker_track import SpeakerTrack
-from parley.runtime.webhooks import WebhookEvent, WebhookFeed, WebhookSender
+from parley.runtime.streams import AsrService, StreamFactory
 from parley.transport.admission import Access, Admission, Refused, StreamLimits
 from parley.transport.connection import Connection
 from parley.transport.dialect import ANONYMOUS, Dialect, Opened, Setup, Stream, Translator, query_of
-from parley.transport.followers import Followers
 from parley.transport.native import NativeTranslator
 from parley.transport.resume import REPLAY_KEEP, Handoff, Resumes, SentLog, dropped, resume_point
+from parley.transport.sinks import SessionClosed, SessionOpened, SessionSinks, SinkFactory
 
 log = logging.getLogger(__name__)
 # Told to HTTP clients refused as busy: about the span over which the load is measured.
 BUSY_RETRY_AFTER_S = 10
-
-
-@dataclass(frozen=True)
-class AsrService:
-    """What the transport may know of ASR: the worker, a label, the model's languages and
-    the check of what a stream asks of it."""
-
-    worker: AsrScheduler
-    model_label: str
-
-    def check_language(self, language: str | None) -> None:
-        """ValueError when the model cannot transcribe ``language``."""
-        self.check_decoding(Decoding(language=language))
-
-    @property
-    def languages(self) -> tuple[str, ...]:
-        """The languages the model transcribes, sorted."""
-        return tuple(sorted(self.worker.engine.languages))
-
-    def check_decoding(self, decoding: Decoding) -> None:
-        """ValueError when the model cannot do what ``decoding`` asks."""
-        self.worker.engine.check_decoding(decoding)
 
 
 @dataclass
@@ -87,7 +55,7 @@ class _Connection:
     session_id: str
     key: str
     translator: Translator | None = None  # once admitted
-    webhooks: WebhookFeed | None = None  # once admitted, on a server with webhooks
+    sinks: SessionSinks | None = None  # once admitted: followers, webhooks, metrics
     outcome: str = "disconnected"
     error_codes: list[str] = field(default_factory=list)
     resume_token: str | None = None  # a resumable session's (protocol.md section 6a)
@@ -102,32 +70,25 @@ class StreamEndpoint:
     def __init__(
         self,
         asr: AsrService,
-        options: SessionOptions,
+        streams: StreamFactory,
         limits: StreamLimits,
         access: Access,
         metrics: Metrics,
         dialects: list[Dialect],
-        diarization: DiarizationWorker | None = None,
-        webhooks: WebhookSender | None = None,
-        followers: Followers | None = None,
+        sinks: Sequence[SinkFactory] = (),
+        allows_webhook: Callable[[str], bool] = lambda url: False,
         server_name: str | None = None,
         capacity: LiveCapacity | None = None,
     ):
         self._server_name = server_name
         self.capacity = capacity
         self._dialects = {dialect.path: dialect for dialect in dialects}
-        self._webhooks = webhooks
-        self._followers = followers
         self._asr = asr
-        self._diarization = diarization
-        self._options = options
+        self._streams_of = streams
+        self._sinks = sinks
         self._limits = limits
         self._admission = Admission(
-            access,
-            limits,
-            asr.check_decoding,
-            diarization is not None,
-            lambda url: webhooks is not None and webhooks.allows(url),
+            access, limits, asr.check_decoding, streams.diarization is not None, allows_webhook
         )
         self._metrics = metrics
         self._live: set[asyncio.Task] = set()
@@ -238,7 +199,7 @@ class StreamEndpoint:
 
     def _open(self, this: _Connection, dialect: Dialect, setup: Setup) -> Stream:
         """An admitted connection's session, translator, followers and webhook feed."""
-        session = self._stream_for(setup)
+        session = self._streams_of(setup.config, setup.vad, setup.tracks)
         if dialect.resumable and self._limits.resume_window_s > 0:
             this.resume_token = self._resumes.register(this.key, this.session_id)
         this.translator = dialect.translator(
@@ -261,19 +222,15 @@ class StreamEndpoint:
             setup.config,
             extra={"session_id": this.session_id, "key": this.key},
         )
-        if self._followers is not None:
-            self._followers.opened(this.session_id, this.key)
-        if self._webhooks is not None:
-            this.webhooks = self._webhooks.feed(this.session_id, setup.webhook_url)
-        if this.webhooks is not None:
-            this.webhooks.publish(
-                "session.started",
-                {
-                    "path": dialect.path,
-                    "config": setup.config.to_json(),
-                    "model": self._asr.model_label,
-                },
-            )
+        opened = SessionOpened(
+            this.session_id,
+            this.key,
+            dialect.path,
+            setup.config,
+            self._asr.model_label,
+            setup.webhook_url,
+        )
+        this.sinks = SessionSinks(self._sinks, opened)
         return session
 
     async def _serve_session(self, first: Connection, session: Stream, this: _Connection) -> None:
@@ -455,22 +412,11 @@ class StreamEndpoint:
             return False
 
     def _closed(self, this: _Connection, session: Stream) -> None:
-        """A session's end, told to its followers, webhooks, metrics and log."""
+        """A session's end, told to its sinks and the log."""
         session.close()
         audio_s = round(session.stream_time, 3)
-        if self._followers is not None:
-            self._followers.closed(this.session_id)
-        if this.webhooks is not None:
-            this.webhooks.publish(
-                "session.ended",
-                {
-                    "outcome": this.outcome,
-                    "audio_duration": audio_s,
-                    "error_codes": this.error_codes,
-                },
-            )
-            this.webhooks.close()
-        self._metrics.sessions.labels(this.outcome).inc()
+        if this.sinks is not None:
+            this.sinks.closed(SessionClosed(this.outcome, audio_s, tuple(this.error_codes)))
         log.info(
             "session %s ended: %s after %.1f s of audio (key %s, errors %s)",
             this.session_id,
@@ -486,22 +432,6 @@ class StreamEndpoint:
                 "error_codes": this.error_codes,
             },
         )
-
-    def _stream_for(self, setup: Setup) -> Stream:
-        options = self._options if setup.vad is None else replace(self._options, vad=setup.vad)
-        if setup.tracks:
-            return SessionGroup(
-                setup.config,
-                lambda config, speaker, offset_s: Session(
-                    config, self._asr.worker, options, speaker=speaker, offset_s=offset_s
-                ),
-            )
-        speakers = (
-            SpeakerTrack(self._diarization)
-            if setup.config.diarization and self._diarization is not None
-            else None
-        )
-        return Session(setup.config, self._asr.worker, options, speakers)
 
     def _admit(self, request: Request, dialect: Dialect) -> tuple[Setup, str]:
         setup, key = self._admission.admit(
@@ -574,33 +504,14 @@ class StreamEndpoint:
     async def _pump(self, session: Stream, this: _Connection, sent: SentLog) -> None:
         """The session's messages, told to followers, webhooks and metrics as they come
         (whether or not a client is connected), and put in its log for the client."""
-        assert this.translator is not None
+        assert this.translator is not None and this.sinks is not None
         async for message in session.messages():
-            self._fan_out(this, message)
+            if isinstance(message, Error):
+                this.error_codes.append(message.code.value)
+            this.sinks.message(message)
             for text in this.translator.outbound(message):
                 await sent.append(text)
         sent.finish()
-
-    def _fan_out(self, this: _Connection, message: ServerMessage | Mark) -> None:
-        if isinstance(message, Error):
-            self._metrics.errors.labels(message.code.value).inc()
-            this.error_codes.append(message.code.value)
-        if self._followers is not None and not isinstance(message, Mark):
-            self._followers.publish(this.session_id, message)
-        if this.webhooks is not None:
-            if isinstance(message, (Final, SpeakerUpdate)):
-                kind = (
-                    "transcript.final"
-                    if isinstance(message, Final)
-                    else "transcript.speaker_update"
-                )
-                this.webhooks.publish(kind, as_json(message))
-            elif isinstance(message, Mark) and isinstance(message.payload, WebhookEvent):
-                this.webhooks.publish(message.payload.kind, message.payload.data)
-        if isinstance(message, Final):
-            self._metrics.finals.inc()
-        elif isinstance(message, Partial):
-            self._metrics.partials.inc()
 
     async def _read(self, connection: Connection, session: Stream, this: _Connection) -> EndReason:
         assert this.translator is not None
