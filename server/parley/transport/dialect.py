@@ -4,7 +4,8 @@ Parley's own protocol, Deepgram's live API and OpenAI's realtime transcription a
 *dialects*: each reads a connection's settings from its handshake, then translates
 that client's messages into calls on one ``Session`` and the session's messages into
 its own. Admission, limits, draining, idle and duration timeouts, metrics and logs are
-the endpoint's, the same for every dialect (transport/ws_server.py).
+the endpoint's, the same for every dialect (transport/ws_server.py, session_loop.py
+and client_reader.py).
 
 A ``Dialect`` is shared by all connections on its path and holds no per-connection
 state; ``Dialect.translator`` makes a ``Translator`` for one connection.
