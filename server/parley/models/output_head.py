@@ -2,9 +2,9 @@
 
 On a GPU this is transformers' module. On a CPU, projecting a few rows is bound by
 reading the whole vocabulary matrix (80 MB of float32 for tiny.en), and how fast a
-BLAS library streams it depends erratically on the number of rows: on this
-project's 2-core machine MKL took 3 ms for one row through a transposed copy but
-11 ms for four, where the untransposed product took 3.4 ms. So the head times both
+BLAS library streams it depends erratically on the number of rows, and on which
+layout of the matrix it reads (docs/architecture.md, "Decoder buffers", has what was
+measured here). So the head times both
 layouts for each row count once, at load, and keeps the faster. Both are the same
 float32 product; only the order of the additions inside differs. (numpy's OpenBLAS
 was faster alone, but its spinning threads slowed torch's next operations down.)
