@@ -1,3 +1,5 @@
+"""``python -m parley``: the same as the ``parley`` command."""
+
 import sys
 
 from parley.cli import main

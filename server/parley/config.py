@@ -44,6 +44,8 @@ _VAD = VadConfig()  # the VAD's own defaults are the settings' defaults
 
 
 class VadSettings(BaseModel):
+    """Turn detection: the voice activity detector and how segments open and close."""
+
     aggressiveness: int = Field(
         _VAD.aggressiveness, ge=0, le=3, description="webrtcvad mode: 3 rejects the most noise"
     )
@@ -63,6 +65,8 @@ class VadSettings(BaseModel):
 
 
 class AsrSettings(BaseModel):
+    """The speech model, its device, and how the scheduler paces and batches its decodes."""
+
     model: str = Field("tiny.en", description="bundle name, local directory or hub id")
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
@@ -100,6 +104,8 @@ class AsrSettings(BaseModel):
 
 
 class DiarizationSettings(BaseModel):
+    """Speaker labels: the speaker models, the rolling window, and the linking thresholds."""
+
     source: str = Field(
         "off",
         description="off, bundle, a pyannote pipeline directory, or a "
@@ -188,6 +194,8 @@ class DiarizationSettings(BaseModel):
 
 
 class ServerSettings(BaseModel):
+    """The listening socket, limits, admission, resume and drain of ``parley serve``."""
+
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     max_sessions: int = Field(16, ge=1, le=10000)
@@ -302,6 +310,8 @@ class FilesSettings(BaseModel):
 
 
 class WebhookSettings(BaseModel):
+    """Result webhooks: where each session's events are POSTed, signed, and how hard to try."""
+
     url: str | None = Field(
         None, description="POST each session's lifecycle and finals here (Standard Webhooks)"
     )
@@ -332,6 +342,8 @@ class WebhookSettings(BaseModel):
 
 
 class TwilioSettings(BaseModel):
+    """Twilio Media Streams: the signing token and the URL Twilio connects to."""
+
     auth_token: SecretStr | None = Field(
         None,
         description="the Twilio account's auth token: "
@@ -398,6 +410,8 @@ class ClusterSettings(BaseModel):
 
 
 class Settings(BaseSettings):
+    """Every setting of a server: defaults, then ``PARLEY_*`` variables, then flags."""
+
     model_config = SettingsConfigDict(
         env_prefix="PARLEY_", env_nested_delimiter="__", extra="forbid"
     )

@@ -23,6 +23,8 @@ SESSION_FIELDS = ("session_id", "key", "outcome", "audio_s", "error_codes")
 
 
 class RedactSecrets(logging.Filter):
+    """A log filter that replaces every secret (API keys, ``HF_TOKEN``) wherever it appears."""
+
     def __init__(self, secrets: Iterable[str]):
         super().__init__()
         # Longest first, so that a secret containing another is replaced whole.

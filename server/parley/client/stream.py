@@ -34,6 +34,8 @@ CHUNK_SECONDS = 0.1
 
 @dataclass
 class StreamResult:
+    """What one streamed session gave: its messages by kind, as dicts, and how it closed."""
+
     started: dict | None = None
     partials: list[dict] = field(default_factory=list)
     finals: list[dict] = field(default_factory=list)

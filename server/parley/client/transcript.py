@@ -19,6 +19,8 @@ TURN_GAP_S = TurnConfig().pause_s
 
 @dataclass(frozen=True)
 class SpeakerTurn:
+    """A run of one speaker's words (``parley stream --format rttm`` writes these)."""
+
     start: float
     end: float
     speaker: str | None

@@ -67,6 +67,8 @@ def replica_settings(settings: Settings) -> dict:
 @serve.deployment(name="parley")
 @serve.ingress()
 class ParleyReplica:
+    """One Ray Serve replica: a whole Parley server (workers, endpoint, front door)."""
+
     async def __init__(self, settings: dict, load: AsrLoader | None = None):  # type: ignore[misc]  # Ray Serve awaits an async constructor
         # The secrets come from this process's environment (PARLEY_*), as on a server.
         self._settings = Settings(**settings)

@@ -85,6 +85,8 @@ class AsrRequest:
 
 @dataclass
 class DecodeStats:
+    """Counts of one decode's passes and draft tokens (offered, kept)."""
+
     passes: int = 0  # decoder passes after the prompt
     drafted: int = 0  # draft tokens offered
     accepted: int = 0  # draft tokens kept
@@ -97,6 +99,8 @@ class DecodeStats:
 
 @dataclass(frozen=True)
 class Transcription:
+    """What a finished decode gives: text, tokens, word times and the decode's signs."""
+
     text: str
     tokens: tuple[int, ...]
     words: tuple[TimedWord, ...] = ()  # times relative to the audio start

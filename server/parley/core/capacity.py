@@ -23,6 +23,8 @@ SMOOTHING = 0.3  # weight of a new measurement against what was known
 
 @dataclass(frozen=True)
 class CapacityPolicy:
+    """How much of each worker thread live streams may take before newcomers are refused."""
+
     target_busy: float = 0.6  # the share of a worker that live streams' must-do work may take
 
 

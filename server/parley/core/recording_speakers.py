@@ -63,6 +63,8 @@ class RecordingClustering:
     # linkage cosine distance between two speakers, and the seconds alone (summed over
     # windows that overlap by half, so about twice the speech) a speaker needs, else it
     # joins the nearest.
+    """How a whole recording's window embeddings are clustered into speakers."""
+
     distance: float = 0.25
     min_speaker_s: float = 10.0
     min_alone_s: float = 0.5  # seconds alone in a window for its embedding to count

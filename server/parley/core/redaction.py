@@ -27,6 +27,8 @@ REDACTED = "[redacted]"
 
 
 class Redact(str, Enum):
+    """The kinds of number runs ``redact`` may hide (protocol.md section 3a)."""
+
     PCI = "pci"  # card numbers
     SSN = "ssn"  # US social security numbers
     PHONE = "phone"  # phone numbers

@@ -6,6 +6,8 @@ import numpy as np
 
 
 class AudioRing:
+    """The latest ``capacity`` samples of a stream, in a fixed buffer."""
+
     def __init__(self, capacity: int):
         self._data = np.zeros(capacity, dtype=np.float32)
         self._written = 0  # samples ever pushed

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 
 
 class SpeakerLabels:
+    """The labels a client sees, ``S1``…``Sn`` in order of first appearance in a final."""
+
     def __init__(self) -> None:
         self._numbers: dict[int, int] = {}  # shown speaker → its number
         self._settled: set[int] = set()  # numbers in finals that can no longer change

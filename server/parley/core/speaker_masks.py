@@ -29,6 +29,8 @@ class FrameGrid:
 
 @dataclass(frozen=True)
 class SpeakerFrames:
+    """Each local speaker's frames in one window: active, and active alone."""
+
     active: np.ndarray  # (frames, local) bool
     alone: np.ndarray  # (frames, local) bool: active while no other local speaker is
 

@@ -17,6 +17,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Turn:
+    """A stretch of stream time one speaker spoke."""
+
     start: float
     end: float
     speaker: int
@@ -68,6 +70,8 @@ class TimelineSnapshot:
 
 @dataclass
 class SpeakerTimeline:
+    """A stream's speaker activity, averaged over overlapping windows, settling with a latency."""
+
     frame_step: float
     latency: float
     onset: float = 0.5  # mean activity above which a speaker is speaking

@@ -41,6 +41,8 @@ SPREAD_RANGE = (0.3, 0.99)  # a measured spread is kept inside this (a few sampl
 
 @dataclass(frozen=True)
 class ClusteringConfig:
+    """The thresholds of the online linking of windows' speakers to a stream's speakers."""
+
     max_speakers: int = 8
     new_speaker_distance: float = 0.45  # cosine distance above which a speaker is someone new
     merge_distance: float = 0.15  # centroids this close are one speaker

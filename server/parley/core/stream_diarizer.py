@@ -24,6 +24,8 @@ from parley.core.turns import TurnConfig
 
 @dataclass(frozen=True)
 class DiarizationConfig:
+    """The rolling window, its step, the labels' latency, and the linking and turn settings."""
+
     window_s: float = 5.0
     step_s: float = 0.5
     latency_s: float = 4.0  # how long a label may still change (see TurnConfig)

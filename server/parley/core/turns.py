@@ -23,6 +23,8 @@ CELL_S = 0.1  # the grid on which a snapshot is read to find a change
 
 @dataclass(frozen=True)
 class TurnConfig:
+    """How words are joined into turns of one speaker, and when a turn change cuts a final."""
+
     min_turn_s: float = 1.0  # shorter runs join a neighbour unless pauses set them apart
     pause_s: float = 0.3  # a gap this long between words sets runs apart
     cut_search_s: float = 0.2  # a speaker-change cut goes to the quietest frame this near
@@ -34,6 +36,8 @@ class TurnConfig:
 
 
 class Speaking(Protocol):
+    """Who spoke when, as far as heard (a ``TimelineSnapshot``)."""
+
     @property
     def settled_until(self) -> float:
         """Labels before this will not change."""

@@ -19,6 +19,8 @@ from parley.core.audio import SAMPLE_RATE
 
 
 class CloseReason(str, Enum):
+    """Why a segment closed."""
+
     SILENCE = "silence"
     MAX_LENGTH = "max_length"
     SPEAKER_CHANGE = "speaker_change"
@@ -28,6 +30,8 @@ class CloseReason(str, Enum):
 
 @dataclass(frozen=True)
 class VadConfig:
+    """The voice activity detector's settings and the segments' bounds."""
+
     aggressiveness: int = 3
     frame_ms: int = 30
     speech_pad_ms: int = 300
@@ -64,12 +68,16 @@ class VadConfig:
 
 @dataclass(frozen=True)
 class SpeechStart:
+    """Voice activity opened a segment."""
+
     segment_id: int
     start: float
 
 
 @dataclass(frozen=True)
 class SegmentClosed:
+    """A segment's audio is complete, and why it ended."""
+
     segment_id: int
     start: float
     end: float
@@ -96,6 +104,8 @@ class SegmentClosed:
 
 @dataclass(frozen=True)
 class OpenSegment:
+    """The audio of the segment still open, for its partial."""
+
     segment_id: int
     start: float
     end: float

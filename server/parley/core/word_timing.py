@@ -29,6 +29,8 @@ SENTENCE_ENDS = tuple(".!?。！？")
 
 @dataclass(frozen=True)
 class WordTimingConfig:
+    """How word times are fitted to the audio the VAD heard as speech."""
+
     bridge_s: float = 0.3  # unvoiced gaps up to this long are inside speech
     median_cap_s: float = 0.7  # openai-whisper: the median word duration, capped
     max_duration_factor: float = 2.0  # ...and twice it is the longest a word may last

@@ -11,6 +11,8 @@ _TRAILING = set(".,!?:;%)]}\"'»”’…")
 
 @dataclass(frozen=True)
 class TimedWord:
+    """A word with its times and the model's probability, before any speaker."""
+
     word: str
     start: float
     end: float

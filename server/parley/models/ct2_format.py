@@ -26,6 +26,8 @@ class Ct2FormatError(ValueError):
 
 @dataclass(frozen=True)
 class Ct2Model:
+    """A CTranslate2 model file, read: its spec and named variables."""
+
     spec_name: str
     spec_revision: int
     variables: dict[str, np.ndarray]

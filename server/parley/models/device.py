@@ -9,6 +9,8 @@ import torch
 
 @dataclass(frozen=True)
 class DevicePlan:
+    """Where the models run and in which precision."""
+
     device: torch.device
     dtype: torch.dtype
 

@@ -32,6 +32,8 @@ class DecoderState(Protocol):
 
 
 class Drafter(Protocol):
+    """Proposes draft tokens for one decode and learns how many were kept."""
+
     def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]: ...
 
     def feedback(self, proposed: int, accepted: int) -> None: ...

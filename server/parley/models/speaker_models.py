@@ -37,6 +37,8 @@ FBANK_DITHER = 1.0
 
 
 class Embedder(Protocol):
+    """A speaker-embedding model over masked audio."""
+
     dimension: int
 
     def __call__(self, window: torch.Tensor, masks: torch.Tensor) -> np.ndarray:

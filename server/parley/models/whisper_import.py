@@ -25,6 +25,8 @@ _LANGUAGE_TOKEN = re.compile(r"^<\|([a-z]{2,3}|haw|yue)\|>$")
 
 @dataclass(frozen=True)
 class WhisperShape:
+    """The dimensions of a Whisper model, read from its CTranslate2 file."""
+
     d_model: int
     n_mels: int
     vocab_size: int

@@ -28,6 +28,8 @@ STREAM_PATH = "/v1/stream"
 
 
 class ControlType(str, Enum):
+    """The client's control messages (protocol.md section 2)."""
+
     KEEP_ALIVE = "keep_alive"
     FINALIZE = "finalize"
     END_OF_STREAM = "end_of_stream"
@@ -62,6 +64,8 @@ def control_message(kind: ControlType) -> str:
 
 @dataclass(frozen=True)
 class Word:
+    """A word of a final, with its times, probability and speaker."""
+
     word: str
     start: float
     end: float
@@ -70,6 +74,8 @@ class Word:
 
 
 class FinalReason(str, Enum):
+    """Why a segment's final was cut where it was."""
+
     SILENCE = "silence"  # the speaker paused: a natural end of utterance
     MAX_LENGTH = "max_length"  # a long turn was cut; the speech goes on in the next segment
     SPEAKER_CHANGE = "speaker_change"  # the turn passed to another speaker, without a pause
@@ -79,6 +85,8 @@ class FinalReason(str, Enum):
 
 @dataclass(frozen=True)
 class SessionStarted:
+    """The first message of a session: its effective configuration and limits."""
+
     session_id: str
     config: StreamConfig
     limits: dict[str, Any]
@@ -103,6 +111,8 @@ class SessionResumed:
 
 @dataclass(frozen=True)
 class SpeechStarted:
+    """Voice activity opened a segment."""
+
     segment_id: int
     start: float
     type: str = "speech_started"
@@ -120,6 +130,8 @@ class SegmentEnded:
 
 @dataclass(frozen=True)
 class Partial:
+    """The current hypothesis of the open segment; replaced by the next."""
+
     segment_id: int
     start: float
     end: float
@@ -131,6 +143,8 @@ class Partial:
 
 @dataclass(frozen=True)
 class Final:
+    """The settled transcript of one segment; never revised, but by ``speaker_update``."""
+
     segment_id: int
     start: float
     end: float
@@ -165,6 +179,8 @@ class SpeakerUpdate:
 
 @dataclass(frozen=True)
 class Finalized:
+    """The answer to ``finalize``: all audio up to ``audio_end`` is in finals sent."""
+
     audio_end: float
     type: str = "finalized"
 
@@ -196,6 +212,8 @@ class EndReason(str, Enum):
 
 @dataclass(frozen=True)
 class SessionEnded:
+    """The last message of a session that ended without an error."""
+
     audio_duration: float
     segments: int
     reason: EndReason = EndReason.END_OF_STREAM
@@ -204,6 +222,8 @@ class SessionEnded:
 
 @dataclass(frozen=True)
 class Error:
+    """An error; a fatal one is followed by the close code of its code."""
+
     code: ErrorCode
     message: str
     segment_id: int | None = None

@@ -16,6 +16,8 @@ from parley.protocol.errors import ErrorCode, ProtocolError
 
 
 class Encoding(str, Enum):
+    """The sample formats a client may send."""
+
     PCM_S16LE = "pcm_s16le"
     PCM_F32LE = "pcm_f32le"
     MULAW = "mulaw"

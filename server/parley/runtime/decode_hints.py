@@ -11,6 +11,8 @@ FINALS_KEPT = 8  # finals whose tokens may make the prompt
 
 
 class DecodeHints:
+    """A session's drafts (its last partial's tokens) and prompt (its latest finals)."""
+
     def __init__(self, hypothesis_drafts: bool, context_tokens: int):
         self._drafts = hypothesis_drafts
         self._context_tokens = context_tokens

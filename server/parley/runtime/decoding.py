@@ -20,6 +20,8 @@ from parley.protocol.messages import FinalWarning, StreamConfig, Word
 
 @dataclass(frozen=True)
 class StreamDecoding:
+    """A stream's decoding options, made into each segment's request and each result's message."""
+
     config: StreamConfig
     vocabulary: Vocabulary
     max_prompt_tokens: int

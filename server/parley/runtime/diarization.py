@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DiarizationStats:
+    """What the diarization thread has done: steps, failures, busy seconds."""
+
     steps: int = 0
     failures: int = 0
     busy_seconds: float = 0.0

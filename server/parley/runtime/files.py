@@ -69,6 +69,8 @@ LOWEST_PRIORITY = 19  # nice value of the thread that clusters a recording's spe
 
 @dataclass(frozen=True)
 class FileLimits:
+    """Bounds on recordings: how many at once, how big, how long."""
+
     max_jobs: int = 2  # recordings transcribed at once; one more gets Busy
     max_bytes: int = 200 << 20  # an upload's size
     max_seconds: float = 4 * 3600.0  # a recording's duration
@@ -78,6 +80,8 @@ class FileLimits:
 
 @dataclass(frozen=True)
 class FileRequest:
+    """What a caller asks of one recording besides its audio."""
+
     language: str | None = None
     diarize: bool = False
     speakers: SpeakerCount = SpeakerCount()
@@ -127,6 +131,8 @@ class DecodeReport:
 
 @dataclass(frozen=True)
 class FileTranscript:
+    """A recording's result: its finals with speakers, language and what decoding cost."""
+
     duration: float
     finals: tuple[Final, ...]
     speakers: tuple[str, ...]

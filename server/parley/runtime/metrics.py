@@ -26,6 +26,8 @@ RTF_BUCKETS = (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 
 
 class Metrics:
+    """The server's Prometheus metrics (``/metrics``)."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry

@@ -82,6 +82,8 @@ class _Job:
 
 
 class AsrScheduler:
+    """The ASR thread: every session's and recording's decodes, batched step by step."""
+
     def __init__(
         self,
         engine: Transcriber,

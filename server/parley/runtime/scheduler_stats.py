@@ -16,6 +16,8 @@ class SchedulerObserver(Protocol):
 
 @dataclass
 class SchedulerStats:
+    """Counts and timings of the scheduler's work, for ``/health`` and metrics."""
+
     jobs_done: int = 0
     jobs_failed: int = 0
     partials_refused: int = 0  # not queued, because a final waited or room was short

@@ -54,6 +54,8 @@ ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept, to time final
 
 @dataclass(frozen=True)
 class SessionOptions:
+    """Server-wide settings of every session: turn detection, partials, drafts, prompt."""
+
     vad: VadConfig
     partial_interval_s: float = 1.0  # when the worker has time; it stretches under load
     context_tokens: int = 0  # tokens of earlier finals given to the model as its prompt
@@ -98,6 +100,8 @@ _END = object()
 
 
 class Session:
+    """One stream: its audio in, its ordered messages out (segments, partials, finals)."""
+
     def __init__(
         self,
         config: StreamConfig,

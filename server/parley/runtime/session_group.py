@@ -68,6 +68,8 @@ class _Barrier:
 
 
 class SessionGroup:
+    """One session per track of a connection, their messages merged in stream time."""
+
     def __init__(
         self, config: StreamConfig, make_session: Callable[[StreamConfig, str, float], Session]
     ):

@@ -37,6 +37,8 @@ class WebhookEvent:
 
 @dataclass(frozen=True)
 class WebhookConfig:
+    """Where result webhooks go, how they are signed, and how hard delivery tries."""
+
     url: str | None  # where sessions' events go unless a session names its own
     secret: str  # whsec_ + base64, as Standard Webhooks gives them
     allowed_targets: tuple[str, ...] = ()  # URL prefixes a session may name as its own

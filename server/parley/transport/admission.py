@@ -18,6 +18,8 @@ from parley.transport.dialect import ANONYMOUS, Dialect, Setup, query_of
 
 @dataclass(frozen=True)
 class StreamLimits:
+    """The limits every streaming session is held to (told in ``session_started``)."""
+
     max_sessions: int
     max_frame_bytes: int
     idle_timeout_s: float

@@ -13,6 +13,8 @@ from websockets.http11 import Request
 
 
 class Connection(Protocol):
+    """What the endpoint needs of a WebSocket connection (websockets' or the ASGI bridge's)."""
+
     @property
     def request(self) -> Request | None:
         """The handshake's request: its path (with the query) and headers."""

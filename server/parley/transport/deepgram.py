@@ -142,6 +142,8 @@ def _language(raw: str | None) -> str | None:
 
 
 class DeepgramDialect(KeyOffered):
+    """Deepgram's live API on ``/v1/listen`` (protocol.md section 9)."""
+
     path = LISTEN_PATH
     refuses_at_handshake = True  # Deepgram's SDKs expect an HTTP 401 for a bad key
     resumable = False
@@ -270,6 +272,8 @@ _UTTERANCE_END_DUE = _UtteranceEndDue()
 
 
 class DeepgramTranslator:
+    """One Deepgram connection: its messages to and from a Parley session."""
+
     def __init__(self, opened: Opened, options: ListenOptions):
         self._opened = opened
         self._options = options

@@ -133,6 +133,8 @@ class Translator(Protocol):
 
 
 class Dialect(Protocol):
+    """A wire the endpoint speaks, shared by every connection on its path."""
+
     path: str
     # Refusals before the session (bad key, full server, bad settings) answer the
     # handshake with an HTTP error, as this wire's vendor does, rather than with a

@@ -60,6 +60,8 @@ def _language_name(code: str | None) -> str:
 
 
 class FileRoutes:
+    """The recordings' HTTP endpoints (OpenAI's, Deepgram's, ``/predict``)."""
+
     def __init__(self, door: FileDoor, model_label: str, webhooks: WebhookSender | None = None):
         self._door = door
         self._model = model_label

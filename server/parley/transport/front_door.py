@@ -16,6 +16,8 @@ from parley.service import Service
 
 
 class FrontDoor:
+    """The one ASGI application: recordings' HTTP routes, else the streams' endpoint."""
+
     def __init__(self, service: Service):
         self._streams = AsgiApp(service)
         self._files = (

@@ -29,6 +29,8 @@ def bearer_or_token(headers: Headers) -> str | None:
 
 
 class NativeDialect(KeyOffered):
+    """Parley's own wire on ``/v1/stream`` (protocol.md sections 1 to 8)."""
+
     path = STREAM_PATH
     refuses_at_handshake = False  # browsers cannot read HTTP refusals: see protocol.md §1
     resumable = True
@@ -55,6 +57,8 @@ class NativeDialect(KeyOffered):
 
 
 class NativeTranslator:
+    """One native connection: its messages to and from its session."""
+
     def __init__(self, opened: Opened):
         self._opened = opened
         self._seq = 0  # of the last message out, on a resumable session

@@ -45,6 +45,8 @@ BROWSER_KEY_PREFIX = "openai-insecure-api-key."  # the subprotocol browsers send
 
 
 class OpenAIRealtimeDialect(KeyOffered):
+    """OpenAI's realtime transcription sessions (protocol.md section 10)."""
+
     path = REALTIME_PATH
     refuses_at_handshake = False  # as the native endpoint: an error event, then the close
     resumable = False
@@ -126,6 +128,8 @@ class _Item:
 
 
 class OpenAIRealtimeTranslator:
+    """One OpenAI realtime connection: its events to and from a Parley session."""
+
     def __init__(self, opened: Opened, vad: VadConfig):
         self._opened = opened
         self._server_vad_defaults = vad

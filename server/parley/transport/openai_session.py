@@ -32,6 +32,8 @@ DEFAULT_CONFIG = StreamConfig(
 
 @dataclass(frozen=True)
 class SessionSettings:
+    """An OpenAI realtime session's settings, as ``session.update`` left them."""
+
     config: StreamConfig
     vad: VadConfig
     server_vad: bool = True  # False: turn_detection null, the client commits

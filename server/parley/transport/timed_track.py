@@ -21,6 +21,8 @@ SILENCE = {
 
 @dataclass
 class TimedTrack:
+    """A track timed by the sender's timestamps, gaps filled with silence."""
+
     config: StreamConfig
     start_s: float = 0.0  # the time the track's first audio was taken at
     fed_bytes: int = 0

@@ -52,6 +52,8 @@ def twilio_signature(auth_token: str, url: str) -> str:
 
 
 class TwilioDialect:
+    """Twilio Media Streams on ``/v1/twilio`` (protocol.md section 11)."""
+
     path = TWILIO_PATH
     refuses_at_handshake = True  # Twilio reads only the HTTP status of a refusal
     resumable = False
@@ -100,6 +102,8 @@ class TwilioDialect:
 
 
 class TwilioTranslator:
+    """One call: each direction a session, results to the webhooks."""
+
     def __init__(self, opened: Opened):
         self._opened = opened
         self._config = opened.setup.config

@@ -41,6 +41,8 @@ MAX_FIELDS = 64
 
 
 class UploadCode(str, Enum):
+    """The errors an upload may get (protocol.md section 16)."""
+
     UNAUTHORIZED = "unauthorized"  # 401
     FORBIDDEN_ORIGIN = "forbidden_origin"  # 403
     BAD_REQUEST = "bad_request"  # 400: a missing or malformed field
@@ -68,6 +70,8 @@ STATUS = {
 
 
 class UploadError(Exception):
+    """A refused upload: its code, HTTP status and message."""
+
     def __init__(
         self,
         code: UploadCode,
