@@ -164,7 +164,10 @@ async def test_speakers_on_the_wire(diarized_url):
 async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarized_url):
     """Two voices back to back, no pause: once the change has settled, a final ends within
     0.3 s of it with reason speaker_change, each final holds one speaker, S1 before and
-    S2 after, and the answer is transcribed (sent at three times real time)."""
+    S2 after, and the answer is transcribed. Sent in real time, as a speaker would: the
+    cut needs the change settled while the segment is still open, and faster than real
+    time a busy machine's diarization steps fall behind the audio (by design they skip
+    while the next window still covers them)."""
     first = speak(DIALOGUE_LINES[0] + " " + DIALOGUE_LINES[2], SPEAKERS["A"])
     second = speak(DIALOGUE_LINES[1], SPEAKERS["B"])
     (a0, a1), (b0, b1) = audible_span(first), audible_span(second)
@@ -178,7 +181,7 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
 
     async def chunks():
         for i in range(0, len(pcm), 3200):
-            await asyncio.sleep(0.1 / 3)
+            await asyncio.sleep(0.1)
             yield pcm[i : i + 3200]
 
     messages = []
