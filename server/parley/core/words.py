@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 # Punctuation that belongs to the word before it, not a word of its own.
 _TRAILING = set(".,!?:;%)]}\"'»”’…")
 
@@ -63,3 +65,28 @@ def shift_words(words: Sequence[TimedWord], offset: float, limit: float) -> list
         out.append(TimedWord(w.word, start, end, w.probability))
         previous_end = end
     return out
+
+
+def merge_partial_characters(
+    pieces: list[str], starts: list[float], ends: list[float], probs: list[float]
+) -> tuple[list[str], list[float], list[float], list[float]]:
+    """Merge tokens that hold part of a multi-byte character into the token after them."""
+    out_p: list[str] = []
+    out_s: list[float] = []
+    out_e: list[float] = []
+    out_pr: list[float] = []
+    carry: tuple[str, float, list[float]] | None = None
+    for piece, start, end, prob in zip(pieces, starts, ends, probs):
+        if carry is not None:
+            piece, start, prob_list = carry[0] + piece, carry[1], carry[2] + [prob]
+        else:
+            prob_list = [prob]
+        if "\ufffd" in piece:
+            carry = (piece, start, prob_list)
+            continue
+        carry = None
+        out_p.append(piece)
+        out_s.append(start)
+        out_e.append(end)
+        out_pr.append(float(np.mean(prob_list)))
+    return out_p, out_s, out_e, out_pr

@@ -9,7 +9,6 @@ greedy text. On CUDA the decoder's passes replay captured graphs.
 
 from __future__ import annotations
 
-import gzip
 import logging
 import math
 from collections.abc import Sequence
@@ -32,7 +31,8 @@ from parley.core.asr import (
 )
 from parley.core.audio import SAMPLE_RATE
 from parley.core.keyterms import KeytermBias
-from parley.core.words import TimedWord, group_words
+from parley.core.quality import QualityGuards, compression_ratio
+from parley.core.words import TimedWord, group_words, merge_partial_characters
 from parley.models.alignment import token_times
 from parley.models.assistant import Assistant, load_assistant
 from parley.models.device import DevicePlan
@@ -44,62 +44,6 @@ from parley.models.row_decoder import Row, RowDecoder
 log = logging.getLogger(__name__)
 MAX_AUDIO_SECONDS = 30.0
 MAX_PROMPT_TOKENS = 223  # Whisper takes at most half its 448 positions as prompt
-
-
-@dataclass(frozen=True)
-class QualityGuards:
-    """openai/whisper's rules for text that is not speech (its thresholds), plus one.
-
-    openai keeps a confident decode even when the no-speech probability is high; that
-    is how silence becomes " you" or "Thank you.". A no-speech probability above
-    ``certain_no_speech`` drops the text however confident the decode. And a text of a
-    few tokens needs less doubt to go: loud white noise after silence decoded as "You"
-    (no-speech 0.53 to 0.57, mean log-probability -1.7 to -1.8), while spoken one-word
-    answers ("Yes.", "No.", "Okay.", "Sure.") measured no-speech 0.08 to 0.25 and
-    mean log-probability -0.37 to -0.80.
-    """
-
-    no_speech_threshold: float = 0.6
-    logprob_threshold: float = -1.0
-    compression_ratio_threshold: float = 2.4
-    certain_no_speech: float = 0.9
-    short_text_tokens: int = 3  # a text this short (or shorter) is a "short" one
-    short_no_speech_threshold: float = 0.4
-    # An English-only model hearing another language writes fluent English with little
-    # confidence, and more doubt that it heard speech at all: its mean log-probability
-    # less twice its no-speech probability below this flags it (bench/vocabulary.py:
-    # -1.3 flagged 31 of 31 other-language finals and 4 of 124 English ones; the
-    # log-probability alone at -0.9, 29 and 10).
-    foreign_doubt: float = -1.3
-    foreign_no_speech_weight: float = 2.0
-
-    def foreign(self, avg_logprob: float, no_speech_prob: float) -> bool:
-        """The decode of an English-only model looks like another language's speech."""
-        return avg_logprob - self.foreign_no_speech_weight * no_speech_prob < self.foreign_doubt
-
-    def rejects(
-        self, no_speech_prob: float, avg_logprob: float, compression: float, text_tokens: int
-    ) -> str | None:
-        """Why a decode's text is not speech (``no_speech``, ``repetition``), or None."""
-        doubtful = avg_logprob < self.logprob_threshold
-        if no_speech_prob > self.certain_no_speech or (
-            no_speech_prob > self.no_speech_threshold and doubtful
-        ):
-            return "no_speech"
-        if (
-            text_tokens <= self.short_text_tokens
-            and doubtful
-            and no_speech_prob > self.short_no_speech_threshold
-        ):
-            return "no_speech"
-        if compression > self.compression_ratio_threshold:
-            return "repetition"
-        return None
-
-
-def compression_ratio(text: str) -> float:
-    data = text.encode("utf-8")
-    return len(data) / len(gzip.compress(data)) if data else 0.0
 
 
 @dataclass(eq=False)
@@ -425,35 +369,10 @@ class WhisperEngine:
         weights = self.decoder.cross_attention(decode.row, sequence, self._alignment_heads)
         token_starts, token_ends = token_times(weights, len(prompt), len(tokens), seconds)
         probabilities = np.exp(decode.token_logprobs)
-        pieces, starts, ends, probs = _merge_partial_characters(
+        pieces, starts, ends, probs = merge_partial_characters(
             [self.processor.tokenizer.decode([t]) for t in tokens],
             token_starts.tolist(),
             token_ends.tolist(),
             probabilities.tolist(),
         )
         return group_words(pieces, starts, ends, probs)
-
-
-def _merge_partial_characters(
-    pieces: list[str], starts: list[float], ends: list[float], probs: list[float]
-) -> tuple[list[str], list[float], list[float], list[float]]:
-    """Merge tokens that hold part of a multi-byte character into the token after them."""
-    out_p: list[str] = []
-    out_s: list[float] = []
-    out_e: list[float] = []
-    out_pr: list[float] = []
-    carry: tuple[str, float, list[float]] | None = None
-    for piece, start, end, prob in zip(pieces, starts, ends, probs):
-        if carry is not None:
-            piece, start, prob_list = carry[0] + piece, carry[1], carry[2] + [prob]
-        else:
-            prob_list = [prob]
-        if "\ufffd" in piece:
-            carry = (piece, start, prob_list)
-            continue
-        carry = None
-        out_p.append(piece)
-        out_s.append(start)
-        out_e.append(end)
-        out_pr.append(float(np.mean(prob_list)))
-    return out_p, out_s, out_e, out_pr

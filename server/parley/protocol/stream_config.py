@@ -154,8 +154,8 @@ class StreamConfig:
             sample_rate=sample_rate,
             channels=channels,
             language=language_tag(language, "language") if language else None,
-            partials=_bool_param(params, "partials", cls.partials),
-            diarization=_bool_param(params, "diarization", cls.diarization),
+            partials=bool_param(params, "partials", cls.partials),
+            diarization=bool_param(params, "diarization", cls.diarization),
             languages=tuple(
                 dict.fromkeys(
                     language_tag(tag, "languages") for tag in _listed(params, "languages")
@@ -165,7 +165,7 @@ class StreamConfig:
             keyterms=keyterms,
             prompt=prompt,
             redact=redact,
-            numerals=_bool_param(params, "numerals", cls.numerals),
+            numerals=bool_param(params, "numerals", cls.numerals),
         )
 
 
@@ -197,7 +197,8 @@ def _int_param(params: Mapping[str, str], name: str, default: int, low: int, hig
     return value
 
 
-def _bool_param(params: Mapping[str, str], name: str, default: bool) -> bool:
+def bool_param(params: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """A boolean query parameter (true/false, 1/0, yes/no); BAD_CONFIG otherwise."""
     raw = params.get(name)
     if raw is None:
         return default

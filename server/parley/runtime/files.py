@@ -36,11 +36,11 @@ from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering, SpeakerCount
 from parley.core.redaction import parse_redact
 from parley.core.speaker_timeline import TimelineSnapshot
-from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
-from parley.core.word_timing import WordTimingConfig, fit_words
-from parley.core.words import TimedWord
-from parley.protocol.messages import Final, FinalReason, StreamConfig, Word
+from parley.core.vad import VadConfig
+from parley.core.word_timing import WordTimingConfig
+from parley.protocol.messages import StreamConfig
 from parley.runtime.decoding import StreamDecoding
+from parley.runtime.file_results import DecodeReport, FileTranscript, finals_of, segment_recording
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.threads import in_passing_thread
 
@@ -63,7 +63,6 @@ class RecordingSpeakers(Protocol):
 
 log = logging.getLogger(__name__)
 WINDOW_MARGIN_S = 1.0  # a packed window leaves this much of the decoder's 30 s free
-VAD_CHUNK_S = 30.0
 LOWEST_PRIORITY = 19  # nice value of the thread that clusters a recording's speakers
 
 
@@ -102,52 +101,6 @@ class FileRequest:
             redact=tuple(sorted(r.value for r in parse_redact(self.redact))),
             numerals=self.numerals,
         )
-
-
-@dataclass(frozen=True)
-class DecodeReport:
-    """What the scheduler chose for a recording, for callers that used to choose it."""
-
-    windows: int
-    segments: int
-    mean_batch_rows: float  # rows per decoder step while the job ran (all traffic)
-    draft_tokens: int  # drafts proposed for its windows (speculation)
-    accepted_tokens: int
-
-    @property
-    def assisted(self) -> bool:
-        return self.draft_tokens > 0
-
-    def to_json(self) -> dict:
-        return {
-            "windows": self.windows,
-            "segments": self.segments,
-            "mean_batch_rows": round(self.mean_batch_rows, 2),
-            "assisted": self.assisted,
-            "draft_tokens": self.draft_tokens,
-            "accepted_tokens": self.accepted_tokens,
-        }
-
-
-@dataclass(frozen=True)
-class FileTranscript:
-    """A recording's result: its finals with speakers, language and what decoding cost."""
-
-    duration: float
-    finals: tuple[Final, ...]
-    speakers: tuple[str, ...]
-    language: str | None
-    report: DecodeReport
-    processing_s: float = 0.0
-    queue_wait_s: float = 0.0  # from the first window queued to the first decoded
-
-    @property
-    def text(self) -> str:
-        return " ".join(f.text for f in self.finals if f.text).strip()
-
-    @property
-    def words(self) -> list[Word]:
-        return [w for f in self.finals for w in f.words]
 
 
 class Busy(Exception):
@@ -278,7 +231,7 @@ class FileJobs:
             sum(r.stats.drafted for _, r in results),
             sum(r.stats.accepted for _, r in results),
         )
-        finals = _finals(results, reasons, snapshot, self.word_timing, decoding)
+        finals = finals_of(results, reasons, snapshot, self.word_timing, decoding)
         labels = tuple(dict.fromkeys(f.speaker for f in finals if f.speaker))
         heard = Counter(f.language for f in finals if f.language)
         language = request.language or (heard.most_common(1)[0][0] if heard else None)
@@ -368,92 +321,3 @@ class FileJobs:
         return self.speaker_models.diarize_recording(
             audio, self.diarization_config, self.clustering, count, self.limits.diarization_step_s
         )
-
-
-def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
-    """The stream's VAD over a whole recording: every speech segment."""
-    segmenter = VadSegmenter(vad)
-    chunk = int(VAD_CHUNK_S * SAMPLE_RATE)
-    events = []
-    for start in range(0, len(audio), chunk):
-        events += segmenter.push(audio[start : start + chunk])
-    events += segmenter.flush(CloseReason.END_OF_STREAM)
-    return [e for e in events if isinstance(e, SegmentClosed)]
-
-
-def _finals(
-    results: list[tuple[Window, Transcription]],
-    reasons: dict[int, CloseReason],
-    speakers: TimelineSnapshot | None,
-    timing: WordTimingConfig,
-    decoding: StreamDecoding,
-) -> list[Final]:
-    """One final per speaker's run of words in each segment: the segment's own text when
-    it had a window to itself and one speaker, else its words joined; each with its
-    window's language, redacted as asked."""
-    finals: list[Final] = []
-    for window, result in results:
-        if result.rejected:
-            continue
-        fitted = fit_words(result.words, window.voiced_regions(), timing)
-        for piece, words in zip(window.pieces, window.place(fitted)):
-            runs = _speaker_runs(words, speakers)
-            for i, (run, label) in enumerate(runs):
-                first, last = i == 0, i == len(runs) - 1
-                alone = len(window.pieces) == 1 and len(runs) == 1
-                labelled = decoding.words(
-                    [
-                        Word(
-                            w.word,
-                            round(w.start, 3),
-                            round(w.end, 3),
-                            round(w.probability, 3),
-                            label,
-                        )
-                        for w in run
-                    ]
-                )
-                finals.append(
-                    Final(
-                        len(finals),
-                        piece.start if first else run[0].start,
-                        piece.end if last else run[-1].end,
-                        decoding.text(result.text, labelled)
-                        if alone
-                        else " ".join(w.word for w in labelled),
-                        FinalReason(reasons[piece.segment_id].value)
-                        if last
-                        else FinalReason.SPEAKER_CHANGE,
-                        labelled,
-                        label,
-                        **decoding.language_fields(result),
-                    )
-                )
-    return finals
-
-
-def _speaker_runs(
-    words: list[TimedWord], speakers: TimelineSnapshot | None
-) -> list[tuple[list[TimedWord], str | None]]:
-    """The segment's words in runs of one speaker (one run without speakers; a word
-    nobody overlaps takes its neighbour's speaker)."""
-    if not words:
-        return []
-    if speakers is None:
-        return [(list(words), None)]
-    labels: list[str | None] = []
-    for word in words:
-        k = speakers.speaker_of(word.start, word.end)
-        labels.append(None if k is None else f"S{k + 1}")
-    for i, label in enumerate(labels):
-        if label is None:
-            labels[i] = next((x for x in labels[i::-1] if x), None) or next(
-                (x for x in labels[i:] if x), None
-            )
-    runs: list[tuple[list[TimedWord], str | None]] = []
-    for word, label in zip(words, labels):
-        if runs and runs[-1][1] == label:
-            runs[-1][0].append(word)
-        else:
-            runs.append(([word], label))
-    return runs

@@ -12,7 +12,7 @@ import json
 import string
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from http import HTTPStatus
 
@@ -23,7 +23,6 @@ from parley import __version__
 from parley.core.redaction import REDACTED
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (
-    Encoding,
     Error,
     ErrorCode,
     Final,
@@ -36,13 +35,20 @@ from parley.protocol.messages import (
     StreamConfig,
     Word,
 )
+from parley.protocol.stream_config import bool_param
 from parley.runtime.session import Mark, Session
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream, every
+from parley.transport.deepgram_query import (
+    ENCODINGS,
+    ListenOptions,
+    ListenVocabulary,
+    listen_language,
+    whole_param,
+)
+from parley.transport.dialect import MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
 LISTEN_PATH = "/v1/listen"
-ENCODINGS = {"linear16": Encoding.PCM_S16LE, "mulaw": Encoding.MULAW, "alaw": Encoding.ALAW}
 CHANNEL = [0, 1]  # channel_index: channel 0 of 1 (several channels are mixed to one)
 _HTTP_STATUS = {
     ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,
@@ -52,93 +58,6 @@ _HTTP_STATUS = {
     ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
     ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE,
 }
-
-
-@dataclass(frozen=True)
-class ListenOptions:
-    """What a /v1/listen connection asked for beyond the stream's config."""
-
-    punctuate: bool = False
-    endpointing: bool = True
-    utterance_end_s: float | None = None
-    vad_events: bool = False
-
-
-def _flag(params: Mapping[str, str], name: str, default: bool = False) -> bool:
-    raw = params.get(name)
-    if raw is None:
-        return default
-    if raw.lower() in ("true", "1"):
-        return True
-    if raw.lower() in ("false", "0"):
-        return False
-    raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be true or false")
-
-
-def _whole(params: Mapping[str, str], name: str) -> int | None:
-    raw = params.get(name)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be an integer") from None
-
-
-# Deepgram's redact values → Parley's categories (protocol.md section 9).
-REDACT = {
-    "pci": ("pci",),
-    "credit_card": ("pci",),
-    "credit_card_number": ("pci",),
-    "ssn": ("ssn",),
-    "phone_number": ("phone",),
-    "numbers": ("numbers",),
-    "true": ("pci", "ssn"),
-    "pii": ("pci", "ssn", "phone"),
-}
-
-
-@dataclass(frozen=True)
-class ListenVocabulary:
-    """``keyterm`` and ``keywords`` (``word:boost``, the boost not used) as keyterms,
-    ``redact`` (repeatable) as categories, and ``numerals``: live and pre-recorded."""
-
-    keyterms: tuple[str, ...] = ()
-    redact: tuple[str, ...] = ()
-    numerals: bool = False
-
-    @classmethod
-    def of(cls, params: Mapping[str, str]) -> ListenVocabulary:
-        terms = every(params, "keyterm") + [
-            k.rsplit(":", 1)[0] if ":" in k else k for k in every(params, "keywords")
-        ]
-        categories: list[str] = []
-        for value in every(params, "redact"):
-            if value.lower() == "false":
-                continue
-            if value.lower() not in REDACT:
-                raise ProtocolError(
-                    ErrorCode.BAD_CONFIG, f"redact takes {', '.join(REDACT)}; not {value!r}"
-                )
-            categories += REDACT[value.lower()]
-        return cls(tuple(terms), tuple(dict.fromkeys(categories)), _flag(params, "numerals"))
-
-    def query(self) -> dict[str, str]:
-        """As /v1/stream's parameters."""
-        if any("," in term for term in self.keyterms):
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "a keyterm may not hold a comma")
-        native = {"keyterms": ",".join(self.keyterms), "redact": ",".join(self.redact)}
-        if self.numerals:
-            native["numerals"] = "true"
-        return native
-
-
-def _language(raw: str | None) -> str | None:
-    """Deepgram's language: a BCP-47 tag (en-US, which StreamConfig reads as en), or
-    multi: detect each segment's."""
-    if raw is None or raw.lower() == "multi":
-        return None
-    return raw
 
 
 class DeepgramDialect(KeyOffered):
@@ -179,7 +98,7 @@ class DeepgramDialect(KeyOffered):
             )
         if "sample_rate" not in params:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
-        if _flag(params, "multichannel"):
+        if bool_param(params, "multichannel"):
             raise ProtocolError(
                 ErrorCode.BAD_CONFIG,
                 "multichannel=true is not supported: send one connection per channel",
@@ -188,10 +107,10 @@ class DeepgramDialect(KeyOffered):
             "encoding": encoding.value,
             "sample_rate": params["sample_rate"],
             "channels": params.get("channels", "1"),
-            "partials": str(_flag(params, "interim_results")).lower(),
-            "diarization": str(_flag(params, "diarize") or "diarize_model" in params).lower(),
+            "partials": str(bool_param(params, "interim_results")).lower(),
+            "diarization": str(bool_param(params, "diarize") or "diarize_model" in params).lower(),
         }
-        language = _language(params.get("language"))
+        language = listen_language(params.get("language"))
         if language is not None:
             native["language"] = language
         native.update(ListenVocabulary.of(params).query())
@@ -205,7 +124,7 @@ class DeepgramDialect(KeyOffered):
         """``endpointing`` in ms as the VAD silence that ends a segment (None: the server's)."""
         if params.get("endpointing", "").lower() in ("", "false", "true"):
             return None
-        endpointing = _whole(params, "endpointing")
+        endpointing = whole_param(params, "endpointing")
         assert endpointing is not None
         if endpointing < 0:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "endpointing must be at least 0")
@@ -218,17 +137,17 @@ class DeepgramDialect(KeyOffered):
     @staticmethod
     def options(params: Mapping[str, str]) -> ListenOptions:
         """The connection's ListenOptions; ProtocolError for a malformed value."""
-        utterance_end_ms = _whole(params, "utterance_end_ms")
+        utterance_end_ms = whole_param(params, "utterance_end_ms")
         if utterance_end_ms is not None and utterance_end_ms <= 0:
             raise ProtocolError(ErrorCode.BAD_CONFIG, "utterance_end_ms must be positive")
         endpointing = params.get("endpointing", "").lower() not in ("false", "0")
         return ListenOptions(
-            punctuate=_flag(params, "punctuate")
-            or _flag(params, "smart_format")
-            or _flag(params, "dictation"),
+            punctuate=bool_param(params, "punctuate")
+            or bool_param(params, "smart_format")
+            or bool_param(params, "dictation"),
             endpointing=endpointing,
             utterance_end_s=utterance_end_ms / 1000 if utterance_end_ms else None,
-            vad_events=_flag(params, "vad_events"),
+            vad_events=bool_param(params, "vad_events"),
         )
 
     def refusal(self, error: Error) -> Response:

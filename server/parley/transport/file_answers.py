@@ -17,7 +17,7 @@ from parley.client.formats import render
 from parley.client.transcript import Transcript
 from parley.core.asr import Task
 from parley.protocol.messages import Final, as_json
-from parley.runtime.files import FileTranscript
+from parley.runtime.file_results import FileTranscript
 
 _PUNCTUATION = re.compile(r"[^\w'’-]+")
 

@@ -23,10 +23,11 @@ from starlette.routing import Route
 
 from parley.core.asr import Task
 from parley.protocol.messages import ProtocolError
-from parley.runtime.files import FileRequest, FileTranscript
+from parley.runtime.file_results import FileTranscript
+from parley.runtime.files import FileRequest
 from parley.runtime.webhooks import WebhookSender
 from parley.transport import file_answers
-from parley.transport.deepgram import ListenVocabulary
+from parley.transport.deepgram_query import ListenVocabulary
 from parley.transport.uploads import FileDoor, UploadCode, UploadError, speaker_count
 
 log = logging.getLogger(__name__)

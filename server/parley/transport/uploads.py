@@ -28,7 +28,8 @@ from websockets.datastructures import Headers
 
 from parley.core.asr import Decoding
 from parley.core.recording_speakers import SpeakerCount
-from parley.runtime.files import Busy, Draining, FileJobs, FileRequest, FileTranscript
+from parley.runtime.file_results import FileTranscript
+from parley.runtime.files import Busy, Draining, FileJobs, FileRequest
 from parley.runtime.media import AudioTooLong, UndecodableAudio, decode_file
 from parley.runtime.metrics import Metrics
 from parley.transport.admission import Access

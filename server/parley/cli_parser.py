@@ -1,0 +1,180 @@
+"""The `parley` command line's arguments: its subcommands and their flags."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+
+from parley.client.formats import FORMATS
+
+
+def add_decoding_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--keyterm",
+        action="append",
+        default=[],
+        metavar="TERM",
+        help="a name or term to favour (repeatable)",
+    )
+    parser.add_argument("--prompt", help="text the model reads first (spelling, style)")
+    parser.add_argument(
+        "--task",
+        choices=["transcribe", "translate"],
+        default="transcribe",
+        help="translate: into English (a multilingual model)",
+    )
+    parser.add_argument(
+        "--redact",
+        action="append",
+        default=[],
+        choices=["pci", "ssn", "phone", "numbers"],
+        help="(repeatable)",
+    )
+    parser.add_argument("--numerals", action="store_true", help="number words as digits")
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """The model, session and access flags of `parley serve` and `parley cluster`."""
+    parser.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--threads", type=int)
+    parser.add_argument(
+        "--assistant", help="draft model for speculative decoding (same tokenizer as --model)"
+    )
+    parser.add_argument(
+        "--assistant-languages",
+        nargs="+",
+        metavar="LANG",
+        help="use the assistant only for these languages (e.g. en)",
+    )
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        help="tokens of earlier finals given to the model as its prompt",
+    )
+    parser.add_argument("--partial-interval", type=float, help="seconds between partials")
+    parser.add_argument("--max-sessions", type=int)
+    parser.add_argument(
+        "--diarization",
+        metavar="off|bundle|HUB_ID|PATH",
+        help="speaker labels: the offline bundle, or a pyannote pipeline "
+        "(hub ids read HF_TOKEN from the environment)",
+    )
+    parser.add_argument("--models-dir")
+    parser.add_argument(
+        "--api-keys-file",
+        help="file of name:key lines (or set PARLEY_API_KEYS to a JSON object of name → key)",
+    )
+    parser.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="serve a non-loopback address without API keys",
+    )
+    parser.add_argument(
+        "--allowed-origins",
+        nargs="+",
+        metavar="ORIGIN",
+        help="browser origins that may stream (default: this server's own; '*' for any)",
+    )
+    parser.add_argument("--max-session-s", type=float, help="longest session, in seconds")
+    parser.add_argument("--max-sessions-per-key", type=int)
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        help="on SIGTERM, seconds live sessions may take to finish (default 30)",
+    )
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["text", "json"])
+
+
+def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argparse.ArgumentParser:
+    """The `parley` command line; ``run``: each subcommand's function, by name."""
+    parser = argparse.ArgumentParser(prog="parley", description="Real-time transcription server")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the server (settings also from PARLEY_*)")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--ssl-certfile", help="serve wss:// with this certificate chain (PEM)")
+    serve.add_argument("--ssl-keyfile", help="its private key (PEM), if not in the certfile")
+    add_server_flags(serve)
+    serve.set_defaults(run=run["serve"])
+
+    cluster = commands.add_parser(
+        "cluster",
+        help="serve on a Ray cluster (started here, or joined with --address) until Ctrl-C",
+    )
+    cluster.add_argument(
+        "--address",
+        help="the Ray cluster to join (auto: the one `ray start` made here); default: start one",
+    )
+    cluster.add_argument("--host", help="where Ray Serve's proxy listens (default 127.0.0.1)")
+    cluster.add_argument("--port", type=int, help="default 8000")
+    cluster.add_argument("--replicas", type=int, help="replicas (default 2)")
+    cluster.add_argument(
+        "--max-replicas", type=int, help="autoscale on live sessions up to this many replicas"
+    )
+    cluster.add_argument("--num-gpus", type=float, help="GPUs per replica (1: one each)")
+    cluster.add_argument("--num-cpus", type=float, help="CPUs per replica (default 1)")
+    add_server_flags(cluster)
+    cluster.set_defaults(run=run["cluster"])
+
+    stream = commands.add_parser("stream", help="stream a file (or raw PCM16 on stdin)")
+    stream.add_argument("source", help="audio file ffmpeg can read, or - for raw PCM16 LE")
+    stream.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream")
+    stream.add_argument(
+        "--fast", action="store_true", help="send as fast as the server accepts, not in real time"
+    )
+    stream.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="json, srt, vtt and rttm are written at the end, with every "
+        "speaker_update applied; rttm (speaker turns) implies "
+        "--diarization",
+    )
+    stream.add_argument(
+        "--diarization",
+        action="store_true",
+        help="ask for speaker labels (the server must run with diarization)",
+    )
+    stream.add_argument("--output", "-o", help="write the transcript here, not to stdout")
+    stream.add_argument("--language")
+    add_decoding_args(stream)
+    stream.add_argument("--token", help="the server's API key (default: $PARLEY_TOKEN)")
+    stream.add_argument("--no-partials", action="store_true")
+    stream.add_argument("--sample-rate", type=int, default=16000, help="of raw stdin PCM")
+    stream.add_argument("--channels", type=int, default=1, help="of raw stdin PCM")
+    stream.set_defaults(run=run["stream"])
+
+    transcribe = commands.add_parser(
+        "transcribe", help="transcribe recordings in-process (or on a server with --url)"
+    )
+    transcribe.add_argument("sources", nargs="+", metavar="FILE", help="audio ffmpeg reads")
+    transcribe.add_argument("--format", choices=FORMATS, default="text")
+    transcribe.add_argument("--output", "-o", help="write here (appended), not to stdout")
+    transcribe.add_argument("--language")
+    transcribe.add_argument(
+        "--diarization",
+        metavar="off|bundle|HUB_ID|PATH",
+        help="speaker labels, in-process (default off; rttm needs it)",
+    )
+    transcribe.add_argument("--diarize", action="store_true", help="with --url: ask for speakers")
+    transcribe.add_argument("--num-speakers", type=int)
+    transcribe.add_argument("--model", help="bundle name (tiny.en, base), path or hub id")
+    transcribe.add_argument("--models-dir")
+    transcribe.add_argument(
+        "--url", help="a Parley server's base URL (http://host:port): send the files there instead"
+    )
+    transcribe.add_argument("--token", help="with --url: the API key (default $PARLEY_TOKEN)")
+    transcribe.set_defaults(run=run["transcribe"])
+
+    models = commands.add_parser("models", help="the offline model bundle")
+    models.add_argument("action", choices=["install", "list", "verify"])
+    models.add_argument("names", nargs="*", help="bundle models to install (default: all)")
+    models.add_argument(
+        "--models-dir", help="default $PARLEY_MODELS_DIR, else ~/.cache/parley/models"
+    )
+    models.add_argument("--force", action="store_true", help="import again even if verified")
+    models.set_defaults(run=run["models"])
+    return parser

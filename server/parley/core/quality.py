@@ -1,0 +1,64 @@
+"""Signs in a finished decode that its text is not what was said (pure): no speech, a
+repetition loop, or an English-only model hearing another language."""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QualityGuards:
+    """openai/whisper's rules for text that is not speech (its thresholds), plus one.
+
+    openai keeps a confident decode even when the no-speech probability is high; that
+    is how silence becomes " you" or "Thank you.". A no-speech probability above
+    ``certain_no_speech`` drops the text however confident the decode. And a text of a
+    few tokens needs less doubt to go: loud white noise after silence decoded as "You"
+    (no-speech 0.53 to 0.57, mean log-probability -1.7 to -1.8), while spoken one-word
+    answers ("Yes.", "No.", "Okay.", "Sure.") measured no-speech 0.08 to 0.25 and
+    mean log-probability -0.37 to -0.80.
+    """
+
+    no_speech_threshold: float = 0.6
+    logprob_threshold: float = -1.0
+    compression_ratio_threshold: float = 2.4
+    certain_no_speech: float = 0.9
+    short_text_tokens: int = 3  # a text this short (or shorter) is a "short" one
+    short_no_speech_threshold: float = 0.4
+    # An English-only model hearing another language writes fluent English with little
+    # confidence, and more doubt that it heard speech at all: its mean log-probability
+    # less twice its no-speech probability below this flags it (bench/vocabulary.py:
+    # -1.3 flagged 31 of 31 other-language finals and 4 of 124 English ones; the
+    # log-probability alone at -0.9, 29 and 10).
+    foreign_doubt: float = -1.3
+    foreign_no_speech_weight: float = 2.0
+
+    def foreign(self, avg_logprob: float, no_speech_prob: float) -> bool:
+        """The decode of an English-only model looks like another language's speech."""
+        return avg_logprob - self.foreign_no_speech_weight * no_speech_prob < self.foreign_doubt
+
+    def rejects(
+        self, no_speech_prob: float, avg_logprob: float, compression: float, text_tokens: int
+    ) -> str | None:
+        """Why a decode's text is not speech (``no_speech``, ``repetition``), or None."""
+        doubtful = avg_logprob < self.logprob_threshold
+        if no_speech_prob > self.certain_no_speech or (
+            no_speech_prob > self.no_speech_threshold and doubtful
+        ):
+            return "no_speech"
+        if (
+            text_tokens <= self.short_text_tokens
+            and doubtful
+            and no_speech_prob > self.short_no_speech_threshold
+        ):
+            return "no_speech"
+        if compression > self.compression_ratio_threshold:
+            return "repetition"
+        return None
+
+
+def compression_ratio(text: str) -> float:
+    """How much gzip shrinks ``text``: a repetition loop compresses far better than speech."""
+    data = text.encode("utf-8")
+    return len(data) / len(gzip.compress(data)) if data else 0.0

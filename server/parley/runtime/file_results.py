@@ -1,0 +1,155 @@
+"""A recording's result, made from its decoded windows: the finals with their speakers
+and words, and what the scheduler chose for it (pure: no threads, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parley.core.asr import Transcription
+from parley.core.audio import SAMPLE_RATE
+from parley.core.packing import Window
+from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
+from parley.core.word_timing import WordTimingConfig, fit_words
+from parley.core.words import TimedWord
+from parley.protocol.messages import Final, FinalReason, Word
+from parley.runtime.decoding import StreamDecoding
+
+VAD_CHUNK_S = 30.0  # the VAD reads a recording in pieces this long (any length would do)
+
+
+@dataclass(frozen=True)
+class DecodeReport:
+    """What the scheduler chose for a recording, for callers that used to choose it."""
+
+    windows: int
+    segments: int
+    mean_batch_rows: float  # rows per decoder step while the job ran (all traffic)
+    draft_tokens: int  # drafts proposed for its windows (speculation)
+    accepted_tokens: int
+
+    @property
+    def assisted(self) -> bool:
+        return self.draft_tokens > 0
+
+    def to_json(self) -> dict:
+        return {
+            "windows": self.windows,
+            "segments": self.segments,
+            "mean_batch_rows": round(self.mean_batch_rows, 2),
+            "assisted": self.assisted,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class FileTranscript:
+    """A recording's result: its finals with speakers, language and what decoding cost."""
+
+    duration: float
+    finals: tuple[Final, ...]
+    speakers: tuple[str, ...]
+    language: str | None
+    report: DecodeReport
+    processing_s: float = 0.0
+    queue_wait_s: float = 0.0  # from the first window queued to the first decoded
+
+    @property
+    def text(self) -> str:
+        return " ".join(f.text for f in self.finals if f.text).strip()
+
+    @property
+    def words(self) -> list[Word]:
+        return [w for f in self.finals for w in f.words]
+
+
+def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
+    """The stream's VAD over a whole recording: every speech segment."""
+    segmenter = VadSegmenter(vad)
+    chunk = int(VAD_CHUNK_S * SAMPLE_RATE)
+    events = []
+    for start in range(0, len(audio), chunk):
+        events += segmenter.push(audio[start : start + chunk])
+    events += segmenter.flush(CloseReason.END_OF_STREAM)
+    return [e for e in events if isinstance(e, SegmentClosed)]
+
+
+def finals_of(
+    results: list[tuple[Window, Transcription]],
+    reasons: dict[int, CloseReason],
+    speakers: TimelineSnapshot | None,
+    timing: WordTimingConfig,
+    decoding: StreamDecoding,
+) -> list[Final]:
+    """One final per speaker's run of words in each segment: the segment's own text when
+    it had a window to itself and one speaker, else its words joined; each with its
+    window's language, redacted as asked."""
+    finals: list[Final] = []
+    for window, result in results:
+        if result.rejected:
+            continue
+        fitted = fit_words(result.words, window.voiced_regions(), timing)
+        for piece, words in zip(window.pieces, window.place(fitted)):
+            runs = _speaker_runs(words, speakers)
+            for i, (run, label) in enumerate(runs):
+                first, last = i == 0, i == len(runs) - 1
+                alone = len(window.pieces) == 1 and len(runs) == 1
+                labelled = decoding.words(
+                    [
+                        Word(
+                            w.word,
+                            round(w.start, 3),
+                            round(w.end, 3),
+                            round(w.probability, 3),
+                            label,
+                        )
+                        for w in run
+                    ]
+                )
+                finals.append(
+                    Final(
+                        len(finals),
+                        piece.start if first else run[0].start,
+                        piece.end if last else run[-1].end,
+                        decoding.text(result.text, labelled)
+                        if alone
+                        else " ".join(w.word for w in labelled),
+                        FinalReason(reasons[piece.segment_id].value)
+                        if last
+                        else FinalReason.SPEAKER_CHANGE,
+                        labelled,
+                        label,
+                        **decoding.language_fields(result),
+                    )
+                )
+    return finals
+
+
+def _speaker_runs(
+    words: list[TimedWord], speakers: TimelineSnapshot | None
+) -> list[tuple[list[TimedWord], str | None]]:
+    """The segment's words in runs of one speaker (one run without speakers; a word
+    nobody overlaps takes its neighbour's speaker)."""
+    if not words:
+        return []
+    if speakers is None:
+        return [(list(words), None)]
+    labels: list[str | None] = []
+    for word in words:
+        k = speakers.speaker_of(word.start, word.end)
+        labels.append(None if k is None else f"S{k + 1}")
+    for i, label in enumerate(labels):
+        if label is None:
+            labels[i] = next((x for x in labels[i::-1] if x), None) or next(
+                (x for x in labels[i:] if x), None
+            )
+    runs: list[tuple[list[TimedWord], str | None]] = []
+    for word, label in zip(words, labels):
+        if runs and runs[-1][1] == label:
+            runs[-1][0].append(word)
+        else:
+            runs.append(([word], label))
+    return runs
