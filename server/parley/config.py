@@ -16,10 +16,13 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from parley.core.asr import MAX_DRAFT, MAX_ROWS
+from parley.core.policy import PartialPacing
 from parley.core.speakers import ClusteringConfig
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.core.turns import TurnConfig
 from parley.core.vad import VadConfig
+from parley.runtime.session import SessionOptions
 from parley.serving_config import (
     ClusterSettings,
     FilesSettings,
@@ -69,7 +72,7 @@ class AsrSettings(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
     partial_interval_s: float = Field(
-        1.0,
+        SessionOptions.partial_interval_s,
         ge=0.2,
         le=10.0,
         description="seconds between a stream's partials when "
@@ -81,16 +84,16 @@ class AsrSettings(BaseModel):
         None, description="languages the assistant drafts for (None: all)"
     )
     hypothesis_drafts: bool = Field(True, description="draft from the segment's last partial")
-    max_draft: int = Field(15, ge=1, le=63, description="most draft tokens verified at once")
+    max_draft: int = Field(MAX_DRAFT, ge=1, le=63, description="most draft tokens verified at once")
     cuda_graphs: bool = Field(True, description="replay decoder passes as CUDA graphs")
     max_batch: int = Field(
-        16,
+        MAX_ROWS,
         ge=1,
         le=64,
         description="decodes advanced together, one decoder row each (memory is per row)",
     )
     target_busy: float = Field(
-        0.8,
+        PartialPacing.target_busy,
         gt=0.1,
         le=1.0,
         description="busy fraction up to which partials may fill the "

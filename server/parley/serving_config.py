@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from parley.core.recording_speakers import RecordingClustering
 from parley.runtime.files import FileLimits
+from parley.runtime.webhooks import WebhookConfig
 
 _FILES, _RECORDING = FileLimits(), RecordingClustering()
 
@@ -148,9 +149,12 @@ class WebhookSettings(BaseModel):
         description="URL prefixes a session may name as its own webhook target",
     )
     queue_size: int = Field(
-        256, ge=1, le=100000, description="events a session may have waiting; more are dropped"
+        WebhookConfig.queue_size,
+        ge=1,
+        le=100000,
+        description="events a session may have waiting; more are dropped",
     )
-    max_attempts: int = Field(6, ge=1, le=100)
+    max_attempts: int = Field(WebhookConfig.max_attempts, ge=1, le=100)
 
     @property
     def enabled(self) -> bool:

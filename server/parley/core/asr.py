@@ -57,6 +57,12 @@ class Decoding:
         return self.language is None
 
 
+# The engine's defaults, which the settings show: the most draft tokens one step
+# verifies, and the decodes one batch advances together (a decoder row each).
+MAX_DRAFT = 15
+MAX_ROWS = 16
+
+
 @dataclass(frozen=True)
 class Vocabulary:
     """A caller's words as the engine takes them: prompt tokens and a keyterm trie."""

@@ -12,6 +12,7 @@ from typing import Protocol
 
 import torch
 
+from parley.core.asr import MAX_DRAFT
 from parley.models.output_head import OutputHead
 
 MAX_MATCH_NGRAM = 3
@@ -108,7 +109,7 @@ class AssistantDrafter:
         suppress: torch.Tensor | None = None,
         eot: int | None = None,
         initial_length: int = 4,
-        max_length: int = 15,
+        max_length: int = MAX_DRAFT,
     ):
         self._suppress = suppress  # the main model's suppressed tokens: never worth drafting
         self._eot = eot

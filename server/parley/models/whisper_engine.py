@@ -20,6 +20,8 @@ from transformers import AutoConfig, WhisperForConditionalGeneration, WhisperPro
 from transformers.utils import logging as hf_logging
 
 from parley.core.asr import (
+    MAX_DRAFT,
+    MAX_ROWS,
     AsrRequest,
     Decoding,
     StepReport,
@@ -78,8 +80,8 @@ class WhisperEngine:
         assistant_label: str | None = None,
         assistant_languages: frozenset[str] | None = None,
         guards: QualityGuards | None = QualityGuards(),
-        max_draft: int = 15,
-        max_rows: int = 16,
+        max_draft: int = MAX_DRAFT,
+        max_rows: int = MAX_ROWS,
         cuda_graphs: bool = True,
     ):
         hf_logging.set_verbosity_error()  # transformers' deprecation chatter is not ours to show

@@ -89,7 +89,7 @@ class AsrScheduler:
         engine: Transcriber,
         capacity: int,
         *,
-        target_busy: float = 0.8,
+        target_busy: float = PartialPacing.target_busy,
         on_thread_start: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ):
