@@ -44,6 +44,7 @@ from parley.protocol.messages import (
 from parley.protocol.recast import shifted, with_speaker
 from parley.runtime.decode_hints import DecodeHints
 from parley.runtime.decoding import StreamDecoding
+from parley.runtime.marks import Mark, MarkPayload
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.speaker_track import SpeakerTrack
 
@@ -84,16 +85,6 @@ class _DiarizationStep:
     """An outbox entry: a diarization step whose snapshot may revise earlier speakers."""
 
     future: concurrent.futures.Future
-
-
-@dataclass(frozen=True)
-class Mark:
-    """Something a transport queued with ``Session.mark``: ``messages()`` hands it back
-    after every message queued before it (e.g. an acknowledgement that must follow the
-    finals of the audio before it)."""
-
-    payload: object
-    stream_time: float
 
 
 _END = object()
@@ -263,7 +254,7 @@ class Session:
         """A non-fatal error, sent in stream order with the results."""
         await self._outbox.put(error)
 
-    async def mark(self, payload: object) -> None:
+    async def mark(self, payload: MarkPayload) -> None:
         """Queue ``Mark(payload)`` behind everything queued so far (see ``Mark``)."""
         await self._outbox.put(Mark(payload, self.stream_time))
 

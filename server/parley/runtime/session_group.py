@@ -30,7 +30,8 @@ from parley.protocol.messages import (
     SessionEnded,
     StreamConfig,
 )
-from parley.runtime.session import Mark, Session
+from parley.runtime.marks import Barrier, Mark, MarkPayload
+from parley.runtime.session import Session
 
 MERGED_SIZE = 256
 STALLED_S = 2.0  # a track whose audio stopped this long ago holds no final back
@@ -56,15 +57,6 @@ class _TimeOrder:
 
     def __bool__(self) -> bool:
         return bool(self._held)
-
-
-class _Barrier:
-    """A group mark on its way through every track: let out once all have passed it, so
-    it follows everything the tracks had queued before it, as a session's mark does."""
-
-    def __init__(self, mark: Mark, tracks: int):
-        self.mark = mark
-        self.waiting = tracks
 
 
 class SessionGroup:
@@ -117,7 +109,7 @@ class SessionGroup:
             if getattr(message, "segment_id", None) is not None:
                 # Only the messages that carry a segment_id get here.
                 message = replace(message, segment_id=self._connection_id(name, message))  # type: ignore[arg-type]
-            if isinstance(message, Mark) and isinstance(message.payload, _Barrier):
+            if isinstance(message, Mark) and isinstance(message.payload, Barrier):
                 barrier = message.payload
                 barrier.waiting -= 1
                 if barrier.waiting == 0:  # after every final the tracks had before it
@@ -184,13 +176,13 @@ class SessionGroup:
     async def report(self, error: Error) -> None:
         await self._merged.put(error)
 
-    async def mark(self, payload: object) -> None:
+    async def mark(self, payload: MarkPayload) -> None:
         """Queue ``Mark(payload)`` behind everything every track has queued so far."""
         mark = Mark(payload, self.stream_time)
         if not self._tracks:
             await self._merged.put(mark)
             return
-        barrier = _Barrier(mark, len(self._tracks))
+        barrier = Barrier(mark, len(self._tracks))
         for session in self._tracks.values():
             await session.mark(barrier)
 

@@ -27,15 +27,6 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class WebhookEvent:
-    """An event a dialect adds to its session's webhooks (queued with ``Session.mark``,
-    so it keeps its place among the results): a phone call's start, a key press."""
-
-    kind: str
-    data: dict
-
-
-@dataclass(frozen=True)
 class WebhookConfig:
     """Where result webhooks go, how they are signed, and how hard delivery tries."""
 

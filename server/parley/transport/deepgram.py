@@ -36,7 +36,8 @@ from parley.protocol.messages import (
     Word,
 )
 from parley.protocol.stream_config import bool_param
-from parley.runtime.session import Mark, Session
+from parley.runtime.marks import Mark, Reply
+from parley.runtime.session import Session
 from parley.transport.deepgram_query import (
     ENCODINGS,
     ListenOptions,
@@ -183,11 +184,9 @@ def bare(word: str) -> str:
     return word.strip().strip(string.punctuation + "“”‘’¿¡…").lower()
 
 
-class _UtteranceEndDue:
-    """Mark payload: utterance_end_ms of quiet has passed after the last segment."""
-
-
-_UTTERANCE_END_DUE = _UtteranceEndDue()
+# The Reply a translator queues when utterance_end_ms of quiet has passed after the last
+# segment: sent as UtteranceEnd once every final before it has gone out.
+_UTTERANCE_END_DUE = Reply("utterance_end")
 
 
 class DeepgramTranslator:
@@ -285,7 +284,7 @@ class DeepgramTranslator:
             return [
                 {"type": "SpeechStarted", "channel": CHANNEL, "timestamp": round(message.start, 3)}
             ]
-        if isinstance(message, Mark) and message.payload is _UTTERANCE_END_DUE:
+        if isinstance(message, Mark) and message.payload == _UTTERANCE_END_DUE:
             if self._last_word_end is None:
                 return []
             last, self._last_word_end = self._last_word_end, None

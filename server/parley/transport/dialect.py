@@ -26,7 +26,7 @@ from websockets.http11 import Request, Response
 from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Error, ErrorCode, ProtocolError, ServerMessage, StreamConfig
-from parley.runtime.session import Mark
+from parley.runtime.marks import Mark
 from parley.runtime.streams import Stream as Stream
 from parley.transport.auth import ApiKeys
 

@@ -18,7 +18,8 @@ from parley.protocol.messages import (
     encode,
     parse_control,
 )
-from parley.runtime.session import Mark, Session
+from parley.runtime.marks import Mark
+from parley.runtime.session import Session
 from parley.transport.dialect import KeyOffered, Opened, Setup, Stream
 
 

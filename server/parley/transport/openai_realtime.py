@@ -34,12 +34,15 @@ from parley.protocol.messages import (
     ServerMessage,
     SpeechStarted,
 )
-from parley.runtime.session import Mark, Session
+from parley.runtime.marks import Mark, Reply
+from parley.runtime.session import Session
 from parley.transport.dialect import KeyOffered, Opened, Setup, Stream, json_event
 from parley.transport.native import bearer_or_token
 from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
 
 REALTIME_PATH = "/v1/realtime"
+# The Reply kind of an event sent once everything queued before it has gone out.
+EVENT = "event"
 BROWSER_KEY_PREFIX = "openai-insecure-api-key."  # the subprotocol browsers send a key in
 # (session format type, rate) ↔ Parley encoding; the older session form's names too
 
@@ -112,13 +115,6 @@ def _commit_empty(client_event: str | None) -> dict:
             "event_id": client_event,
         },
     }
-
-
-@dataclass(frozen=True)
-class _Reply:
-    """Mark payload: an event to send once everything before it has gone out."""
-
-    event: dict
 
 
 @dataclass
@@ -203,7 +199,7 @@ class OpenAIRealtimeTranslator:
 
     async def _commit(self, event: dict, session: Session) -> None:
         if not self._heard_since_commit:
-            await session.mark(_Reply(_commit_empty(event.get("event_id"))))
+            await session.mark(Reply(EVENT, _commit_empty(event.get("event_id"))))
             return
         self._heard_since_commit = False
         self._finalizing.append("commit")
@@ -220,7 +216,7 @@ class OpenAIRealtimeTranslator:
         session.reconfigure(new.config, new.vad)  # ProtocolError (nothing applied) if too late
         self._settings = new
         updated = "transcription_session.updated" if old_form else "session.updated"
-        await session.mark(_Reply({"type": updated, "session": self._session_json()}))
+        await session.mark(Reply(EVENT, {"type": updated, "session": self._session_json()}))
 
     # ------------------------------------------------------------------ server → client
 
@@ -229,7 +225,7 @@ class OpenAIRealtimeTranslator:
 
     def _translate(self, message: ServerMessage | Mark) -> list[dict]:
         if isinstance(message, Mark):
-            return [message.payload.event] if isinstance(message.payload, _Reply) else []
+            return [message.payload.data] if isinstance(message.payload, Reply) else []
         if isinstance(message, SpeechStarted):
             return self._speech_started(message)
         if isinstance(message, SegmentEnded):

@@ -30,9 +30,8 @@ from parley.protocol.messages import (
     StreamConfig,
 )
 from parley.protocol.stream_config import DECODING_OPTIONS
-from parley.runtime.session import Mark
+from parley.runtime.marks import Mark, WebhookEvent
 from parley.runtime.session_group import SessionGroup
-from parley.runtime.webhooks import WebhookEvent
 from parley.transport.auth import ApiKeys
 from parley.transport.dialect import Opened, Setup, Stream, by_key, json_event, json_object
 from parley.transport.http import json_response
