@@ -1,1 +1,2 @@
-"""Python client and CLI client (imports only parley.protocol: no torch needed)."""
+"""Python client and CLI client: it imports only parley.protocol and the pure
+parley.core (no torch, no server)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from parley.client.live import LiveStream, ServerError, send_paced, stream_url
+from parley.core.audio import ffmpeg_pcm16_command
 
 __all__ = [
     "StreamResult",
@@ -53,21 +54,7 @@ async def ffmpeg_pcm(path: str, sample_rate: int = 16000) -> AsyncIterator[bytes
     if shutil.which("ffmpeg") is None:
         raise RuntimeError("ffmpeg is needed to decode audio files (apt-get install ffmpeg)")
     process = await asyncio.create_subprocess_exec(
-        "ffmpeg",
-        "-nostdin",
-        "-loglevel",
-        "error",
-        "-i",
-        path,
-        "-f",
-        "s16le",
-        "-acodec",
-        "pcm_s16le",
-        "-ac",
-        "1",
-        "-ar",
-        str(sample_rate),
-        "-",
+        *ffmpeg_pcm16_command(path, sample_rate),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

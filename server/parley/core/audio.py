@@ -2,3 +2,27 @@
 to it on arrival, and Whisper, the VAD and the speaker models all read it)."""
 
 SAMPLE_RATE = 16000
+
+
+def ffmpeg_pcm16_command(source: str, sample_rate: int = SAMPLE_RATE) -> list[str]:
+    """ffmpeg decoding any file's first audio stream to mono PCM16 LE on stdout, its own
+    errors only on stderr (the client's and the server's file readers both run it)."""
+    return [
+        "ffmpeg",
+        "-nostdin",
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-i",
+        source,
+        "-vn",
+        "-f",
+        "s16le",
+        "-acodec",
+        "pcm_s16le",
+        "-ac",
+        "1",
+        "-ar",
+        str(sample_rate),
+        "pipe:1",
+    ]

@@ -1,1 +1,2 @@
-"""Live machinery: model worker threads, per-connection sessions, admission."""
+"""Live machinery: the model worker threads, the sessions they serve, the measured
+capacity, and the webhooks and metrics the sessions feed."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parley.core.audio import SAMPLE_RATE
+from parley.core.audio import SAMPLE_RATE, ffmpeg_pcm16_command
 
 READ_BYTES = 1 << 16
 
@@ -36,23 +36,7 @@ async def decode_file(path: Path, max_s: float) -> np.ndarray:
     if not ffmpeg_available():
         raise RuntimeError("ffmpeg is needed to decode recordings (apt-get install ffmpeg)")
     process = await asyncio.create_subprocess_exec(
-        "ffmpeg",
-        "-nostdin",
-        "-hide_banner",
-        "-loglevel",
-        "error",
-        "-i",
-        str(path),
-        "-vn",
-        "-f",
-        "s16le",
-        "-acodec",
-        "pcm_s16le",
-        "-ac",
-        "1",
-        "-ar",
-        str(SAMPLE_RATE),
-        "pipe:1",
+        *ffmpeg_pcm16_command(str(path)),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
