@@ -11,6 +11,7 @@ can make decodes overlap.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ class FakeEngine:
         self._fail = fail
         self.in_flight: list[FakeDecode] = []
         self.step_sizes: list[int] = []  # rows in each step, in order
+        # Set by every step: a test waits on it for "a decode is under way", not a sleep.
+        self.stepped = threading.Event()
 
     def prompt_tokens(self, text: str) -> tuple[int, ...]:
         return tuple(FIRST_TOKEN + len(word) % 10 for word in text.split())[-223:]
@@ -129,6 +132,7 @@ class FakeEngine:
         return decodes
 
     def step(self, decodes: Sequence[FakeDecode], budgets: Sequence[int]) -> list[StepReport]:
+        self.stepped.set()
         time.sleep(self.step_s)
         self.step_sizes.append(len(decodes))
         reports = []

@@ -28,6 +28,21 @@ async def results_of(futures):
     return [await asyncio.wrap_future(f) for f in futures]
 
 
+async def until(condition, timeout_s: float = 10.0) -> None:
+    """Wait for the scheduler's thread to reach a state (fails after ``timeout_s``): the
+    verdict depends on the state, not on how fast this machine reaches it."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the state was never reached"
+        await asyncio.sleep(0.001)
+
+
+async def decoding(engine: FakeEngine, rows: int = 1) -> None:
+    """Until ``rows`` decodes hold rows and a step has run."""
+    await asyncio.to_thread(engine.stepped.wait, 10.0)
+    await until(lambda: len(engine.in_flight) >= rows and engine.stepped.is_set())
+
+
 @contextlib.asynccontextmanager
 async def running(engine, capacity: int):
     """A started scheduler over ``engine``, stopped afterwards."""
@@ -118,7 +133,7 @@ async def test_a_final_pauses_running_partials_and_overtakes_queued_ones(speech)
     engine = FakeEngine(step_s=0.002)
     async with running(engine, 16) as scheduler:
         first = await scheduler.try_submit_partial(AsrRequest(speech[3]))
-        await asyncio.sleep(0.02)  # it is decoding now
+        await decoding(engine)
         final = await scheduler.submit_final(AsrRequest(speech[0]))
         done_order = []
         for name, future in (("partial", first), ("final", final)):
@@ -134,7 +149,7 @@ async def test_cancelled_partials_leave_at_the_next_step(speech):
     engine = FakeEngine(step_s=0.005)
     async with running(engine, 16) as scheduler:
         partial = await scheduler.try_submit_partial(AsrRequest(speech[3]))
-        await asyncio.sleep(0.03)
+        await decoding(engine)
         assert partial.cancel()  # running, but not finished: it can still be cancelled
         final = await scheduler.submit_final(AsrRequest(speech[2]))
         await asyncio.wrap_future(final)
@@ -146,7 +161,7 @@ async def test_a_final_takes_a_partials_row_when_none_is_free(speech):
     engine = FakeEngine(max_rows=2, step_s=0.005)
     async with running(engine, 16) as scheduler:
         partials = [await scheduler.try_submit_partial(AsrRequest(s)) for s in speech[:2]]
-        await asyncio.sleep(0.03)
+        await decoding(engine, rows=2)
         final = await scheduler.submit_final(AsrRequest(speech[2]))
         result = await asyncio.wrap_future(final)
         await asyncio.gather(*(asyncio.wrap_future(p) for p in partials), return_exceptions=True)
@@ -160,7 +175,7 @@ async def test_partials_are_not_taken_while_a_final_waits_or_the_queue_is_half_f
         finals = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:2]]
         assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is None
         await results_of(finals)
-        await asyncio.sleep(0.01)
+        await until(lambda: scheduler.backlog == 0)  # the loop has released their room
         assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is not None
 
 
@@ -169,7 +184,7 @@ async def test_finals_wait_for_room_when_the_queue_is_full(speech):
     async with running(FakeEngine(encode_s=0.05), 2) as scheduler:
         finals = [await scheduler.submit_final(AsrRequest(s)) for s in speech[:2]]
         third = asyncio.create_task(scheduler.submit_final(AsrRequest(speech[2])))
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # room to be let through wrongly: it must not be
         assert not third.done()
         finals.append(await third)
         assert all(r.text for r in await results_of(finals))
@@ -208,7 +223,7 @@ async def test_a_final_cancelled_in_the_queue_does_not_block_partials(speech):
         queued = await scheduler.submit_final(AsrRequest(speech[1]))
         assert queued.cancel()  # the session was closed before its final started
         await asyncio.wrap_future(first)
-        await asyncio.sleep(0.05)
+        await until(lambda: scheduler.backlog == 0)  # the cancelled one's room too
         assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is not None
 
 
@@ -231,7 +246,7 @@ async def test_recordings_run_behind_finals_and_give_up_rows_to_them(speech):
             scheduler.submit_background(AsrRequest(speech[3]), first),
             scheduler.submit_background(AsrRequest(speech[0]), second),
         ]
-        await asyncio.sleep(0.03)  # both rows hold background windows now
+        await decoding(engine, rows=2)  # both rows hold background windows now
         final = await scheduler.submit_final(AsrRequest(speech[2]))
         order = []
         for name, future in (("final", final), *(("window", w) for w in windows)):
