@@ -1,4 +1,5 @@
-"""A recording's transcript in each file API's own response shape (pure).
+"""A recording's transcript, and an upload's refusal, in each file API's own response
+shape (pure).
 
 Every shape is built from one ``FileTranscript``: its finals (one speaker's part of
 one speech segment each, words with times) and its speakers. protocol.md §"Recordings"
@@ -13,11 +14,14 @@ import math
 import re
 from collections import Counter
 
+from starlette.responses import JSONResponse, Response
+
 from parley.client.formats import render
 from parley.client.transcript import Transcript
 from parley.core.asr import Task
 from parley.protocol.messages import Final, as_json
 from parley.runtime.file_results import FileTranscript
+from parley.transport.uploads import UploadError
 
 _PUNCTUATION = re.compile(r"[^\w'’-]+")
 
@@ -235,3 +239,41 @@ def predict_response(
             "processing_s": round(result.processing_s, 3),
         },
     }
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def deepgram_error(error: UploadError, request_id: str) -> dict:
+    """An upload refused, as Deepgram's pre-recorded API answers it."""
+    return {
+        "err_code": error.code.value.upper(),
+        "err_msg": error.message,
+        "request_id": request_id,
+    }
+
+
+_OPENAI_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    429: "rate_limit_error",
+    503: "server_error",
+    500: "server_error",
+}
+
+
+def openai_error_body(error: UploadError) -> dict:
+    """An upload refused, as OpenAI's error object (also a stream's error event)."""
+    return {
+        "message": error.message,
+        "type": _OPENAI_TYPES.get(error.status, "invalid_request_error"),
+        "param": error.param,
+        "code": error.code.value,
+    }
+
+
+def openai_error(error: UploadError) -> Response:
+    """An upload refused, as OpenAI's API answers it."""
+    return JSONResponse(
+        {"error": openai_error_body(error)}, status_code=error.status, headers=error.headers()
+    )

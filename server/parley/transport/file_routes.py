@@ -126,7 +126,7 @@ class FileRoutes:
                     return await self._openai_stream(form.path, job, key, stack)
                 result = await self._door.transcribe(form.path, job, key)
             except UploadError as error:
-                return _openai_error(error)
+                return file_answers.openai_error(error)
         if fmt == "text":
             return PlainTextResponse(result.text + "\n")
         if fmt in ("srt", "vtt"):
@@ -177,7 +177,7 @@ class FileRoutes:
                 try:
                     result = await task
                 except UploadError as error:
-                    yield _sse({"type": "error", "error": _openai_error_body(error)})
+                    yield _sse({"type": "error", "error": file_answers.openai_error_body(error)})
                     return
                 yield _sse(
                     {
@@ -245,7 +245,7 @@ class FileRoutes:
                 return JSONResponse(await run(path, key))
         except UploadError as error:
             return JSONResponse(
-                _deepgram_error(error, request_id),
+                file_answers.deepgram_error(error, request_id),
                 status_code=error.status,
                 headers=error.headers(),
             )
@@ -276,7 +276,7 @@ class FileRoutes:
                 try:
                     answer = await run(path, key)
                 except UploadError as error:
-                    answer = _deepgram_error(error, request_id)
+                    answer = file_answers.deepgram_error(error, request_id)
             webhooks.send(callback, f"msg_{request_id}", json.dumps(answer))
 
         task = asyncio.ensure_future(deliver())
@@ -364,14 +364,6 @@ def _deepgram_language(params) -> str | None:
     return language.split("-")[0].lower()
 
 
-def _deepgram_error(error: UploadError, request_id: str) -> dict:
-    return {
-        "err_code": error.code.value.upper(),
-        "err_msg": error.message,
-        "request_id": request_id,
-    }
-
-
 def _sha256(path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:
@@ -382,27 +374,3 @@ def _sha256(path) -> str:
 
 def _sse(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-_OPENAI_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    429: "rate_limit_error",
-    503: "server_error",
-    500: "server_error",
-}
-
-
-def _openai_error_body(error: UploadError) -> dict:
-    return {
-        "message": error.message,
-        "type": _OPENAI_TYPES.get(error.status, "invalid_request_error"),
-        "param": error.param,
-        "code": error.code.value,
-    }
-
-
-def _openai_error(error: UploadError) -> Response:
-    return JSONResponse(
-        {"error": _openai_error_body(error)}, status_code=error.status, headers=error.headers()
-    )
