@@ -12,7 +12,8 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from websockets.asyncio.client import connect
 
 from conftest import chunks_of, heard_between
-from parley.runtime.webhooks import WebhookConfig, WebhookSender
+from parley.runtime.webhook_config import WebhookConfig
+from parley.runtime.webhooks import WebhookSender
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(24)).decode()
 

@@ -17,12 +17,11 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parley.core.asr import MAX_DRAFT, MAX_ROWS
-from parley.core.policy import PartialPacing
+from parley.core.policy import PARTIAL_INTERVAL_S, PartialPacing
 from parley.core.speakers import ClusteringConfig
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.core.turns import TurnConfig
 from parley.core.vad import VadConfig
-from parley.runtime.session import SessionOptions
 from parley.serving_config import (
     ClusterSettings,
     FilesSettings,
@@ -72,7 +71,7 @@ class AsrSettings(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
     partial_interval_s: float = Field(
-        SessionOptions.partial_interval_s,
+        PARTIAL_INTERVAL_S,
         ge=0.2,
         le=10.0,
         description="seconds between a stream's partials when "

@@ -27,7 +27,8 @@ from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import SessionOptions
 from parley.runtime.streams import AsrService, StreamFactory
-from parley.runtime.webhooks import WebhookConfig, WebhookSender
+from parley.runtime.webhook_config import WebhookConfig
+from parley.runtime.webhooks import WebhookSender
 from parley.transport.admission import Access, StreamLimits
 from parley.transport.connection import Connection
 from parley.transport.file_routes import FileRoutes

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from parley.core.recording_speakers import RecordingClustering
 from parley.runtime.files import FileLimits
-from parley.runtime.webhooks import WebhookConfig
+from parley.runtime.webhook_config import WebhookConfig
 
 _FILES, _RECORDING = FileLimits(), RecordingClustering()
 

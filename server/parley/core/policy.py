@@ -98,6 +98,11 @@ def finish_decoding_first(remaining_seconds: Sequence[float], encoder_seconds: f
     return bool(remaining_seconds) and max(remaining_seconds) <= encoder_seconds
 
 
+# Seconds between a stream's partials while the worker has time (the configured pace;
+# PartialPacing stretches it under load).
+PARTIAL_INTERVAL_S = 1.0
+
+
 @dataclass(frozen=True)
 class PartialPacing:
     """Seconds between one stream's partials, from what the worker has measured.

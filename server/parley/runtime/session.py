@@ -21,6 +21,7 @@ import numpy as np
 
 from parley.core.asr import Transcription
 from parley.core.audio import SAMPLE_RATE
+from parley.core.policy import PARTIAL_INTERVAL_S
 from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
 from parley.core.word_timing import WordTimingConfig, fit_words
 from parley.core.words import shift_words
@@ -58,7 +59,7 @@ class SessionOptions:
     """Server-wide settings of every session: turn detection, partials, drafts, prompt."""
 
     vad: VadConfig
-    partial_interval_s: float = 1.0  # when the worker has time; it stretches under load
+    partial_interval_s: float = PARTIAL_INTERVAL_S  # it stretches under load
     context_tokens: int = 0  # tokens of earlier finals given to the model as its prompt
     hypothesis_drafts: bool = True  # re-use the last partial's tokens as a draft
     word_timing: WordTimingConfig = WordTimingConfig()

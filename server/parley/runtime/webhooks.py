@@ -17,27 +17,14 @@ import itertools
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import aiohttp
 from standardwebhooks import Webhook
 
+from parley.runtime.webhook_config import WebhookConfig
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WebhookConfig:
-    """Where result webhooks go, how they are signed, and how hard delivery tries."""
-
-    url: str | None  # where sessions' events go unless a session names its own
-    secret: str  # whsec_ + base64, as Standard Webhooks gives them
-    allowed_targets: tuple[str, ...] = ()  # URL prefixes a session may name as its own
-    queue_size: int = 256  # events a session may have waiting
-    max_attempts: int = 6
-    first_retry_s: float = 0.5  # doubled after each failed attempt …
-    max_retry_s: float = 30.0  # … up to this
-    timeout_s: float = 10.0  # per attempt
 
 
 class WebhookSender:
