@@ -62,8 +62,8 @@ def recording(minutes: float) -> tuple[np.ndarray, str]:
 async def parley_run(
     model: str, audios: dict[float, np.ndarray], windows_in_flight: int | None = None
 ) -> dict[float, tuple]:
-    from parley.app import load_asr
     from parley.config import Settings
+    from parley.loading import load_asr
     from parley.runtime.files import FileRequest
     from parley.runtime.threads import in_passing_thread
     from parley.service import file_jobs

@@ -60,7 +60,9 @@ def tiny_engine(models_dir):
 
 async def serve_real(models_dir: Path, token: str | None = None, **sections):
     """A real server on a free loopback port, with the real models (stop() it after)."""
-    from parley.app import in_passing_thread, load_asr, load_diarization, start_server
+    from parley.app import start_server
+    from parley.loading import load_asr, load_diarization
+    from parley.runtime.threads import in_passing_thread
 
     # Without admission by measured capacity: these servers are shared by tests that
     # stream faster than real time, on a machine the other tests load too; what the

@@ -183,7 +183,7 @@ class FakeEngine:
 
 
 def load_fake_asr(settings):
-    """``parley.app.load_asr``'s contract, with the fake engine: how the cluster tests'
+    """``parley.loading.load_asr``'s contract, with the fake engine: how the cluster tests'
     replicas load ASR (they import this module by name, from tests/ on PYTHONPATH)."""
     from parley.runtime.scheduler import AsrScheduler
     from parley.runtime.streams import AsrService

@@ -1,4 +1,4 @@
-"""The ASGI adapter a Ray Serve replica serves through (parley/cluster/asgi.py), under
+"""The ASGI adapter a Ray Serve replica serves through (parley/transport/asgi.py), under
 uvicorn, the ASGI server of Ray Serve's proxy, without Ray: the same wire as
 `parley serve`, down to its errors, refusals, close codes and drain."""
 
@@ -36,7 +36,7 @@ class Uvicorn(uvicorn.Server):
 @pytest.fixture
 async def served():
     """The pipeline behind AsgiApp under uvicorn on a free port, with one API key."""
-    from parley.cluster.asgi import AsgiApp
+    from parley.transport.asgi import AsgiApp
 
     settings = Settings(server={"max_frame_bytes": 4096})
     worker, asr = load_fake_asr(settings)

@@ -122,7 +122,7 @@ async def test_audio_a_session_has_not_read_is_capped_in_bytes():
     """The connection reads ahead of its session at most INBOX_BYTES (and one message);
     past that it stops taking messages from the ASGI server, which stops reading the
     socket, so a client sending faster than its session reads holds no more memory."""
-    from parley.cluster.asgi import INBOX_BYTES, AsgiConnection, request_of
+    from parley.transport.asgi import INBOX_BYTES, AsgiConnection, request_of
 
     size, offered, taken = 256 * 1024, 64, []
 

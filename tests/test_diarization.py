@@ -204,7 +204,8 @@ def test_diarization_off_never_imports_pyannote(models_dir, tmp_path):
     script = tmp_path / "probe.py"
     script.write_text(f"""
 import asyncio, json, sys
-from parley.app import load_asr, load_diarization, start_server
+from parley.app import start_server
+from parley.loading import load_asr, load_diarization
 from parley.config import Settings
 from websockets.asyncio.client import connect
 

@@ -69,8 +69,8 @@ def _settings(args: argparse.Namespace, flags: list[tuple[str, str, str]]):
     process's logging; or None (after saying why) when they are not valid."""
     from pydantic import ValidationError
 
-    from parley.app import access_of, secrets_of
     from parley.config import Settings
+    from parley.loading import access_of, secrets_of
     from parley.logs import configure_logging
 
     overrides: dict = {section: {} for _, section, _ in flags}
@@ -232,7 +232,7 @@ def _transcribe(args: argparse.Namespace) -> int:
             _write(args.output, text)
         return EXIT_OK
     from parley.config import Settings
-    from parley.runtime.local import transcribe_locally
+    from parley.local import transcribe_locally
 
     try:
         settings = Settings(

@@ -2,7 +2,7 @@
 the HTTP answers (probes, metrics, the browser page).
 
 ``parley serve`` puts it behind a websockets server (app.py); a Ray Serve replica puts
-it behind an ASGI adapter (cluster/asgi.py). Both hand it the same connections.
+it behind an ASGI adapter (transport/asgi.py). Both hand it the same connections.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from parley.transport.admission import Access, StreamLimits
 from parley.transport.connection import Connection
 from parley.transport.file_routes import FileRoutes
 from parley.transport.followers import Followers
+from parley.transport.front_door import FrontDoor
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
 from parley.transport.sinks import FollowerSinks, MetricsSinks, SinkFactory, WebhookSinks
 from parley.transport.uploads import FileDoor
@@ -188,6 +189,10 @@ class Service:
     webhook_grace_s: float = 10.0  # for deliveries still pending at the stop
     file_jobs: FileJobs | None = None
     file_routes: FileRoutes | None = None
+
+    def front_door(self) -> FrontDoor:
+        """The one ASGI application serving this pipeline (recordings' routes, and the rest)."""
+        return FrontDoor(self, self.file_routes.routes() if self.file_routes is not None else None)
 
     async def drain(self, timeout_s: float) -> None:
         """Admit nothing new; let live sessions and recordings finish (``timeout_s``)."""

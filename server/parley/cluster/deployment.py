@@ -22,10 +22,11 @@ from typing import Any
 import ray
 from ray import serve
 
-from parley.app import access_of, in_passing_thread, load_asr, load_diarization
 from parley.config import Settings
+from parley.loading import access_of, load_asr, load_diarization
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.streams import AsrService
+from parley.runtime.threads import in_passing_thread
 from parley.service import Service, start_service
 from parley.transport.front_door import FrontDoor
 
@@ -83,7 +84,7 @@ class ParleyReplica:
         log.info("replica %s serving %s", name, asr.model_label)
 
     async def __serve_build_asgi_app__(self) -> FrontDoor:
-        return FrontDoor(self._service)  # the same application as `parley serve`
+        return self._service.front_door()  # the same application as `parley serve`
 
     async def _drain_when_stopping(self) -> None:
         while not replica_is_stopping():  # noqa: ASYNC110 (Ray has no stop event to await)

@@ -1,7 +1,7 @@
 """What the streaming endpoint needs of a WebSocket connection, whoever accepted it.
 
 websockets' ``ServerConnection`` (``parley serve``) has this shape already; the ASGI
-adapter of a Ray Serve replica (cluster/asgi.py) gives it the same. A connection the
+adapter of a Ray Serve replica (transport/asgi.py) gives it the same. A connection the
 client has left raises websockets' ``ConnectionClosed`` from ``send`` and ``recv``.
 """
 

@@ -3,26 +3,25 @@ application under uvicorn.
 
 Recordings are plain HTTP requests with bodies, served by Starlette routes
 (``file_routes``); everything else (every WebSocket wire, the probes, metrics, the
-browser page, 404s) goes to the pipeline's own adapter (``cluster.asgi.AsgiApp``), so
+browser page, 404s) goes to the pipeline's own adapter (``asgi.AsgiApp``), so
 each keeps the answers, errors and close codes protocol.md gives it.
 """
 
 from __future__ import annotations
 
-from starlette.routing import Route, Router
+from collections.abc import Sequence
 
-from parley.cluster.asgi import AsgiApp, Receive, Scope, Send
-from parley.service import Service
+from starlette.routing import BaseRoute, Route, Router
+
+from parley.transport.asgi import AsgiApp, Receive, Scope, Send, ServedPipeline
 
 
 class FrontDoor:
     """The one ASGI application: recordings' HTTP routes, else the streams' endpoint."""
 
-    def __init__(self, service: Service):
+    def __init__(self, service: ServedPipeline, file_routes: Sequence[BaseRoute] | None):
         self._streams = AsgiApp(service)
-        self._files = (
-            Router(routes=service.file_routes.routes()) if service.file_routes is not None else None
-        )
+        self._files = Router(routes=list(file_routes)) if file_routes is not None else None
         self._file_paths = (
             frozenset(route.path for route in self._files.routes if isinstance(route, Route))
             if self._files is not None

@@ -8,19 +8,18 @@ from tqdm import tqdm
 
 from parley.config import Settings
 from parley.core.recording_speakers import SpeakerCount
+from parley.loading import load_asr, load_diarization
 from parley.runtime.files import FileRequest
 from parley.runtime.media import decode_file
 from parley.runtime.threads import in_passing_thread
+from parley.service import file_jobs
+from parley.transport.file_answers import rendered
 
 
 async def transcribe_locally(
     settings: Settings, sources: list[str], fmt: str, language: str | None, num_speakers: int | None
 ) -> list[str]:
     """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file."""
-    from parley.app import load_asr, load_diarization
-    from parley.service import file_jobs
-    from parley.transport.file_answers import rendered
-
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
     if fmt == "rttm" and diarization is None:

@@ -1,4 +1,5 @@
-"""The pipeline (service.py) as an ASGI application: how a Ray Serve replica serves it.
+"""A served pipeline as an ASGI application: what uvicorn (``parley serve``, and each Ray
+Serve replica) runs under the front door for everything but recordings.
 
 A thin adapter, not a second server: HTTP requests get the same answers as on
 ``parley serve`` (probes, metrics, the browser page, 404s); a WebSocket becomes a
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from http import HTTPStatus
+from typing import Protocol
 
 from starlette.types import Receive, Scope, Send
 from websockets.datastructures import Headers
@@ -20,7 +22,7 @@ from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK
 from websockets.frames import Close
 from websockets.http11 import Request, Response
 
-from parley.service import Service
+from parley.transport.connection import Connection
 from parley.transport.http import json_response
 
 # Client messages read ahead of the endpoint: enough to keep the proxy's hop busy,
@@ -29,6 +31,32 @@ from parley.transport.http import json_response
 INBOX_MESSAGES = 16
 INBOX_BYTES = 1024 * 1024  # 32 s of 16 kHz PCM16; one message more than this is let in
 HTTP_RESPONSE_EXTENSION = "websocket.http.response"
+
+
+class Subprotocols(Protocol):
+    """What picks a WebSocket's subprotocol (the streaming endpoint: by path)."""
+
+    def subprotocol(self, request: Request, offered: list[str]) -> str | None:
+        """The subprotocol to accept with, of those the client offered."""
+        ...
+
+
+class ServedPipeline(Protocol):
+    """What an ASGI adapter needs of the pipeline it serves (service.Service is one):
+    HTTP answers, the endpoint's subprotocols, and WebSocket connections."""
+
+    def route(self, connection: object, request: Request) -> Response | None:
+        """process_request-shaped: the HTTP answer, or None to let a WebSocket through."""
+        ...
+
+    @property
+    def endpoint(self) -> Subprotocols:
+        """The streaming endpoint, asked which subprotocol a handshake gets."""
+        ...
+
+    async def handle(self, connection: Connection) -> None:
+        """Serve one accepted WebSocket until it closes."""
+        ...
 
 
 def request_of(scope: Scope) -> Request:
@@ -131,7 +159,7 @@ class AsgiApp:
     """ASGI's three kinds of scope: lifespan (nothing to do: the replica starts and
     stops the service), HTTP and WebSocket."""
 
-    def __init__(self, service: Service):
+    def __init__(self, service: ServedPipeline):
         self._service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

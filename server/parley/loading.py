@@ -1,0 +1,113 @@
+"""What a pipeline is given, read from the settings: the loaded models (ASR and, when on,
+diarization) and the access policy (API keys, origins). ``parley serve``, each cluster
+replica and ``parley transcribe`` all load through here."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from parley.config import Settings
+from parley.runtime.diarization import DiarizationWorker
+from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.streams import AsrService
+from parley.transport.admission import Access
+from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
+
+log = logging.getLogger(__name__)
+
+
+def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
+    """Load the engine (slow, blocking: call it off the event loop)."""
+    from parley.models.bundle import resolve_model
+    from parley.models.device import plan_device, set_threads
+    from parley.models.whisper_engine import WhisperEngine
+
+    plan = plan_device(settings.asr.device)
+    asr = settings.asr
+    source = resolve_model(asr.model, settings.models_dir)
+    assistant = resolve_model(asr.assistant, settings.models_dir) if asr.assistant else None
+    log.info(
+        "loading %s from %s on %s%s",
+        asr.model,
+        source,
+        plan.description,
+        f", assistant {asr.assistant}" if assistant else "",
+    )
+    engine = WhisperEngine(
+        source,
+        asr.model,
+        plan,
+        assistant_source=assistant,
+        assistant_label=asr.assistant,
+        assistant_languages=frozenset(asr.assistant_languages) if asr.assistant_languages else None,
+        max_draft=asr.max_draft,
+        max_rows=asr.max_batch,
+        cuda_graphs=asr.cuda_graphs,
+    )
+    threads = asr_threads(settings)
+    scheduler = AsrScheduler(
+        engine,
+        asr.queue_size,
+        target_busy=asr.target_busy,
+        on_thread_start=lambda: set_threads(threads),
+    )
+    return scheduler, AsrService(scheduler, settings.asr.model)
+
+
+def asr_threads(settings: Settings) -> int | None:
+    """The ASR thread's torch threads: as configured; else, with diarization on, the cores
+    its thread leaves free, because two model threads busy on the same cores slow each
+    other down (4 diarized streams here: final latency p50 3.0 s with the ASR on both
+    cores, 1.2 s with it on one); else torch's default (None)."""
+    from parley.models.device import DEFAULT_THREADS
+
+    if settings.asr.threads or not settings.diarization.enabled:
+        return settings.asr.threads
+    return max(1, DEFAULT_THREADS - settings.diarization.threads)
+
+
+def load_diarization(settings: Settings):
+    """The diarization worker, or None when it is off (then pyannote is never imported)."""
+    if not settings.diarization.enabled:
+        return None
+    from parley.models.device import plan_device, set_threads
+    from parley.models.speaker_models import load_speaker_models
+
+    d = settings.diarization
+    plan = plan_device(settings.asr.device)
+    log.info("loading diarization models (%s) on %s", d.source, plan.description)
+    models = load_speaker_models(d.source, settings.models_dir, plan.device)
+    return DiarizationWorker(
+        models,
+        d.to_config(),
+        capacity=2 * settings.server.max_sessions,
+        on_thread_start=lambda: set_threads(d.threads),
+    )
+
+
+def access_of(settings: Settings) -> Access:
+    """The API keys (PARLEY_TOKEN, the key file, PARLEY_API_KEYS) and allowed origins;
+    ValueError on a malformed key file or a name given twice."""
+    named: dict[str, str] = {}
+    sources = [
+        {"token": settings.token.get_secret_value()} if settings.token else {},
+        read_key_file(settings.api_keys_file) if settings.api_keys_file else {},
+        {n: v.get_secret_value() for n, v in settings.api_keys.items()},
+    ]
+    for source in sources:
+        for name, value in source.items():
+            if name in named:
+                raise ValueError(f"API key name {name!r} is given twice")
+            named[name] = value
+    return Access(ApiKeys.of(named), OriginPolicy.of(settings.server.allowed_origins))
+
+
+def secrets_of(access: Access, settings: Settings) -> list[str]:
+    """Every secret the process knows, for the log filter that redacts them."""
+    others = (settings.webhooks.secret, settings.twilio.auth_token)
+    return [
+        *access.keys.values,
+        os.environ.get("HF_TOKEN", ""),
+        *(secret.get_secret_value() for secret in others if secret is not None),
+    ]
