@@ -8,14 +8,11 @@ bounded outbox, and the reader awaits them in turn.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -42,16 +39,14 @@ from parley.protocol.messages import (
     StreamConfig,
     Word,
 )
-from parley.protocol.recast import shifted, with_speaker
 from parley.runtime.decode_hints import DecodeHints
 from parley.runtime.decoding import StreamDecoding
 from parley.runtime.marks import Mark, MarkPayload
 from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.session_outbox import SessionOutbox
 from parley.runtime.speaker_track import SpeakerTrack
 
 log = logging.getLogger(__name__)
-OUTBOX_SIZE = 256
-ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept, to time finals by
 
 
 @dataclass(frozen=True)
@@ -69,26 +64,6 @@ class SessionOptions:
     # Told the seconds of stream audio each final settles (up to its end, the silence
     # before it included, and the rest at the end); admission measures cost by it.
     audio_settled: Callable[[float], None] | None = None
-
-
-@dataclass
-class _Decode:
-    """An outbox entry whose message exists once the worker is done."""
-
-    future: concurrent.futures.Future
-    to_message: Callable[[Any], ServerMessage]  # the future's result → its message
-    segment_id: int
-    is_final: bool
-
-
-@dataclass
-class _DiarizationStep:
-    """An outbox entry: a diarization step whose snapshot may revise earlier speakers."""
-
-    future: concurrent.futures.Future
-
-
-_END = object()
 
 
 class Session:
@@ -121,20 +96,17 @@ class Session:
         self._decoder = AudioDecoder(config)
         self._vad = VadSegmenter(options.vad)
         self._heard_audio = False
-        self._outbox: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
+        self._outbox = SessionOutbox(
+            speakers, speaker, offset_s, options.final_latency, options.audio_settled
+        )
         self._partial: concurrent.futures.Future | None = None
         self._hints = DecodeHints(options.hypothesis_drafts, options.context_tokens)
         self._partial_end = 0.0  # stream time covered by the last partial asked for
         self._wants_partials = False  # counted by the worker while a segment is open
         self._segments = 0
         self._quiet_since: float | None = None  # end of the last segment, while no speech is open
-        self._unsent_ends: deque[float] = deque()  # ends of closed segments whose final is due
         self.last_audio_at = time.monotonic()  # when audio last came (for merging tracks)
         self._ended = False
-        self._diarization_failed = False
-        self._settled_to = 0.0  # stream time up to which finals have been sent
-        # (stream time at the end of an audio message, monotonic time it arrived)
-        self._arrivals: deque[tuple[float, float]] = deque(maxlen=ARRIVALS_KEPT)
 
     # ------------------------------------------------------------------ input
 
@@ -143,14 +115,20 @@ class Session:
         return self._vad.stream_time
 
     @property
+    def counted_streams(self) -> int:
+        """What the connection counts for in the live load: one stream."""
+        return 1
+
+    @property
     def decoding(self) -> bool:
         """Whether a closed segment's final is still to be sent."""
-        return bool(self._unsent_ends)
+        return bool(self._outbox.unsent_ends)
 
     def settled_until(self) -> float:
         """The time (in message time) before which this stream has no final left to send:
         the end of its oldest closed segment still decoding, else the audio received."""
-        until = self._unsent_ends[0] if self._unsent_ends else self.stream_time
+        unsent = self._outbox.unsent_ends
+        until = unsent[0] if unsent else self.stream_time
         return until + self._offset_s
 
     @property
@@ -199,10 +177,10 @@ class Session:
         self._check_open()
         self._heard_audio = True
         self.last_audio_at = time.monotonic()
-        self._arrivals.append((self.stream_time + len(samples) / SAMPLE_RATE, time.monotonic()))
+        self._outbox.arrived(self.stream_time + len(samples) / SAMPLE_RATE)
         if self._speakers is not None:  # first, so a final closed by this audio is labelled
             for step in await self._speakers.push(samples):  # from windows that include it
-                await self._outbox.put(_DiarizationStep(step))
+                await self._outbox.put_speakers(step)
         for event in self._vad.push(samples):
             await self._on_event(event)
         await self._end_at_turn_change()
@@ -219,7 +197,7 @@ class Session:
         self.last_audio_at = time.monotonic()
         for event in self._vad.push_silence(samples):
             await self._on_event(event)
-        self._arrivals.append((self.stream_time, time.monotonic()))
+        self._outbox.arrived(self.stream_time)
 
     async def _end_at_turn_change(self) -> None:
         """With speakers, a segment ends where a settled turn passes to another speaker."""
@@ -244,12 +222,12 @@ class Session:
         for event in self._vad.flush(CloseReason.END_OF_STREAM):
             await self._on_event(event)
         if self._speakers is not None:
-            await self._outbox.put(_DiarizationStep(await self._speakers.finish()))
+            await self._outbox.put_speakers(await self._speakers.finish())
         self._ended = True
         await self._outbox.put(
             SessionEnded(audio_duration=self.stream_time, segments=self._segments, reason=reason)
         )
-        await self._outbox.put(_END)
+        await self._outbox.end()
 
     async def report(self, error: Error) -> None:
         """A non-fatal error, sent in stream order with the results."""
@@ -265,10 +243,7 @@ class Session:
         self._stop_wanting_partials()
         if self._partial is not None:
             self._partial.cancel()
-        while not self._outbox.empty():
-            item = self._outbox.get_nowait()
-            if isinstance(item, (_Decode, _DiarizationStep)):
-                item.future.cancel()
+        self._outbox.cancel()
 
     def _decoding_of(self, config: StreamConfig) -> StreamDecoding:
         try:
@@ -280,99 +255,10 @@ class Session:
         if self._ended:
             raise RuntimeError("the session has ended")
 
-    # ------------------------------------------------------------------ output
-
-    async def messages(self) -> AsyncIterator[ServerMessage | Mark]:
+    def messages(self) -> AsyncIterator[ServerMessage | Mark]:
         """Server messages (and marks) in stream order, until (and including)
         ``session_ended``."""
-        async for message in self._in_stream_time():
-            yield shifted(message, self._offset_s) if self._offset_s else message
-
-    async def _in_stream_time(self) -> AsyncIterator[ServerMessage | Mark]:
-        while True:
-            item = await self._outbox.get()
-            if item is _END:
-                return
-            if isinstance(item, _DiarizationStep):
-                for update in await self._speaker_updates(item):
-                    yield update
-                continue
-            if not isinstance(item, _Decode):
-                if isinstance(item, SessionEnded):
-                    self._settle(item.audio_duration)
-                yield item
-                continue
-            try:
-                result = await asyncio.wrap_future(item.future)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # our reader is being cancelled, not just this decode
-                continue  # a partial overtaken by its final
-            except Exception as exc:
-                if item.is_final:
-                    self._final_sent()
-                    yield Error(
-                        ErrorCode.TRANSCRIPTION_FAILED,
-                        f"segment {item.segment_id} could not be transcribed: {exc}",
-                        segment_id=item.segment_id,
-                    )
-                continue
-            message = self._with_speakers(item.to_message(result))
-            if isinstance(message, Final):
-                self._final_sent()
-                self._time_final(message)
-            yield message
-
-    def _final_sent(self) -> None:
-        if self._unsent_ends:
-            self._settle(self._unsent_ends.popleft())
-
-    def _settle(self, until: float) -> None:
-        if self._options.audio_settled is not None and until > self._settled_to:
-            self._options.audio_settled(until - self._settled_to)
-        self._settled_to = max(self._settled_to, until)
-
-    def _time_final(self, final: Final) -> None:
-        if self._options.final_latency is None:
-            return
-        for stream_time, arrived in self._arrivals:
-            if stream_time >= final.end - 1e-6:
-                self._options.final_latency(time.monotonic() - arrived)
-                return
-
-    def _with_speakers(self, message: ServerMessage) -> ServerMessage:
-        if self._speaker is not None:
-            return with_speaker(message, self._speaker)
-        if self._speakers is None:
-            return message
-        if isinstance(message, Final):
-            return self._speakers.label_final(message)
-        if isinstance(message, Partial):
-            return self._speakers.label_partial(message)
-        return message
-
-    async def _speaker_updates(self, step: _DiarizationStep) -> list[ServerMessage]:
-        assert self._speakers is not None
-        try:
-            snapshot = await asyncio.wrap_future(step.future)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            return []
-        except Exception as exc:
-            if self._diarization_failed:
-                return []
-            self._diarization_failed = True  # told once; the transcript goes on
-            return [
-                Error(
-                    ErrorCode.DIARIZATION_FAILED,
-                    f"speaker labels stopped: a diarization step failed ({exc}); "
-                    "transcription goes on, later speakers may be missing or stale",
-                )
-            ]
-        return list(self._speakers.apply(snapshot))
+        return self._outbox.messages()
 
     # ------------------------------------------------------------------ internals
 
@@ -398,11 +284,11 @@ class Session:
             self._worker.want_partials(-1)
 
     async def _submit_final(self, segment: SegmentClosed) -> None:
-        self._unsent_ends.append(segment.end)  # first: the submit below may wait
+        self._outbox.unsent_ends.append(segment.end)  # first: the submit below may wait
         if self._speakers is not None:
             step = await self._speakers.catch_up()
             if step is not None:
-                await self._outbox.put(_DiarizationStep(step))
+                await self._outbox.put_speakers(step)
         draft = self._hints.draft_for(segment.segment_id)
         if self._partial is not None:
             self._partial.cancel()  # queued or mid-decode: it leaves at the next step
@@ -435,7 +321,7 @@ class Session:
                 **decoding.language_fields(result),
             )
 
-        await self._outbox.put(_Decode(future, to_final, segment.segment_id, is_final=True))
+        await self._outbox.put_decode(future, to_final, segment.segment_id, is_final=True)
 
     async def _maybe_partial(self) -> None:
         if not self.config.partials:
@@ -471,4 +357,4 @@ class Session:
                 language=result.language,
             )
 
-        await self._outbox.put(_Decode(future, to_partial, segment.segment_id, is_final=False))
+        await self._outbox.put_decode(future, to_partial, segment.segment_id, is_final=False)

@@ -88,6 +88,11 @@ class SessionGroup:
     def tracks(self) -> dict[str, Session]:
         return dict(self._tracks)
 
+    @property
+    def counted_streams(self) -> int:
+        """What the connection counts for in the live load: a stream per track."""
+        return max(1, len(self._tracks))
+
     def track(
         self, name: str, config: StreamConfig, speaker: str, offset_s: float = 0.0
     ) -> Session:

@@ -6,20 +6,54 @@ which so never constructs a ``Session``, a ``SessionGroup`` or a ``SpeakerTrack`
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
+from parley.protocol.messages import EndReason, Error, ServerMessage
 from parley.protocol.stream_config import StreamConfig
 from parley.runtime.diarization import DiarizationWorker
+from parley.runtime.marks import Mark
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Session, SessionOptions
 from parley.runtime.session_group import SessionGroup
 from parley.runtime.speaker_track import SpeakerTrack
 
-# What a wire drives: one session, or one per track of the connection (a meeting's
-# participants, a phone call's two directions).
-Stream = Session | SessionGroup
+
+class Stream(Protocol):
+    """What the endpoint serves, whichever a wire drives: one ``Session``, or a
+    ``SessionGroup`` with one per track of the connection (a meeting's participants, a
+    phone call's two directions)."""
+
+    @property
+    def config(self) -> StreamConfig:
+        """The connection's settings (a group's tracks may each differ)."""
+        ...
+
+    @property
+    def stream_time(self) -> float:
+        """Audio received, in seconds."""
+        ...
+
+    @property
+    def counted_streams(self) -> int:
+        """What the connection counts for in the live load."""
+        ...
+
+    async def report(self, error: Error) -> None:
+        """A non-fatal error, sent in stream order with the results."""
+
+    async def end(self, reason: EndReason = EndReason.END_OF_STREAM) -> None:
+        """Finalize what was received, then ``session_ended`` for ``reason``."""
+
+    def close(self) -> None:
+        """Release the stream's work (the connection is done with)."""
+
+    def messages(self) -> AsyncIterator[ServerMessage | Mark]:
+        """Server messages (and marks) in stream order, until ``session_ended``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -53,21 +87,27 @@ class StreamFactory:
     options: SessionOptions
     diarization: DiarizationWorker | None = None
 
-    def __call__(self, config: StreamConfig, vad: VadConfig | None, tracks: bool) -> Stream:
-        """One session (labelled by the diarization worker when ``config`` asks for speakers
-        and the server has one), or, for ``tracks``, a group that makes one per track;
-        ``vad``: the connection's own turn detection, None for the server's."""
-        options = self.options if vad is None else replace(self.options, vad=vad)
-        if tracks:
-            return SessionGroup(
-                config,
-                lambda track_config, speaker, offset_s: Session(
-                    track_config, self.worker, options, speaker=speaker, offset_s=offset_s
-                ),
-            )
+    def tracks(self, config: StreamConfig, vad: VadConfig | None) -> SessionGroup:
+        """A group that makes one session per track; ``vad``: the connection's own turn
+        detection, None for the server's."""
+        options = self._options(vad)
+        return SessionGroup(
+            config,
+            lambda track_config, speaker, offset_s: Session(
+                track_config, self.worker, options, speaker=speaker, offset_s=offset_s
+            ),
+        )
+
+    def single(self, config: StreamConfig, vad: VadConfig | None) -> Session:
+        """One session, labelled by the diarization worker when ``config`` asks for
+        speakers and the server has one; ``vad`` as for ``tracks``."""
+        options = self._options(vad)
         speakers = (
             SpeakerTrack(self.diarization)
             if config.diarization and self.diarization is not None
             else None
         )
         return Session(config, self.worker, options, speakers)
+
+    def _options(self, vad: VadConfig | None) -> SessionOptions:
+        return self.options if vad is None else replace(self.options, vad=vad)

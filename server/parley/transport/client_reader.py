@@ -51,7 +51,7 @@ class ClientReader:
                 )
             heard = session.stream_time
             try:
-                ends = await translator.receive(message, session)
+                ends = await translator.receive(message)
             except ProtocolError as exc:
                 await session.report(Error(exc.code, exc.message))
                 continue

@@ -38,6 +38,7 @@ from parley.protocol.messages import (
 from parley.protocol.stream_config import bool_param
 from parley.runtime.marks import Mark, Reply
 from parley.runtime.session import Session
+from parley.runtime.streams import StreamFactory
 from parley.transport.deepgram_query import (
     ENCODINGS,
     ListenOptions,
@@ -45,7 +46,7 @@ from parley.transport.deepgram_query import (
     listen_language,
     whole_param,
 )
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup, Stream
+from parley.transport.dialect import MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
@@ -65,7 +66,6 @@ class DeepgramDialect(KeyOffered):
     """Deepgram's live API on ``/v1/listen`` (protocol.md section 9)."""
 
     path = LISTEN_PATH
-    refuses_at_handshake = True  # Deepgram's SDKs expect an HTTP 401 for a bad key
     resumable = False
 
     def __init__(self, vad: VadConfig):
@@ -83,7 +83,7 @@ class DeepgramDialect(KeyOffered):
     def subprotocol(self, offered: list[str]) -> str | None:
         return offered[0] if offered and offered[0].lower() in ("token", "bearer") else None
 
-    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[ListenOptions]:
         raw_encoding = params.get("encoding")
         if raw_encoding is None:
             raise ProtocolError(
@@ -118,7 +118,7 @@ class DeepgramDialect(KeyOffered):
         config = StreamConfig.from_query(native)
         # Deepgram's callback: results also POSTed there (Parley signs them as webhooks).
         return Setup(
-            config, self._vad_of(params), self.options(params), webhook_url=params.get("callback")
+            config, self._vad_of(params), params.get("callback"), options=self.options(params)
         )
 
     def _vad_of(self, params: Mapping[str, str]) -> VadConfig | None:
@@ -152,6 +152,7 @@ class DeepgramDialect(KeyOffered):
         )
 
     def refusal(self, error: Error) -> Response:
+        """Refused at the handshake: Deepgram's SDKs expect an HTTP 401 for a bad key."""
         status = _HTTP_STATUS.get(error.code, HTTPStatus.BAD_REQUEST)
         response = json_response(
             status,
@@ -167,9 +168,10 @@ class DeepgramDialect(KeyOffered):
     def error(self, error: Error) -> str:
         return json.dumps(_error_message(error))
 
-    def translator(self, opened: Opened) -> DeepgramTranslator:
-        assert isinstance(opened.setup.options, ListenOptions)
-        return DeepgramTranslator(opened, opened.setup.options)
+    def translator(
+        self, opened: Opened[ListenOptions], streams: StreamFactory
+    ) -> DeepgramTranslator:
+        return DeepgramTranslator(opened, streams.single(opened.setup.config, opened.setup.vad))
 
 
 def _error_message(error: Error) -> dict:
@@ -192,9 +194,10 @@ _UTTERANCE_END_DUE = Reply("utterance_end")
 class DeepgramTranslator:
     """One Deepgram connection: its messages to and from a Parley session."""
 
-    def __init__(self, opened: Opened, options: ListenOptions):
+    def __init__(self, opened: Opened[ListenOptions], session: Session):
         self._opened = opened
-        self._options = options
+        self._session = session
+        self._options = opened.setup.options
         self._request_id = str(uuid.UUID(hex=opened.session_id))
         self._created = datetime.now(UTC).isoformat(timespec="milliseconds")
         self._model_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"parley:{opened.model}"))
@@ -206,8 +209,12 @@ class DeepgramTranslator:
     def opening(self) -> list[str]:
         return []  # Deepgram says nothing until there are results
 
-    async def receive(self, message: str | bytes, session: Stream) -> bool:
-        assert isinstance(session, Session)  # this dialect's setup asks for one session
+    @property
+    def stream(self) -> Session:
+        return self._session
+
+    async def receive(self, message: str | bytes) -> bool:
+        session = self._session
         if isinstance(message, bytes):
             if not message:
                 return True  # Deepgram's older way to say CloseStream

@@ -8,15 +8,18 @@ the endpoint's, the same for every dialect (transport/ws_server.py, session_loop
 and client_reader.py).
 
 A ``Dialect`` is shared by all connections on its path and holds no per-connection
-state; ``Dialect.translator`` makes a ``Translator`` for one connection.
+state; ``Dialect.translator`` makes a ``Translator`` for one connection, over the kind
+of stream its wire drives (one ``Session``, or a ``SessionGroup`` of tracks), which it
+builds with the endpoint's ``StreamFactory``: each translator is typed by its kind.
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import KW_ONLY, dataclass
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import QueryParams
@@ -27,7 +30,7 @@ from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Error, ErrorCode, ProtocolError, ServerMessage, StreamConfig
 from parley.runtime.marks import Mark
-from parley.runtime.streams import Stream as Stream
+from parley.runtime.streams import Stream, StreamFactory
 from parley.transport.auth import ApiKeys
 
 ANONYMOUS = "anonymous"  # the key name of a session on a server without keys
@@ -67,12 +70,18 @@ def by_key(keys: ApiKeys, offered: str | None) -> str | None:
     return keys.identify(offered) if keys.required else ANONYMOUS
 
 
-class KeyOffered:
+class KeyOffered(ABC):
     """For dialects whose clients offer one of the server's API keys: ``identify`` by the
     key their ``offered_key`` finds."""
 
+    @staticmethod
+    @abstractmethod
+    def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
+        """The key the client offers, wherever this wire carries it; None: none."""
+
     def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
-        return by_key(keys, self.offered_key(params, request.headers))  # type: ignore[attr-defined]
+        """The name of the key the client is admitted by (or ANONYMOUS, or None)."""
+        return by_key(keys, self.offered_key(params, request.headers))
 
 
 def json_event(message: str | bytes, kinds: tuple[str, ...], wrong: str) -> dict:
@@ -92,23 +101,27 @@ def json_event(message: str | bytes, kinds: tuple[str, ...], wrong: str) -> dict
     return data
 
 
+# A dialect's own settings, read at the handshake for its translator (None for most).
+Options = TypeVar("Options")
+
+
 @dataclass(frozen=True)
-class Setup:
+class Setup(Generic[Options]):
     """A connection's settings as its dialect read them from the handshake."""
 
     config: StreamConfig
     vad: VadConfig | None = None  # None: the server's
-    options: object = None  # the dialect's own, for its translator
-    tracks: bool = False  # one session per track (a SessionGroup), not one session
     webhook_url: str | None = None  # the session's own webhook target, if it names one
+    _: KW_ONLY
+    options: Options  # the dialect's own, for its translator
 
 
 @dataclass(frozen=True)
-class Opened:
+class Opened(Generic[Options]):
     """What the endpoint tells a translator about the connection it serves."""
 
     session_id: str
-    setup: Setup
+    setup: Setup[Options]
     model: str
     limits: dict
     check_decoding: Callable[[Decoding], None]  # ValueError for what the model cannot do
@@ -118,12 +131,18 @@ class Opened:
 
 
 class Translator(Protocol):
-    """One connection's translation, both ways (per-connection state lives here)."""
+    """One connection's translation, both ways, over the stream it drives (per-connection
+    state lives here)."""
+
+    @property
+    def stream(self) -> Stream:
+        """The session, or group of track sessions, this connection drives."""
+        ...
 
     def opening(self) -> list[str]:
         """Messages sent once the connection is admitted, before any result."""
 
-    async def receive(self, message: str | bytes, session: Stream) -> bool:
+    async def receive(self, message: str | bytes) -> bool:
         """Act on one client message (feed audio, finalize, reconfigure, ...); True when
         the client asked to end the stream (the endpoint then ends the session).
         ProtocolError for a message it refuses: the endpoint reports it, non-fatal."""
@@ -132,14 +151,22 @@ class Translator(Protocol):
         """The dialect's messages for one session message (none, one or several)."""
 
 
-class Dialect(Protocol):
+@runtime_checkable
+class RefusesAtHandshake(Protocol):
+    """A dialect's optional capability: refusals before the session (bad key, full server,
+    bad settings) answer the handshake with an HTTP error, as this wire's vendor does.
+    A dialect without it refuses with an error message and a close after the handshake
+    (Parley's own rule, for browsers: protocol.md section 1)."""
+
+    def refusal(self, error: Error) -> Response:
+        """The HTTP answer refusing the handshake."""
+        ...
+
+
+class Dialect(Protocol[Options]):
     """A wire the endpoint speaks, shared by every connection on its path."""
 
     path: str
-    # Refusals before the session (bad key, full server, bad settings) answer the
-    # handshake with an HTTP error, as this wire's vendor does, rather than with a
-    # message and a close after it (Parley's own rule, for browsers).
-    refuses_at_handshake: bool
     # Whether a session outlives a dropped connection and may be resumed (section 6a).
     resumable: bool
 
@@ -147,16 +174,15 @@ class Dialect(Protocol):
         """The name of the key the client is admitted by (ANONYMOUS on a server without
         keys), or None: unauthorised."""
 
-    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[Options]:
         """The stream's settings; ProtocolError when they are not acceptable."""
 
     def subprotocol(self, offered: list[str]) -> str | None:
         """The WebSocket subprotocol to answer with, of those the client offered."""
 
-    def refusal(self, error: Error) -> Response:
-        """The HTTP answer refusing a handshake (used when ``refuses_at_handshake``)."""
-
     def error(self, error: Error) -> str:
         """The dialect's form of a fatal error, sent before the close."""
 
-    def translator(self, opened: Opened) -> Translator: ...
+    def translator(self, opened: Opened[Options], streams: StreamFactory) -> Translator:
+        """One admitted connection's translator, over a stream it builds with ``streams``."""
+        ...

@@ -19,8 +19,9 @@ from websockets.datastructures import Headers
 
 from parley.protocol.messages import ControlType, ErrorCode, ProtocolError, StreamConfig
 from parley.runtime.session_group import SessionGroup
-from parley.transport.dialect import Opened, Setup, Stream, json_event, json_object
-from parley.transport.native import NativeDialect, NativeTranslator
+from parley.runtime.streams import StreamFactory
+from parley.transport.dialect import Opened, Setup, json_event, json_object
+from parley.transport.native import NativeWire, ParleyKeysAndErrors
 from parley.transport.timed_track import TimedTrack
 
 MEETING_PATH = "/v1/meeting"
@@ -28,35 +29,40 @@ RECALL_AUDIO = "audio_separate_raw.data"
 RECALL_LEAVE = "participant_events.leave"
 
 
-class MeetingDialect(NativeDialect):
+class MeetingDialect(ParleyKeysAndErrors):
     """Parley's own wire (keys, refusals, results), one session per participant."""
 
     path = MEETING_PATH
     resumable = False  # a meeting bot's platform reconnects with tracks of its own
 
-    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[None]:
         config = StreamConfig.from_query(params)
         if config.diarization:
             raise ProtocolError(
                 ErrorCode.BAD_CONFIG,
                 "a meeting session labels each participant by name: diarization is not needed",
             )
-        return Setup(config, tracks=True, webhook_url=params.get("webhook_url"))
+        return Setup(config, webhook_url=params.get("webhook_url"), options=None)
 
-    def translator(self, opened: Opened) -> MeetingTranslator:
-        return MeetingTranslator(opened)
+    def translator(self, opened: Opened[None], streams: StreamFactory) -> MeetingTranslator:
+        return MeetingTranslator(opened, streams.tracks(opened.setup.config, opened.setup.vad))
 
 
-class MeetingTranslator(NativeTranslator):
+class MeetingTranslator(NativeWire):
     """session_started and results as on /v1/stream; participants' audio in."""
 
-    def __init__(self, opened: Opened):
+    def __init__(self, opened: Opened[None], group: SessionGroup):
         super().__init__(opened)
+        self._group = group
         self._tracks: dict[str, TimedTrack] = {}
         self._names: dict[str, str] = {}  # participant id → the speaker name shown
 
-    async def receive(self, message: str | bytes, session: Stream) -> bool:
-        assert isinstance(session, SessionGroup)  # this dialect's setup asks for tracks
+    @property
+    def stream(self) -> SessionGroup:
+        return self._group
+
+    async def receive(self, message: str | bytes) -> bool:
+        session = self._group
         data = json_event(
             message,
             ("type", "event"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from websockets.datastructures import Headers
-from websockets.http11 import Response
 
 from parley.protocol.messages import (
     STREAM_PATH,
@@ -20,7 +19,8 @@ from parley.protocol.messages import (
 )
 from parley.runtime.marks import Mark
 from parley.runtime.session import Session
-from parley.transport.dialect import KeyOffered, Opened, Setup, Stream
+from parley.runtime.streams import StreamFactory
+from parley.transport.dialect import KeyOffered, Opened, Setup
 
 
 def bearer_or_token(headers: Headers) -> str | None:
@@ -29,41 +29,44 @@ def bearer_or_token(headers: Headers) -> str | None:
     return credentials.strip() if scheme.lower() in ("bearer", "token") else None
 
 
-class NativeDialect(KeyOffered):
-    """Parley's own wire on ``/v1/stream`` (protocol.md sections 1 to 8)."""
-
-    path = STREAM_PATH
-    refuses_at_handshake = False  # browsers cannot read HTTP refusals: see protocol.md §1
-    resumable = True
+class ParleyKeysAndErrors(KeyOffered):
+    """Parley's own key (``?token=`` or ``Authorization``), no subprotocol, and its own
+    error message: shared by /v1/stream and /v1/meeting."""
 
     @staticmethod
     def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
         offered = params.get("token")
         return offered if offered is not None else bearer_or_token(headers)
 
-    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
-        return Setup(StreamConfig.from_query(params), webhook_url=params.get("webhook_url"))
-
     def subprotocol(self, offered: list[str]) -> str | None:
         return None
-
-    def refusal(self, error: Error) -> Response:
-        raise NotImplementedError(f"{self.path} refuses after the handshake")
 
     def error(self, error: Error) -> str:
         return encode(error)
 
-    def translator(self, opened: Opened) -> NativeTranslator:
-        return NativeTranslator(opened)
+
+class NativeDialect(ParleyKeysAndErrors):
+    """Parley's own wire on ``/v1/stream`` (protocol.md sections 1 to 8)."""
+
+    path = STREAM_PATH
+    resumable = True
+
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[None]:
+        return Setup(
+            StreamConfig.from_query(params), webhook_url=params.get("webhook_url"), options=None
+        )
+
+    def translator(self, opened: Opened[None], streams: StreamFactory) -> NativeTranslator:
+        return NativeTranslator(opened, streams.single(opened.setup.config, opened.setup.vad))
 
 
-class NativeTranslator:
-    """One native connection: its messages to and from its session."""
+class NativeWire:
+    """Parley's own messages out (session_started, results; numbered when resumable), for
+    a connection of one session or of tracks."""
 
-    def __init__(self, opened: Opened):
+    def __init__(self, opened: Opened[None]):
         self._opened = opened
         self._seq = 0  # of the last message out, on a resumable session
-        self._audio_bytes = 0  # audio received, for a resumed client to go on from
 
     def opening(self) -> list[str]:
         opened = self._opened
@@ -81,12 +84,33 @@ class NativeTranslator:
             )
         ]
 
+    def outbound(self, message: ServerMessage | Mark) -> list[str]:
+        if isinstance(message, Mark):
+            return []
+        if self._opened.resume_token is None:
+            return [encode(message)]
+        self._seq += 1  # numbered as the endpoint's SentLog numbers them
+        return [encode(message, seq=self._seq)]
+
+
+class NativeTranslator(NativeWire):
+    """One native connection: its messages to and from its session."""
+
+    def __init__(self, opened: Opened[None], session: Session):
+        super().__init__(opened)
+        self._session = session
+        self._audio_bytes = 0  # audio received, for a resumed client to go on from
+
+    @property
+    def stream(self) -> Session:
+        return self._session
+
     def resumed(self, last_seq: int) -> str:
         """The first message on a connection that resumed the session."""
         return encode(SessionResumed(self._opened.session_id, self._audio_bytes, last_seq))
 
-    async def receive(self, message: str | bytes, session: Stream) -> bool:
-        assert isinstance(session, Session)  # this dialect's setup asks for one session
+    async def receive(self, message: str | bytes) -> bool:
+        session = self._session
         if isinstance(message, bytes):
             self._audio_bytes += len(message)  # received, even if it proves malformed
             await session.feed(message)
@@ -95,11 +119,3 @@ class NativeTranslator:
         if kind is ControlType.FINALIZE:
             await session.finalize()
         return kind is ControlType.END_OF_STREAM
-
-    def outbound(self, message: ServerMessage | Mark) -> list[str]:
-        if isinstance(message, Mark):
-            return []
-        if self._opened.resume_token is None:
-            return [encode(message)]
-        self._seq += 1  # numbered as the endpoint's SentLog numbers them
-        return [encode(message, seq=self._seq)]

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from websockets.datastructures import Headers
-from websockets.http11 import Response
 
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (
@@ -36,7 +35,8 @@ from parley.protocol.messages import (
 )
 from parley.runtime.marks import Mark, Reply
 from parley.runtime.session import Session
-from parley.transport.dialect import KeyOffered, Opened, Setup, Stream, json_event
+from parley.runtime.streams import StreamFactory
+from parley.transport.dialect import KeyOffered, Opened, Setup, json_event
 from parley.transport.native import bearer_or_token
 from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
 
@@ -51,7 +51,6 @@ class OpenAIRealtimeDialect(KeyOffered):
     """OpenAI's realtime transcription sessions (protocol.md section 10)."""
 
     path = REALTIME_PATH
-    refuses_at_handshake = False  # as the native endpoint: an error event, then the close
     resumable = False
 
     def __init__(self, vad: VadConfig):
@@ -67,22 +66,20 @@ class OpenAIRealtimeDialect(KeyOffered):
     def subprotocol(self, offered: list[str]) -> str | None:
         return "realtime" if "realtime" in offered else None
 
-    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[None]:
         if params.get("intent") != "transcription":
             raise ProtocolError(
                 ErrorCode.BAD_CONFIG,
                 "Parley serves transcription sessions only: connect with ?intent=transcription",
             )
-        return Setup(DEFAULT_CONFIG, self._vad)
-
-    def refusal(self, error: Error) -> Response:
-        raise NotImplementedError("refusals are error events after the handshake")
+        return Setup(DEFAULT_CONFIG, self._vad, options=None)
 
     def error(self, error: Error) -> str:
         return json.dumps(_error_event(f"event_{uuid.uuid4().hex[:20]}", error))
 
-    def translator(self, opened: Opened) -> OpenAIRealtimeTranslator:
-        return OpenAIRealtimeTranslator(opened, self._vad)
+    def translator(self, opened: Opened[None], streams: StreamFactory) -> OpenAIRealtimeTranslator:
+        session = streams.single(opened.setup.config, opened.setup.vad)
+        return OpenAIRealtimeTranslator(opened, session, self._vad)
 
 
 def _error_event(event_id: str, error: Error, client_event: object = None) -> dict:
@@ -126,8 +123,9 @@ class _Item:
 class OpenAIRealtimeTranslator:
     """One OpenAI realtime connection: its events to and from a Parley session."""
 
-    def __init__(self, opened: Opened, vad: VadConfig):
+    def __init__(self, opened: Opened[None], session: Session, vad: VadConfig):
         self._opened = opened
+        self._session = session
         self._server_vad_defaults = vad
         self._session_id = f"sess_{opened.session_id[:24]}"
         self._events = itertools.count(1)
@@ -146,8 +144,12 @@ class OpenAIRealtimeTranslator:
     def opening(self) -> list[str]:
         return [self._send({"type": "session.created", "session": self._session_json()})]
 
-    async def receive(self, message: str | bytes, session: Stream) -> bool:
-        assert isinstance(session, Session)  # this dialect's setup asks for one session
+    @property
+    def stream(self) -> Session:
+        return self._session
+
+    async def receive(self, message: str | bytes) -> bool:
+        session = self._session
         event: dict = {}
         try:
             event = json_event(

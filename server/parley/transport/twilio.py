@@ -32,8 +32,9 @@ from parley.protocol.messages import (
 from parley.protocol.stream_config import DECODING_OPTIONS
 from parley.runtime.marks import Mark, WebhookEvent
 from parley.runtime.session_group import SessionGroup
+from parley.runtime.streams import StreamFactory
 from parley.transport.auth import ApiKeys
-from parley.transport.dialect import Opened, Setup, Stream, by_key, json_event, json_object
+from parley.transport.dialect import Opened, Setup, by_key, json_event, json_object
 from parley.transport.http import json_response
 from parley.transport.timed_track import TimedTrack
 
@@ -54,7 +55,6 @@ class TwilioDialect:
     """Twilio Media Streams on ``/v1/twilio`` (protocol.md section 11)."""
 
     path = TWILIO_PATH
-    refuses_at_handshake = True  # Twilio reads only the HTTP status of a refusal
     resumable = False
 
     def __init__(self, auth_token: str | None, public_url: str | None = None):
@@ -77,14 +77,15 @@ class TwilioDialect:
                 return TWILIO_KEY_NAME
         return None
 
-    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup:
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[None]:
         config = StreamConfig(encoding=Encoding.MULAW, sample_rate=8000, partials=False)
-        return Setup(config, tracks=True)
+        return Setup(config, options=None)
 
     def subprotocol(self, offered: list[str]) -> str | None:
         return None
 
     def refusal(self, error: Error) -> Response:
+        """Refused at the handshake: Twilio reads only the HTTP status of a refusal."""
         status = {
             ErrorCode.UNAUTHORIZED: HTTPStatus.FORBIDDEN,
             ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
@@ -96,15 +97,16 @@ class TwilioDialect:
     def error(self, error: Error) -> str:
         return json.dumps({"event": "error", "code": error.code.value, "message": error.message})
 
-    def translator(self, opened: Opened) -> TwilioTranslator:
-        return TwilioTranslator(opened)
+    def translator(self, opened: Opened[None], streams: StreamFactory) -> TwilioTranslator:
+        return TwilioTranslator(opened, streams.tracks(opened.setup.config, opened.setup.vad))
 
 
 class TwilioTranslator:
     """One call: each direction a session, results to the webhooks."""
 
-    def __init__(self, opened: Opened):
+    def __init__(self, opened: Opened[None], group: SessionGroup):
         self._opened = opened
+        self._group = group
         self._config = opened.setup.config
         self._speakers = dict(TRACK_SPEAKERS)
         self._tracks: dict[str, TimedTrack] = {}
@@ -113,8 +115,12 @@ class TwilioTranslator:
     def opening(self) -> list[str]:
         return []  # Twilio reads nothing on this socket
 
-    async def receive(self, message: str | bytes, session: Stream) -> bool:
-        assert isinstance(session, SessionGroup)  # this dialect's setup asks for tracks
+    @property
+    def stream(self) -> SessionGroup:
+        return self._group
+
+    async def receive(self, message: str | bytes) -> bool:
+        session = self._group
         event = json_event(
             message, ("event",), 'Twilio sends JSON text objects with a string "event"'
         )

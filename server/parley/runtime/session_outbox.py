@@ -1,0 +1,201 @@
+"""A session's messages in stream order: one bounded outbox of messages, decodes not yet
+done and diarization steps, read in turn. Finals get their speakers and are timed (the
+latency a client sees) as they go out; a stream with an offset is told in its time."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from parley.protocol.messages import (
+    Error,
+    ErrorCode,
+    Final,
+    Partial,
+    ServerMessage,
+    SessionEnded,
+)
+from parley.protocol.recast import shifted, with_speaker
+from parley.runtime.marks import Mark
+from parley.runtime.speaker_track import SpeakerTrack
+
+OUTBOX_SIZE = 256
+ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept, to time finals by
+
+
+@dataclass
+class _Decode:
+    """An outbox entry whose message exists once the worker is done."""
+
+    future: concurrent.futures.Future
+    to_message: Callable[[Any], ServerMessage]  # the future's result → its message
+    segment_id: int
+    is_final: bool
+
+
+@dataclass
+class _DiarizationStep:
+    """An outbox entry: a diarization step whose snapshot may revise earlier speakers."""
+
+    future: concurrent.futures.Future
+
+
+_END = object()
+
+
+class SessionOutbox:
+    """What one session has queued for its client, and the bookkeeping of finals due."""
+
+    def __init__(
+        self,
+        speakers: SpeakerTrack | None,
+        speaker: str | None,
+        offset_s: float,
+        final_latency: Callable[[float], None] | None,
+        audio_settled: Callable[[float], None] | None,
+    ):
+        self._queue: asyncio.Queue = asyncio.Queue(OUTBOX_SIZE)
+        self._speakers = speakers
+        self._speaker = speaker
+        self._offset_s = offset_s
+        self._final_latency = final_latency
+        self._audio_settled = audio_settled
+        self.unsent_ends: deque[float] = deque()  # ends of closed segments whose final is due
+        self._settled_to = 0.0  # stream time up to which finals have been sent
+        self._diarization_failed = False
+        # (stream time at the end of an audio message, monotonic time it arrived)
+        self._arrivals: deque[tuple[float, float]] = deque(maxlen=ARRIVALS_KEPT)
+
+    # ------------------------------------------------------------------ in
+
+    def arrived(self, stream_time: float) -> None:
+        """Audio up to ``stream_time`` arrived now (finals are timed from it)."""
+        self._arrivals.append((stream_time, time.monotonic()))
+
+    async def put(self, message: ServerMessage | Mark) -> None:
+        """A message, sent as it is (waits while the outbox is full)."""
+        await self._queue.put(message)
+
+    async def put_decode(
+        self,
+        future: concurrent.futures.Future,
+        to_message: Callable[[Any], ServerMessage],
+        segment_id: int,
+        is_final: bool,
+    ) -> None:
+        """A decode's message, sent once its future is done (``to_message`` of its result)."""
+        await self._queue.put(_Decode(future, to_message, segment_id, is_final))
+
+    async def put_speakers(self, step: concurrent.futures.Future) -> None:
+        """A diarization step, whose snapshot may revise earlier speakers."""
+        await self._queue.put(_DiarizationStep(step))
+
+    async def end(self) -> None:
+        """Nothing follows: ``messages()`` ends after what is queued."""
+        await self._queue.put(_END)
+
+    def cancel(self) -> None:
+        """The client is gone: drop what is queued and cancel its unfinished work."""
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if isinstance(item, (_Decode, _DiarizationStep)):
+                item.future.cancel()
+
+    # ------------------------------------------------------------------ out
+
+    async def messages(self) -> AsyncIterator[ServerMessage | Mark]:
+        """Server messages (and marks) in stream order, until (and including)
+        ``session_ended``."""
+        async for message in self._in_stream_time():
+            yield shifted(message, self._offset_s) if self._offset_s else message
+
+    async def _in_stream_time(self) -> AsyncIterator[ServerMessage | Mark]:
+        while True:
+            item = await self._queue.get()
+            if item is _END:
+                return
+            if isinstance(item, _DiarizationStep):
+                for update in await self._speaker_updates(item):
+                    yield update
+                continue
+            if not isinstance(item, _Decode):
+                if isinstance(item, SessionEnded):
+                    self._settle(item.audio_duration)
+                yield item
+                continue
+            try:
+                result = await asyncio.wrap_future(item.future)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # our reader is being cancelled, not just this decode
+                continue  # a partial overtaken by its final
+            except Exception as exc:
+                if item.is_final:
+                    self._final_sent()
+                    yield Error(
+                        ErrorCode.TRANSCRIPTION_FAILED,
+                        f"segment {item.segment_id} could not be transcribed: {exc}",
+                        segment_id=item.segment_id,
+                    )
+                continue
+            message = self._with_speakers(item.to_message(result))
+            if isinstance(message, Final):
+                self._final_sent()
+                self._time_final(message)
+            yield message
+
+    def _final_sent(self) -> None:
+        if self.unsent_ends:
+            self._settle(self.unsent_ends.popleft())
+
+    def _settle(self, until: float) -> None:
+        if self._audio_settled is not None and until > self._settled_to:
+            self._audio_settled(until - self._settled_to)
+        self._settled_to = max(self._settled_to, until)
+
+    def _time_final(self, final: Final) -> None:
+        if self._final_latency is None:
+            return
+        for stream_time, arrived in self._arrivals:
+            if stream_time >= final.end - 1e-6:
+                self._final_latency(time.monotonic() - arrived)
+                return
+
+    def _with_speakers(self, message: ServerMessage) -> ServerMessage:
+        if self._speaker is not None:
+            return with_speaker(message, self._speaker)
+        if self._speakers is None:
+            return message
+        if isinstance(message, Final):
+            return self._speakers.label_final(message)
+        if isinstance(message, Partial):
+            return self._speakers.label_partial(message)
+        return message
+
+    async def _speaker_updates(self, step: _DiarizationStep) -> list[ServerMessage]:
+        assert self._speakers is not None
+        try:
+            snapshot = await asyncio.wrap_future(step.future)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return []
+        except Exception as exc:
+            if self._diarization_failed:
+                return []
+            self._diarization_failed = True  # told once; the transcript goes on
+            return [
+                Error(
+                    ErrorCode.DIARIZATION_FAILED,
+                    f"speaker labels stopped: a diarization step failed ({exc}); "
+                    "transcription goes on, later speakers may be missing or stale",
+                )
+            ]
+        return list(self._speakers.apply(snapshot))
