@@ -24,7 +24,8 @@ from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, Partial, StreamConfig
 from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session, SessionOptions
+from parley.runtime.session import Session
+from parley.runtime.session_options import SessionOptions
 
 CHUNK_S = 0.1
 

@@ -96,7 +96,8 @@ async def test_an_hour_gap_in_a_timed_track_costs_under_10_ms():
     from parley.core.vad import VadConfig
     from parley.protocol.messages import StreamConfig
     from parley.runtime.scheduler import AsrScheduler
-    from parley.runtime.session import Session, SessionOptions
+    from parley.runtime.session import Session
+    from parley.runtime.session_options import SessionOptions
     from parley.transport.timed_track import TimedTrack
 
     worker = AsrScheduler(FakeEngine(), capacity=8)

@@ -19,7 +19,8 @@ from parley.protocol.messages import (
     StreamConfig,
 )
 from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session, SessionOptions
+from parley.runtime.session import Session
+from parley.runtime.session_options import SessionOptions
 
 
 @pytest.fixture

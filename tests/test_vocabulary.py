@@ -24,7 +24,8 @@ from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, StreamConfig
 from parley.runtime.decoding import StreamDecoding
 from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session, SessionOptions
+from parley.runtime.session import Session
+from parley.runtime.session_options import SessionOptions
 from test_compat import deepgram_session
 from test_webhooks import SECRET, Receiver
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parley.core.asr import MAX_DRAFT, MAX_ROWS
+from parley.core.audio import MAX_SEGMENT_S
 from parley.core.policy import PARTIAL_INTERVAL_S, PartialPacing
 from parley.core.speakers import ClusteringConfig
 from parley.core.stream_diarizer import DiarizationConfig
@@ -53,7 +54,7 @@ class VadSettings(BaseModel):
     speech_pad_ms: int = Field(_VAD.speech_pad_ms, ge=0, le=2000)
     min_speech_ms: int = Field(_VAD.min_speech_ms, ge=10, le=2000)
     min_silence_ms: int = Field(_VAD.min_silence_ms, ge=10, le=5000)
-    max_segment_s: float = Field(_VAD.max_segment_s, ge=3.0, le=29.0)
+    max_segment_s: float = Field(_VAD.max_segment_s, ge=3.0, le=MAX_SEGMENT_S)
 
     def to_config(self) -> VadConfig:
         return VadConfig(**self.model_dump())

@@ -25,7 +25,7 @@ from parley.runtime.files import FileJobs, RecordingSpeakers
 from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from parley.runtime.metrics import Metrics
 from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import SessionOptions
+from parley.runtime.session_options import SessionOptions
 from parley.runtime.streams import AsrService, StreamFactory
 from parley.runtime.webhook_config import WebhookConfig
 from parley.runtime.webhooks import WebhookSender

@@ -2,6 +2,9 @@
 to it on arrival, and Whisper, the VAD and the speaker models all read it)."""
 
 SAMPLE_RATE = 16000
+WHISPER_WINDOW_S = 30.0  # the most audio Whisper reads at once
+# The longest segment the VAD may close: with its padding it still fits Whisper's window.
+MAX_SEGMENT_S = WHISPER_WINDOW_S - 1.0
 
 
 def ffmpeg_pcm16_command(source: str, sample_rate: int = SAMPLE_RATE) -> list[str]:

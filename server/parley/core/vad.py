@@ -15,7 +15,8 @@ from enum import Enum
 import numpy as np
 import webrtcvad
 
-from parley.core.audio import SAMPLE_RATE
+from parley.core.audio import MAX_SEGMENT_S, SAMPLE_RATE, WHISPER_WINDOW_S
+from parley.core.segment_buffer import SegmentBuffer
 
 
 class CloseReason(str, Enum):
@@ -52,10 +53,10 @@ class VadConfig:
                 "speech_pad_ms cannot exceed min_silence_ms: the end pad is "
                 "taken from the silence that closes the segment"
             )
-        if not 2 * self.cut_search_s < self.max_segment_s <= 29.0:
+        if not 2 * self.cut_search_s < self.max_segment_s <= MAX_SEGMENT_S:
             raise ValueError(
-                "max_segment_s must be between 2 × cut_search_s and 29 s "
-                "(Whisper reads at most 30 s at once)"
+                f"max_segment_s must be between 2 × cut_search_s and {MAX_SEGMENT_S:g} s "
+                f"(Whisper reads at most {WHISPER_WINDOW_S:g} s at once)"
             )
 
     @property
@@ -115,40 +116,6 @@ class OpenSegment:
 VadEvent = SpeechStart | SegmentClosed
 
 
-class _SegmentBuffer:
-    """Audio of the segment being spoken, preallocated to its maximum length, and whether
-    the VAD heard each of its frames as voiced."""
-
-    def __init__(self, capacity: int, frame: int):
-        self._data = np.zeros(capacity, dtype=np.float32)
-        self._voiced = np.zeros(capacity // frame + 1, dtype=bool)
-        self._frame = frame
-        self.start_sample = 0
-        self.length = 0
-        self.last_voiced_end = 0  # in samples from start_sample
-
-    def reset(self, start_sample: int) -> None:
-        self.start_sample = start_sample
-        self.length = 0
-        self.last_voiced_end = 0
-
-    def append(self, audio: np.ndarray, voiced: np.ndarray | bool) -> None:
-        """Whole frames (and at most one short one, last); ``voiced``: one flag per frame."""
-        first = self.length // self._frame
-        frames = -(-len(audio) // self._frame)
-        self._voiced[first : first + frames] = voiced
-        self._data[self.length : self.length + len(audio)] = audio
-        self.length += len(audio)
-
-    def view(self, end: int | None = None) -> np.ndarray:
-        return self._data[: self.length if end is None else end]
-
-    def voiced(self, start: int = 0, end: int | None = None) -> np.ndarray:
-        """Flags of the frames in samples [start, end) (both on frame boundaries)."""
-        end = self.length if end is None else end
-        return self._voiced[start // self._frame : -(-end // self._frame)].copy()
-
-
 class VadSegmenter:
     """Turns a stream of 16 kHz float32 audio into speech segments.
 
@@ -174,7 +141,7 @@ class VadSegmenter:
         )
         self._pending = np.zeros(self._frame, dtype=np.float32)
         self._pending_len = 0
-        self._segment = _SegmentBuffer(self._max_samples + self._frame, self._frame)
+        self._segment = SegmentBuffer(self._max_samples + self._frame, self._frame)
         self._speaking = False
         self._trailing_silence = 0
         self._next_id = 0

@@ -10,7 +10,6 @@ greedy text. On CUDA the decoder's passes replay captured graphs.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,7 +30,7 @@ from parley.core.asr import (
     decoding_problem,
     transcribe,
 )
-from parley.core.audio import SAMPLE_RATE
+from parley.core.audio import SAMPLE_RATE, WHISPER_WINDOW_S
 from parley.core.keyterms import KeytermBias
 from parley.core.quality import QualityGuards, compression_ratio
 from parley.core.words import TimedWord, group_words, merge_partial_characters
@@ -40,11 +39,11 @@ from parley.models.assistant import Assistant, load_assistant
 from parley.models.device import DevicePlan
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, Drafter, HypothesisDrafter
 from parley.models.greedy import GreedyVerifier, RowDecode
+from parley.models.language_id import detect_languages
 from parley.models.output_head import OutputHead
 from parley.models.row_decoder import Row, RowDecoder
 
 log = logging.getLogger(__name__)
-MAX_AUDIO_SECONDS = 30.0
 MAX_PROMPT_TOKENS = 223  # Whisper takes at most half its 448 positions as prompt
 
 
@@ -90,7 +89,7 @@ class WhisperEngine:
         self.guards = guards
         self.max_draft = max_draft
         self.max_rows = max_rows
-        self.max_audio_s = MAX_AUDIO_SECONDS
+        self.max_audio_s = WHISPER_WINDOW_S
         self.max_prompt_tokens = MAX_PROMPT_TOKENS
         self.graphs = cuda_graphs and plan.device.type == "cuda"
         self.processor = WhisperProcessor.from_pretrained(source)
@@ -159,24 +158,17 @@ class WhisperEngine:
             raise ValueError(problem)
 
     def prompt_tokens(self, text: str) -> tuple[int, ...]:
+        """``text`` as prompt tokens: its last MAX_PROMPT_TOKENS, as openai-whisper keeps."""
         tokens = self.processor.tokenizer.encode(" " + text.strip(), add_special_tokens=False)
         return tuple(tokens[-MAX_PROMPT_TOKENS:]) if text.strip() else ()
 
     def vocabulary(self, decoding: Decoding) -> Vocabulary:
-        """The prompt as prompt tokens (its last 223, as openai-whisper keeps them), and
-        the keyterms' trie (each term as it is written after a space, as it is written
-        mid-sentence)."""
-        prompt = self.prompt_tokens(decoding.prompt)
-        tokenizer = self.processor.tokenizer
-        bias = None
-        if decoding.keyterms:
-            bias = KeytermBias(
-                tuple(
-                    tuple(tokenizer.encode(" " + term, add_special_tokens=False))
-                    for term in decoding.keyterms
-                )
-            )
-        return Vocabulary(prompt, bias)
+        """The prompt as prompt tokens, and the keyterms' trie (each term as it is written
+        after a space, as it is written mid-sentence)."""
+        encode = self.processor.tokenizer.encode
+        terms = [tuple(encode(" " + t, add_special_tokens=False)) for t in decoding.keyterms]
+        bias = KeytermBias(tuple(terms)) if terms else None
+        return Vocabulary(self.prompt_tokens(decoding.prompt), bias)
 
     def sot_sequence(self, language: str | None, task: Task = Task.TRANSCRIBE) -> list[int]:
         tokenizer = self.processor.tokenizer
@@ -188,7 +180,7 @@ class WhisperEngine:
 
     def features(self, audio: np.ndarray) -> torch.Tensor:
         seconds = len(audio) / SAMPLE_RATE
-        if seconds > MAX_AUDIO_SECONDS:
+        if seconds > WHISPER_WINDOW_S:
             raise ValueError(f"{seconds:.1f} s of audio; Whisper takes at most 30 s at once")
         return self.processor.feature_extractor(
             audio, sampling_rate=SAMPLE_RATE, return_tensors="pt"
@@ -208,7 +200,10 @@ class WhisperEngine:
         decodes: list[WhisperDecode] = []
         assistant_rows: list[Row] = []
         try:
-            languages = self._languages(requests, rows)
+            known = self.model.generation_config.lang_to_id if self.multilingual else {}
+            languages = detect_languages(
+                requests, rows, self.decoder, self.verifier.head, known, self._sot
+            )
             for i, (request, row, (language, probability)) in enumerate(
                 zip(requests, rows, languages)
             ):
@@ -303,38 +298,6 @@ class WhisperEngine:
         return transcribe(self, request, budget)
 
     # ------------------------------------------------------------------ internals
-
-    def _languages(
-        self, requests: Sequence[AsrRequest], rows: list[Row]
-    ) -> list[tuple[str | None, float | None]]:
-        """Each request's language, and its probability where it was detected: a
-        multilingual model detects the missing ones from the first decoder position
-        (<|startoftranscript|> alone), all rows in one pass, among the request's
-        ``languages`` when it names some."""
-        forced: list[tuple[str | None, float | None]] = [(r.language, None) for r in requests]
-        if not self.multilingual or all(r.language is not None for r in requests):
-            return forced
-        hidden = self.decoder.forward(rows, [[self._sot]] * len(rows))
-        for row in rows:
-            row.truncate(0)
-        lang_to_id = self.model.generation_config.lang_to_id
-        names = [token[2:-2] for token in lang_to_id]
-        ids = torch.tensor(list(lang_to_id.values()), device=self.plan.device)
-        logits = self.verifier.head(torch.stack([h[-1] for h in hidden]))[:, ids].float()
-        out = []
-        for request, row_logits, known in zip(requests, logits, forced):
-            if request.language is not None:
-                out.append(known)
-                continue
-            if request.languages:
-                allowed = torch.tensor(
-                    [name in request.languages for name in names], device=row_logits.device
-                )
-                row_logits = row_logits.masked_fill(~allowed, -math.inf)
-            probabilities = row_logits.softmax(-1)
-            best = int(probabilities.argmax())
-            out.append((names[best], float(probabilities[best])))
-        return out
 
     def _drafter(
         self,

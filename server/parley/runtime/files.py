@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from parley.core.asr import Task, Transcription
-from parley.core.audio import SAMPLE_RATE
+from parley.core.audio import SAMPLE_RATE, WHISPER_WINDOW_S
 from parley.core.keyterms import check_keyterms
 from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering, SpeakerCount
@@ -138,7 +138,7 @@ class FileJobs:
     diarization_config: DiarizationConfig | None = None
     clustering: RecordingClustering = RecordingClustering()
     word_timing: WordTimingConfig = WordTimingConfig()
-    max_window_s: float = 30.0
+    max_window_s: float = WHISPER_WINDOW_S
     observe: Callable[[str, float], None] | None = None  # (outcome, audio seconds)
     _running: set[asyncio.Task] = field(default_factory=set)
     _draining: bool = False

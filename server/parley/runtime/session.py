@@ -11,16 +11,14 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
 import numpy as np
 
 from parley.core.asr import Transcription
 from parley.core.audio import SAMPLE_RATE
-from parley.core.policy import PARTIAL_INTERVAL_S
 from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
-from parley.core.word_timing import WordTimingConfig, fit_words
+from parley.core.word_timing import fit_words
 from parley.core.words import shift_words
 from parley.protocol.audio import AudioDecoder
 from parley.protocol.messages import (
@@ -43,27 +41,11 @@ from parley.runtime.decode_hints import DecodeHints
 from parley.runtime.decoding import StreamDecoding
 from parley.runtime.marks import Mark, MarkPayload
 from parley.runtime.scheduler import AsrScheduler
+from parley.runtime.session_options import SessionOptions
 from parley.runtime.session_outbox import SessionOutbox
 from parley.runtime.speaker_track import SpeakerTrack
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SessionOptions:
-    """Server-wide settings of every session: turn detection, partials, drafts, prompt."""
-
-    vad: VadConfig
-    partial_interval_s: float = PARTIAL_INTERVAL_S  # it stretches under load
-    context_tokens: int = 0  # tokens of earlier finals given to the model as its prompt
-    hypothesis_drafts: bool = True  # re-use the last partial's tokens as a draft
-    word_timing: WordTimingConfig = WordTimingConfig()
-    # Told, for each final, the seconds from receiving the audio at its end to its
-    # sending (the latency a client sees after the speaker stops); for metrics.
-    final_latency: Callable[[float], None] | None = None
-    # Told the seconds of stream audio each final settles (up to its end, the silence
-    # before it included, and the rest at the end); admission measures cost by it.
-    audio_settled: Callable[[float], None] | None = None
 
 
 class Session:

@@ -17,8 +17,9 @@ from parley.protocol.stream_config import StreamConfig
 from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.marks import Mark
 from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session, SessionOptions
+from parley.runtime.session import Session
 from parley.runtime.session_group import SessionGroup
+from parley.runtime.session_options import SessionOptions
 from parley.runtime.speaker_track import SpeakerTrack
 
 

@@ -12,7 +12,6 @@ import json
 import string
 import uuid
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from http import HTTPStatus
 
@@ -32,21 +31,13 @@ from parley.protocol.messages import (
     ServerMessage,
     SessionEnded,
     SpeechStarted,
-    StreamConfig,
     Word,
 )
-from parley.protocol.stream_config import bool_param
 from parley.runtime.marks import Mark, Reply
 from parley.runtime.session import Session
 from parley.runtime.streams import StreamFactory
-from parley.transport.deepgram_query import (
-    ENCODINGS,
-    ListenOptions,
-    ListenVocabulary,
-    listen_language,
-    whole_param,
-)
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, KeyOffered, Opened, Setup
+from parley.transport.deepgram_query import ListenOptions, endpointing_vad, listen_config
+from parley.transport.dialect import KeyOffered, Opened, Setup
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
@@ -84,71 +75,12 @@ class DeepgramDialect(KeyOffered):
         return offered[0] if offered and offered[0].lower() in ("token", "bearer") else None
 
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[ListenOptions]:
-        raw_encoding = params.get("encoding")
-        if raw_encoding is None:
-            raise ProtocolError(
-                ErrorCode.BAD_CONFIG,
-                "containerised audio is not supported: give encoding "
-                "(linear16, mulaw or alaw) and sample_rate",
-            )
-        encoding = ENCODINGS.get(raw_encoding.lower())
-        if encoding is None:
-            raise ProtocolError(
-                ErrorCode.BAD_CONFIG,
-                f"encoding {raw_encoding!r} is not supported; use one of {', '.join(ENCODINGS)}",
-            )
-        if "sample_rate" not in params:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
-        if bool_param(params, "multichannel"):
-            raise ProtocolError(
-                ErrorCode.BAD_CONFIG,
-                "multichannel=true is not supported: send one connection per channel",
-            )
-        native = {
-            "encoding": encoding.value,
-            "sample_rate": params["sample_rate"],
-            "channels": params.get("channels", "1"),
-            "partials": str(bool_param(params, "interim_results")).lower(),
-            "diarization": str(bool_param(params, "diarize") or "diarize_model" in params).lower(),
-        }
-        language = listen_language(params.get("language"))
-        if language is not None:
-            native["language"] = language
-        native.update(ListenVocabulary.of(params).query())
-        config = StreamConfig.from_query(native)
         # Deepgram's callback: results also POSTed there (Parley signs them as webhooks).
         return Setup(
-            config, self._vad_of(params), params.get("callback"), options=self.options(params)
-        )
-
-    def _vad_of(self, params: Mapping[str, str]) -> VadConfig | None:
-        """``endpointing`` in ms as the VAD silence that ends a segment (None: the server's)."""
-        if params.get("endpointing", "").lower() in ("", "false", "true"):
-            return None
-        endpointing = whole_param(params, "endpointing")
-        assert endpointing is not None
-        if endpointing < 0:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "endpointing must be at least 0")
-        silence = max(endpointing, MIN_TURN_SILENCE_MS)  # Deepgram's default is 10 ms
-        silence -= silence % self._vad.frame_ms
-        return replace(
-            self._vad, min_silence_ms=silence, speech_pad_ms=min(self._vad.speech_pad_ms, silence)
-        )
-
-    @staticmethod
-    def options(params: Mapping[str, str]) -> ListenOptions:
-        """The connection's ListenOptions; ProtocolError for a malformed value."""
-        utterance_end_ms = whole_param(params, "utterance_end_ms")
-        if utterance_end_ms is not None and utterance_end_ms <= 0:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, "utterance_end_ms must be positive")
-        endpointing = params.get("endpointing", "").lower() not in ("false", "0")
-        return ListenOptions(
-            punctuate=bool_param(params, "punctuate")
-            or bool_param(params, "smart_format")
-            or bool_param(params, "dictation"),
-            endpointing=endpointing,
-            utterance_end_s=utterance_end_ms / 1000 if utterance_end_ms else None,
-            vad_events=bool_param(params, "vad_events"),
+            listen_config(params),
+            endpointing_vad(params, self._vad),
+            params.get("callback"),
+            options=ListenOptions.of(params),
         )
 
     def refusal(self, error: Error) -> Response:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from parley.protocol.messages import Encoding, ErrorCode, ProtocolError
-from parley.protocol.stream_config import bool_param
-from parley.transport.dialect import every
+from parley.core.vad import VadConfig
+from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
+from parley.protocol.stream_config import bool_param, language_tag
+from parley.transport.dialect import every, turn_detection
 
 ENCODINGS = {"linear16": Encoding.PCM_S16LE, "mulaw": Encoding.MULAW, "alaw": Encoding.ALAW}
 
@@ -21,6 +22,21 @@ class ListenOptions:
     endpointing: bool = True
     utterance_end_s: float | None = None
     vad_events: bool = False
+
+    @classmethod
+    def of(cls, params: Mapping[str, str]) -> ListenOptions:
+        """The connection's options; ProtocolError for a malformed value."""
+        utterance_end_ms = whole_param(params, "utterance_end_ms")
+        if utterance_end_ms is not None and utterance_end_ms <= 0:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "utterance_end_ms must be positive")
+        return cls(
+            punctuate=bool_param(params, "punctuate")
+            or bool_param(params, "smart_format")
+            or bool_param(params, "dictation"),
+            endpointing=params.get("endpointing", "").lower() not in ("false", "0"),
+            utterance_end_s=utterance_end_ms / 1000 if utterance_end_ms else None,
+            vad_events=bool_param(params, "vad_events"),
+        )
 
 
 def whole_param(params: Mapping[str, str], name: str) -> int | None:
@@ -87,3 +103,61 @@ def listen_language(raw: str | None) -> str | None:
     if raw is None or raw.lower() == "multi":
         return None
     return raw
+
+
+def listen_config(params: Mapping[str, str]) -> StreamConfig:
+    """A live connection's stream settings: raw audio only (its encoding and rate are
+    required), one channel or several mixed; ProtocolError for what is not served."""
+    raw_encoding = params.get("encoding")
+    if raw_encoding is None:
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG,
+            "containerised audio is not supported: give encoding "
+            "(linear16, mulaw or alaw) and sample_rate",
+        )
+    encoding = ENCODINGS.get(raw_encoding.lower())
+    if encoding is None:
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG,
+            f"encoding {raw_encoding!r} is not supported; use one of {', '.join(ENCODINGS)}",
+        )
+    if "sample_rate" not in params:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
+    if bool_param(params, "multichannel"):
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG,
+            "multichannel=true is not supported: send one connection per channel",
+        )
+    native = {
+        "encoding": encoding.value,
+        "sample_rate": params["sample_rate"],
+        "channels": params.get("channels", "1"),
+        "partials": str(bool_param(params, "interim_results")).lower(),
+        "diarization": str(bool_param(params, "diarize") or "diarize_model" in params).lower(),
+    }
+    language = listen_language(params.get("language"))
+    if language is not None:
+        native["language"] = language
+    native.update(ListenVocabulary.of(params).query())
+    return StreamConfig.from_query(native)
+
+
+def endpointing_vad(params: Mapping[str, str], base: VadConfig) -> VadConfig | None:
+    """``endpointing`` in ms as the VAD silence that ends a segment (None: the server's;
+    Deepgram's own default is 10 ms, raised as every client's turn silence is)."""
+    if params.get("endpointing", "").lower() in ("", "false", "true"):
+        return None
+    endpointing = whole_param(params, "endpointing")
+    assert endpointing is not None
+    if endpointing < 0:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, "endpointing must be at least 0")
+    return turn_detection(base, endpointing)
+
+
+def recording_language(params: Mapping[str, str]) -> str | None:
+    """A pre-recorded request's language as a tag (en-US is en), or None to detect it
+    (``multi``, or ``detect_language``); ProtocolError for one that is no language tag."""
+    if params.get("detect_language", "").strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    raw = listen_language(params.get("language"))
+    return language_tag(raw, "language") if raw else None

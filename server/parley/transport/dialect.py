@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -40,6 +40,14 @@ ANONYMOUS = "anonymous"  # the key name of a session on a server without keys
 # silence_duration_ms) is raised to this: Whisper needs whole phrases, and shorter
 # pauses would cut them (it is the server's own default).
 MIN_TURN_SILENCE_MS = 300
+
+
+def turn_detection(base: VadConfig, silence_ms: int, pad_ms: int | None = None) -> VadConfig:
+    """A client's end-of-turn silence (and speech padding) as the VAD's: at least
+    MIN_TURN_SILENCE_MS, in whole frames, the padding no longer than the silence."""
+    silence = max(silence_ms, MIN_TURN_SILENCE_MS) // base.frame_ms * base.frame_ms
+    pad = min(base.speech_pad_ms if pad_ms is None else pad_ms, silence)
+    return replace(base, min_silence_ms=silence, speech_pad_ms=pad)
 
 
 def query_of(request: Request) -> QueryParams:

@@ -27,27 +27,13 @@ from parley.runtime.file_results import FileTranscript
 from parley.runtime.files import FileRequest
 from parley.runtime.webhooks import WebhookSender
 from parley.transport import file_answers
-from parley.transport.deepgram_query import ListenVocabulary
+from parley.transport.deepgram_query import ListenVocabulary, recording_language
+from parley.transport.predict_parameters import predict_decoding, predict_parameters
 from parley.transport.uploads import FileDoor, UploadCode, UploadError, speaker_count
 
 log = logging.getLogger(__name__)
 OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 TRUE = ("1", "true", "yes", "on")
-# The reference handler's parameters (its validation_utils), all accepted; those it
-# chose for the caller are reported, not obeyed: Parley's scheduler chooses.
-PREDICT_PARAMETERS = (
-    "task",
-    "batch_size",
-    "chunk_length_s",
-    "sampling_rate",
-    "assisted",
-    "language",
-    "num_speakers",
-    "min_speakers",
-    "max_speakers",
-    "prompt",
-    "keyterms",
-)  # the last two are Parley's own
 
 
 def _flag(value: str | None, default: bool = False) -> bool:
@@ -209,10 +195,11 @@ class FileRoutes:
             digest = await asyncio.to_thread(_sha256, path)
             try:
                 vocabulary = ListenVocabulary.of(params)
+                language = recording_language(params)
             except ProtocolError as exc:
                 raise UploadError(UploadCode.BAD_REQUEST, exc.message) from None
             job = FileRequest(
-                language=_deepgram_language(params),
+                language=language,
                 diarize=diarize,
                 keyterms=vocabulary.keyterms,
                 redact=vocabulary.redact,
@@ -290,7 +277,7 @@ class FileRoutes:
         try:
             key = self._door.authorize(request)
             async with self._door.form(request) as form:
-                parameters, warnings = _predict_parameters(form.get("parameters"))
+                parameters, warnings = predict_parameters(form.get("parameters"))
                 count = speaker_count(
                     parameters.get("num_speakers"),
                     parameters.get("min_speakers"),
@@ -301,7 +288,7 @@ class FileRoutes:
                     language=parameters.get("language") or None,
                     diarize=diarize,
                     speakers=count,
-                    **_predict_decoding(parameters),
+                    **predict_decoding(parameters),
                 )
                 result = await self._door.transcribe(form.path, job, key)
         except UploadError as error:
@@ -311,57 +298,6 @@ class FileRoutes:
                 headers=error.headers(),
             )
         return JSONResponse(file_answers.predict_response(result, diarize, parameters, warnings))
-
-
-def _predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
-    if raw is None or not raw.strip():
-        return {}, []
-    try:
-        parameters = json.loads(raw)
-    except ValueError:
-        raise UploadError(
-            UploadCode.BAD_REQUEST, "parameters must be a JSON object", "parameters"
-        ) from None
-    if not isinstance(parameters, dict):
-        raise UploadError(UploadCode.BAD_REQUEST, "parameters must be a JSON object", "parameters")
-    warnings = [
-        f"unknown parameter {name!r} ignored"
-        for name in parameters
-        if name not in PREDICT_PARAMETERS
-    ]
-    for warning in warnings:
-        log.warning("predict: %s", warning)
-    return {k: v for k, v in parameters.items() if k in PREDICT_PARAMETERS}, warnings
-
-
-def _predict_decoding(parameters: dict) -> dict:
-    """The reference handler's ``task``, and Parley's ``prompt`` and ``keyterms`` (a list)."""
-    try:
-        task = Task(str(parameters.get("task", "transcribe")))
-    except ValueError:
-        raise UploadError(
-            UploadCode.BAD_REQUEST, "task must be transcribe or translate", "parameters"
-        ) from None
-    keyterms = parameters.get("keyterms") or []
-    prompt = parameters.get("prompt") or ""
-    if not (
-        isinstance(keyterms, list)
-        and all(isinstance(k, str) for k in keyterms)
-        and isinstance(prompt, str)
-    ):
-        raise UploadError(
-            UploadCode.BAD_REQUEST,
-            "keyterms must be a list of strings and prompt a string",
-            "parameters",
-        )
-    return {"task": task, "keyterms": tuple(keyterms), "prompt": prompt}
-
-
-def _deepgram_language(params) -> str | None:
-    language = params.get("language")
-    if not language or _flag(params.get("detect_language")):
-        return None
-    return language.split("-")[0].lower()
 
 
 def _sha256(path) -> str:

@@ -17,7 +17,6 @@ import json
 import uuid
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from websockets.datastructures import Headers
 
@@ -38,6 +37,13 @@ from parley.runtime.session import Session
 from parley.runtime.streams import StreamFactory
 from parley.transport.dialect import KeyOffered, Opened, Setup, json_event
 from parley.transport.native import bearer_or_token
+from parley.transport.openai_events import (
+    Item,
+    commit_empty,
+    error_event,
+    transcript_events,
+    transcription_failed,
+)
 from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
 
 REALTIME_PATH = "/v1/realtime"
@@ -75,49 +81,11 @@ class OpenAIRealtimeDialect(KeyOffered):
         return Setup(DEFAULT_CONFIG, self._vad, options=None)
 
     def error(self, error: Error) -> str:
-        return json.dumps(_error_event(f"event_{uuid.uuid4().hex[:20]}", error))
+        return json.dumps(error_event(f"event_{uuid.uuid4().hex[:20]}", error))
 
     def translator(self, opened: Opened[None], streams: StreamFactory) -> OpenAIRealtimeTranslator:
         session = streams.single(opened.setup.config, opened.setup.vad)
         return OpenAIRealtimeTranslator(opened, session, self._vad)
-
-
-def _error_event(event_id: str, error: Error, client_event: object = None) -> dict:
-    kind = (
-        "server_error"
-        if error.code in (ErrorCode.INTERNAL_ERROR, ErrorCode.TRANSCRIPTION_FAILED)
-        else "invalid_request_error"
-    )
-    return {
-        "type": "error",
-        "event_id": event_id,
-        "error": {
-            "type": kind,
-            "code": error.code.value,
-            "message": error.message,
-            "param": None,
-            "event_id": client_event,
-        },
-    }
-
-
-def _commit_empty(client_event: str | None) -> dict:
-    return {
-        "type": "error",
-        "error": {
-            "type": "invalid_request_error",
-            "code": "input_audio_buffer_commit_empty",
-            "message": "the input audio buffer holds no audio that is not committed yet",
-            "param": None,
-            "event_id": client_event,
-        },
-    }
-
-
-@dataclass
-class _Item:
-    id: str
-    texts: list[str] = field(default_factory=list)  # finals collected for a manual commit
 
 
 class OpenAIRealtimeTranslator:
@@ -132,8 +100,8 @@ class OpenAIRealtimeTranslator:
         self._items = itertools.count(1)
         self._settings = SessionSettings(opened.setup.config, opened.setup.vad or vad)
         self._previous_item: str | None = None
-        self._segments: dict[int, _Item] = {}  # server VAD: each segment's item
-        self._manual_item: _Item | None = None  # without: the item the next commit makes
+        self._segments: dict[int, Item] = {}  # server VAD: each segment's item
+        self._manual_item: Item | None = None  # without: the item the next commit makes
         self._finalizing: deque[str] = deque()  # "commit" or "clear", per finalize asked
         self._heard_since_commit = False
         self._commit_transcribed = False  # whether a commit's finalize closed any speech
@@ -201,7 +169,7 @@ class OpenAIRealtimeTranslator:
 
     async def _commit(self, event: dict, session: Session) -> None:
         if not self._heard_since_commit:
-            await session.mark(Reply(EVENT, _commit_empty(event.get("event_id"))))
+            await session.mark(Reply(EVENT, commit_empty(event.get("event_id"))))
             return
         self._heard_since_commit = False
         self._finalizing.append("commit")
@@ -243,30 +211,19 @@ class OpenAIRealtimeTranslator:
                 else None
             )
             if message.code is ErrorCode.TRANSCRIPTION_FAILED and item is not None:
-                return [
-                    {
-                        "type": "conversation.item.input_audio_transcription.failed",
-                        "item_id": item.id,
-                        "content_index": 0,
-                        "error": {
-                            "type": "server_error",
-                            "code": message.code.value,
-                            "message": message.message,
-                        },
-                    }
-                ]
+                return [transcription_failed(item, message)]
             client_event = (
                 self._refused_events.popleft()
                 if message.segment_id is None and self._refused_events
                 else None
             )
-            return [_error_event(self._event_id(), message, client_event)]
+            return [error_event(self._event_id(), message, client_event)]
         return []  # partials (deltas cannot be retracted), speaker updates, session_ended
 
     def _speech_started(self, message: SpeechStarted) -> list[dict]:
         if not self._settings.server_vad:
             return []
-        item = self._segments[message.segment_id] = _Item(self._item_id())
+        item = self._segments[message.segment_id] = Item(self._item_id())
         return [
             {
                 "type": "input_audio_buffer.speech_started",
@@ -288,7 +245,7 @@ class OpenAIRealtimeTranslator:
         if self._clearing(ended.reason):
             self._segments.pop(ended.segment_id, None)
             return []
-        item = self._segments.setdefault(ended.segment_id, _Item(self._item_id()))
+        item = self._segments.setdefault(ended.segment_id, Item(self._item_id()))
         if ended.reason is FinalReason.FINALIZE:
             self._commit_transcribed = True
         return [
@@ -306,14 +263,14 @@ class OpenAIRealtimeTranslator:
             if self._clearing(final.reason):
                 self._manual_item = None
                 return []
-            manual = self._manual_item = self._manual_item or _Item(self._item_id())
+            manual = self._manual_item = self._manual_item or Item(self._item_id())
             if text:
                 manual.texts.append(text)
             return []  # sent when the client commits
         item = self._segments.pop(final.segment_id, None)
         if item is None:
             return []  # cleared
-        return self._completed(item, [text] if text else [], final.end - final.start)
+        return transcript_events(item, [text] if text else [], final.end - final.start)
 
     def _finalized(self) -> list[dict]:
         purpose = self._finalizing.popleft() if self._finalizing else "commit"
@@ -326,13 +283,13 @@ class OpenAIRealtimeTranslator:
         if self._settings.server_vad:
             # The commit's speech was an item of its own; if server VAD had committed all
             # of it already, the buffer was empty, as OpenAI then says.
-            return [] if self._commit_transcribed else [_commit_empty(None)]
+            return [] if self._commit_transcribed else [commit_empty(None)]
         if self._manual_item is None:
             return []
         item, self._manual_item = self._manual_item, None
-        return [self._committed(item), *self._completed(item, item.texts, None)]
+        return [self._committed(item), *transcript_events(item, item.texts, None)]
 
-    def _committed(self, item: _Item) -> dict:
+    def _committed(self, item: Item) -> dict:
         event = {
             "type": "input_audio_buffer.committed",
             "item_id": item.id,
@@ -340,32 +297,6 @@ class OpenAIRealtimeTranslator:
         }
         self._previous_item = item.id
         return event
-
-    def _completed(self, item: _Item, texts: list[str], seconds: float | None) -> list[dict]:
-        events = [
-            {
-                "type": "conversation.item.input_audio_transcription.delta",
-                "item_id": item.id,
-                "content_index": 0,
-                "delta": text if k == 0 else " " + text,
-            }
-            for k, text in enumerate(texts)
-        ]
-        usage = (
-            {"type": "duration", "seconds": round(seconds, 3)}
-            if seconds is not None
-            else {"type": "tokens", "input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-        )
-        events.append(
-            {
-                "type": "conversation.item.input_audio_transcription.completed",
-                "item_id": item.id,
-                "content_index": 0,
-                "transcript": " ".join(texts),
-                "usage": usage,
-            }
-        )
-        return events
 
     # ------------------------------------------------------------------ helpers
 

@@ -11,7 +11,7 @@ from typing import Any
 from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig, language_tag
-from parley.transport.dialect import MIN_TURN_SILENCE_MS, json_object
+from parley.transport.dialect import json_object, turn_detection
 
 FORMATS = {
     "audio/pcm": Encoding.PCM_S16LE,
@@ -141,10 +141,11 @@ def _turn_vad(turns: Any, base: VadConfig) -> VadConfig:
             ErrorCode.BAD_CONFIG,
             "turn_detection must be null or of type server_vad or semantic_vad",
         )
-    silence = _ms(turns, "silence_duration_ms", base.min_silence_ms)
-    silence = max(silence, MIN_TURN_SILENCE_MS) // base.frame_ms * base.frame_ms
-    pad = min(_ms(turns, "prefix_padding_ms", base.speech_pad_ms), silence)
-    return replace(base, min_silence_ms=silence, speech_pad_ms=pad)
+    return turn_detection(
+        base,
+        _ms(turns, "silence_duration_ms", base.min_silence_ms),
+        _ms(turns, "prefix_padding_ms", base.speech_pad_ms),
+    )
 
 
 def _audio_format(value: Any) -> dict:

@@ -1,0 +1,73 @@
+"""``POST /predict``'s ``parameters``: the reference handler's (its validation_utils),
+all accepted; those it chose for the caller are reported, not obeyed (Parley's
+scheduler chooses between speculation and batching)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from parley.core.asr import Task
+from parley.transport.uploads import UploadCode, UploadError
+
+log = logging.getLogger("parley.transport.file_routes")
+
+PREDICT_PARAMETERS = (
+    "task",
+    "batch_size",
+    "chunk_length_s",
+    "sampling_rate",
+    "assisted",
+    "language",
+    "num_speakers",
+    "min_speakers",
+    "max_speakers",
+    "prompt",
+    "keyterms",
+)  # the last two are Parley's own
+
+
+def predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
+    """The ``parameters`` form field: the known ones, and a warning for each one ignored;
+    UploadError unless it is a JSON object."""
+    if raw is None or not raw.strip():
+        return {}, []
+    try:
+        parameters = json.loads(raw)
+    except ValueError:
+        raise UploadError(
+            UploadCode.BAD_REQUEST, "parameters must be a JSON object", "parameters"
+        ) from None
+    if not isinstance(parameters, dict):
+        raise UploadError(UploadCode.BAD_REQUEST, "parameters must be a JSON object", "parameters")
+    warnings = [
+        f"unknown parameter {name!r} ignored"
+        for name in parameters
+        if name not in PREDICT_PARAMETERS
+    ]
+    for warning in warnings:
+        log.warning("predict: %s", warning)
+    return {k: v for k, v in parameters.items() if k in PREDICT_PARAMETERS}, warnings
+
+
+def predict_decoding(parameters: dict) -> dict:
+    """The reference handler's ``task``, and Parley's ``prompt`` and ``keyterms`` (a list)."""
+    try:
+        task = Task(str(parameters.get("task", "transcribe")))
+    except ValueError:
+        raise UploadError(
+            UploadCode.BAD_REQUEST, "task must be transcribe or translate", "parameters"
+        ) from None
+    keyterms = parameters.get("keyterms") or []
+    prompt = parameters.get("prompt") or ""
+    if not (
+        isinstance(keyterms, list)
+        and all(isinstance(k, str) for k in keyterms)
+        and isinstance(prompt, str)
+    ):
+        raise UploadError(
+            UploadCode.BAD_REQUEST,
+            "keyterms must be a list of strings and prompt a string",
+            "parameters",
+        )
+    return {"task": task, "keyterms": tuple(keyterms), "prompt": prompt}
