@@ -402,3 +402,41 @@ async def test_openai_commits_at_the_end_of_speech_not_after_the_decode(start, t
         "conversation.item.input_audio_transcription.delta",
         "conversation.item.input_audio_transcription.completed",
     ]
+
+
+@pytest.mark.parametrize(
+    ("query", "language"),
+    [
+        ({"language": "en-US"}, "en"),
+        ({"language": "de"}, "de"),
+        ({"language": "multi"}, None),
+        ({}, None),
+        ({"language": "en", "detect_language": "true"}, None),
+    ],
+)
+def test_a_recordings_language_is_read_as_on_the_live_wire(query, language):
+    from parley.transport.deepgram_query import recording_language
+
+    assert recording_language(query) == language
+
+
+def test_a_recordings_malformed_language_is_refused():
+    from parley.protocol.messages import ProtocolError
+    from parley.transport.deepgram_query import recording_language
+
+    with pytest.raises(ProtocolError):
+        recording_language({"language": "english please"})
+
+
+def test_endpointing_becomes_the_vads_turn_silence_in_whole_frames():
+    from parley.core.vad import VadConfig
+    from parley.transport.deepgram_query import endpointing_vad
+    from parley.transport.dialect import MIN_TURN_SILENCE_MS
+
+    base = VadConfig()
+    assert endpointing_vad({}, base) is None
+    assert endpointing_vad({"endpointing": "false"}, base) is None
+    assert endpointing_vad({"endpointing": "10"}, base).min_silence_ms == MIN_TURN_SILENCE_MS
+    long = endpointing_vad({"endpointing": "1000"}, base)
+    assert long.min_silence_ms % base.frame_ms == 0 and 990 <= long.min_silence_ms <= 1000
+    assert long.speech_pad_ms <= long.min_silence_ms
