@@ -29,7 +29,7 @@ from parley.runtime.session_options import SessionOptions
 from parley.runtime.streams import AsrService, StreamFactory
 from parley.runtime.webhook_config import WebhookConfig
 from parley.runtime.webhooks import WebhookSender
-from parley.transport.admission import Access, StreamLimits
+from parley.transport.admission import Access, Admission, StreamLimits
 from parley.transport.connection import Connection
 from parley.transport.file_routes import FileRoutes
 from parley.transport.followers import Followers
@@ -264,15 +264,23 @@ async def start_service(
     sinks: list[SinkFactory] = [FollowerSinks(followers), MetricsSinks(metrics)]
     if webhooks is not None:
         sinks.append(WebhookSinks(webhooks))
+    limits = _limits(settings, diarization is not None)
+    admission = Admission(
+        access,
+        limits,
+        asr.check_decoding,
+        diarization is not None,
+        webhooks.allows if webhooks is not None else lambda url: False,
+        capacity,
+    )
     endpoint = StreamEndpoint(
         asr,
         StreamFactory(worker, options, diarization),
-        _limits(settings, diarization is not None),
-        access,
+        limits,
+        admission,
         metrics,
         dialects(settings),
         sinks,
-        webhooks.allows if webhooks is not None else lambda url: False,
         server_name,
         capacity,
     )

@@ -12,6 +12,7 @@ from websockets.http11 import Request
 
 from parley.core.asr import Decoding
 from parley.protocol.messages import Error, ErrorCode, ProtocolError
+from parley.runtime.capacity import LiveCapacity, LiveLoad
 from parley.transport.auth import ApiKeys, OriginPolicy
 from parley.transport.dialect import ANONYMOUS, Dialect, Setup, query_of
 
@@ -70,7 +71,9 @@ class Admission:
         check_decoding: Callable[[Decoding], None],
         diarization: bool,
         allows_webhook: Callable[[str], bool],
+        capacity: LiveCapacity | None = None,
     ):
+        self._capacity = capacity
         self._access = access
         self._limits = limits
         self._check_decoding = check_decoding
@@ -100,14 +103,15 @@ class Admission:
         return key
 
     def admit(
-        self, request: Request, dialect: Dialect, live: int, draining: bool
+        self, request: Request, dialect: Dialect, live: LiveLoad, sessions: int, draining: bool
     ) -> tuple[Setup, str]:
-        """The stream's settings and the name of the key it came with, or Refused."""
+        """The stream's settings and the name of the key it came with, or Refused
+        (``live``: the streams served now, in ``sessions`` sessions)."""
         params = query_of(request)
         key = self.identify(request, dialect, params)
         if draining:
             raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
-        if live >= self._limits.max_sessions:
+        if sessions >= self._limits.max_sessions:
             raise Refused(
                 Error(
                     ErrorCode.SERVER_BUSY,
@@ -123,7 +127,12 @@ class Admission:
                     f"this key has its limit of {per_key} sessions open",
                 )
             )
-        return self._setup(request, dialect, params), key
+        setup = self._setup(request, dialect, params)
+        if self._capacity is not None:
+            why = self._capacity.refusal(live, setup.config.diarization)
+            if why is not None:
+                raise Refused(Error(ErrorCode.SERVER_BUSY, why))
+        return setup, key
 
     def _setup(self, request: Request, dialect: Dialect, params: Mapping[str, str]) -> Setup:
         try:

@@ -1,15 +1,13 @@
 """The streaming WebSocket endpoint: one coroutine owns each connection.
 
-Every streaming path (/v1/stream, and the compatible ones) is served here; the path's
-dialect (transport/dialect.py) reads the stream's settings and translates messages.
-The endpoint admits or refuses the client (``Admission``, and the measured capacity),
-builds its session (the ``StreamFactory`` it was given), tells the session's sinks,
-and hands it to the ``SessionLoop``, which serves it on this connection and any that
-resumes it. Every refusal and failure ends with an error in the dialect's form and the
-close code protocol.md gives it (or, for dialects that refuse at the handshake, an
-HTTP error). A drain (SIGTERM) or the session's maximum duration stops the reading,
-and the session ends as after the client's end of stream: every piece of audio
-already received gets its final.
+Every streaming path (/v1/stream, and the compatible ones) is served here, each by its
+dialect (transport/dialect.py). The endpoint admits or refuses the client
+(``Admission``), opens its session (``SessionOpener``) and hands it to the
+``SessionLoop``, which serves it on this connection and any that resumes it. Every
+refusal and failure ends with an error in the dialect's form and the close code
+protocol.md gives it (or, for dialects that refuse at the handshake, an HTTP error). A
+drain (SIGTERM) or the session's maximum duration stops the reading, and the session
+ends as after the client's end of stream: all audio received gets its final.
 """
 
 from __future__ import annotations
@@ -17,20 +15,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from websockets.http11 import Request, Response
+from websockets.http11 import Request
 
-from parley.protocol.messages import Error, ErrorCode
 from parley.runtime.capacity import LiveCapacity, LiveLoad
 from parley.runtime.metrics import Metrics
 from parley.runtime.streams import AsrService, StreamFactory
-from parley.transport.admission import Access, Admission, Refused, StreamLimits
+from parley.transport.admission import Admission, Refused, StreamLimits
 from parley.transport.client_reader import ClientReader
 from parley.transport.connection import Connection
-from parley.transport.dialect import ANONYMOUS, Dialect, RefusesAtHandshake, Setup, query_of
+from parley.transport.dialect import ANONYMOUS, Dialect, Setup, query_of
+from parley.transport.handshake import HandshakeCheck
 from parley.transport.lifecycle import Lifecycle
 from parley.transport.live_sessions import LiveSessions
 from parley.transport.session_loop import Served, SessionLoop
@@ -38,8 +36,6 @@ from parley.transport.session_opener import SessionOpener
 from parley.transport.sinks import SinkFactory
 
 log = logging.getLogger(__name__)
-# Told to HTTP clients refused as busy: about the span over which the load is measured.
-BUSY_RETRY_AFTER_S = 10
 
 
 class StreamEndpoint:
@@ -51,19 +47,16 @@ class StreamEndpoint:
         asr: AsrService,
         streams: StreamFactory,
         limits: StreamLimits,
-        access: Access,
+        admission: Admission,
         metrics: Metrics,
         dialects: list[Dialect[Any]],
         sinks: Sequence[SinkFactory] = (),
-        allows_webhook: Callable[[str], bool] = lambda url: False,
         server_name: str | None = None,
         capacity: LiveCapacity | None = None,
     ):
         self.capacity = capacity
         self._dialects = {dialect.path: dialect for dialect in dialects}
-        self._admission = Admission(
-            access, limits, asr.check_decoding, streams.diarization is not None, allows_webhook
-        )
+        self._admission = admission
         self._metrics = metrics
         self._live = LiveSessions()
         self._lifecycle = Lifecycle()
@@ -72,6 +65,8 @@ class StreamEndpoint:
             limits, self._lifecycle, self._admission, metrics, reader, self.dialect_of
         )
         self._opener = SessionOpener(asr, streams, limits, sinks, self._loop.register, server_name)
+        # For dialects that refuse at the handshake: their HTTP refusal, or None to go on.
+        self.check_handshake = HandshakeCheck(self.dialect_of, self._admit, metrics)
 
     @property
     def paths(self) -> frozenset[str]:
@@ -81,26 +76,6 @@ class StreamEndpoint:
     def dialect_of(self, request: Request) -> Dialect[Any]:
         """The dialect that serves the request's path."""
         return self._dialects[urlsplit(request.path).path]
-
-    def check_handshake(self, request: Request) -> Response | None:
-        """For dialects that refuse at the handshake: their HTTP refusal, or None to go on
-        (the handler admits again: the server may fill up in between)."""
-        dialect = self.dialect_of(request)
-        if not isinstance(dialect, RefusesAtHandshake):
-            return None
-        try:
-            self._admit(request, dialect)
-        except Refused as refusal:
-            code = refusal.error.code
-            self._metrics.sessions.labels(code.value).inc()
-            log.info(
-                "refused a session at the handshake: %s", code.value, extra={"outcome": code.value}
-            )
-            response = dialect.refusal(refusal.error)
-            if code in (ErrorCode.SERVER_BUSY, ErrorCode.SHUTTING_DOWN):
-                response.headers["Retry-After"] = str(BUSY_RETRY_AFTER_S)
-            return response
-        return None
 
     def subprotocol(self, request: Request, offered: list[str]) -> str | None:
         """The subprotocol the path's dialect answers with, of those the client offered."""
@@ -176,9 +151,5 @@ class StreamEndpoint:
                 self._opener.closed(this, session)
 
     def _admit(self, request: Request, dialect: Dialect[Any]) -> tuple[Setup[Any], str]:
-        setup, key = self._admission.admit(request, dialect, len(self._live), self.draining)
-        if self.capacity is not None:
-            why = self.capacity.refusal(self.load(), setup.config.diarization)
-            if why is not None:
-                raise Refused(Error(ErrorCode.SERVER_BUSY, why))
-        return setup, key
+        live = self._live
+        return self._admission.admit(request, dialect, live.load(), len(live), self.draining)
