@@ -37,10 +37,10 @@ from audio_fixtures import SAMPLE_WAV, read_wav
 from parley.config import Settings
 from parley.core.asr import AsrRequest
 from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
-from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.runtime.scheduler import AsrScheduler
+from parley.weights.bundle import resolve_model
 
 # The only same-vocabulary pair a registry carries is base with itself: it shows the
 # mechanism (every draft accepted) and its overhead, not a real speed-up.

@@ -133,7 +133,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     from parley.config import Settings
-    from parley.models.bundle import ct2_source
+    from parley.weights.bundle import ct2_source
 
     models_dir = Settings().models_dir
     made = {m: recording(m) for m in args.minutes}

@@ -19,13 +19,13 @@ from common import print_table, write_json
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
 from parley.config import Settings
 from parley.core.vad import VadConfig
-from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, Partial, StreamConfig
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Session
 from parley.runtime.session_options import SessionOptions
+from parley.weights.bundle import resolve_model
 
 CHUNK_S = 0.1
 

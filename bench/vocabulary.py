@@ -29,11 +29,11 @@ from audio_fixtures import speak
 from parley.config import default_models_dir
 from parley.core.asr import Task, transcribe
 from parley.core.redaction import REDACTED
-from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import StreamConfig, Word
 from parley.runtime.decoding import StreamDecoding
+from parley.weights.bundle import resolve_model
 from vocabulary_set import (
     FOREIGN_SENTENCES,
     KEYTERM_SENTENCES,

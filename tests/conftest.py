@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
 from parley.config import Settings
-from parley.models.bundle import resolve_model
+from parley.weights.bundle import resolve_model
 
 if TYPE_CHECKING:
     from fake_engine import FakeEngine

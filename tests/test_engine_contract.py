@@ -20,9 +20,9 @@ ROWS = 3  # enough for a batch; few, so that filling every row costs little
 def engine(request):
     if request.param == "fake":
         return FakeEngine(max_rows=ROWS)
-    from parley.models.bundle import resolve_model
     from parley.models.device import plan_device
     from parley.models.whisper_engine import WhisperEngine
+    from parley.weights.bundle import resolve_model
 
     models_dir = request.getfixturevalue("models_dir")
     return WhisperEngine(

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from audio_fixtures import SAMPLE_WAV, read_wav
-from parley.models.bundle import BUNDLE, ct2_source, verify
-from parley.models.ct2_format import Ct2FormatError, read_ct2_model
-from parley.models.whisper_import import Vocabulary
+from parley.weights.bundle import BUNDLE, ct2_source, verify
+from parley.weights.ct2_format import Ct2FormatError, read_ct2_model
+from parley.weights.whisper_import import Vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def test_an_installed_model_is_readable_by_other_users(tmp_path):
     import os
     import stat
 
-    from parley.models.bundle import _permit_as_umask_allows
+    from parley.weights.bundle import _permit_as_umask_allows
 
     (tmp_path / "tiny.en" / "sub").mkdir(parents=True)
     weights = tmp_path / "tiny.en" / "model.safetensors"

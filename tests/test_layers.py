@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "server" / "parley"
 
 # Lowest first; a module may import its own floor's package and any floor below.
 FLOORS: list[set[str]] = [
-    {"parley", "parley.logs", "parley.core"},  # core is pure: numpy, no I/O, no models
+    # the leaves: core is pure (numpy, no I/O, no models); weights, the offline bundle
+    {"parley", "parley.logs", "parley.core", "parley.weights"},
     {"parley.protocol", "parley.models"},  # the wire types; inference
     {"parley.runtime", "parley.client"},  # workers and sessions; the client SDK
     {"parley.transport", "parley.serving_config", "parley.cli_parser"},

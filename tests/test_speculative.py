@@ -7,13 +7,13 @@ from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditiona
 
 from audio_fixtures import SAMPLE_WAV, read_wav, silence, speak
 from parley.models.assistant import IncompatibleAssistant, load_assistant
-from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
 from parley.models.drafters import AssistantDrafter, HypothesisDrafter
 from parley.models.greedy import GreedyVerifier, RowDecode
 from parley.models.output_head import OutputHead
 from parley.models.row_decoder import RowDecoder
 from parley.models.whisper_engine import WhisperEngine
+from parley.weights.bundle import resolve_model
 
 CPU = plan_device("cpu")
 

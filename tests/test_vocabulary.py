@@ -18,7 +18,6 @@ from audio_fixtures import speak, write_wav
 from conftest import chunks_of, serve_real
 from parley.core.asr import AsrRequest, Task, transcribe
 from parley.core.vad import VadConfig
-from parley.models.bundle import resolve_model
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, StreamConfig
@@ -26,6 +25,7 @@ from parley.runtime.decoding import StreamDecoding
 from parley.runtime.scheduler import AsrScheduler
 from parley.runtime.session import Session
 from parley.runtime.session_options import SessionOptions
+from parley.weights.bundle import resolve_model
 from test_compat import deepgram_session
 from test_webhooks import SECRET, Receiver
 

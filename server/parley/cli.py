@@ -267,7 +267,7 @@ def _write(output: str | None, text: str) -> None:
 
 def _models(args: argparse.Namespace) -> int:
     from parley.config import default_models_dir
-    from parley.models.bundle import BUNDLE, DIARIZATION, install_bundle, verify
+    from parley.weights.bundle import BUNDLE, DIARIZATION, install_bundle, verify
 
     models_dir = Path(args.models_dir) if args.models_dir else default_models_dir()
     if args.action == "install":

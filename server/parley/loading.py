@@ -19,9 +19,9 @@ log = logging.getLogger(__name__)
 
 def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
     """Load the engine (slow, blocking: call it off the event loop)."""
-    from parley.models.bundle import resolve_model
     from parley.models.device import plan_device, set_threads
     from parley.models.whisper_engine import WhisperEngine
+    from parley.weights.bundle import resolve_model
 
     plan = plan_device(settings.asr.device)
     asr = settings.asr

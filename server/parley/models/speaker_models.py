@@ -212,7 +212,7 @@ def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> 
     from pyannote.audio import Model
 
     if source == "bundle":
-        from parley.models.bundle import DIARIZATION, verify
+        from parley.weights.bundle import DIARIZATION, verify
 
         directory = models_dir / DIARIZATION.name
         problems = verify(directory)

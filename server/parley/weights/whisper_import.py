@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parley.models.ct2_format import Ct2Model, read_ct2_model
+from parley.weights.ct2_format import Ct2Model, read_ct2_model
 
 N_MELS_FOR_ALL_BUNDLED = 80  # checked against conv1's weight shape below
 TIMESTAMP_COUNT = 1501  # <|0.00|> … <|30.00|> in steps of 0.02 s

