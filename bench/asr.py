@@ -39,8 +39,8 @@ from parley.core.asr import AsrRequest
 from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
-from parley.runtime.scheduler import AsrScheduler
 from parley.weights.bundle import resolve_model
+from parley.workers.scheduler import AsrScheduler
 
 # The only same-vocabulary pair a registry carries is base with itself: it shows the
 # mechanism (every draft accepted) and its overhead, not a real speed-up.

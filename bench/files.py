@@ -64,9 +64,9 @@ async def parley_run(
 ) -> dict[float, tuple]:
     from parley.config import Settings
     from parley.loading import load_asr
-    from parley.runtime.files import FileRequest
-    from parley.runtime.threads import in_passing_thread
+    from parley.recordings.files import FileRequest
     from parley.service import file_jobs
+    from parley.workers.threads import in_passing_thread
 
     settings = Settings(
         asr={"model": model},

@@ -22,10 +22,10 @@ from parley.core.vad import VadConfig
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, Partial, StreamConfig
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session
-from parley.runtime.session_options import SessionOptions
+from parley.sessions.session import Session
+from parley.sessions.session_options import SessionOptions
 from parley.weights.bundle import resolve_model
+from parley.workers.scheduler import AsrScheduler
 
 CHUNK_S = 0.1
 

@@ -32,8 +32,8 @@ from parley.core.redaction import REDACTED
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import StreamConfig, Word
-from parley.runtime.decoding import StreamDecoding
 from parley.weights.bundle import resolve_model
+from parley.workers.decoding import StreamDecoding
 from vocabulary_set import (
     FOREIGN_SENTENCES,
     KEYTERM_SENTENCES,

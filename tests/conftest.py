@@ -62,7 +62,7 @@ async def serve_real(models_dir: Path, token: str | None = None, **sections):
     """A real server on a free loopback port, with the real models (stop() it after)."""
     from parley.app import start_server
     from parley.loading import load_asr, load_diarization
-    from parley.runtime.threads import in_passing_thread
+    from parley.workers.threads import in_passing_thread
 
     # Without admission by measured capacity: these servers are shared by tests that
     # stream faster than real time, on a machine the other tests load too; what the
@@ -82,8 +82,8 @@ async def serve_fake(engine=None, token: str | None = None, **sections):
     """A real server on a free loopback port, decoding with the fake engine (no model)."""
     from fake_engine import load_fake_asr
     from parley.app import start_server
-    from parley.runtime.scheduler import AsrScheduler
-    from parley.runtime.streams import AsrService
+    from parley.sessions.streams import AsrService
+    from parley.workers.scheduler import AsrScheduler
 
     settings = Settings(token=token, server={"port": 0, **sections.pop("server", {})}, **sections)
     if engine is None:

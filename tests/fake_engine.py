@@ -185,8 +185,8 @@ class FakeEngine:
 def load_fake_asr(settings):
     """``parley.loading.load_asr``'s contract, with the fake engine: how the cluster tests'
     replicas load ASR (they import this module by name, from tests/ on PYTHONPATH)."""
-    from parley.runtime.scheduler import AsrScheduler
-    from parley.runtime.streams import AsrService
+    from parley.sessions.streams import AsrService
+    from parley.workers.scheduler import AsrScheduler
 
     engine = FakeEngine()
     scheduler = AsrScheduler(engine, settings.asr.queue_size)

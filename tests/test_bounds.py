@@ -95,10 +95,10 @@ async def test_an_hour_gap_in_a_timed_track_costs_under_10_ms():
     from fake_engine import FakeEngine
     from parley.core.vad import VadConfig
     from parley.protocol.messages import StreamConfig
-    from parley.runtime.scheduler import AsrScheduler
-    from parley.runtime.session import Session
-    from parley.runtime.session_options import SessionOptions
+    from parley.sessions.session import Session
+    from parley.sessions.session_options import SessionOptions
     from parley.transport.timed_track import TimedTrack
+    from parley.workers.scheduler import AsrScheduler
 
     worker = AsrScheduler(FakeEngine(), capacity=8)
     await worker.start()

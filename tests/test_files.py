@@ -33,7 +33,7 @@ from audio_fixtures import (
 from conftest import chunks_of, serve_fake
 from parley.client.stream import run_stream, stream_url
 from parley.protocol.messages import StreamConfig
-from parley.runtime.media import decode_file
+from parley.recordings.media import decode_file
 
 KEY = "files-test-key"
 

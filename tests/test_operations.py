@@ -33,9 +33,9 @@ from parley.config import Settings
 from parley.core.speaker_masks import FrameGrid
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.protocol.messages import StreamConfig
-from parley.runtime.diarization import DiarizationWorker
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.streams import AsrService
+from parley.sessions.streams import AsrService
+from parley.workers.diarization import DiarizationWorker
+from parley.workers.scheduler import AsrScheduler
 
 
 def http_base(url: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 from audio_fixtures import SAMPLE_WAV, read_wav
 from fake_engine import FakeEngine
 from parley.core.asr import AsrRequest
-from parley.runtime.scheduler import AsrScheduler
+from parley.workers.scheduler import AsrScheduler
 
 
 @pytest.fixture(scope="module")

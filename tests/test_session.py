@@ -18,9 +18,9 @@ from parley.protocol.messages import (
     SpeechStarted,
     StreamConfig,
 )
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session
-from parley.runtime.session_options import SessionOptions
+from parley.sessions.session import Session
+from parley.sessions.session_options import SessionOptions
+from parley.workers.scheduler import AsrScheduler
 
 
 @pytest.fixture

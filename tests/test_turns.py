@@ -13,8 +13,8 @@ from parley.core.turns import TurnConfig, settled_change, smooth_labels
 from parley.core.word_timing import WordTimingConfig, fit_words
 from parley.core.words import TimedWord
 from parley.protocol.messages import Final, FinalReason, SpeakerUpdate, Word
-from parley.runtime.diarization import DiarizationWorker
-from parley.runtime.speaker_track import SpeakerTrack
+from parley.sessions.speaker_track import SpeakerTrack
+from parley.workers.diarization import DiarizationWorker
 
 
 def spans_of(*durations, gap=0.05):

@@ -21,11 +21,11 @@ from parley.core.vad import VadConfig
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, StreamConfig
-from parley.runtime.decoding import StreamDecoding
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session
-from parley.runtime.session_options import SessionOptions
+from parley.sessions.session import Session
+from parley.sessions.session_options import SessionOptions
 from parley.weights.bundle import resolve_model
+from parley.workers.decoding import StreamDecoding
+from parley.workers.scheduler import AsrScheduler
 from test_compat import deepgram_session
 from test_webhooks import SECRET, Receiver
 

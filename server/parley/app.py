@@ -13,14 +13,14 @@ import uvicorn
 
 from parley.config import Settings
 from parley.loading import access_of, load_asr, load_diarization
-from parley.runtime.diarization import DiarizationWorker
 from parley.runtime.metrics import Metrics
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.streams import AsrService
-from parley.runtime.threads import in_passing_thread
 from parley.service import Service, start_service
+from parley.sessions.streams import AsrService
 from parley.transport.admission import Access
 from parley.transport.ws_server import StreamEndpoint
+from parley.workers.diarization import DiarizationWorker
+from parley.workers.scheduler import AsrScheduler
+from parley.workers.threads import in_passing_thread
 
 log = logging.getLogger(__name__)
 # Headroom over max_frame_bytes, so an oversize frame reaches our own check and gets

@@ -8,11 +8,11 @@ import logging
 import os
 
 from parley.config import Settings
-from parley.runtime.diarization import DiarizationWorker
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.streams import AsrService
+from parley.sessions.streams import AsrService
 from parley.transport.admission import Access
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
+from parley.workers.diarization import DiarizationWorker
+from parley.workers.scheduler import AsrScheduler
 
 log = logging.getLogger(__name__)
 

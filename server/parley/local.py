@@ -9,11 +9,11 @@ from tqdm import tqdm
 from parley.config import Settings
 from parley.core.recording_speakers import SpeakerCount
 from parley.loading import load_asr, load_diarization
-from parley.runtime.files import FileRequest
-from parley.runtime.media import decode_file
-from parley.runtime.threads import in_passing_thread
+from parley.recordings.files import FileRequest
+from parley.recordings.media import decode_file
 from parley.service import file_jobs
 from parley.transport.file_answers import rendered
+from parley.workers.threads import in_passing_thread
 
 
 async def transcribe_locally(

@@ -19,16 +19,14 @@ from websockets.http11 import Request, Response
 from parley.config import Settings
 from parley.core.capacity import CapacityPolicy
 from parley.core.costs import cost_report
+from parley.recordings.files import FileJobs, RecordingSpeakers
 from parley.runtime.capacity import LiveCapacity
-from parley.runtime.diarization import DiarizationWorker
-from parley.runtime.files import FileJobs, RecordingSpeakers
 from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from parley.runtime.metrics import Metrics
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session_options import SessionOptions
-from parley.runtime.streams import AsrService, StreamFactory
 from parley.runtime.webhook_config import WebhookConfig
 from parley.runtime.webhooks import WebhookSender
+from parley.sessions.session_options import SessionOptions
+from parley.sessions.streams import AsrService, StreamFactory
 from parley.transport.admission import Access, Admission, StreamLimits
 from parley.transport.connection import Connection
 from parley.transport.file_routes import FileRoutes
@@ -38,6 +36,8 @@ from parley.transport.http import StaticFiles, json_response, make_request_route
 from parley.transport.sinks import FollowerSinks, MetricsSinks, SinkFactory, WebhookSinks
 from parley.transport.uploads import FileDoor
 from parley.transport.ws_server import StreamEndpoint
+from parley.workers.diarization import DiarizationWorker
+from parley.workers.scheduler import AsrScheduler
 
 
 def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from parley.core.recording_speakers import RecordingClustering
-from parley.runtime.files import FileLimits
+from parley.recordings.files import FileLimits
 from parley.runtime.webhook_config import WebhookConfig
 
 _FILES, _RECORDING = FileLimits(), RecordingClustering()

@@ -24,11 +24,11 @@ from ray import serve
 
 from parley.config import Settings
 from parley.loading import access_of, load_asr, load_diarization
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.streams import AsrService
-from parley.runtime.threads import in_passing_thread
 from parley.service import Service, start_service
+from parley.sessions.streams import AsrService
 from parley.transport.front_door import FrontDoor
+from parley.workers.scheduler import AsrScheduler
+from parley.workers.threads import in_passing_thread
 
 log = logging.getLogger(__name__)
 

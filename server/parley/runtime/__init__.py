@@ -1,2 +1,2 @@
-"""Live machinery: the model worker threads, the sessions they serve, the measured
-capacity, and the webhooks and metrics the sessions feed."""
+"""What the live pipeline feeds and measures: the result webhooks (one aiohttp client),
+the Prometheus metrics, and the capacity measured from the streams served."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parley.core.capacity import CapacityPolicy, StreamCost
-from parley.runtime.diarization import DiarizationWorker
-from parley.runtime.scheduler import AsrScheduler
+from parley.workers.diarization import DiarizationWorker
+from parley.workers.scheduler import AsrScheduler
 
 # Before the first measurement: a final's cost per audio second is about this many
 # one-clip encoder passes (the warm-up times one). Measured on bench/load.py's

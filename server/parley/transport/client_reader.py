@@ -8,7 +8,7 @@ import asyncio
 from parley.protocol.messages import EndReason, Error, ErrorCode, ProtocolError
 from parley.runtime.capacity import LiveCapacity
 from parley.runtime.metrics import Metrics
-from parley.runtime.streams import Stream
+from parley.sessions.streams import Stream
 from parley.transport.admission import Refused, StreamLimits
 from parley.transport.connection import Connection
 from parley.transport.dialect import Translator

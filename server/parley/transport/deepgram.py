@@ -33,9 +33,9 @@ from parley.protocol.messages import (
     SpeechStarted,
     Word,
 )
-from parley.runtime.marks import Mark, Reply
-from parley.runtime.session import Session
-from parley.runtime.streams import StreamFactory
+from parley.sessions.marks import Mark, Reply
+from parley.sessions.session import Session
+from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_query import ListenOptions, endpointing_vad, listen_config
 from parley.transport.dialect import KeyOffered, Opened, Setup
 from parley.transport.http import json_response

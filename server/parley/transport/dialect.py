@@ -29,8 +29,8 @@ from websockets.http11 import Request, Response
 from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Error, ErrorCode, ProtocolError, ServerMessage, StreamConfig
-from parley.runtime.marks import Mark
-from parley.runtime.streams import Stream, StreamFactory
+from parley.sessions.marks import Mark
+from parley.sessions.streams import Stream, StreamFactory
 from parley.transport.auth import ApiKeys
 
 ANONYMOUS = "anonymous"  # the key name of a session on a server without keys

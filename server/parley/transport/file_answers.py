@@ -20,7 +20,7 @@ from parley.client.formats import render
 from parley.client.transcript import Transcript
 from parley.core.asr import Task
 from parley.protocol.messages import Final, as_json
-from parley.runtime.file_results import FileTranscript
+from parley.recordings.file_results import FileTranscript
 from parley.transport.uploads import UploadError
 
 _PUNCTUATION = re.compile(r"[^\w'’-]+")

@@ -23,8 +23,8 @@ from starlette.routing import Route
 
 from parley.core.asr import Task
 from parley.protocol.messages import ProtocolError
-from parley.runtime.file_results import FileTranscript
-from parley.runtime.files import FileRequest
+from parley.recordings.file_results import FileTranscript
+from parley.recordings.files import FileRequest
 from parley.runtime.webhooks import WebhookSender
 from parley.transport import file_answers
 from parley.transport.deepgram_query import ListenVocabulary, recording_language

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Iterator
 
 from parley.runtime.capacity import LiveLoad
-from parley.runtime.streams import Stream
+from parley.sessions.streams import Stream
 
 
 class LiveSessions:

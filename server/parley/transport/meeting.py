@@ -18,8 +18,8 @@ from typing import Any
 from websockets.datastructures import Headers
 
 from parley.protocol.messages import ControlType, ErrorCode, ProtocolError, StreamConfig
-from parley.runtime.session_group import SessionGroup
-from parley.runtime.streams import StreamFactory
+from parley.sessions.session_group import SessionGroup
+from parley.sessions.streams import StreamFactory
 from parley.transport.dialect import Opened, Setup, json_event, json_object
 from parley.transport.native import NativeWire, ParleyKeysAndErrors
 from parley.transport.timed_track import TimedTrack

@@ -17,9 +17,9 @@ from parley.protocol.messages import (
     encode,
     parse_control,
 )
-from parley.runtime.marks import Mark
-from parley.runtime.session import Session
-from parley.runtime.streams import StreamFactory
+from parley.sessions.marks import Mark
+from parley.sessions.session import Session
+from parley.sessions.streams import StreamFactory
 from parley.transport.dialect import KeyOffered, Opened, Setup
 
 

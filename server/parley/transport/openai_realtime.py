@@ -32,9 +32,9 @@ from parley.protocol.messages import (
     ServerMessage,
     SpeechStarted,
 )
-from parley.runtime.marks import Mark, Reply
-from parley.runtime.session import Session
-from parley.runtime.streams import StreamFactory
+from parley.sessions.marks import Mark, Reply
+from parley.sessions.session import Session
+from parley.sessions.streams import StreamFactory
 from parley.transport.dialect import KeyOffered, Opened, Setup, json_event
 from parley.transport.native import bearer_or_token
 from parley.transport.openai_events import (

@@ -22,7 +22,7 @@ from websockets.http11 import Request
 from parley.protocol.errors import CloseCode, close_reason
 from parley.protocol.messages import EndReason, Error, ErrorCode
 from parley.runtime.metrics import Metrics
-from parley.runtime.streams import Stream
+from parley.sessions.streams import Stream
 from parley.transport.admission import Admission, Refused, StreamLimits
 from parley.transport.client_reader import ClientReader
 from parley.transport.connection import Connection

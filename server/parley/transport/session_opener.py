@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from parley.runtime.streams import AsrService, Stream, StreamFactory
+from parley.sessions.streams import AsrService, Stream, StreamFactory
 from parley.transport.admission import StreamLimits
 from parley.transport.dialect import Dialect, Opened, Setup
 from parley.transport.session_loop import Served

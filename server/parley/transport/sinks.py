@@ -21,9 +21,9 @@ from parley.protocol.messages import (
     StreamConfig,
     as_json,
 )
-from parley.runtime.marks import Mark, WebhookEvent
 from parley.runtime.metrics import Metrics
 from parley.runtime.webhooks import WebhookFeed, WebhookSender
+from parley.sessions.marks import Mark, WebhookEvent
 from parley.transport.followers import Followers
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
-from parley.runtime.session import Session
+from parley.sessions.session import Session
 
 MAX_GAP_S = 3600.0  # audio further ahead of its track than this is refused
 HEAD_S = 0.25  # of a gap, fed as silence through the decoder (its resampler's delay is less)

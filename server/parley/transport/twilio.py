@@ -30,9 +30,9 @@ from parley.protocol.messages import (
     StreamConfig,
 )
 from parley.protocol.stream_config import DECODING_OPTIONS
-from parley.runtime.marks import Mark, WebhookEvent
-from parley.runtime.session_group import SessionGroup
-from parley.runtime.streams import StreamFactory
+from parley.sessions.marks import Mark, WebhookEvent
+from parley.sessions.session_group import SessionGroup
+from parley.sessions.streams import StreamFactory
 from parley.transport.auth import ApiKeys
 from parley.transport.dialect import Opened, Setup, by_key, json_event, json_object
 from parley.transport.http import json_response

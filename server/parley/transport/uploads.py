@@ -28,9 +28,9 @@ from websockets.datastructures import Headers
 
 from parley.core.asr import Decoding
 from parley.core.recording_speakers import SpeakerCount
-from parley.runtime.file_results import FileTranscript
-from parley.runtime.files import Busy, Draining, FileJobs, FileRequest
-from parley.runtime.media import AudioTooLong, UndecodableAudio, decode_file
+from parley.recordings.file_results import FileTranscript
+from parley.recordings.files import Busy, Draining, FileJobs, FileRequest
+from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_file
 from parley.runtime.metrics import Metrics
 from parley.transport.admission import Access
 from parley.transport.dialect import ANONYMOUS, by_key

@@ -23,7 +23,7 @@ from websockets.http11 import Request
 
 from parley.runtime.capacity import LiveCapacity, LiveLoad
 from parley.runtime.metrics import Metrics
-from parley.runtime.streams import AsrService, StreamFactory
+from parley.sessions.streams import AsrService, StreamFactory
 from parley.transport.admission import Admission, Refused, StreamLimits
 from parley.transport.client_reader import ClientReader
 from parley.transport.connection import Connection

@@ -20,9 +20,9 @@ from parley.core.policy import (
     finish_decoding_first,
     remaining_steps,
 )
-from parley.runtime.scheduler_stats import SchedulerObserver, SchedulerStats
+from parley.workers.scheduler_stats import SchedulerObserver, SchedulerStats
 
-log = logging.getLogger("parley.runtime.scheduler")
+log = logging.getLogger("parley.workers.scheduler")
 
 STOP = object()  # put in the inbox: finish the finals, cancel the rest, end the rounds
 

@@ -37,13 +37,13 @@ from parley.protocol.messages import (
     StreamConfig,
     Word,
 )
-from parley.runtime.decode_hints import DecodeHints
-from parley.runtime.decoding import StreamDecoding
-from parley.runtime.marks import Mark, MarkPayload
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session_options import SessionOptions
-from parley.runtime.session_outbox import SessionOutbox
-from parley.runtime.speaker_track import SpeakerTrack
+from parley.sessions.decode_hints import DecodeHints
+from parley.sessions.marks import Mark, MarkPayload
+from parley.sessions.session_options import SessionOptions
+from parley.sessions.session_outbox import SessionOutbox
+from parley.sessions.speaker_track import SpeakerTrack
+from parley.workers.decoding import StreamDecoding
+from parley.workers.scheduler import AsrScheduler
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.turns import settled_change, smooth_labels
 from parley.protocol.messages import Final, Partial, SpeakerUpdate
-from parley.runtime.diarization import DiarizationWorker
+from parley.workers.diarization import DiarizationWorker
 
 
 class SpeakerTrack:

@@ -21,8 +21,8 @@ from parley.protocol.messages import (
     SessionEnded,
 )
 from parley.protocol.recast import shifted, with_speaker
-from parley.runtime.marks import Mark
-from parley.runtime.speaker_track import SpeakerTrack
+from parley.sessions.marks import Mark
+from parley.sessions.speaker_track import SpeakerTrack
 
 OUTBOX_SIZE = 256
 ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept, to time finals by

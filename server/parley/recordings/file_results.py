@@ -15,7 +15,7 @@ from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
 from parley.core.word_timing import WordTimingConfig, fit_words
 from parley.core.words import TimedWord
 from parley.protocol.messages import Final, FinalReason, Word
-from parley.runtime.decoding import StreamDecoding
+from parley.workers.decoding import StreamDecoding
 
 VAD_CHUNK_S = 30.0  # the VAD reads a recording in pieces this long (any length would do)
 

@@ -30,8 +30,8 @@ from parley.protocol.messages import (
     SessionEnded,
     StreamConfig,
 )
-from parley.runtime.marks import Barrier, Mark, MarkPayload
-from parley.runtime.session import Session
+from parley.sessions.marks import Barrier, Mark, MarkPayload
+from parley.sessions.session import Session
 
 MERGED_SIZE = 256
 STALLED_S = 2.0  # a track whose audio stopped this long ago holds no final back

@@ -39,10 +39,15 @@ from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.vad import VadConfig
 from parley.core.word_timing import WordTimingConfig
 from parley.protocol.messages import StreamConfig
-from parley.runtime.decoding import StreamDecoding
-from parley.runtime.file_results import DecodeReport, FileTranscript, finals_of, segment_recording
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.threads import in_passing_thread
+from parley.recordings.file_results import (
+    DecodeReport,
+    FileTranscript,
+    finals_of,
+    segment_recording,
+)
+from parley.workers.decoding import StreamDecoding
+from parley.workers.scheduler import AsrScheduler
+from parley.workers.threads import in_passing_thread
 
 if TYPE_CHECKING:
     from parley.core.stream_diarizer import DiarizationConfig

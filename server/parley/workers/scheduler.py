@@ -43,9 +43,9 @@ from parley.core.load import LoadLedger
 from parley.core.policy import (
     PartialPacing,
 )
-from parley.runtime.calibration import calibrate
-from parley.runtime.decode_rounds import STOP, DecodeRounds, Job
-from parley.runtime.scheduler_stats import SchedulerObserver, SchedulerStats
+from parley.workers.calibration import calibrate
+from parley.workers.decode_rounds import STOP, DecodeRounds, Job
+from parley.workers.scheduler_stats import SchedulerObserver, SchedulerStats
 
 log = logging.getLogger(__name__)
 

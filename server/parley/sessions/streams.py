@@ -14,13 +14,13 @@ from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import EndReason, Error, ServerMessage
 from parley.protocol.stream_config import StreamConfig
-from parley.runtime.diarization import DiarizationWorker
-from parley.runtime.marks import Mark
-from parley.runtime.scheduler import AsrScheduler
-from parley.runtime.session import Session
-from parley.runtime.session_group import SessionGroup
-from parley.runtime.session_options import SessionOptions
-from parley.runtime.speaker_track import SpeakerTrack
+from parley.sessions.marks import Mark
+from parley.sessions.session import Session
+from parley.sessions.session_group import SessionGroup
+from parley.sessions.session_options import SessionOptions
+from parley.sessions.speaker_track import SpeakerTrack
+from parley.workers.diarization import DiarizationWorker
+from parley.workers.scheduler import AsrScheduler
 
 
 class Stream(Protocol):
