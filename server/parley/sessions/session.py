@@ -94,6 +94,7 @@ class Session:
 
     @property
     def stream_time(self) -> float:
+        """Audio received, in seconds."""
         return self._vad.stream_time
 
     @property

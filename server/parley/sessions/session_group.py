@@ -86,6 +86,7 @@ class SessionGroup:
 
     @property
     def tracks(self) -> dict[str, Session]:
+        """Each track's session, by track name."""
         return dict(self._tracks)
 
     @property
@@ -162,6 +163,7 @@ class SessionGroup:
         return self._segment_ids[key]
 
     async def finalize(self) -> None:
+        """Close every track's open segment now; each track's ``finalized`` follows its finals."""
         for session in self._tracks.values():
             await session.finalize()
 
@@ -179,6 +181,7 @@ class SessionGroup:
         await self._merged.put(_END)
 
     async def report(self, error: Error) -> None:
+        """A non-fatal error, sent in order with the tracks' results."""
         await self._merged.put(error)
 
     async def mark(self, payload: MarkPayload) -> None:
@@ -192,6 +195,7 @@ class SessionGroup:
             await session.mark(barrier)
 
     def close(self) -> None:
+        """The client is gone: every track cancels its unfinished work."""
         self._ended = True
         for pump in self._pumps:
             pump.cancel()
@@ -201,5 +205,7 @@ class SessionGroup:
             session.close()
 
     async def messages(self) -> AsyncIterator[ServerMessage | Mark]:
+        """Every track's messages, finals in the order their segments ended, until the
+        group's ``session_ended``."""
         while (item := await self._merged.get()) is not _END:
             yield item

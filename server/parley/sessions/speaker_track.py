@@ -98,6 +98,8 @@ class SpeakerTrack:
         return replace(partial, speaker=self._labels.label(speaker, assign=False))
 
     def label_final(self, final: Final) -> Final:
+        """The final with its speakers as they stand; kept, while unsettled, for the
+        ``speaker_update`` a later step may send."""
         labelled = self._label(final)
         if labelled.end > self._snapshot.settled_until:
             self._unsettled[final.segment_id] = labelled
@@ -107,6 +109,7 @@ class SpeakerTrack:
 
     @property
     def cut_search_s(self) -> float:
+        """How far from a turn change the VAD may look for a quieter place to cut."""
         return self._worker.config.turns.cut_search_s
 
     def turn_change(self, start: float, end: float) -> float | None:

@@ -61,13 +61,16 @@ class DiarizationWorker:
         self._thread = threading.Thread(target=self._run, name="parley-diarization", daemon=True)
 
     def start(self) -> None:
+        """Start the diarization thread."""
         self._thread.start()
 
     @property
     def alive(self) -> bool:
+        """Whether the thread runs (False before start and after stop)."""
         return self._thread.is_alive()
 
     def new_stream(self) -> StreamDiarizer:
+        """A stream's own incremental diarizer, over the shared models."""
         return StreamDiarizer(self.models, self.config)
 
     async def submit(
@@ -89,6 +92,7 @@ class DiarizationWorker:
         return future
 
     async def stop(self) -> None:
+        """Finish the queued steps, then end the thread."""
         if self._thread.is_alive():
             await asyncio.to_thread(self._queue.put, None)
             await asyncio.to_thread(self._thread.join)

@@ -35,6 +35,7 @@ class SchedulerStats:
     audio_seconds: float = 0.0
 
     def to_json(self) -> dict:
+        """The counters, seconds rounded to the millisecond."""
         return {
             name: round(value, 3) if isinstance(value, float) else value
             for name, value in vars(self).items()
