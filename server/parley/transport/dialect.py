@@ -37,9 +37,9 @@ ANONYMOUS = "anonymous"  # the key name of a session on a server without keys
 
 
 # Turn detection asked of a compatible endpoint (Deepgram's endpointing, OpenAI's
-# silence_duration_ms) is raised to this: Whisper needs whole phrases, and shorter
-# pauses would cut them (it is the server's own default).
-MIN_TURN_SILENCE_MS = 300
+# silence_duration_ms) is raised to the server's own default: Whisper needs whole
+# phrases, and shorter pauses would cut them.
+MIN_TURN_SILENCE_MS = VadConfig.min_silence_ms
 
 
 def turn_detection(base: VadConfig, silence_ms: int, pad_ms: int | None = None) -> VadConfig:
