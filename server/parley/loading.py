@@ -58,8 +58,8 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
 def asr_threads(settings: Settings) -> int | None:
     """The ASR thread's torch threads: as configured; else, with diarization on, the cores
     its thread leaves free, because two model threads busy on the same cores slow each
-    other down (4 diarized streams here: final latency p50 3.0 s with the ASR on both
-    cores, 1.2 s with it on one); else torch's default (None)."""
+    other down (bench/README.md, "Serving capacity with speaker labels");
+    else torch's default (None)."""
     from parley.models.device import DEFAULT_THREADS
 
     if settings.asr.threads or not settings.diarization.enabled:

@@ -50,8 +50,8 @@ class CamPlusPlusEmbedder:
     """CAM++ on 80-bin Kaldi fbank (mean-normalised), as 3D-Speaker trains it.
 
     On a CPU the network runs in ONNX Runtime, exported from the same weights at load
-    time: its 1-D convolutions take torch's slow path at batch size one (measured here:
-    55 ms against 91 ms for 3 s of speech, embeddings equal to 4e-6); on a GPU, torch.
+    time: its 1-D convolutions take torch's slow path at batch size one, and the
+    embeddings are equal to rounding (bench/README.md, "Speaker labelling": steps per second); on a GPU, torch.
     """
 
     dimension = 192
