@@ -51,7 +51,8 @@ class CamPlusPlusEmbedder:
 
     On a CPU the network runs in ONNX Runtime, exported from the same weights at load
     time: its 1-D convolutions take torch's slow path at batch size one, and the
-    embeddings are equal to rounding (bench/README.md, "Speaker labelling": steps per second); on a GPU, torch.
+    embeddings are equal to rounding (bench/README.md, "Speaker labelling": steps per
+    second); on a GPU, torch.
     """
 
     dimension = 192
