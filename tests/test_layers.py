@@ -100,3 +100,18 @@ def test_every_unit_sits_on_a_floor_and_none_is_empty():
         _floor_of(unit)
     named = set().union(*FLOORS)
     assert named == units, f"floors name what the package lacks: {sorted(named - units)}"
+
+
+def test_the_client_and_core_hold_to_their_package_docstrings():
+    """The client imports only the protocol and core (no torch, no server); core imports
+    nothing of parley's but core."""
+    allowed = {"parley.client": {"parley.protocol", "parley.core"}, "parley.core": set()}
+    modules = _modules()
+    for module, path in modules.items():
+        unit = _unit(module)
+        if unit not in allowed:
+            continue
+        for target in _imports(module, path):
+            while target not in modules:
+                target = target.rpartition(".")[0]
+            assert _unit(target) in allowed[unit] | {unit}, f"{module} imports {target}"
