@@ -19,17 +19,18 @@ from parley.transport.dialect import ANONYMOUS, Dialect, Setup, query_of
 
 @dataclass(frozen=True)
 class StreamLimits:
-    """The limits every streaming session is held to (told in ``session_started``)."""
+    """The limits every streaming session is held to (told in ``session_started``); their
+    defaults are the server settings' (serving_config.ServerSettings)."""
 
     max_sessions: int
     max_frame_bytes: int
     idle_timeout_s: float
     max_segment_s: float
     max_session_s: float
+    max_participants: int  # per /v1/meeting connection
+    resume_window_s: float  # a resumable session waits this long for its client
     max_sessions_per_key: int | None = None
     diarization_latency_s: float | None = None
-    max_participants: int = 64  # per /v1/meeting connection
-    resume_window_s: float = 30.0  # a resumable session waits this long for its client
 
     def to_json(self) -> dict:
         limits = {
