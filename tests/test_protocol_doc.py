@@ -118,3 +118,17 @@ def test_end_reasons_and_their_close_codes():
 @pytest.mark.parametrize("value", [*FinalReason, *FinalWarning], ids=lambda v: v.value)
 def test_final_reasons_and_warnings_are_documented(value):
     assert f"`{value.value}`" in NATIVE
+
+
+def test_every_path_the_server_answers_on_is_in_protocol_md():
+    from parley.protocol import paths
+
+    named = {
+        name: value.pattern if isinstance(value, re.Pattern) else value
+        for name, value in vars(paths).items()
+        if name.endswith("_PATH")
+    }
+    assert len(named) >= 12
+    for name, path in named.items():
+        literal = path if not path.startswith("^") else "/v1/sessions/"
+        assert literal in DOC, f"protocol.md never names {name} ({literal})"

@@ -13,6 +13,7 @@ import uvicorn
 
 from parley.config import Settings
 from parley.loading import access_of, load_asr, load_diarization
+from parley.protocol.paths import STREAM_PATH
 from parley.runtime.metrics import Metrics
 from parley.service import Service, start_service
 from parley.sessions.streams import AsrService
@@ -129,7 +130,7 @@ async def serve_forever(settings: Settings, access: Access) -> None:
         loop.add_signal_handler(sig, on_signal)
     host = settings.server.host
     scheme = "wss" if settings.server.ssl_certfile else "ws"
-    others = ", ".join(sorted(running.endpoint.paths - {"/v1/stream"}))
+    others = ", ".join(sorted(running.endpoint.paths - {STREAM_PATH}))
     print(
         f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
         f"(model {asr.model_label}, diarization {settings.diarization.source}; "

@@ -19,6 +19,7 @@ from websockets.http11 import Request, Response
 from parley.config import Settings
 from parley.core.capacity import CapacityPolicy
 from parley.core.costs import cost_report
+from parley.protocol.paths import HEALTH_PATH, METRICS_PATH, READY_PATH
 from parley.recordings.files import FileJobs, RecordingSpeakers
 from parley.runtime.capacity import LiveCapacity
 from parley.runtime.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -165,10 +166,10 @@ def _routes(
     metrics.capacity_streams.set_function(carried)
     metrics.capacity_used.set_function(lambda: endpoint.load().streams / carried())
     return {
-        "/healthz": lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
-        "/readyz": readyz,
+        HEALTH_PATH: lambda: json_response(HTTPStatus.OK, {"status": "ok"}),
+        READY_PATH: readyz,
         "/health": health,
-        "/metrics": lambda: text_response(HTTPStatus.OK, metrics.render(), METRICS_CONTENT_TYPE),
+        METRICS_PATH: lambda: text_response(HTTPStatus.OK, metrics.render(), METRICS_CONTENT_TYPE),
     }
 
 

@@ -21,7 +21,6 @@ from parley.protocol.stream_config import StreamConfig as StreamConfig
 from parley.protocol.stream_config import language_tag as language_tag
 
 PROTOCOL_VERSION = 1
-STREAM_PATH = "/v1/stream"
 
 
 # ---------------------------------------------------------------- client → server

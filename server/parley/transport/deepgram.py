@@ -33,6 +33,7 @@ from parley.protocol.messages import (
     SpeechStarted,
     Word,
 )
+from parley.protocol.paths import LISTEN_PATH
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
@@ -41,7 +42,6 @@ from parley.transport.dialect import KeyOffered, Opened, Setup
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
-LISTEN_PATH = "/v1/listen"
 CHANNEL = [0, 1]  # channel_index: channel 0 of 1 (several channels are mixed to one)
 _HTTP_STATUS = {
     ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,

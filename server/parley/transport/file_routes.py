@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from parley.core.asr import Task
 from parley.protocol.messages import ProtocolError
+from parley.protocol.paths import LISTEN_PATH, PREDICT_PATH, TRANSCRIPTIONS_PATH, TRANSLATIONS_PATH
 from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import FileRequest
 from parley.runtime.webhooks import WebhookSender
@@ -57,10 +58,10 @@ class FileRoutes:
 
     def routes(self) -> list[Route]:
         return [
-            Route("/v1/audio/transcriptions", self.openai, methods=["POST"]),
-            Route("/v1/audio/translations", self.openai_translation, methods=["POST"]),
-            Route("/v1/listen", self.deepgram, methods=["POST"]),
-            Route("/predict", self.predict, methods=["POST"]),
+            Route(TRANSCRIPTIONS_PATH, self.openai, methods=["POST"]),
+            Route(TRANSLATIONS_PATH, self.openai_translation, methods=["POST"]),
+            Route(LISTEN_PATH, self.deepgram, methods=["POST"]),
+            Route(PREDICT_PATH, self.predict, methods=["POST"]),
         ]
 
     def _language(self, requested: str | None) -> str | None:

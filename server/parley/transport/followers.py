@@ -13,20 +13,19 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from urllib.parse import parse_qsl, urlsplit
 
 from websockets.exceptions import ConnectionClosed
 
 from parley.protocol.errors import CloseCode, close_reason
 from parley.protocol.messages import Error, ErrorCode, ServerMessage, encode
+from parley.protocol.paths import FOLLOW_PATH
 from parley.transport.auth import ApiKeys
 from parley.transport.connection import Connection
 from parley.transport.dialect import by_key
 from parley.transport.native import NativeDialect
 
 log = logging.getLogger(__name__)
-FOLLOW_PATH = re.compile(r"^/v1/sessions/([0-9a-f]{32})/events$")
 FOLLOWER_QUEUE = 256
 _END, _BEHIND = object(), object()
 

@@ -18,13 +18,13 @@ from typing import Any
 from websockets.datastructures import Headers
 
 from parley.protocol.messages import ControlType, ErrorCode, ProtocolError, StreamConfig
+from parley.protocol.paths import MEETING_PATH
 from parley.sessions.session_group import SessionGroup
 from parley.sessions.streams import StreamFactory
 from parley.transport.dialect import Opened, Setup, json_event, json_object
 from parley.transport.native import NativeWire, ParleyKeysAndErrors
 from parley.transport.timed_track import TimedTrack
 
-MEETING_PATH = "/v1/meeting"
 RECALL_AUDIO = "audio_separate_raw.data"
 RECALL_LEAVE = "participant_events.leave"
 

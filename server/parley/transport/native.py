@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from websockets.datastructures import Headers
 
 from parley.protocol.messages import (
-    STREAM_PATH,
     ControlType,
     Error,
     ServerMessage,
@@ -17,6 +16,7 @@ from parley.protocol.messages import (
     encode,
     parse_control,
 )
+from parley.protocol.paths import STREAM_PATH
 from parley.sessions.marks import Mark
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory

@@ -32,6 +32,7 @@ from parley.protocol.messages import (
     ServerMessage,
     SpeechStarted,
 )
+from parley.protocol.paths import REALTIME_PATH
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
@@ -46,7 +47,6 @@ from parley.transport.openai_events import (
 )
 from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
 
-REALTIME_PATH = "/v1/realtime"
 # The Reply kind of an event sent once everything queued before it has gone out.
 EVENT = "event"
 BROWSER_KEY_PREFIX = "openai-insecure-api-key."  # the subprotocol browsers send a key in

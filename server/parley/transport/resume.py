@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
-from parley.protocol.messages import STREAM_PATH, Error, ErrorCode
+from parley.protocol.messages import Error, ErrorCode
+from parley.protocol.paths import STREAM_PATH
 from parley.transport.admission import Refused
 from parley.transport.connection import Connection
 from parley.transport.dialect import Dialect

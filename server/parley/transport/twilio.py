@@ -29,6 +29,7 @@ from parley.protocol.messages import (
     ServerMessage,
     StreamConfig,
 )
+from parley.protocol.paths import TWILIO_PATH
 from parley.protocol.stream_config import DECODING_OPTIONS
 from parley.sessions.marks import Mark, WebhookEvent
 from parley.sessions.session_group import SessionGroup
@@ -38,7 +39,6 @@ from parley.transport.dialect import Opened, Setup, by_key, json_event, json_obj
 from parley.transport.http import json_response
 from parley.transport.timed_track import TimedTrack
 
-TWILIO_PATH = "/v1/twilio"
 TWILIO_KEY_NAME = "twilio"  # the key name of connections admitted by Twilio's signature
 TRACK_SPEAKERS = {"inbound": "caller", "outbound": "agent"}
 RENAME_PARAMETERS = {"inbound": "inbound_speaker", "outbound": "outbound_speaker"}

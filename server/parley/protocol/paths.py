@@ -1,0 +1,26 @@
+"""Every path the server answers on: the streaming wires (WebSocket), the recordings'
+endpoints (HTTP POST), the followers of a session, and the probes. protocol.md names
+each; tests/test_protocol_doc.py holds the two together."""
+
+from __future__ import annotations
+
+import re
+
+# WebSocket wires
+STREAM_PATH = "/v1/stream"  # Parley's own (sections 1 to 8)
+LISTEN_PATH = "/v1/listen"  # Deepgram's live API (section 9); POST: its pre-recorded API
+REALTIME_PATH = "/v1/realtime"  # OpenAI's realtime transcription (section 10)
+TWILIO_PATH = "/v1/twilio"  # Twilio Media Streams (section 11)
+MEETING_PATH = "/v1/meeting"  # meeting bots, a track per participant (section 13)
+# /v1/sessions/{session_id}/events: a live session's results, for its followers
+FOLLOW_PATH = re.compile(r"^/v1/sessions/([0-9a-f]{32})/events$")
+
+# Recordings (HTTP POST)
+TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"  # OpenAI's file API
+TRANSLATIONS_PATH = "/v1/audio/translations"  # OpenAI's, into English
+PREDICT_PATH = "/predict"  # the reference handler's
+
+# Probes and metrics (HTTP GET)
+HEALTH_PATH = "/healthz"
+READY_PATH = "/readyz"
+METRICS_PATH = "/metrics"
