@@ -15,31 +15,26 @@ class LiveSessions:
     """Each live session's handler task and its stream (the endpoint's only state)."""
 
     def __init__(self) -> None:
-        self._streams: dict[asyncio.Task, Stream | None] = {}
+        self._streams: dict[asyncio.Task, Stream] = {}
 
     def __len__(self) -> int:
         return len(self._streams)
 
     @contextlib.contextmanager
-    def serving(self, task: asyncio.Task) -> Iterator[None]:
-        """Count ``task`` live until it leaves the block."""
-        self._streams[task] = None
+    def serving(self, task: asyncio.Task, stream: Stream) -> Iterator[None]:
+        """Count ``task`` (serving ``stream``) live until it leaves the block."""
+        self._streams[task] = stream
         try:
             yield
         finally:
             self._streams.pop(task, None)
 
-    def opened(self, task: asyncio.Task, stream: Stream) -> None:
-        """``task``'s session is built: its stream counts in the load from now on."""
-        self._streams[task] = stream
-
     def load(self) -> LiveLoad:
         """The live streams: a meeting's participants count one each."""
         streams = diarized = 0
         for stream in self._streams.values():
-            if stream is not None:
-                streams += stream.counted_streams
-                diarized += stream.config.diarization
+            streams += stream.counted_streams
+            diarized += stream.config.diarization
         return LiveLoad(streams, diarized)
 
     async def wait(self, timeout_s: float) -> None:

@@ -138,17 +138,16 @@ class StreamEndpoint:
                 extra={"outcome": this.outcome, "key": this.key},
             )
             return
-        with self._live.serving(task):
-            self._admission.opened(this.key)
-            self._metrics.sessions_live.inc()
-            session = self._opener.open(this, dialect, setup)
-            self._live.opened(task, session)
-            try:
+        self._admission.opened(this.key)
+        self._metrics.sessions_live.inc()
+        session = self._opener.open(this, dialect, setup)
+        try:
+            with self._live.serving(task, session):
                 await self._loop.serve(connection, session, this)
-            finally:
-                self._admission.closed(this.key)
-                self._metrics.sessions_live.dec()
-                self._opener.closed(this, session)
+        finally:
+            self._admission.closed(this.key)
+            self._metrics.sessions_live.dec()
+            self._opener.closed(this, session)
 
     def _admit(self, request: Request, dialect: Dialect[Any]) -> tuple[Setup[Any], str]:
         live = self._live
