@@ -47,6 +47,7 @@ class RunningServer:
 
     @property
     def port(self) -> int:
+        """The port the server listens on (the one it chose, for port 0)."""
         return self.server.servers[0].sockets[0].getsockname()[1]
 
     @property
@@ -64,6 +65,7 @@ class RunningServer:
         await self.stop()
 
     async def stop(self) -> None:
+        """End every live session now (shutting_down), stop the workers and the server."""
         await self.endpoint.shutdown()
         await self.service.stop()
         self.server.should_exit = True

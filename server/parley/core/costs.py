@@ -34,11 +34,13 @@ class StepCostModel:
         self._stale = False
 
     def observe(self, rows: int, tokens: int, seconds: float) -> None:
+        """One timed step: ``rows`` rows fed ``tokens`` positions in ``seconds``."""
         self._samples.append((rows, tokens, seconds))
         self._stale = True
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
+        """``(c0, c_row, c_token)``, refitted to the steps seen when any came since."""
         if self._stale:
             self._coefficients = self._fit()
             self._stale = False
@@ -77,6 +79,7 @@ class EncoderCosts:
         self._ratios: dict[int, float] = {1: 1.0}
 
     def observe(self, clips: int, seconds: float) -> None:
+        """One timed encoder pass over ``clips`` clips."""
         if clips == 1:
             old = self._single
             self._single = seconds if old is None else old + self._smoothing * (seconds - old)
@@ -138,6 +141,7 @@ class Acceptance:
         self.rejections = prior_rejections
 
     def observe(self, proposed: int, accepted: int) -> None:
+        """One verified draft: ``accepted`` of its ``proposed`` tokens were kept."""
         if proposed == 0:
             return
         self.kept += accepted
@@ -146,6 +150,7 @@ class Acceptance:
 
     @property
     def probability(self) -> float:
+        """The estimated chance that the next drafted token is kept."""
         total = self.kept + self.rejections
         return self.kept / total if total > 0 else 0.0
 

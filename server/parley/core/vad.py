@@ -157,9 +157,11 @@ class VadSegmenter:
 
     @property
     def speaking(self) -> bool:
+        """Whether a segment is open (speech started and has not ended)."""
         return self._speaking
 
     def push(self, audio: np.ndarray) -> list[VadEvent]:
+        """Feed 16 kHz float32 audio; the speech starts and closed segments it caused."""
         events: list[VadEvent] = []
         audio = np.asarray(audio, dtype=np.float32)
         offset = 0
@@ -192,6 +194,7 @@ class VadSegmenter:
         return events
 
     def open_segment(self) -> OpenSegment | None:
+        """The segment being spoken, its audio so far copied (for a partial), or None."""
         if not self._speaking:
             return None
         seg = self._segment

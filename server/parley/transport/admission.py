@@ -83,9 +83,11 @@ class Admission:
         self._per_key: Counter[str] = Counter()
 
     def opened(self, key: str) -> None:
+        """A session admitted by ``key`` started."""
         self._per_key[key] += 1
 
     def closed(self, key: str) -> None:
+        """A session admitted by ``key`` ended."""
         self._per_key[key] -= 1
 
     def identify(self, request: Request, dialect: Dialect, params: Mapping[str, str]) -> str:

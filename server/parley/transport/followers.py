@@ -40,9 +40,11 @@ class Followers:
 
     @staticmethod
     def matches(path: str) -> bool:
+        """Whether ``path`` is a session's followers' path."""
         return FOLLOW_PATH.match(urlsplit(path).path) is not None
 
     def opened(self, session_id: str, key: str) -> None:
+        """A session started (by ``key``): it may be followed from now on."""
         self._live[session_id] = key
         self._queues[session_id] = set()
 
@@ -61,11 +63,13 @@ class Followers:
                 queue.put_nowait(_BEHIND)
 
     def closed(self, session_id: str) -> None:
+        """The session ended: each follower gets the end and is closed."""
         self._live.pop(session_id, None)
         for queue in self._queues.pop(session_id, ()):
             queue.put_nowait(_END)  # publish always leaves it room
 
     async def handle(self, connection: Connection) -> None:
+        """Serve one follower until its session ends (or refuse it)."""
         request = connection.request
         assert request is not None
         found = FOLLOW_PATH.match(urlsplit(request.path).path)

@@ -51,16 +51,22 @@ class SessionClosed:
 class SessionSink(Protocol):
     """One session's view of a destination for its messages (never waits)."""
 
-    def message(self, message: ServerMessage | Mark) -> None: ...
+    def message(self, message: ServerMessage | Mark) -> None:
+        """One of the session's messages (or marks), in stream order, as it is made."""
+        ...
 
-    def closed(self, summary: SessionClosed) -> None: ...
+    def closed(self, summary: SessionClosed) -> None:
+        """The session ended: how, after how much audio, with which errors."""
+        ...
 
 
 class SinkFactory(Protocol):
     """A destination shared by every session; ``open`` gives one session's sink, or None
     when this session has nothing to send there."""
 
-    def open(self, session: SessionOpened) -> SessionSink | None: ...
+    def open(self, session: SessionOpened) -> SessionSink | None:
+        """The session's sink here, or None when it has nothing to send here."""
+        ...
 
 
 class SessionSinks:
@@ -70,10 +76,12 @@ class SessionSinks:
         self._sinks = [sink for f in factories if (sink := f.open(session)) is not None]
 
     def message(self, message: ServerMessage | Mark) -> None:
+        """Tell every sink one message."""
         for sink in self._sinks:
             sink.message(message)
 
     def closed(self, summary: SessionClosed) -> None:
+        """Tell every sink the session ended."""
         for sink in self._sinks:
             sink.closed(summary)
 
