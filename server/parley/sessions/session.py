@@ -105,14 +105,13 @@ class Session:
     @property
     def decoding(self) -> bool:
         """Whether a closed segment's final is still to be sent."""
-        return bool(self._outbox.unsent_ends)
+        return self._outbox.oldest_unsent_end is not None
 
     def settled_until(self) -> float:
         """The time (in message time) before which this stream has no final left to send:
         the end of its oldest closed segment still decoding, else the audio received."""
-        unsent = self._outbox.unsent_ends
-        until = unsent[0] if unsent else self.stream_time
-        return until + self._offset_s
+        unsent = self._outbox.oldest_unsent_end
+        return (self.stream_time if unsent is None else unsent) + self._offset_s
 
     @property
     def segments(self) -> int:
@@ -267,7 +266,7 @@ class Session:
             self._worker.want_partials(-1)
 
     async def _submit_final(self, segment: SegmentClosed) -> None:
-        self._outbox.unsent_ends.append(segment.end)  # first: the submit below may wait
+        self._outbox.final_due(segment.end)  # first: the submit below may wait
         if self._speakers is not None:
             step = await self._speakers.catch_up()
             if step is not None:

@@ -65,13 +65,22 @@ class SessionOutbox:
         self._offset_s = offset_s
         self._final_latency = final_latency
         self._audio_settled = audio_settled
-        self.unsent_ends: deque[float] = deque()  # ends of closed segments whose final is due
+        self._unsent_ends: deque[float] = deque()  # ends of closed segments whose final is due
         self._settled_to = 0.0  # stream time up to which finals have been sent
         self._diarization_failed = False
         # (stream time at the end of an audio message, monotonic time it arrived)
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=ARRIVALS_KEPT)
 
     # ------------------------------------------------------------------ in
+
+    def final_due(self, end: float) -> None:
+        """A segment ending at ``end`` closed: its final (or its error) is to come."""
+        self._unsent_ends.append(end)
+
+    @property
+    def oldest_unsent_end(self) -> float | None:
+        """The end of the oldest closed segment whose final is not sent yet, or None."""
+        return self._unsent_ends[0] if self._unsent_ends else None
 
     def arrived(self, stream_time: float) -> None:
         """Audio up to ``stream_time`` arrived now (finals are timed from it)."""
@@ -151,8 +160,8 @@ class SessionOutbox:
             yield message
 
     def _final_sent(self) -> None:
-        if self.unsent_ends:
-            self._settle(self.unsent_ends.popleft())
+        if self._unsent_ends:
+            self._settle(self._unsent_ends.popleft())
 
     def _settle(self, until: float) -> None:
         if self._audio_settled is not None and until > self._settled_to:

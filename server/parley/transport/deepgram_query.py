@@ -11,6 +11,9 @@ from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamC
 from parley.protocol.stream_config import bool_param, language_tag
 from parley.transport.dialect import every, turn_detection
 
+# The recordings' form and query flags, read leniently (anything else is false), as the
+# vendors' SDKs send them.
+TRUE = ("1", "true", "yes", "on")
 ENCODINGS = {"linear16": Encoding.PCM_S16LE, "mulaw": Encoding.MULAW, "alaw": Encoding.ALAW}
 
 
@@ -157,7 +160,7 @@ def endpointing_vad(params: Mapping[str, str], base: VadConfig) -> VadConfig | N
 def recording_language(params: Mapping[str, str]) -> str | None:
     """A pre-recorded request's language as a tag (en-US is en), or None to detect it
     (``multi``, or ``detect_language``); ProtocolError for one that is no language tag."""
-    if params.get("detect_language", "").strip().lower() in ("1", "true", "yes", "on"):
+    if params.get("detect_language", "").strip().lower() in TRUE:
         return None
     raw = listen_language(params.get("language"))
     return language_tag(raw, "language") if raw else None

@@ -28,13 +28,12 @@ from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import FileRequest
 from parley.runtime.webhooks import WebhookSender
 from parley.transport import file_answers
-from parley.transport.deepgram_query import ListenVocabulary, recording_language
+from parley.transport.deepgram_query import TRUE, ListenVocabulary, recording_language
 from parley.transport.predict_parameters import predict_decoding, predict_parameters
 from parley.transport.uploads import FileDoor, UploadCode, UploadError, speaker_count
 
 log = logging.getLogger(__name__)
 OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
-TRUE = ("1", "true", "yes", "on")
 
 
 def _flag(value: str | None, default: bool = False) -> bool:

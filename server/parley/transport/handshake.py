@@ -16,7 +16,7 @@ from parley.runtime.metrics import Metrics
 from parley.transport.admission import Refused
 from parley.transport.dialect import Dialect, RefusesAtHandshake
 
-log = logging.getLogger("parley.transport.ws_server")
+log = logging.getLogger(__name__)
 # Told to HTTP clients refused as busy: about the span over which the load is measured.
 BUSY_RETRY_AFTER_S = 10
 

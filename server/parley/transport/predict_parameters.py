@@ -10,7 +10,7 @@ import logging
 from parley.core.asr import Task
 from parley.transport.uploads import UploadCode, UploadError
 
-log = logging.getLogger("parley.transport.file_routes")
+log = logging.getLogger(__name__)
 
 PREDICT_PARAMETERS = (
     "task",

@@ -22,7 +22,7 @@ from parley.core.policy import (
 )
 from parley.workers.scheduler_stats import SchedulerObserver, SchedulerStats
 
-log = logging.getLogger("parley.workers.scheduler")
+log = logging.getLogger(__name__)
 
 STOP = object()  # put in the inbox: finish the finals, cancel the rest, end the rounds
 

@@ -40,9 +40,7 @@ from collections.abc import Callable
 from parley.core.asr import AsrRequest, Transcriber
 from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.load import LoadLedger
-from parley.core.policy import (
-    PartialPacing,
-)
+from parley.core.policy import PartialPacing
 from parley.workers.calibration import calibrate
 from parley.workers.decode_rounds import STOP, DecodeRounds, Job
 from parley.workers.scheduler_stats import SchedulerObserver, SchedulerStats
