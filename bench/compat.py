@@ -31,7 +31,7 @@ from load import Server
 from parley.client.stream import run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.audio import SAMPLE_RATE
-from parley.protocol.messages import StreamConfig
+from parley.protocol.messages import Final, FinalReason, ServerMessage, StreamConfig
 
 CHUNK_S = 0.1
 
@@ -70,9 +70,9 @@ def pcm16(audio) -> bytes:
 async def native(port: int, audio) -> dict:
     clock, transcript, latencies = Clock(), Transcript(), []
 
-    def on_message(message: dict) -> None:
-        if message["type"] == "final" and message["reason"] == "silence":  # as speech_final
-            latencies.append(clock.latency(message["end"]))
+    def on_message(message: ServerMessage) -> None:
+        if isinstance(message, Final) and message.reason == FinalReason.SILENCE:  # speech_final
+            latencies.append(clock.latency(message.end))
         transcript.apply(message)
 
     url = stream_url(f"ws://127.0.0.1:{port}/v1/stream", StreamConfig(diarization=True), None)
@@ -84,8 +84,8 @@ async def native(port: int, audio) -> dict:
         on_message=on_message,
     )
     return {
-        "text": " ".join(f["text"] for f in transcript.finals),
-        "speakers": {w["speaker"] for f in transcript.finals for w in f["words"]},
+        "text": " ".join(f.text for f in transcript.finals),
+        "speakers": {w.speaker for f in transcript.finals for w in f.words},
         "latencies": latencies,
     }
 

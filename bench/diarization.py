@@ -49,7 +49,7 @@ from load import Server
 from parley.client.stream import ffmpeg_pcm, run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.audio import SAMPLE_RATE
-from parley.protocol.messages import StreamConfig
+from parley.protocol.messages import Final, FinalReason, ServerMessage, SessionStarted, StreamConfig
 
 COLLAR_S = 0.25
 GRID_S = 0.01  # timing is scored on a 10 ms grid
@@ -88,12 +88,12 @@ async def stream_file(url: str, path: Path) -> dict:
     latencies: list[float] = []
     began: list[float] = []
 
-    def on_message(message: dict) -> None:
+    def on_message(message: ServerMessage) -> None:
         now = time.monotonic()
-        if message["type"] == "session_started":
+        if isinstance(message, SessionStarted):
             began.append(now)
-        if message["type"] == "final" and message["reason"] != "end_of_stream":
-            latencies.append(now - began[0] - message["end"])
+        if isinstance(message, Final) and message.reason != FinalReason.END_OF_STREAM:
+            latencies.append(now - began[0] - message.end)
         transcript.apply(message)
 
     result = await run_stream(
@@ -121,7 +121,7 @@ def _grid(segments, length: int) -> np.ndarray:
 
 
 def timing(transcript: Transcript, reference: Annotation) -> dict:
-    words = [(w["start"], w["end"]) for f in transcript.finals for w in f.get("words") or []]
+    words = [(w.start, w.end) for f in transcript.finals for w in f.words]
     speech = [(s.start, s.end) for s in reference.get_timeline().support()]
     length = int(max([e for _, e in words + speech] + [0]) / GRID_S) + 2
     in_words, in_speech = _grid(words, length), _grid(speech, length)
@@ -134,7 +134,7 @@ def timing(transcript: Transcript, reference: Annotation) -> dict:
 def flips(transcript: Transcript) -> int:
     count = 0
     for final in transcript.finals:
-        labels = [w["speaker"] for w in final.get("words") or []]
+        labels = [w.speaker for w in final.words]
         count += sum(1 for a, b, c in zip(labels, labels[1:], labels[2:]) if b != a and b != c)
     return count
 
@@ -163,10 +163,8 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
         "true_speakers": len(reference.labels()),
         "labels_in_order": shown == [f"S{i + 1}" for i in range(len(shown))],
         "flips": flips(transcript),
-        "mixed_finals": sum(
-            1 for f in finals if len({w["speaker"] for w in f.get("words") or []}) > 1
-        ),
-        "speaker_change_finals": sum(1 for f in finals if f["reason"] == "speaker_change"),
+        "mixed_finals": sum(1 for f in finals if len({w.speaker for w in f.words}) > 1),
+        "speaker_change_finals": sum(1 for f in finals if f.reason == FinalReason.SPEAKER_CHANGE),
         "finals": len(finals),
         **timing(transcript, reference),
         "latency_p50_s": statistics.median(latencies) if latencies else None,

@@ -50,6 +50,7 @@ from audio_fixtures import (
     wer,
 )
 from parley.client.transcript import Transcript
+from parley.protocol.messages import parse
 
 CHUNK_S = 0.1
 VOICES = 4  # in each conversation: sample.wav's two speakers and two espeak-ng voices
@@ -127,7 +128,9 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
         async for raw in ws:
             message = json.loads(raw)
             kind = message["type"]
-            outcome.transcript.apply(message)
+            typed = parse(message)
+            if typed is not None:
+                outcome.transcript.apply(typed)
             if kind == "partial":
                 outcome.partials += 1
             elif kind == "final":

@@ -22,12 +22,12 @@ from fault_proxy import FaultProxy, Faults  # tests/, on the path through common
 from load import Server, conversations
 from parley.client.live import LiveStream, send_paced
 from parley.client.stream import stream_url
-from parley.protocol.messages import StreamConfig
+from parley.protocol.messages import Final, StreamConfig
 
 CHUNK_BYTES = 3200  # 100 ms of 16 kHz PCM16
 
 
-async def stream(url: str, audio: np.ndarray, diarize: bool) -> tuple[list[dict], LiveStream]:
+async def stream(url: str, audio: np.ndarray, diarize: bool) -> tuple[list[Final], LiveStream]:
     live = await LiveStream.open(stream_url(url, StreamConfig(diarization=diarize), None))
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
 
@@ -36,15 +36,15 @@ async def stream(url: str, audio: np.ndarray, diarize: bool) -> tuple[list[dict]
             yield pcm[i : i + CHUNK_BYTES]
 
     sender = asyncio.create_task(send_paced(live, chunks(), 32000))
-    async for _ in live.raw():
+    async for _ in live:
         pass
     await sender
     await live.close()
     return live.transcript.finals, live
 
 
-def words(finals: list[dict]) -> list[tuple]:
-    return [(w["word"], w["start"], w["end"], w.get("speaker")) for f in finals for w in f["words"]]
+def words(finals: list[Final]) -> list[tuple]:
+    return [(w.word, w.start, w.end, w.speaker) for f in finals for w in f.words]
 
 
 async def run(server: Server, minutes: float, cuts: int, seed: int, diarize: bool) -> dict:
@@ -63,7 +63,7 @@ async def run(server: Server, minutes: float, cuts: int, seed: int, diarize: boo
             stream(f"ws://127.0.0.1:{proxy.port}/v1/stream", audio, diarize),
         )
     same = words(whole) == words(cut)
-    texts = [f["text"] for f in whole] == [f["text"] for f in cut]
+    texts = [f.text for f in whole] == [f.text for f in cut]
     return {
         "minutes": round(len(audio) / 16000 / 60, 2),
         "diarization": diarize,

@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed
 os.environ.setdefault("PYANNOTE_METRICS_ENABLED", "false")
 
 from parley.config import Settings
+from parley.protocol.messages import Final, parse
 from parley.weights.bundle import resolve_model
 
 if TYPE_CHECKING:
@@ -232,7 +233,12 @@ def heard_between(audio, start: float, end: float) -> str:
     )
 
 
-def assert_finals_are_their_audio(finals: list[dict], audio) -> None:
+def wire_finals(messages: list[dict]) -> list[Final]:
+    """The finals among messages read off the wire as JSON objects, typed."""
+    return [parse(m) for m in messages if m["type"] == "final"]
+
+
+def assert_finals_are_their_audio(finals: list[Final], audio) -> None:
     assert finals
     for final in finals:
-        assert final["text"] == heard_between(audio, final["start"], final["end"])
+        assert final.text == heard_between(audio, final.start, final.end)

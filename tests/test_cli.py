@@ -15,6 +15,7 @@ from audio_fixtures import SAMPLE_WAV, conversation, sample_dir, words_of, write
 from conftest import free_port
 from parley.client.formats import render
 from parley.client.transcript import SpeakerTurn, Transcript
+from parley.protocol.messages import parse
 
 PARLEY = [sys.executable, "-m", "parley"]
 
@@ -180,7 +181,7 @@ def test_render_formats():
             "words": [],
         },
     ]:
-        transcript.apply(final)
+        transcript.apply(parse(final))
     assert render(transcript, "srt") == "1\n00:00:01,500 --> 00:00:03,250\nHello there.\n"
     assert render(transcript, "vtt") == ("WEBVTT\n\n00:00:01.500 --> 00:00:03.250\nHello there.\n")
     assert json.loads(render(transcript, "json"))[1]["start"] == 61.0
@@ -199,36 +200,42 @@ def test_the_transcript_applies_speaker_updates_and_joins_words_into_turns():
     pause over 0.5 s; labels are listed in order of first appearance."""
     transcript = Transcript()
     transcript.apply(
-        {
-            "type": "final",
-            "segment_id": 3,
-            "start": 0.0,
-            "end": 3.0,
-            "text": "a b c d",
-            "reason": "speaker_change",
-            "speaker": "S1",
-            "words": [
-                word("a", 0.1, 0.5, "S1"),
-                word("b", 0.6, 1.0, "S1"),
-                word("c", 1.8, 2.2, "S1"),
-                word("d", 2.3, 2.9, "S1"),
-            ],
-        }
+        parse(
+            {
+                "type": "final",
+                "segment_id": 3,
+                "start": 0.0,
+                "end": 3.0,
+                "text": "a b c d",
+                "reason": "speaker_change",
+                "speaker": "S1",
+                "words": [
+                    word("a", 0.1, 0.5, "S1"),
+                    word("b", 0.6, 1.0, "S1"),
+                    word("c", 1.8, 2.2, "S1"),
+                    word("d", 2.3, 2.9, "S1"),
+                ],
+            }
+        )
     )
     transcript.apply(
-        {
-            "type": "speaker_update",
-            "segment_id": 3,
-            "speaker": "S2",
-            "words": [
-                word("a", 0.1, 0.5, "S2"),
-                word("b", 0.6, 1.0, "S2"),
-                word("c", 1.8, 2.2, "S1"),
-                word("d", 2.3, 2.9, "S1"),
-            ],
-        }
+        parse(
+            {
+                "type": "speaker_update",
+                "segment_id": 3,
+                "speaker": "S2",
+                "words": [
+                    word("a", 0.1, 0.5, "S2"),
+                    word("b", 0.6, 1.0, "S2"),
+                    word("c", 1.8, 2.2, "S1"),
+                    word("d", 2.3, 2.9, "S1"),
+                ],
+            }
+        )
     )
-    transcript.apply({"type": "speaker_update", "segment_id": 9, "speaker": "S1", "words": []})
+    transcript.apply(
+        parse({"type": "speaker_update", "segment_id": 9, "speaker": "S1", "words": []})
+    )
     assert transcript.speakers() == ["S2", "S1"]
     assert transcript.turns() == [SpeakerTurn(0.1, 1.0, "S2"), SpeakerTurn(1.8, 2.9, "S1")]
 
@@ -238,20 +245,22 @@ def test_a_pause_as_long_as_the_servers_sets_turns_apart():
     turns in what --format rttm writes; closer words are one."""
     transcript = Transcript()
     transcript.apply(
-        {
-            "type": "final",
-            "segment_id": 1,
-            "start": 0.0,
-            "end": 3.0,
-            "text": "a b c",
-            "reason": "silence",
-            "speaker": "S1",
-            "words": [
-                word("a", 0.0, 0.5, "S1"),
-                word("b", 0.79, 1.2, "S1"),
-                word("c", 1.5, 2.0, "S1"),
-            ],
-        }
+        parse(
+            {
+                "type": "final",
+                "segment_id": 1,
+                "start": 0.0,
+                "end": 3.0,
+                "text": "a b c",
+                "reason": "silence",
+                "speaker": "S1",
+                "words": [
+                    word("a", 0.0, 0.5, "S1"),
+                    word("b", 0.79, 1.2, "S1"),
+                    word("c", 1.5, 2.0, "S1"),
+                ],
+            }
+        )
     )
     assert transcript.turns() == [SpeakerTurn(0.0, 1.2, "S1"), SpeakerTurn(1.5, 2.0, "S1")]
 
@@ -264,9 +273,9 @@ def test_stream_with_diarization_writes_speakers_that_score_like_the_reference(s
     assert done.returncode == 0, done.stderr
     transcript = Transcript()
     for final in json.loads(done.stdout):
-        transcript.apply({"type": "final", **final})
-    words = [w for f in transcript.finals for w in f["words"]]
-    assert words and all(w["speaker"] in ("S1", "S2") for w in words)
+        transcript.apply(parse({"type": "final", **final}))
+    words = [w for f in transcript.finals for w in f.words]
+    assert words and all(w.speaker in ("S1", "S2") for w in words)
     assert transcript.speakers() == ["S1", "S2"]
     hypothesis = Annotation()
     for k, turn in enumerate(transcript.turns()):

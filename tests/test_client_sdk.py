@@ -26,7 +26,7 @@ async def test_typed_results_finalize_and_end(start, talk):
     url, _ = await start(token="k")
     split = int((truth[0].end + 0.1) * 16000)
     async with await LiveStream.connect(url, StreamConfig(partials=False), token="k") as live:
-        assert live.session.config.partials is False and live.session.model == "fake"
+        assert live.started.config.partials is False and live.started.model == "fake"
 
         async def send():
             async for chunk in chunks_of(audio[:split]):
@@ -45,7 +45,7 @@ async def test_typed_results_finalize_and_end(start, talk):
     for final in finals:
         assert final.text == heard_between(audio, final.start, final.end)
         assert all(w.start <= w.end for w in final.words)
-    assert [f["text"] for f in live.transcript.finals] == [f.text for f in finals]
+    assert live.transcript.finals == finals
     assert live.close_code == 1000
 
 
@@ -53,4 +53,4 @@ async def test_a_refusal_is_a_server_error_with_its_close_code(start):
     url, _ = await start(token="k")
     with pytest.raises(ServerError) as refused:
         await LiveStream.connect(url, token="wrong")
-    assert refused.value.message["code"] == "unauthorized" and refused.value.close_code == 4401
+    assert refused.value.error.code == "unauthorized" and refused.value.close_code == 4401

@@ -29,7 +29,7 @@ from fake_engine import load_fake_asr
 from parley.client.live import LiveStream
 from parley.client.stream import run_stream, stream_url
 from parley.config import Settings
-from parley.protocol.messages import StreamConfig
+from parley.protocol.messages import Final, StreamConfig
 
 KEY = "cluster-test-key"
 OBJECT_STORE = 100 * 2**20  # sessions pass no objects through it; Ray's default is 30 % of RAM
@@ -140,12 +140,12 @@ def cut_mid_turn(audio):
     return audio[: int(len(audio) * 0.9)]
 
 
-def spans(finals: list[dict]) -> list[tuple[str, float, float]]:
-    return [(f["text"], f["start"], f["end"]) for f in finals]
+def spans(finals: list[Final]) -> list[tuple[str, float, float]]:
+    return [(f.text, f.start, f.end) for f in finals]
 
 
 def node_of(session: LiveStream) -> str:
-    return session.started["server"].split("/")[0]
+    return session.started.server.split("/")[0]
 
 
 async def open_session(base: str) -> LiveStream:
@@ -159,8 +159,8 @@ async def stream_all(session: LiveStream, clip, end: bool = True) -> None:
         await session.end()
 
 
-async def results(session: LiveStream) -> list[dict]:
-    return [m async for m in session.raw() if m["type"] == "final"]
+async def results(session: LiveStream) -> list[Final]:
+    return [m async for m in session if isinstance(m, Final)]
 
 
 async def test_sessions_spread_over_nodes_the_cap_holds_and_the_autoscaler_adds_replicas(
@@ -172,7 +172,7 @@ async def test_sessions_spread_over_nodes_the_cap_holds_and_the_autoscaler_adds_
     # autoscaler, seeing two sessions for one replica, starts a second on the other node.
     second = await asyncio.wait_for(open_session(base), 60)
     assert running_replicas() == 2
-    assert second.started["server"] != first.started["server"]
+    assert second.started.server != first.started.server
     assert node_of(second) != node_of(first)
 
     # Two replicas at the most, one session each: a third session waits for a free one.
@@ -186,10 +186,10 @@ async def test_sessions_spread_over_nodes_the_cap_holds_and_the_autoscaler_adds_
     assert full.value.response.status_code in (500, 503)
     await stream_all(first, audio)
     assert spans(await results(first)) == single_server_finals["whole"]
-    assert first.ended["reason"] == "end_of_stream" and first.close_code == 1000
+    assert first.ended.reason == "end_of_stream" and first.close_code == 1000
 
     third = await asyncio.wait_for(third, 30)  # served where the first session was
-    assert third.started["server"] == first.started["server"]
+    assert third.started.server == first.started.server
     for session in (second, third):
         await stream_all(session, audio)
         assert spans(await results(session)) == single_server_finals["whole"]
@@ -204,7 +204,7 @@ async def test_a_replica_that_goes_away_finalizes_its_sessions_first(
     sent, then session_ended (shutting_down) and close 1001."""
     base, port = cluster
     sessions = [await asyncio.wait_for(open_session(base), 30) for _ in range(2)]
-    assert len({s.started["server"] for s in sessions}) == 2
+    assert len({s.started.server for s in sessions}) == 2
     clip = cut_mid_turn(audio)
     for session in sessions:
         await stream_all(session, clip, end=False)
@@ -223,7 +223,7 @@ async def test_a_replica_that_goes_away_finalizes_its_sessions_first(
             with contextlib.suppress(ConnectionClosed):
                 await session.end()
         assert spans(await asyncio.wait_for(finals, 30)) == single_server_finals["cut"]
-        if session.ended["reason"] == "shutting_down":
+        if session.ended.reason == "shutting_down":
             assert session.close_code == 1001
             drained.append(session)
     assert drained, "no session was on a replica that went away"
@@ -288,7 +288,7 @@ async def test_a_drained_node_hands_its_sessions_over_finalized(
     )
     assert await drain.wait() == 0
     assert spans(await asyncio.wait_for(finals, 60)) == single_server_finals["cut"]
-    assert session.ended["reason"] == "shutting_down" and session.close_code == 1001
+    assert session.ended.reason == "shutting_down" and session.close_code == 1001
     successor = await asyncio.wait_for(open_session(base), 60)
     assert node_of(successor) != node_of(session)
     await successor.end()

@@ -3,6 +3,7 @@
 import asyncio
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ from parley.client.stream import run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.stream_diarizer import DiarizationConfig, StreamDiarizer
 from parley.models.speaker_models import load_speaker_models
-from parley.protocol.messages import StreamConfig
+from parley.protocol.messages import Final, SpeakerUpdate, StreamConfig
 
 
 @pytest.fixture(scope="module")
@@ -132,27 +133,26 @@ async def test_speakers_on_the_wire(diarized_url):
 
     messages = []
     result = await run_stream(diarized_url, chunks(), 32000, fast=True, on_message=messages.append)
-    assert result.errors == [] and result.started["config"]["diarization"] is True
-    assert "diarization_latency_s" in result.started["limits"]
+    assert result.errors == [] and result.started.config.diarization is True
+    assert "diarization_latency_s" in result.started.limits
     finals = {}
     for message in messages:
-        if message["type"] == "final":
-            finals[message["segment_id"]] = message
-        elif message["type"] == "speaker_update":
-            sent = finals[message["segment_id"]]  # only finals already sent are updated
-            assert len(message["words"]) == len(sent["words"])
-            assert [w["word"] for w in message["words"]] == [w["word"] for w in sent["words"]]
-            sent.update(speaker=message["speaker"], words=message["words"])
-    labels = {w["speaker"] for f in finals.values() for w in f["words"]}
+        if isinstance(message, Final):
+            finals[message.segment_id] = message
+        elif isinstance(message, SpeakerUpdate):
+            sent = finals[message.segment_id]  # only finals already sent are updated
+            assert [w.word for w in message.words] == [w.word for w in sent.words]
+            finals[message.segment_id] = replace(sent, speaker=message.speaker, words=message.words)
+    labels = {w.speaker for f in finals.values() for w in f.words}
     assert labels == {"S1", "S2"}
     # Each true turn's words are mostly one label, and the two voices get different ones.
     by_voice = {}
     for u in truth:
         words = [
-            w["speaker"]
+            w.speaker
             for f in finals.values()
-            for w in f["words"]
-            if u.start - 0.3 <= (w["start"] + w["end"]) / 2 <= u.end + 0.3
+            for w in f.words
+            if u.start - 0.3 <= (w.start + w.end) / 2 <= u.end + 0.3
         ]
         top = max(set(words), key=words.count)
         assert words.count(top) >= 0.7 * len(words)
@@ -190,13 +190,13 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
     transcript = Transcript()
     for message in messages:
         transcript.apply(message)
-    finals = [f for f in transcript.finals if f["words"]]
-    cuts = [f for f in finals if f["reason"] == "speaker_change"]
-    assert len(cuts) == 1 and abs(cuts[0]["end"] - change) <= 0.3
-    assert [{w["speaker"] for w in f["words"]} for f in finals] == [
-        {"S1"} if f["end"] <= cuts[0]["end"] else {"S2"} for f in finals
+    finals = [f for f in transcript.finals if f.words]
+    cuts = [f for f in finals if f.reason == "speaker_change"]
+    assert len(cuts) == 1 and abs(cuts[0].end - change) <= 0.3
+    assert [{w.speaker for w in f.words} for f in finals] == [
+        {"S1"} if f.end <= cuts[0].end else {"S2"} for f in finals
     ]
-    assert "questions" in words_of(finals[-1]["text"])  # the answer is heard, not dropped
+    assert "questions" in words_of(finals[-1].text)  # the answer is heard, not dropped
 
 
 def test_diarization_off_never_imports_pyannote(models_dir, tmp_path):

@@ -25,22 +25,22 @@ async def test_sample_in_real_time_is_transcribed_with_partials(start):
     audio = read_wav(SAMPLE_WAV)[6 * 16000 :]  # from just before the first word
     result = await run_stream(stream_url(url, StreamConfig(), None), chunks_of(audio), 32000)
     assert result.errors == [] and result.close_code == 1000
-    assert result.started["config"]["encoding"] == "pcm_s16le"
-    hypothesis = " ".join(f["text"] for f in result.finals)
+    assert result.started.config.encoding == "pcm_s16le"
+    hypothesis = " ".join(f.text for f in result.finals)
     assert wer(sample_reference_text(), hypothesis) <= 0.25
-    assert result.ended["audio_duration"] == pytest.approx(24.0, abs=0.01)
+    assert result.ended.audio_duration == pytest.approx(24.0, abs=0.01)
     # Partials are shed under load, by design, down to one per max_interval_s: a final
     # longer than that always had one, and on an idle machine every spoken one does.
-    partial_ids = {p["segment_id"] for p in result.partials}
-    spoken = {f["segment_id"] for f in result.finals if f["end"] - f["start"] > 2.0}
+    partial_ids = {p.segment_id for p in result.partials}
+    spoken = {f.segment_id for f in result.finals if f.end - f.start > 2.0}
     longest = PartialPacing().max_interval_s + 1.0
-    long = {f["segment_id"] for f in result.finals if f["end"] - f["start"] > longest}
+    long = {f.segment_id for f in result.finals if f.end - f.start > longest}
     assert spoken & partial_ids and long <= partial_ids
-    times = [t for f in result.finals for t in (f["start"], f["end"])]
+    times = [t for f in result.finals for t in (f.start, f.end)]
     assert times == sorted(times) and times[-1] <= 24.0
     for final in result.finals:
-        assert final["speaker"] is None
-        assert all(final["start"] <= w["start"] <= w["end"] <= final["end"] for w in final["words"])
+        assert final.speaker is None
+        assert all(final.start <= w.start <= w.end <= final.end for w in final.words)
 
 
 async def test_fast_streaming_applies_back_pressure_and_loses_nothing(start):
@@ -57,6 +57,6 @@ async def test_fast_streaming_applies_back_pressure_and_loses_nothing(start):
     result = await run_stream(
         stream_url(url, StreamConfig(), None), chunks_of(audio), 32000, fast=True
     )
-    assert result.errors == [] and result.ended["segments"] == 3
-    heard = words_of(" ".join(f["text"] for f in result.finals))
+    assert result.errors == [] and result.ended.segments == 3
+    heard = words_of(" ".join(f.text for f in result.finals))
     assert {"mat", "train", "platform", "morning"} <= set(heard)

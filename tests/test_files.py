@@ -80,7 +80,7 @@ async def test_openai_json_matches_the_live_path_and_verbose_words(base, openai_
         32000,
         fast=True,
     )
-    live_text = " ".join(f["text"] for f in live.finals)
+    live_text = " ".join(f.text for f in live.finals)
     assert wer(reference, result.text) <= wer(reference, live_text) + 1e-9
     assert wer(reference, result.text) < 0.2
     verbose = await asyncio.to_thread(
@@ -183,7 +183,7 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(base):
     )
     said = " ".join(u.text for u in truth)
     assert wer(said, alternative.transcript) <= wer(
-        said, " ".join(f["text"] for f in live.finals)
+        said, " ".join(f.text for f in live.finals)
     )  # here 0.22 against 0.35
     assert len({w.speaker for w in alternative.words}) == 3
     assert response.results.utterances and response.metadata.duration > 10

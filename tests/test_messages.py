@@ -7,15 +7,24 @@ import pytest
 from parley.protocol.messages import (
     ControlType,
     Encoding,
+    EndReason,
     Error,
     ErrorCode,
     Final,
+    Finalized,
     FinalReason,
+    Partial,
     ProtocolError,
+    SegmentEnded,
+    SessionEnded,
+    SessionResumed,
     SessionStarted,
+    SpeakerUpdate,
+    SpeechStarted,
     StreamConfig,
     Word,
     encode,
+    parse,
     parse_control,
 )
 
@@ -140,3 +149,39 @@ def test_session_started_carries_config_and_limits():
     data = json.loads(encode(SessionStarted("abc", StreamConfig(), {"max_frame_bytes": 9}, "m")))
     assert data["protocol"] == 1 and data["config"]["encoding"] == "pcm_s16le"
     assert data["limits"] == {"max_frame_bytes": 9} and data["model"] == "m"
+
+
+WORDS = [Word("hi", 1.3, 1.5, 0.9, "S1"), Word("there", 1.5, 2.0, 0.8, "S2")]
+EVERY_SERVER_MESSAGE = [
+    SessionStarted("abc", StreamConfig(diarization=True), {"max_frame_bytes": 9}, "m", "n/1", "t"),
+    SessionResumed("abc", 3200, 7),
+    SpeechStarted(0, 0.25),
+    SegmentEnded(0, 2.0, FinalReason.SPEAKER_CHANGE),
+    Partial(0, 0.25, 1.0, "hi", "S1", "en"),
+    Final(0, 1.25, 2.0, "hi there", FinalReason.SILENCE, WORDS, "S1", "en", 0.9, 0.8, ["x"]),
+    SpeakerUpdate(0, "S2", WORDS),
+    Finalized(2.0),
+    SessionEnded(2.5, 1, EndReason.MAX_DURATION),
+    Error(ErrorCode.TRANSCRIPTION_FAILED, "no", segment_id=0),
+]
+
+
+@pytest.mark.parametrize("message", EVERY_SERVER_MESSAGE, ids=lambda m: m.type)
+def test_every_server_message_reads_back_as_it_was_sent(message):
+    """What the server encodes, the client's parse gives back: the same typed message."""
+    assert parse(json.loads(encode(message, seq=5))) == message
+
+
+@pytest.mark.parametrize("message", EVERY_SERVER_MESSAGE, ids=lambda m: m.type)
+def test_fields_a_newer_server_adds_are_ignored(message):
+    """Section 8: within v1 the server may add fields, in messages and in words; a client
+    reads what it knows and leaves the rest."""
+    data = json.loads(encode(message))
+    data["added_later"] = {"any": 1}
+    for word in data.get("words", []):
+        word["emphasis"] = 0.5
+    assert parse(data) == message
+
+
+def test_a_message_type_a_newer_server_adds_is_left_out():
+    assert parse({"type": "summary", "text": "x"}) is None

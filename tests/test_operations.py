@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from conftest import assert_finals_are_their_audio, chunks_of, pcm16, refused
+from conftest import assert_finals_are_their_audio, chunks_of, pcm16, refused, wire_finals
 from fake_engine import FakeEngine
 from parley.app import start_server
 from parley.client.stream import run_stream, stream_url
@@ -164,7 +164,7 @@ async def test_drain_finishes_live_sessions_and_refuses_new_ones(start, talk):
     assert last["reason"] == "end_of_stream" and last["end"] == pytest.approx(
         len(sent) / 16000, abs=0.05
     )
-    assert_finals_are_their_audio(finals, sent)
+    assert_finals_are_their_audio(wire_finals(messages), sent)
 
 
 async def test_drain_deadline_ends_the_rest_with_shutting_down(start, talk):
@@ -215,7 +215,7 @@ async def test_the_maximum_duration_ends_a_session_with_its_finals(start, talk):
     assert ended["type"] == "session_ended" and ended["reason"] == "max_duration"
     assert 1.3 <= ended["audio_duration"] <= 1.8
     heard = audio[: round(ended["audio_duration"] * 16000)]
-    assert_finals_are_their_audio([m for m in messages if m["type"] == "final"], heard)
+    assert_finals_are_their_audio(wire_finals(messages), heard)
 
 
 # ---------------------------------------------------------------- keys, origins, TLS
@@ -324,10 +324,8 @@ async def test_an_engine_fault_on_one_session_leaves_the_others_alone(start, tal
     )
     assert loud.errors == [] and len(loud.finals) == len(truth)
     assert_finals_are_their_audio(loud.finals, audio)
-    assert [(e["code"], e["segment_id"]) for e in soft.errors] == [
-        ("transcription_failed", longest)
-    ]
-    assert [f["segment_id"] for f in soft.finals] == [i for i in range(len(truth)) if i != longest]
+    assert [(e.code, e.segment_id) for e in soft.errors] == [("transcription_failed", longest)]
+    assert [f.segment_id for f in soft.finals] == [i for i in range(len(truth)) if i != longest]
     assert soft.close_code == loud.close_code == 1000
 
 
@@ -359,7 +357,7 @@ async def test_a_diarization_fault_is_reported_once_and_transcription_goes_on(se
     result = await run_stream(
         stream_url(url, StreamConfig(diarization=True), None), chunks_of(audio), 32000, fast=True
     )
-    assert [(e["code"], e["fatal"]) for e in result.errors] == [("diarization_failed", False)]
+    assert [(e.code, e.fatal) for e in result.errors] == [("diarization_failed", False)]
     assert len(result.finals) == len(truth) and result.close_code == 1000
     assert_finals_are_their_audio(result.finals, audio)
 

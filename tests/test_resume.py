@@ -20,16 +20,12 @@ from fake_engine import FakeEngine
 from fault_proxy import FaultProxy, Faults
 from parley.client.live import LiveStream, send_paced
 from parley.client.stream import stream_url
-from parley.protocol.messages import StreamConfig
+from parley.protocol.messages import Final, StreamConfig
 
 CONFIG = StreamConfig(partials=False)
 
 
-def _without_seq(finals: list[dict]) -> list[dict]:
-    return [{k: v for k, v in f.items() if k != "seq"} for f in finals]
-
-
-async def _finals(url: str, audio: np.ndarray) -> tuple[list[dict], LiveStream]:
+async def _finals(url: str, audio: np.ndarray) -> tuple[list[Final], LiveStream]:
     """Stream ``audio`` as fast as the server reads; every final, and the stream."""
     live = await LiveStream.open(stream_url(url, CONFIG, None))
     data = pcm16(audio)
@@ -39,7 +35,7 @@ async def _finals(url: str, audio: np.ndarray) -> tuple[list[dict], LiveStream]:
             yield data[i : i + 3200]
 
     sender = asyncio.create_task(send_paced(live, chunks(), 32000, fast=True))
-    finals = [m async for m in live.raw() if m["type"] == "final"]
+    finals = [m async for m in live if isinstance(m, Final)]
     await sender
     await live.close()
     return finals, live
@@ -57,8 +53,8 @@ async def test_a_stream_cut_five_times_resumes_to_the_same_transcript(start, tal
     async with FaultProxy(server.port, Faults(cut_after=cuts)) as proxy:
         cut, live = await _finals(f"ws://127.0.0.1:{proxy.port}/v1/stream", audio)
     assert proxy.cuts == 5 and live.resumes == 5
-    assert _without_seq(cut) == _without_seq(whole) and len(whole) >= 8
-    assert live.ended is not None and live.ended["audio_duration"] == round(len(audio) / 16000, 3)
+    assert cut == whole and len(whole) >= 8
+    assert live.ended is not None and live.ended.audio_duration == round(len(audio) / 16000, 3)
 
 
 async def _dropped_session(url: str, seconds: float = 1.0) -> dict:

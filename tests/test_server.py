@@ -14,7 +14,14 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from conftest import assert_finals_are_their_audio, chunks_of, heard_between, pcm16, refused
+from conftest import (
+    assert_finals_are_their_audio,
+    chunks_of,
+    heard_between,
+    pcm16,
+    refused,
+    wire_finals,
+)
 from fake_engine import FakeEngine
 from parley.client.stream import run_stream, stream_url
 from parley.protocol.messages import StreamConfig
@@ -28,13 +35,13 @@ async def test_each_turn_ends_in_a_final_of_exactly_its_audio(start, talk):
         stream_url(url, StreamConfig(), None), chunks_of(audio), 32000, fast=True
     )
     assert result.errors == [] and result.close_code == 1000
-    assert result.ended["segments"] == len(truth) == len(result.finals)
+    assert result.ended.segments == len(truth) == len(result.finals)
     assert_finals_are_their_audio(result.finals, audio)
     for final, said in zip(result.finals, truth):
-        overlap = min(final["end"], said.end) - max(final["start"], said.start)
-        assert overlap > 0.8 * (final["end"] - final["start"] - 0.6)  # all but the pads
-        assert final["words"] and all(
-            final["start"] <= w["start"] <= w["end"] <= final["end"] for w in final["words"]
+        overlap = min(final.end, said.end) - max(final.start, said.start)
+        assert overlap > 0.8 * (final.end - final.start - 0.6)  # all but the pads
+        assert final.words and all(
+            final.start <= w.start <= w.end <= final.end for w in final.words
         )
 
 
@@ -45,7 +52,7 @@ async def test_fast_streaming_applies_back_pressure_and_loses_nothing(start, tal
     result = await run_stream(
         stream_url(url, StreamConfig(), None), chunks_of(audio), 32000, fast=True
     )
-    assert result.errors == [] and result.ended["segments"] == len(truth)
+    assert result.errors == [] and result.ended.segments == len(truth)
     assert_finals_are_their_audio(result.finals, audio)
 
 
@@ -61,12 +68,12 @@ async def test_partials_come_before_their_final_in_real_time(start, talk):
         on_message=seen.append,
     )
     assert result.errors == [] and result.partials
-    kinds = [m["type"] for m in seen if m["type"] in ("partial", "final")]
+    kinds = [m.type for m in seen if m.type in ("partial", "final")]
     for partial in result.partials:
-        final = next(f for f in result.finals if f["segment_id"] == partial["segment_id"])
+        final = next(f for f in result.finals if f.segment_id == partial.segment_id)
         assert kinds.index("partial") < kinds.index("final")
-        assert partial["start"] == final["start"] and partial["end"] <= final["end"]
-        assert partial["text"] == heard_between(audio, partial["start"], partial["end"])
+        assert partial.start == final.start and partial.end <= final.end
+        assert partial.text == heard_between(audio, partial.start, partial.end)
 
 
 async def test_concurrent_streams_each_get_only_their_own_audio(start, talk):
@@ -95,10 +102,10 @@ async def test_a_failed_decode_is_reported_and_the_session_goes_on(start, talk):
     result = await run_stream(
         stream_url(url, StreamConfig(partials=False), None), chunks_of(audio), 32000, fast=True
     )
-    assert [e["code"] for e in result.errors] == ["transcription_failed"]
-    assert result.errors[0]["segment_id"] == 1 and not result.errors[0]["fatal"]
-    assert [f["segment_id"] for f in result.finals] == [0, 2]
-    assert result.ended["segments"] == 3
+    assert [e.code for e in result.errors] == ["transcription_failed"]
+    assert result.errors[0].segment_id == 1 and not result.errors[0].fatal
+    assert [f.segment_id for f in result.finals] == [0, 2]
+    assert result.ended.segments == 3
 
 
 async def test_bad_messages_get_errors_and_the_session_goes_on(start, talk):
@@ -119,7 +126,7 @@ async def test_bad_messages_get_errors_and_the_session_goes_on(start, talk):
     assert [e["code"] for e in errors] == ["bad_message", "bad_message", "bad_audio"]
     assert not any(e["fatal"] for e in errors)
     assert "unknown message type 'configure'" in errors[1]["message"]
-    assert_finals_are_their_audio([m for m in messages if m["type"] == "final"], audio)
+    assert_finals_are_their_audio(wire_finals(messages), audio)
     assert messages[-1]["type"] == "session_ended"
 
 
@@ -192,7 +199,7 @@ async def test_full_server_refuses_with_1013_and_keeps_serving(start, talk):
             await first.send(chunk)
         await first.send(json.dumps({"type": "end_of_stream"}))
         messages = [json.loads(m) async for m in first]
-    assert_finals_are_their_audio([m for m in messages if m["type"] == "final"], audio)
+    assert_finals_are_their_audio(wire_finals(messages), audio)
 
 
 async def test_a_client_that_vanishes_does_not_disturb_another(start, talk):

@@ -27,6 +27,7 @@ from audio_fixtures import (
 )
 from conftest import as_received, heard_between, pcm16, refused, serve_real
 from parley.client.stream import run_stream
+from parley.protocol.messages import Final
 from test_webhooks import SECRET, Receiver
 
 AUTH_TOKEN = base64.b16encode(os.urandom(16)).decode().lower()
@@ -306,7 +307,7 @@ async def native_text(port: int, audio: np.ndarray) -> str:
     await run_stream(
         f"ws://127.0.0.1:{port}/v1/stream", chunks(), 32000, fast=True, on_message=messages.append
     )
-    return " ".join(m["text"] for m in messages if m["type"] == "final")
+    return " ".join(m.text for m in messages if isinstance(m, Final))
 
 
 async def test_a_call_can_be_followed_live(start):

@@ -132,7 +132,7 @@ def _stream(args: argparse.Namespace) -> int:
         token_from_env,
     )
     from parley.client.transcript import Transcript
-    from parley.protocol.messages import StreamConfig
+    from parley.protocol.messages import EndReason, ServerMessage, StreamConfig
 
     rate = args.sample_rate if args.source == "-" else 16000
     try:
@@ -163,7 +163,7 @@ def _stream(args: argparse.Namespace) -> int:
     display = LiveDisplay(sys.stdout if live_to_stdout else sys.stderr, not args.no_partials)
     transcript = Transcript()
 
-    def on_message(message: dict) -> None:
+    def on_message(message: ServerMessage) -> None:
         transcript.apply(message)
         display(message)
 
@@ -195,15 +195,17 @@ def _stream(args: argparse.Namespace) -> int:
             Path(args.output).write_text(text, encoding="utf-8")
         else:
             sys.stdout.write(text)
-    fatal = [e for e in result.errors if e.get("fatal")]
-    reason = (result.ended or {}).get("reason", "end_of_stream")
-    if reason != "end_of_stream":  # a drain or the duration limit: the rest was not sent
+    fatal = [e for e in result.errors if e.fatal]
+    ended = result.ended
+    if ended is not None and ended.reason != EndReason.END_OF_STREAM:
+        # a drain or the duration limit: the rest was not sent
         print(
-            f"parley: the server ended the session ({reason}) after "
-            f"{(result.ended or {}).get('audio_duration', 0.0):.1f} s of audio",
+            f"parley: the server ended the session ({ended.reason.value}) after "
+            f"{ended.audio_duration:.1f} s of audio",
             file=sys.stderr,
         )
-    return EXIT_FAILED if fatal or result.ended is None or reason != "end_of_stream" else EXIT_OK
+    whole = ended is not None and ended.reason == EndReason.END_OF_STREAM
+    return EXIT_OK if whole and not fatal else EXIT_FAILED
 
 
 def _transcribe(args: argparse.Namespace) -> int:

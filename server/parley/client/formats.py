@@ -1,4 +1,4 @@
-"""Writing final results (dicts as protocol.md defines them) as text, JSON, SRT, WebVTT, or
+"""Writing final results (the typed ``Final`` messages) as text, JSON, SRT, WebVTT, or
 the speakers' turns as RTTM."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from parley.client.transcript import Transcript, rttm
+from parley.protocol.messages import Final, as_json
 
 FORMATS = ("text", "json", "srt", "vtt", "rttm")
 
@@ -19,37 +20,33 @@ def clock(seconds: float, separator: str = ".") -> str:
     return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{ms:03d}"
 
 
-def _label(final: dict) -> str:
-    return f"{final['speaker']}: " if final.get("speaker") else ""
+def _label(final: Final) -> str:
+    return f"{final.speaker}: " if final.speaker else ""
 
 
-def text_line(final: dict) -> str:
-    return f"[{clock(final['start'])} --> {clock(final['end'])}] {_label(final)}{final['text']}"
+def text_line(final: Final) -> str:
+    return f"[{clock(final.start)} --> {clock(final.end)}] {_label(final)}{final.text}"
 
 
 def render(transcript: Transcript, fmt: str, uri: str = "stream") -> str:
     """The finals (their speakers as the last ``speaker_update`` left them) in ``fmt``;
     ``rttm`` writes the speakers' turns, named ``uri``."""
     finals = transcript.finals
-    spoken = [f for f in finals if f["text"].strip()]
+    spoken = [f for f in finals if f.text.strip()]
     if fmt == "text":
         return "".join(text_line(f) + "\n" for f in spoken)
     if fmt == "json":
         keys = ("segment_id", "start", "end", "text", "reason", "speaker", "words")
-        return (
-            json.dumps([{k: f.get(k) for k in keys} for f in finals], indent=2, ensure_ascii=False)
-            + "\n"
-        )
+        objects = [{k: data[k] for k in keys} for data in map(as_json, finals)]
+        return json.dumps(objects, indent=2, ensure_ascii=False) + "\n"
     if fmt == "srt":
         blocks = [
-            f"{i}\n{clock(f['start'], ',')} --> {clock(f['end'], ',')}\n{_label(f)}{f['text']}\n"
+            f"{i}\n{clock(f.start, ',')} --> {clock(f.end, ',')}\n{_label(f)}{f.text}\n"
             for i, f in enumerate(spoken, 1)
         ]
         return "\n".join(blocks)
     if fmt == "vtt":
-        blocks = [
-            f"{clock(f['start'])} --> {clock(f['end'])}\n{_label(f)}{f['text']}\n" for f in spoken
-        ]
+        blocks = [f"{clock(f.start)} --> {clock(f.end)}\n{_label(f)}{f.text}\n" for f in spoken]
         return "WEBVTT\n\n" + "\n".join(blocks)
     if fmt == "rttm":
         return rttm(transcript.turns(), uri)

@@ -9,9 +9,10 @@ end. The CLI's ``parley stream`` is built on it.
                 print(message.speaker, message.text)
         print(live.transcript.finals)                    # speaker updates applied
 
-Messages are the dataclasses of ``parley.protocol.messages``; ``transcript`` keeps the
-finals as the latest ``speaker_update`` left them. A fatal error ends the iteration
-with ``ServerError``.
+Messages are the dataclasses of ``parley.protocol.messages``, the client's one
+representation of what the server says (types and fields this version does not know
+are left out, protocol.md section 8); ``transcript`` keeps the finals as the latest
+``speaker_update`` left them. A fatal error ends the iteration with ``ServerError``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedError, Inval
 from parley.client.transcript import Transcript
 from parley.protocol.messages import (
     ControlType,
+    Error,
     ServerMessage,
+    SessionEnded,
+    SessionResumed,
     SessionStarted,
     StreamConfig,
     control_message,
@@ -41,11 +45,11 @@ RESUME_BUFFER_BYTES = 2 * 1024 * 1024
 
 
 class ServerError(Exception):
-    """The server refused the stream or ended it with a fatal error."""
+    """The server refused the stream or ended it with a fatal error: ``error`` says which."""
 
-    def __init__(self, message: dict, close_code: int | None = None):
-        super().__init__(f"{message.get('code')}: {message.get('message')}")
-        self.message = message
+    def __init__(self, error: Error, close_code: int | None = None):
+        super().__init__(f"{error.code.value}: {error.message}")
+        self.error = error
         self.close_code = close_code
 
 
@@ -84,19 +88,19 @@ class LiveStream:
     def __init__(
         self,
         ws: ClientConnection,
-        started: dict,
+        started: SessionStarted,
         url: str = "",
         resume_buffer_bytes: int = RESUME_BUFFER_BYTES,
     ):
         self._ws = ws
         self._url = url
-        self.started = started  # the session_started message
+        self.started = started
         self.transcript = Transcript()
-        self.ended: dict | None = None  # session_ended, once it came
+        self.ended: SessionEnded | None = None  # once it came
         self.close_code: int | None = None
         self.resumes = 0
-        self._token: str | None = started.get("resume_token")
-        self._window_s = float(started.get("limits", {}).get("resume_window_s", 0.0))
+        self._token = started.resume_token
+        self._window_s = float(started.limits.get("resume_window_s", 0.0))
         self._last_seq = 0
         self._unacked: deque[tuple[int, bytes]] = deque()  # (offset, audio) kept to resend
         self._kept_bytes = 0
@@ -106,9 +110,6 @@ class LiveStream:
         self._ending = False  # end() was called
         self._connected = asyncio.Event()
         self._connected.set()
-        parsed = parse(started)
-        assert isinstance(parsed, SessionStarted)
-        self.session: SessionStarted = parsed
 
     @classmethod
     async def connect(
@@ -124,10 +125,13 @@ class LiveStream:
             ws = await connect(full_url, max_size=None, compression=None, open_timeout=30)
         except OSError as exc:  # websockets' own errors (a refused handshake) are not OSError
             raise Unreachable(full_url, exc) from exc
-        first = decode(await ws.recv())
-        if first["type"] == "error":
+        first = parse(decode(await ws.recv()))
+        if isinstance(first, Error):
             await ws.wait_closed()
             raise ServerError(first, ws.close_code)
+        if not isinstance(first, SessionStarted):
+            await ws.close()
+            raise ConnectionError(f"{full_url} did not start a session: {first!r}")
         return cls(ws, first, full_url)
 
     async def send(self, audio: bytes) -> None:
@@ -169,9 +173,9 @@ class LiveStream:
         await self._ws.close()
         self.close_code = self._ws.close_code
 
-    async def raw(self) -> AsyncIterator[dict]:
-        """The server's messages as JSON objects, up to ``session_ended`` (resuming the
-        session when its connection drops, if the server allows)."""
+    async def __aiter__(self) -> AsyncIterator[ServerMessage]:
+        """The server's messages, up to ``session_ended`` (resuming the session when its
+        connection drops, if the server allows)."""
         while True:
             try:
                 async for message in self._messages():
@@ -182,23 +186,24 @@ class LiveStream:
                     raise
                 await self._resume()
 
-    async def _messages(self) -> AsyncIterator[dict]:
+    async def _messages(self) -> AsyncIterator[ServerMessage]:
         async for text in self._ws:
-            message = decode(text)
-            seq = message.get("seq")
+            data = decode(text)
+            seq = data.get("seq")
             if seq is not None:
                 if seq <= self._last_seq:
                     continue  # had it before the connection dropped
                 self._last_seq = seq
-            if message["type"] == "session_resumed":
+            message = parse(data)
+            if message is None or isinstance(message, SessionResumed):
                 continue
             self.transcript.apply(message)
             yield message
-            if message["type"] == "session_ended":
+            if isinstance(message, SessionEnded):
                 self.ended = message
                 await self._ws.wait_closed()  # the server closes with 1000 right after
                 break
-            if message["type"] == "error" and message.get("fatal"):
+            if isinstance(message, Error) and message.fatal:
                 await self._ws.wait_closed()
                 self.close_code = self._ws.close_code
                 raise ServerError(message, self.close_code)
@@ -219,7 +224,7 @@ class LiveStream:
         while True:
             try:
                 ws = await connect(url, max_size=None, compression=None, open_timeout=10)
-                first = decode(await ws.recv())
+                first = parse(decode(await ws.recv()))
                 break
             except (TimeoutError, OSError, ConnectionClosed, InvalidHandshake) as exc:
                 if loop.time() + wait > deadline:
@@ -228,11 +233,12 @@ class LiveStream:
                     ) from exc
                 await asyncio.sleep(wait)
                 wait = min(2 * wait, 1.0)
-        if first["type"] != "session_resumed":
+        if not isinstance(first, SessionResumed):
             await ws.close()
-            raise ResumeFailed(f"the server refused the resume: {first.get('message')}")
+            why = first.message if isinstance(first, Error) else repr(first)
+            raise ResumeFailed(f"the server refused the resume: {why}")
         self._ws = ws
-        received = int(first["audio_received_bytes"])
+        received = first.audio_received_bytes
         if self._unacked and received < self._unacked[0][0] or received > self._offset:
             raise ResumeFailed(
                 f"the server has {received} bytes of audio; this stream kept "
@@ -246,12 +252,6 @@ class LiveStream:
             await ws.send(control_message(ControlType.END_OF_STREAM))
         self.resumes += 1
         self._connected.set()
-
-    async def __aiter__(self) -> AsyncIterator[ServerMessage]:
-        async for data in self.raw():
-            message = parse(data)
-            if message is not None:
-                yield message
 
     async def __aenter__(self) -> LiveStream:
         return self

@@ -18,6 +18,14 @@ from typing import TextIO
 
 from parley.client.live import LiveStream, ServerError, send_paced, stream_url
 from parley.core.audio import ffmpeg_pcm16_command
+from parley.protocol.messages import (
+    Error,
+    Final,
+    Partial,
+    ServerMessage,
+    SessionEnded,
+    SessionStarted,
+)
 
 __all__ = [
     "StreamResult",
@@ -32,16 +40,19 @@ __all__ = [
 
 CHUNK_SECONDS = 0.1
 
+# Called with each message as it comes (the CLI's live display).
+OnMessage = Callable[[ServerMessage], None] | None
+
 
 @dataclass
 class StreamResult:
-    """What one streamed session gave: its messages by kind, as dicts, and how it closed."""
+    """What one streamed session gave: its messages by kind, and how it closed."""
 
-    started: dict | None = None
-    partials: list[dict] = field(default_factory=list)
-    finals: list[dict] = field(default_factory=list)
-    errors: list[dict] = field(default_factory=list)
-    ended: dict | None = None
+    started: SessionStarted | None = None
+    partials: list[Partial] = field(default_factory=list)
+    finals: list[Final] = field(default_factory=list)
+    errors: list[Error] = field(default_factory=list)
+    ended: SessionEnded | None = None
     close_code: int | None = None
 
 
@@ -95,7 +106,7 @@ async def run_stream(
     bytes_per_second: int,
     *,
     fast: bool = False,
-    on_message: Callable[[dict], None] | None = None,
+    on_message: OnMessage = None,
 ) -> StreamResult:
     """Send ``chunks`` to ``url`` (a full stream URL, query included), then end_of_stream;
     return everything the server said (a refusal or fatal error is in ``errors``)."""
@@ -103,7 +114,7 @@ async def run_stream(
     try:
         live = await LiveStream.open(url)
     except ServerError as refused:
-        _collect(result, refused.message, on_message)
+        _collect(result, refused.error, on_message)
         result.close_code = refused.close_code
         return result
     _collect(result, live.started, on_message)
@@ -129,25 +140,24 @@ async def run_stream(
     return result
 
 
-async def _receive(live: LiveStream, result: StreamResult, on_message) -> None:
+async def _receive(live: LiveStream, result: StreamResult, on_message: OnMessage) -> None:
     try:
-        async for message in live.raw():
+        async for message in live:
             _collect(result, message, on_message)
     except ServerError:
         pass  # collected: the caller reads result.errors
 
 
-def _collect(result: StreamResult, message: dict, on_message) -> None:
-    kind = message["type"]
-    if kind == "session_started":
+def _collect(result: StreamResult, message: ServerMessage, on_message: OnMessage) -> None:
+    if isinstance(message, SessionStarted):
         result.started = message
-    elif kind == "partial":
+    elif isinstance(message, Partial):
         result.partials.append(message)
-    elif kind == "final":
+    elif isinstance(message, Final):
         result.finals.append(message)
-    elif kind == "error":
+    elif isinstance(message, Error):
         result.errors.append(message)
-    elif kind == "session_ended":
+    elif isinstance(message, SessionEnded):
         result.ended = message
     if on_message is not None:
         on_message(message)
@@ -162,19 +172,18 @@ class LiveDisplay:
         self._show_partials = show_partials and self._tty
         self._width = shutil.get_terminal_size((100, 20)).columns if self._tty else 0
 
-    def __call__(self, message: dict) -> None:
+    def __call__(self, message: ServerMessage) -> None:
         from parley.client.formats import text_line
 
-        kind = message["type"]
-        if kind == "partial" and self._show_partials:
-            line = f"… {message['text']}"[-(self._width - 1) :]
+        if isinstance(message, Partial) and self._show_partials:
+            line = f"… {message.text}"[-(self._width - 1) :]
             self._out.write("\r\x1b[K" + line)
-        elif kind == "final" and message["text"].strip():
+        elif isinstance(message, Final) and message.text.strip():
             self._out.write(("\r\x1b[K" if self._tty else "") + text_line(message) + "\n")
-        elif kind == "error":
+        elif isinstance(message, Error):
             self._out.write(
                 ("\r\x1b[K" if self._tty else "")
-                + f"error {message['code']}: {message['message']}\n"
+                + f"error {message.code.value}: {message.message}\n"
             )
         self._out.flush()
 

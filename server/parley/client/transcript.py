@@ -1,16 +1,16 @@
 """The transcript as a client keeps it: finals in stream order, ``speaker_update`` applied.
 
-Pure: messages are the dicts protocol.md defines. Turns are runs of words of one
-speaker (what ``--format rttm`` writes); a pause of ``TURN_GAP_S`` or more between two
-of the same speaker's words starts a new turn.
+Pure: messages are the typed messages of ``parley.protocol.messages``. Turns are runs
+of words of one speaker (what ``--format rttm`` writes); a pause of ``TURN_GAP_S`` or
+more between two of the same speaker's words starts a new turn.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parley.core.turns import TurnConfig
+from parley.protocol.messages import Final, ServerMessage, SpeakerUpdate, Word
 
 # The pause that sets runs of words apart on the server (protocol.md, "speaker"), so that
 # written turns end where the speech does and agree with the server's own turns.
@@ -30,30 +30,28 @@ class Transcript:
     """Finals by segment id, with their speakers as the latest ``speaker_update`` left them."""
 
     def __init__(self) -> None:
-        self._finals: dict[int, dict] = {}
+        self._finals: dict[int, Final] = {}
 
-    def apply(self, message: dict) -> None:
+    def apply(self, message: ServerMessage) -> None:
         """Keep a ``final``; apply a ``speaker_update`` to its final; ignore the rest."""
-        kind = message.get("type")
-        if kind == "final":
-            self._finals[message["segment_id"]] = copy.deepcopy(message)
-        elif kind == "speaker_update":
-            final = self._finals.get(message["segment_id"])
+        if isinstance(message, Final):
+            self._finals[message.segment_id] = message
+        elif isinstance(message, SpeakerUpdate):
+            final = self._finals.get(message.segment_id)
             if final is not None:  # an update never comes before its final (protocol.md)
-                final["speaker"] = message["speaker"]
-                final["words"] = copy.deepcopy(message["words"])
+                self._finals[message.segment_id] = replace(
+                    final, speaker=message.speaker, words=message.words
+                )
 
     @property
-    def finals(self) -> list[dict]:
+    def finals(self) -> list[Final]:
         return [self._finals[k] for k in sorted(self._finals)]
 
     def speakers(self) -> list[str]:
         """Labels in order of first appearance (by time) in the words and finals."""
         seen: list[str] = []
         for final in self.finals:
-            for label in [w.get("speaker") for w in final.get("words") or []] + [
-                final.get("speaker")
-            ]:
+            for label in [w.speaker for w in final.words] + [final.speaker]:
                 if label is not None and label not in seen:
                     seen.append(label)
         return seen
@@ -62,17 +60,15 @@ class Transcript:
         """Runs of words of one speaker, split where they pause ``gap_s`` or longer."""
         turns: list[SpeakerTurn] = []
         for final in self.finals:
-            words = final.get("words") or []
-            if not words and final["text"].strip():  # no word times: the final is one turn
-                words = [
-                    {"start": final["start"], "end": final["end"], "speaker": final.get("speaker")}
-                ]
+            words = final.words
+            if not words and final.text.strip():  # no word times: the final is one turn
+                words = [Word(final.text, final.start, final.end, 1.0, final.speaker)]
             for w in words:
                 last = turns[-1] if turns else None
-                if last and last.speaker == w["speaker"] and w["start"] - last.end < gap_s:
-                    turns[-1] = SpeakerTurn(last.start, max(last.end, w["end"]), last.speaker)
+                if last and last.speaker == w.speaker and w.start - last.end < gap_s:
+                    turns[-1] = SpeakerTurn(last.start, max(last.end, w.end), last.speaker)
                 else:
-                    turns.append(SpeakerTurn(w["start"], w["end"], w["speaker"]))
+                    turns.append(SpeakerTurn(w.start, w.end, w.speaker))
         return turns
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -285,34 +285,52 @@ def as_json(message: ServerMessage) -> dict[str, Any]:
     return _round_times(data)
 
 
+_TYPES: dict[str, type[ServerMessage]] = {
+    cls.type: cls
+    for cls in (
+        SessionStarted,
+        SessionResumed,
+        SpeechStarted,
+        SegmentEnded,
+        Partial,
+        Final,
+        SpeakerUpdate,
+        Finalized,
+        SessionEnded,
+        Error,
+    )
+}
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``data`` that ``cls`` has (and not ``type``): a newer server's
+    other fields are left out, as section 8 lets clients do."""
+    names = {f.name for f in fields(cls)} - {"type"}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _words(data: Mapping[str, Any]) -> list[Word]:
+    return [Word(**_known(Word, w)) for w in data.get("words") or []]
+
+
 def parse(data: Mapping[str, Any]) -> ServerMessage | None:
     """A server message's JSON object as its typed message (None for a type this
-    version does not know: clients ignore those, section 8)."""
-    fields = {k: v for k, v in data.items() if k not in ("type", "seq")}  # seq: the wire's
-    kind = data.get("type")
-    if kind == "session_started":
-        return SessionStarted(config=StreamConfig.from_json(fields.pop("config")), **fields)
-    if kind in ("final", "speaker_update"):
-        fields["words"] = [Word(**w) for w in fields.get("words") or []]
-        if kind == "speaker_update":
-            return SpeakerUpdate(**fields)
-        return Final(**{**fields, "reason": FinalReason(fields["reason"])})
-    if kind == "segment_ended":
-        return SegmentEnded(**{**fields, "reason": FinalReason(fields["reason"])})
-    if kind == "session_ended":
-        return SessionEnded(
-            **{**fields, "reason": EndReason(fields.get("reason", "end_of_stream"))}
-        )
-    if kind == "error":
-        fields.pop("fatal", None)
-        return Error(**{**fields, "code": ErrorCode(fields["code"])})
-    simple = {
-        "speech_started": SpeechStarted,
-        "partial": Partial,
-        "finalized": Finalized,
-        "session_resumed": SessionResumed,
-    }
-    return simple[kind](**fields) if kind in simple else None
+    version does not know: clients ignore those, and fields they do not know, section 8)."""
+    cls = _TYPES.get(data.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        return None
+    given = _known(cls, data)
+    if cls is SessionStarted:
+        given["config"] = StreamConfig.from_json(given["config"])
+    if cls in (Final, SpeakerUpdate):
+        given["words"] = _words(data)
+    if cls in (Final, SegmentEnded):
+        given["reason"] = FinalReason(given["reason"])
+    if cls is SessionEnded:
+        given["reason"] = EndReason(given.get("reason", EndReason.END_OF_STREAM.value))
+    if cls is Error:
+        given["code"] = ErrorCode(given["code"])
+    return cls(**given)
 
 
 def decode(text: str | bytes) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from parley.client.formats import render
 from parley.client.transcript import Transcript
 from parley.core.asr import Task
-from parley.protocol.messages import Final, as_json
+from parley.protocol.messages import Final
 from parley.recordings.file_results import FileTranscript
 from parley.transport.uploads import UploadError
 
@@ -30,7 +30,7 @@ def transcript_of(result: FileTranscript) -> Transcript:
     """The client library's transcript of the finals (for text, SRT, WebVTT, RTTM)."""
     transcript = Transcript()
     for final in result.finals:
-        transcript.apply(as_json(final))
+        transcript.apply(final)
     return transcript
 
 
