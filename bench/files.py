@@ -7,7 +7,8 @@ plain voices, in turns, laid end to end until the length is reached. Each system
 transcribes each recording, English, greedy, all cores:
 
 - **parley**: ``FileJobs`` in-process, the server's own pipeline (VAD, 29 s windows,
-  the step scheduler; speakers off, as for the others);
+  the step scheduler; speakers off, as for the others), in float32 (the default) and
+  with ``asr.compute_type`` int8;
 - **(a) transformers**: ``pipeline("automatic-speech-recognition", chunk_length_s=30,
   batch_size=8)`` on the same imported weights, the reference handler's way;
 - **(b) faster-whisper**: ``WhisperModel`` (sequential, no VAD) and
@@ -60,7 +61,10 @@ def recording(minutes: float) -> tuple[np.ndarray, str]:
 
 
 async def parley_run(
-    model: str, audios: dict[float, np.ndarray], windows_in_flight: int | None = None
+    model: str,
+    audios: dict[float, np.ndarray],
+    windows_in_flight: int | None = None,
+    compute_type: str = "auto",
 ) -> dict[float, tuple]:
     from parley.config import Settings
     from parley.loading import load_asr
@@ -69,7 +73,7 @@ async def parley_run(
     from parley.workers.threads import in_passing_thread
 
     settings = Settings(
-        asr={"model": model},
+        asr={"model": model, "compute_type": compute_type},
         files={"windows_in_flight": windows_in_flight} if windows_in_flight else {},
     )
     worker, _ = await in_passing_thread(load_asr, settings)
@@ -131,6 +135,12 @@ def main() -> None:
         metavar="N",
         help="compare Parley with these files.windows_in_flight only (no other system)",
     )
+    parser.add_argument(
+        "--parley-compute",
+        nargs="+",
+        metavar="TYPE",
+        help="compare Parley with these asr.compute_type only (no other system)",
+    )
     args = parser.parse_args()
     from parley.config import Settings
     from parley.weights.bundle import ct2_source
@@ -139,17 +149,19 @@ def main() -> None:
     made = {m: recording(m) for m in args.minutes}
     audios = {m: a for m, (a, _) in made.items()}
     rows = []
-    if args.parley_windows:
+    variants = [(w, "auto", f"parley, {w} windows in flight") for w in args.parley_windows or []]
+    variants += [(None, c, f"parley, compute {c}") for c in args.parley_compute or []]
+    if variants:
         for model in args.models:
-            for windows in args.parley_windows:
+            for windows, compute, system in variants:
                 for minutes, (spent, text, report) in asyncio.run(
-                    parley_run(model, audios, windows)
+                    parley_run(model, audios, windows, compute)
                 ).items():
                     rows.append(
                         {
                             "model": model,
                             "minutes": minutes,
-                            "system": f"parley, {windows} windows in flight",
+                            "system": system,
                             "seconds": spent,
                             "x_real_time": len(audios[minutes]) / SAMPLE_RATE / spent,
                             "wer": wer(made[minutes][1], text),
@@ -159,15 +171,16 @@ def main() -> None:
         print_table(
             rows, ["model", "minutes", "system", "seconds", "x_real_time", "wer", "rows_per_step"]
         )
-        print(f"wrote {write_json('files-windows', {'rows': rows})}")
+        print(f"wrote {write_json('files-variants', {'rows': rows})}")
         return
     for model in args.models:
         ct2 = ct2_source(model, Path(tempfile.gettempdir()) / f"parley-ct2-{model}")
         ours = asyncio.run(parley_run(model, audios))
+        ours_int8 = asyncio.run(parley_run(model, audios, compute_type="int8"))
         for minutes, (audio, said) in made.items():
             seconds = len(audio) / SAMPLE_RATE
             spent, text, report = ours[minutes]
-            results = [("parley", spent, text)]
+            results = [("parley", spent, text), ("parley int8", *ours_int8[minutes][:2])]
             if minutes <= args.reference_minutes:
                 results.append(
                     (

@@ -21,6 +21,7 @@ SERVE_FLAGS = [
     ("max_sessions", "server", "max_sessions"),
     ("model", "asr", "model"),
     ("device", "asr", "device"),
+    ("compute_type", "asr", "compute_type"),
     ("threads", "asr", "threads"),
     ("assistant", "asr", "assistant"),
     ("assistant_languages", "asr", "assistant_languages"),

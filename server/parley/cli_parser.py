@@ -37,6 +37,11 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     """The model, session and access flags of `parley serve` and `parley cluster`."""
     parser.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    parser.add_argument(
+        "--compute-type",
+        choices=["auto", "float32", "int8"],
+        help="auto: fp16 on CUDA, float32 on a CPU; int8: faster on a CPU",
+    )
     parser.add_argument("--threads", type=int)
     parser.add_argument(
         "--assistant", help="draft model for speculative decoding (same tokenizer as --model)"

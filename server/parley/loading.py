@@ -23,7 +23,7 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
     from parley.models.whisper_engine import WhisperEngine
     from parley.weights.bundle import resolve_model
 
-    plan = plan_device(settings.asr.device)
+    plan = plan_device(settings.asr.device, settings.asr.compute_type)
     asr = settings.asr
     source = resolve_model(asr.model, settings.models_dir)
     assistant = resolve_model(asr.assistant, settings.models_dir) if asr.assistant else None

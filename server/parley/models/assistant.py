@@ -93,10 +93,10 @@ def load_assistant(
         model = WhisperForCausalLM.from_pretrained(
             source, dtype=plan.dtype, attn_implementation="sdpa"
         )
-        model = model.to(plan.device).eval()
+        model = plan.place(model)
         return Assistant(label, model.model.decoder, model.proj_out, None, languages)
     model = WhisperForConditionalGeneration.from_pretrained(
         source, dtype=plan.dtype, attn_implementation="sdpa"
     )
-    model = model.to(plan.device).eval()
+    model = plan.place(model)
     return Assistant(label, model.model.decoder, model.proj_out, model.model.encoder, languages)

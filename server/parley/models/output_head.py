@@ -8,6 +8,12 @@ measured here). So the head times both
 layouts for each row count once, at load, and keeps the faster. Both are the same
 float32 product; only the order of the additions inside differs. (numpy's OpenBLAS
 was faster alone, but its spinning threads slowed torch's next operations down.)
+
+With ``int8`` (a CPU plan's compute type int8) the head reads the matrix in int8
+(``models/int8.py``), a quarter of the bytes, and then computes in float32 the logits
+of the ``SHORTLIST`` tokens int8 ranks highest: the token chosen is float32's
+wherever float32's best two are among them. int8 logits alone chose other tokens
+where two were close, and cost tiny.en a third more errors on sample.wav.
 """
 
 from __future__ import annotations
@@ -21,15 +27,24 @@ import torch
 # Row counts timed at load; a count between two uses the larger one's choice.
 CALIBRATED_ROWS = (*range(1, 9), 12, 16, 32, 64, 128)
 CALIBRATION_REPEATS = 2
+SHORTLIST = 8  # tokens whose logits an int8 head computes again in float32
 log = logging.getLogger(__name__)
 
 
 class OutputHead:
     """Callable: hidden states (rows, d_model) or (d_model,) → float32 logits."""
 
-    def __init__(self, proj_out: torch.nn.Module):
+    def __init__(self, proj_out: torch.nn.Module, int8: bool = False):
         self._proj_out = proj_out
         self._choice: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}
+        self._int8: torch.nn.Module | None = None
+        if int8:
+            from parley.models.int8 import RowwiseInt8Linear
+
+            assert isinstance(proj_out, torch.nn.Linear)
+            self._int8 = RowwiseInt8Linear(proj_out)
+            self._exact = proj_out.weight.detach()  # tied to the token embeddings: no copy
+            return
         weight = proj_out.weight
         if weight.device.type != "cpu" or proj_out.bias is not None:
             return
@@ -61,6 +76,8 @@ class OutputHead:
 
     @torch.inference_mode()
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self._int8 is not None:
+            return self._shortlisted(hidden)
         if not self._choice:
             return self._proj_out(hidden).float()
         if hidden.dim() == 1:
@@ -68,3 +85,12 @@ class OutputHead:
         rows = hidden.shape[0]
         bucket = next((r for r in CALIBRATED_ROWS if r >= rows), CALIBRATED_ROWS[-1])
         return self._choice[bucket](hidden.contiguous()).float()
+
+    def _shortlisted(self, hidden: torch.Tensor) -> torch.Tensor:
+        """int8 logits, the top ``SHORTLIST`` of each row replaced by float32's."""
+        assert self._int8 is not None
+        rows = hidden[None] if hidden.dim() == 1 else hidden
+        logits = self._int8(rows).float()
+        top = logits.topk(SHORTLIST, dim=-1).indices
+        logits.scatter_(1, top, torch.einsum("rkd,rd->rk", self._exact[top], rows))
+        return logits[0] if hidden.dim() == 1 else logits

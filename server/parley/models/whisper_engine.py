@@ -104,12 +104,10 @@ class WhisperEngine:
                 plan,
                 assistant_languages,
             )
-        self.model = (
+        self.model = plan.place(
             WhisperForConditionalGeneration.from_pretrained(
                 source, dtype=plan.dtype, attn_implementation="sdpa"
             )
-            .to(plan.device)
-            .eval()
         )
         generation = self.model.generation_config
         self.multilingual = bool(getattr(generation, "is_multilingual", False))
@@ -127,7 +125,7 @@ class WhisperEngine:
         )
         self.verifier = GreedyVerifier(
             self.decoder,
-            OutputHead(self.model.proj_out),
+            OutputHead(self.model.proj_out, int8=plan.int8),
             generation.suppress_tokens or [],
             generation.begin_suppress_tokens or [],
             self._eot,
@@ -143,7 +141,7 @@ class WhisperEngine:
                 max_width=max_draft + 1,
                 graphs=self.graphs,
             )
-            self._assistant_head = OutputHead(self.assistant.proj_out)
+            self._assistant_head = OutputHead(self.assistant.proj_out, int8=plan.int8)
 
     # ------------------------------------------------------------------ languages
 

@@ -1,0 +1,101 @@
+"""int8 linear layers on a CPU: each row's result is its own, whatever it is batched with,
+and close to float32's; the precision is chosen by the device plan."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
+from parley.models.device import plan_device
+from parley.models.int8 import RowwiseInt8Linear, quantize_linears
+from parley.models.whisper_engine import WhisperEngine
+from parley.weights.bundle import resolve_model
+
+
+def linear(seed: int, bias: bool = True) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(64, 96, bias=bias)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    rows=st.integers(1, 12),
+    scales=st.lists(st.floats(1e-3, 1e3), min_size=12, max_size=12),
+    bias=st.booleans(),
+)
+def test_a_row_gives_the_same_numbers_alone_and_in_any_batch(seed, rows, scales, bias):
+    """Rows of very different magnitudes batched together give exactly what each gives
+    alone: no row's quantization depends on another's (torch's own dynamic quantization
+    shares one scale per tensor, so there it would)."""
+    layer = RowwiseInt8Linear(linear(seed, bias))
+    torch.manual_seed(seed + 1)
+    x = torch.randn(rows, 64) * torch.tensor(scales[:rows])[:, None]
+    with torch.inference_mode():
+        together = layer(x)
+        alone = torch.cat([layer(x[i : i + 1]) for i in range(rows)])
+    assert torch.equal(together, alone)
+
+
+def test_int8_is_close_to_float32_and_keeps_the_input_shape():
+    """Relative error of a few per cent at most, bias included, for 3-D inputs too."""
+    plain = linear(7)
+    layer = RowwiseInt8Linear(plain)
+    x = torch.randn(3, 5, 64)
+    with torch.inference_mode():
+        want, got = plain(x), layer(x)
+    assert got.shape == want.shape == (3, 5, 96)
+    assert ((got - want).norm() / want.norm()).item() < 0.03
+
+
+def test_a_rows_worth_of_zeros_stays_zero_plus_the_bias():
+    layer = RowwiseInt8Linear(linear(3))
+    with torch.inference_mode():
+        out = layer(torch.zeros(2, 64))
+    assert torch.allclose(out, layer.bias.expand(2, -1))
+
+
+def test_every_linear_layer_is_replaced_and_nothing_else():
+    model = torch.nn.Sequential(linear(1), torch.nn.GELU(), torch.nn.LayerNorm(96))
+    assert quantize_linears(model) == 1
+    assert [type(m).__name__ for m in model] == ["RowwiseInt8Linear", "GELU", "LayerNorm"]
+
+
+def test_the_plan_chooses_the_precision():
+    """auto is float32 on a CPU; int8 is asked for; int8 cannot be asked of CUDA."""
+    assert not plan_device("cpu").int8 and not plan_device("cpu", "float32").int8
+    assert plan_device("cpu", "int8").int8
+    assert plan_device("cpu", "int8").description == "cpu float32, encoder and output head int8"
+    with pytest.raises(ValueError, match="compute type must be one of"):
+        plan_device("cpu", "int4")
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="int8 is for the CPU"):
+            plan_device("cuda", "int8")
+
+
+def test_a_whisper_engine_in_int8_transcribes_like_float32(tiny_engine, models_dir):
+    """tiny.en with its encoder's linear layers in int8, and the output projection read
+    in int8 (its best tokens again in float32), is about as accurate as float32 on
+    sample.wav, and drafts (the last hypothesis) change no token."""
+    exact_engine = tiny_engine  # the default plan: float32
+    engine = WhisperEngine(
+        resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu", "int8")
+    )
+    quantized = {
+        name.split(".")[1]
+        for name, module in engine.model.named_modules()
+        if isinstance(module, RowwiseInt8Linear)
+    }
+    assert quantized == {"encoder"}  # the decoder stays float32; the head reads proj_out in int8
+    sample = read_wav(SAMPLE_WAV)
+    exact, int8, drafted = [], [], []  # texts of three clips
+    for start, end in [(6.4, 14.0), (14.0, 21.0), (21.0, 30.0)]:
+        audio = sample[int(start * 16000) : int(end * 16000)]
+        exact.append(exact_engine.transcribe(audio).text)
+        plain = engine.transcribe(audio)
+        int8.append(plain.text)
+        drafted.append(engine.transcribe(audio, draft=plain.tokens[: len(plain.tokens) // 2]).text)
+    said = sample_reference_text()
+    assert wer(said, " ".join(int8)) <= wer(said, " ".join(exact)) + 0.05
+    assert drafted == int8
