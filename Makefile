@@ -42,11 +42,12 @@ run: install
 cluster: install
 	$(VENV)/bin/parley cluster --host $(HOST) --port 8000 --replicas 2 --models-dir "$(MODELS_DIR)" --diarization bundle
 
-# Both cores: most of the suite waits on real-time streams, sockets and subprocesses;
-# a test file stays on one worker, so its servers start once. One OpenMP thread per
-# process: two workers each running torch on both cores made every model wait on the
-# other's threads (the suite took 440 s so, 322 s with one thread each).
-TEST_WORKERS ?= 2
+# Three workers on two cores: much of the suite waits on real-time streams, sockets and
+# subprocesses (the suite used 1.5 cores of 2 with two workers: 6 min 24 s, against
+# 5 min 22 s with three, on the same commit); a test file stays on one worker, so its
+# servers start once. One OpenMP thread per process: workers each running torch on
+# both cores made every model wait on the others' threads (440 s against 322 s).
+TEST_WORKERS ?= 3
 test: install lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
