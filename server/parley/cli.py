@@ -240,7 +240,11 @@ def _transcribe(args: argparse.Namespace) -> int:
     try:
         settings = Settings(
             **({"models_dir": args.models_dir} if args.models_dir else {}),
-            asr={"model": args.model} if args.model else {},
+            asr={
+                name: value
+                for name, value in (("model", args.model), ("compute_type", args.compute_type))
+                if value
+            },
             diarization={"source": args.diarization or "off"},
         )
     except ValueError as exc:

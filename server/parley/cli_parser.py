@@ -33,15 +33,20 @@ def add_decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--numerals", action="store_true", help="number words as digits")
 
 
-def add_server_flags(parser: argparse.ArgumentParser) -> None:
-    """The model, session and access flags of `parley serve` and `parley cluster`."""
-    parser.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+def add_compute_type(parser: argparse.ArgumentParser) -> None:
+    """The models' precision (`asr.compute_type`), for serving and for `parley transcribe`."""
     parser.add_argument(
         "--compute-type",
         choices=["auto", "float32", "int8"],
         help="auto: fp16 on CUDA, float32 on a CPU; int8: faster on a CPU",
     )
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """The model, session and access flags of `parley serve` and `parley cluster`."""
+    parser.add_argument("--model", help="bundle name (tiny.en, base), local path or hub id")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    add_compute_type(parser)
     parser.add_argument("--threads", type=int)
     parser.add_argument(
         "--assistant", help="draft model for speculative decoding (same tokenizer as --model)"
@@ -167,6 +172,7 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
     transcribe.add_argument("--diarize", action="store_true", help="with --url: ask for speakers")
     transcribe.add_argument("--num-speakers", type=int)
     transcribe.add_argument("--model", help="bundle name (tiny.en, base), path or hub id")
+    add_compute_type(transcribe)
     transcribe.add_argument("--models-dir")
     transcribe.add_argument(
         "--url", help="a Parley server's base URL (http://host:port): send the files there instead"
