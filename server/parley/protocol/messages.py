@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, get_args
 
 # The errors and the stream's configuration have their own modules; the wires import
 # them from here, with the messages.
@@ -285,21 +285,8 @@ def as_json(message: ServerMessage) -> dict[str, Any]:
     return _round_times(data)
 
 
-_TYPES: dict[str, type[ServerMessage]] = {
-    cls.type: cls
-    for cls in (
-        SessionStarted,
-        SessionResumed,
-        SpeechStarted,
-        SegmentEnded,
-        Partial,
-        Final,
-        SpeakerUpdate,
-        Finalized,
-        SessionEnded,
-        Error,
-    )
-}
+# Each message class by its wire type, from the union above (one list of them).
+_TYPES: dict[str, type[ServerMessage]] = {cls.type: cls for cls in get_args(ServerMessage)}
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
