@@ -11,7 +11,10 @@ Each recording is drawn from a seed, so the set is the same on every machine:
 - **real**: the real voices that registry packages carry (sample.wav's two speakers,
   from pyannote.audio's wheel, cut at its reference turns), alone and mixed with
   espeak-ng voices;
-- **one voice**: a single voice with pauses, noise in some, which must stay one speaker.
+- **one voice**: a single voice with pauses, noise in some, which must stay one speaker;
+- **recorded**: meetings of real people's recorded voices (``recorded_voices.py``:
+  KTuberling's volunteers in ``dev``, Asterisk's studio prompts in ``heldout``), one to
+  six of them, noise and level changes in half.
 
 Two splits with no voice recipe, sentence or seed in common: ``dev`` (what the
 clustering may be tuned on) and ``heldout`` (never tuned on: reported on its own).
@@ -33,6 +36,7 @@ import common  # noqa: F401 (puts the test fixtures on the path)
 
 import numpy as np
 
+import recorded_voices
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_dir, write_wav
 
 SAMPLE_RATE = 16000
@@ -144,6 +148,11 @@ PLAN = {
         ("real", 3): 3,
         ("real", 4): 3,
         ("one voice", 1): 4,
+        ("recorded", 1): 3,
+        ("recorded", 2): 5,
+        ("recorded", 3): 5,
+        ("recorded", 4): 5,
+        ("recorded", 6): 4,
     },
     "heldout": {
         ("espeak", 2): 2,
@@ -162,6 +171,11 @@ PLAN = {
         ("real", 3): 2,
         ("real", 4): 2,
         ("one voice", 1): 3,
+        ("recorded", 1): 2,
+        ("recorded", 2): 3,
+        ("recorded", 3): 3,
+        ("recorded", 4): 4,
+        ("recorded", 6): 2,
     },
 }
 SPLIT_SEED = {"dev": 1000, "heldout": 9000}
@@ -307,13 +321,18 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
     sentences = SENTENCES[split]
     real = _real_voices() if kind == "real" else {}
     voices: list[Voice] = []
+    people = {}
     if kind == "real":
         voices = [Voice(f"real:{name}") for name in sorted(real)][:speakers]
+    elif kind == "recorded":
+        people = _recorded(rng, split, speakers)
+        voices = [Voice(f"recorded:{name}") for name in people]
     voices += _voices(rng, split, speakers - len(voices))
     turns_wanted = int(rng.integers(max(6, 3 * speakers), 4 * speakers + 6))
     cursor = int(rng.uniform(0.3, 1.5) * SAMPLE_RATE)  # lead silence
     spans: list[tuple[int, int, str]] = []
     speeches: list[np.ndarray] = []
+    heard: list[list[tuple[int, int]]] = []  # each turn's stretches of speech, within it
     text: list[str] = []
     previous = -1
     for k in range(turns_wanted):
@@ -329,6 +348,10 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
             clips = real[voice.name[5:]]
             speech = clips[int(rng.integers(len(clips)))]
             said = ""
+        elif voice.name.startswith("recorded:"):
+            short = k >= speakers and rng.random() < 0.15
+            speech, stretches = recorded_voices.turn(people[voice.name[9:]], rng, short)
+            said = ""
         else:
             short = k >= speakers and rng.random() < 0.15
             lines = (
@@ -338,7 +361,7 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
             )
             said = " ".join(lines)
             speech = np.concatenate([_speak(line, voice) for line in lines])
-        if kind == "noisy":
+        if kind == "noisy" or (kind == "recorded" and index % 2):
             speech = speech * float(10 ** (rng.uniform(-9, 9) / 20))
         gap = float(rng.uniform(-0.3, 1.2)) if k else 0.0
         if gap < 0 and len(speech) > SAMPLE_RATE:  # overlap: start under the last turn
@@ -347,13 +370,14 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
             cursor += int(max(gap, 0.0) * SAMPLE_RATE)
         spans.append((cursor, cursor + len(speech), voice.name))
         speeches.append(speech)
+        heard.append(stretches if voice.name.startswith("recorded:") else [(0, len(speech))])
         cursor += len(speech)
         text.append(said)
     length = max(end for _, end, _ in spans) + int(rng.uniform(0.5, 1.5) * SAMPLE_RATE)
     audio = np.zeros(length, np.float32)
     for (start, end, _), speech in zip(spans, speeches):
         audio[start:end] += speech
-    if kind == "noisy" or (kind == "one voice" and rng.random() < 0.5):
+    if kind == "noisy" or (kind in ("one voice", "recorded") and rng.random() < 0.5):
         murmur = _murmur(rng, split) if rng.random() < 0.4 else None
         level = float(np.sqrt(np.mean(audio[audio != 0] ** 2)) * 10 ** (-rng.uniform(12, 25) / 20))
         audio += _noise(rng, length, str(rng.choice(["white", "pink", "murmur"])), level, murmur)
@@ -363,7 +387,13 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
     if peak > 0.99:
         audio *= 0.99 / peak
     names = {v.name: f"spk{i}" for i, v in enumerate(voices)}
-    turns = [Turn(s / SAMPLE_RATE, e / SAMPLE_RATE, names[v]) for s, e, v in spans]
+    # A turn of separately recorded words is as many turns as words: the pauses between
+    # them are silence, as a reference annotation would mark them.
+    turns = [
+        Turn((s + a) / SAMPLE_RATE, (s + b) / SAMPLE_RATE, names[v])
+        for (s, _, v), stretches in zip(spans, heard)
+        for a, b in stretches
+    ]
     return Recording(
         f"{split}-{kind.replace(' ', '_')}-{speakers}-{index}",
         split,
@@ -373,6 +403,19 @@ def make(split: str, kind: str, speakers: int, index: int) -> Recording:
         turns,
         text,
     )
+
+
+def _recorded(
+    rng: np.random.Generator, split: str, count: int
+) -> dict[str, recorded_voices.RecordedVoice]:
+    """``count`` different real people of ``split``, by name."""
+    people = recorded_voices.available(split)
+    if len(people) < count:
+        raise SystemExit(
+            f"{count} recorded voices wanted, {len(people)} installed: see bench/recorded_voices.py"
+        )
+    chosen = rng.choice(len(people), size=count, replace=False)
+    return {people[int(i)].name: people[int(i)] for i in chosen}
 
 
 def _murmur(rng: np.random.Generator, split: str) -> np.ndarray:
