@@ -1,5 +1,6 @@
 """int8 linear layers on a CPU: each row's result is its own, whatever it is batched with,
-and close to float32's; the precision is chosen by the device plan."""
+and close to float32's; the precision is chosen by the device plan (int8, or a bfloat16
+encoder)."""
 
 import pytest
 import torch
@@ -67,35 +68,50 @@ def test_the_plan_chooses_the_precision():
     assert not plan_device("cpu").int8 and not plan_device("cpu", "float32").int8
     assert plan_device("cpu", "int8").int8
     assert plan_device("cpu", "int8").description == "cpu float32, encoder and output head int8"
+    bfloat16 = plan_device("cpu", "bfloat16")
+    assert bfloat16.bfloat16_encoder and not bfloat16.int8
+    assert bfloat16.description == "cpu float32, encoder bfloat16"
     with pytest.raises(ValueError, match="compute type must be one of"):
         plan_device("cpu", "int4")
     if torch.cuda.is_available():
-        with pytest.raises(ValueError, match="int8 is for the CPU"):
-            plan_device("cuda", "int8")
+        for compute in ("int8", "bfloat16"):
+            with pytest.raises(ValueError, match=f"{compute} is for the CPU"):
+                plan_device("cuda", compute)
 
 
-def test_a_whisper_engine_in_int8_transcribes_like_float32(tiny_engine, models_dir):
-    """tiny.en with its encoder's linear layers in int8, and the output projection read
-    in int8 (its best tokens again in float32), is about as accurate as float32 on
-    sample.wav, and drafts (the last hypothesis) change no token."""
+@pytest.mark.parametrize("compute", ["int8", "bfloat16"])
+def test_a_whisper_engine_in_lower_precision_transcribes_like_float32(
+    tiny_engine, models_dir, compute
+):
+    """tiny.en with its encoder's linear layers in int8 and the output projection read
+    in int8 (its best tokens again in float32), or with its encoder in bfloat16, is about
+    as accurate as float32 on sample.wav; drafts (the last hypothesis) change no token,
+    and a clip's encoder output is the same alone and batched with others."""
     exact_engine = tiny_engine  # the default plan: float32
     engine = WhisperEngine(
-        resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu", "int8")
+        resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu", compute)
     )
     quantized = {
         name.split(".")[1]
         for name, module in engine.model.named_modules()
         if isinstance(module, RowwiseInt8Linear)
     }
-    assert quantized == {"encoder"}  # the decoder stays float32; the head reads proj_out in int8
+    # The decoder stays float32; the int8 head reads proj_out in int8.
+    assert quantized == ({"encoder"} if compute == "int8" else set())
     sample = read_wav(SAMPLE_WAV)
-    exact, int8, drafted = [], [], []  # texts of three clips
+    exact, lower, drafted = [], [], []  # texts of three clips
     for start, end in [(6.4, 14.0), (14.0, 21.0), (21.0, 30.0)]:
         audio = sample[int(start * 16000) : int(end * 16000)]
         exact.append(exact_engine.transcribe(audio).text)
         plain = engine.transcribe(audio)
-        int8.append(plain.text)
+        lower.append(plain.text)
         drafted.append(engine.transcribe(audio, draft=plain.tokens[: len(plain.tokens) // 2]).text)
     said = sample_reference_text()
-    assert wer(said, " ".join(int8)) <= wer(said, " ".join(exact)) + 0.05
-    assert drafted == int8
+    assert wer(said, " ".join(lower)) <= wer(said, " ".join(exact)) + 0.05
+    assert drafted == lower
+    encoder = engine.model.model.encoder
+    features = torch.randn(3, 80, 3000)
+    with torch.inference_mode():
+        together = encoder(features).last_hidden_state
+        alone = encoder(features[1:2]).last_hidden_state
+    assert together.dtype == torch.float32 and torch.equal(together[1:2], alone)

@@ -70,10 +70,11 @@ class AsrSettings(BaseModel):
 
     model: str = Field("tiny.en", description="bundle name, local directory or hub id")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    compute_type: Literal["auto", "float32", "int8"] = Field(
+    compute_type: Literal["auto", "float32", "int8", "bfloat16"] = Field(
         "auto",
         description="auto: fp16 on CUDA, float32 on a CPU; int8: the encoder and output "
-        "head in int8 (CPU only: faster, a word here and there differs)",
+        "head in int8 (CPU only: faster, a word here and there differs); bfloat16: the "
+        "encoder in bfloat16 (CPU only; pays on CPUs with AMX)",
     )
     threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
     partial_interval_s: float = Field(

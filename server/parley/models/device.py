@@ -1,6 +1,7 @@
 """Where models run: CUDA with fp16 when asked for or available, else the CPU in float32,
 or, when asked for, with the speech models' encoder and output head in int8
-(``models/int8.py``)."""
+(``models/int8.py``), or the encoder in bfloat16 (on a CPU with AMX, Intel's matrix
+units, several times faster than float32)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ class DevicePlan:
     device: torch.device
     dtype: torch.dtype
     int8: bool = False  # the encoder's linear layers and the output head in int8 (CPU only)
+    bfloat16_encoder: bool = False  # the encoder in bfloat16, its output float32 (CPU only)
 
     @property
     def description(self) -> str:
         dtype = str(self.dtype).removeprefix("torch.")
-        return f"{self.device.type} {dtype}{', encoder and output head int8' if self.int8 else ''}"
+        extra = ", encoder and output head int8" if self.int8 else ""
+        extra += ", encoder bfloat16" if self.bfloat16_encoder else ""
+        return f"{self.device.type} {dtype}{extra}"
 
     def place(self, model: torch.nn.Module) -> torch.nn.Module:
         """A loaded speech model moved to the device, for inference, in this precision."""
@@ -32,17 +36,43 @@ class DevicePlan:
             # The encoder only (and the output head, which OutputHead reads in int8): the
             # decoder stays float32, so drafts and batching still change no token.
             quantize_linears(encoder)
+        if self.bfloat16_encoder and encoder is not None:
+            _in_bfloat16(encoder)
         return model
 
 
-COMPUTE_TYPES = ("auto", "float32", "int8")
+def _in_bfloat16(encoder: torch.nn.Module) -> None:
+    """Run ``encoder`` in bfloat16 and hand its output on in float32, so that the decoder
+    (and with it drafts and batching) computes as before."""
+    encoder.to(torch.bfloat16)
+
+    def half(value):
+        return (
+            value.to(torch.bfloat16)
+            if torch.is_tensor(value) and value.is_floating_point()
+            else value
+        )
+
+    def features_in(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple:
+        return tuple(half(a) for a in args), {k: half(v) for k, v in kwargs.items()}
+
+    def hidden_out(module: torch.nn.Module, args: tuple, output):
+        output.last_hidden_state = output.last_hidden_state.float()
+        return output
+
+    encoder.register_forward_pre_hook(features_in, with_kwargs=True)
+    encoder.register_forward_hook(hidden_out)
+
+
+COMPUTE_TYPES = ("auto", "float32", "int8", "bfloat16")
 
 
 def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
     """``choice`` is auto, cpu or cuda; asking for cuda where there is none is an error.
     ``compute``: auto (fp16 on CUDA, float32 on a CPU), float32, or int8: the encoder's
     linear layers and the output head in int8, CPU only: faster, and a word here and
-    there differs (bench/README.md, "int8 on a CPU"; on a GPU fp16 is faster still)."""
+    there differs (bench/README.md, "int8 on a CPU"; on a GPU fp16 is faster still);
+    bfloat16: the encoder in bfloat16, CPU only, for CPUs with AMX."""
     if choice not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, not {choice!r}")
     if compute not in COMPUTE_TYPES:
@@ -50,10 +80,15 @@ def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
     if choice == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device")
     if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        if compute == "int8":
-            raise ValueError("compute type int8 is for the CPU; on CUDA models run in fp16")
+        if compute in ("int8", "bfloat16"):
+            raise ValueError(f"compute type {compute} is for the CPU; on CUDA models run in fp16")
         return DevicePlan(torch.device("cuda"), torch.float16)
-    return DevicePlan(torch.device("cpu"), torch.float32, int8=compute == "int8")
+    return DevicePlan(
+        torch.device("cpu"),
+        torch.float32,
+        int8=compute == "int8",
+        bfloat16_encoder=compute == "bfloat16",
+    )
 
 
 # torch's own choice (the physical cores), read before anything changes it.
