@@ -32,6 +32,7 @@ from common import print_table, write_json
 import numpy as np
 from pyannote.core import Timeline
 
+import recorded_voices
 from devset import PLAN, SAMPLE_RATE, Recording, make
 
 COLLAR_S = 0.25
@@ -297,6 +298,11 @@ def main() -> None:
     ]
     if args.only:
         jobs = [j for j in jobs if args.only in f"{j[0]}-{j[1].replace(' ', '_')}-{j[2]}-{j[3]}"]
+    missing = {split for split in args.split if not recorded_voices.available(split)}
+    if missing:
+        print(f"no recorded voices installed for {sorted(missing)}: their recordings are left")
+        print("out (bench/recorded_voices.py names the Debian packages)")
+        jobs = [j for j in jobs if not (j[1] == "recorded" and j[0] in missing)]
     if args.speed:
         row = speed(jobs[:: max(1, len(jobs) // args.speed)][: args.speed], args.label)
         print_table([row], list(row))
