@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -66,13 +67,16 @@ def available(split: str) -> list[RecordedVoice]:
     return [v for v in VOICES[split] if all(folder.is_dir() for folder in v.folders)]
 
 
-def clips(voice: RecordedVoice) -> list[Path]:
-    """Every recording of ``voice``, in a fixed order."""
-    return sorted(
-        path
-        for folder in voice.folders
-        for path in folder.iterdir()
-        if path.suffix in AUDIO_SUFFIXES and path.is_file()
+@cache
+def clips(voice: RecordedVoice) -> tuple[Path, ...]:
+    """Every recording of ``voice``, in a fixed order (listed once: a turn draws from it)."""
+    return tuple(
+        sorted(
+            path
+            for folder in voice.folders
+            for path in folder.iterdir()
+            if path.suffix in AUDIO_SUFFIXES and path.is_file()
+        )
     )
 
 

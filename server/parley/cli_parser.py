@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable, Mapping
 
 from parley.client.formats import FORMATS
+from parley.core.asr import COMPUTE_TYPES
 
 
 def add_decoding_args(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +38,7 @@ def add_compute_type(parser: argparse.ArgumentParser) -> None:
     """The models' precision (`asr.compute_type`), for serving and for `parley transcribe`."""
     parser.add_argument(
         "--compute-type",
-        choices=["auto", "float32", "int8", "bfloat16"],
+        choices=COMPUTE_TYPES,
         help="auto: fp16 on CUDA, float32 on a CPU; int8: faster on a CPU; "
         "bfloat16: the encoder in bfloat16, faster on a CPU with AMX",
     )

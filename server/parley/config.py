@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from parley.core.asr import MAX_DRAFT, MAX_ROWS
+from parley.core.asr import MAX_DRAFT, MAX_ROWS, ComputeType
 from parley.core.audio import MAX_SEGMENT_S
 from parley.core.policy import PARTIAL_INTERVAL_S, PartialPacing
 from parley.core.speakers import ClusteringConfig
@@ -70,7 +70,7 @@ class AsrSettings(BaseModel):
 
     model: str = Field("tiny.en", description="bundle name, local directory or hub id")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    compute_type: Literal["auto", "float32", "int8", "bfloat16"] = Field(
+    compute_type: ComputeType = Field(
         "auto",
         description="auto: fp16 on CUDA, float32 on a CPU; int8: the encoder and output "
         "head in int8 (CPU only: faster, a word here and there differs); bfloat16: the "

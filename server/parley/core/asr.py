@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 import numpy as np
 
@@ -61,6 +61,10 @@ class Decoding:
 # verifies, and the decodes one batch advances together (a decoder row each).
 MAX_DRAFT = 15
 MAX_ROWS = 16
+# The precisions an engine may be loaded in (``models.device.plan_device`` says what each
+# means): the settings, the command line and the device plan read this one list.
+ComputeType = Literal["auto", "float32", "int8", "bfloat16"]
+COMPUTE_TYPES: tuple[str, ...] = get_args(ComputeType)
 
 
 @dataclass(frozen=True)

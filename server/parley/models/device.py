@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from parley.core.asr import COMPUTE_TYPES
+
 
 @dataclass(frozen=True)
 class DevicePlan:
@@ -62,9 +64,6 @@ def _in_bfloat16(encoder: torch.nn.Module) -> None:
 
     encoder.register_forward_pre_hook(features_in, with_kwargs=True)
     encoder.register_forward_hook(hidden_out)
-
-
-COMPUTE_TYPES = ("auto", "float32", "int8", "bfloat16")
 
 
 def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
