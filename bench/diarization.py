@@ -86,6 +86,7 @@ async def stream_file(url: str, path: Path) -> dict:
     """Send one file in real time; the client's transcript and each final's latency."""
     transcript = Transcript()
     latencies: list[float] = []
+    change_latencies: list[float] = []
     began: list[float] = []
 
     def on_message(message: ServerMessage) -> None:
@@ -94,6 +95,8 @@ async def stream_file(url: str, path: Path) -> dict:
             began.append(now)
         if isinstance(message, Final) and message.reason != FinalReason.END_OF_STREAM:
             latencies.append(now - began[0] - message.end)
+            if message.reason == FinalReason.SPEAKER_CHANGE:
+                change_latencies.append(latencies[-1])
         transcript.apply(message)
 
     result = await run_stream(
@@ -102,7 +105,12 @@ async def stream_file(url: str, path: Path) -> dict:
         2 * SAMPLE_RATE,  # PCM16 mono
         on_message=on_message,
     )
-    return {"transcript": transcript, "latencies": latencies, "errors": result.errors}
+    return {
+        "transcript": transcript,
+        "latencies": latencies,
+        "change_latencies": change_latencies,
+        "errors": result.errors,
+    }
 
 
 def hypothesis(transcript: Transcript) -> Annotation:
@@ -139,6 +147,28 @@ def flips(transcript: Transcript) -> int:
     return count
 
 
+CHANGE_TOLERANCE_S = 0.5  # a speaker-change cut this near a true change is right
+
+
+def true_changes(reference: Annotation) -> list[float]:
+    """Where the reference passes from one speaker to another: midway between a turn's
+    end and the next turn's start, when their speakers differ."""
+    turns = sorted(reference.itertracks(yield_label=True), key=lambda t: t[0].start)
+    return [(a.end + b.start) / 2 for (a, _, x), (b, _, y) in zip(turns, turns[1:]) if x != y]
+
+
+def change_cuts(transcript: Transcript, reference: Annotation) -> dict:
+    """The finals cut at a speaker change: how many, the share of them within
+    CHANGE_TOLERANCE_S of a true change, and their latency (in ``latency_of``)."""
+    changes = true_changes(reference)
+    cuts = [f.end for f in transcript.finals if f.reason == FinalReason.SPEAKER_CHANGE]
+    right = [c for c in cuts if changes and min(abs(c - t) for t in changes) <= CHANGE_TOLERANCE_S]
+    return {
+        "speaker_change_finals": len(cuts),
+        "change_cuts_right": len(right) / len(cuts) if cuts else None,
+    }
+
+
 def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
     transcript: Transcript = outcome["transcript"]
     shown = transcript.speakers()
@@ -164,7 +194,9 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
         "labels_in_order": shown == [f"S{i + 1}" for i in range(len(shown))],
         "flips": flips(transcript),
         "mixed_finals": sum(1 for f in finals if len({w.speaker for w in f.words}) > 1),
-        "speaker_change_finals": sum(1 for f in finals if f.reason == FinalReason.SPEAKER_CHANGE),
+        **change_cuts(transcript, reference),
+        "change_latency_max_s": max(outcome["change_latencies"], default=None),
+        "change_latencies_s": [round(t, 3) for t in outcome["change_latencies"]],
         "finals": len(finals),
         **timing(transcript, reference),
         "latency_p50_s": statistics.median(latencies) if latencies else None,
@@ -247,6 +279,8 @@ def main() -> None:
             "flips",
             "mixed_finals",
             "speaker_change_finals",
+            "change_cuts_right",
+            "change_latency_max_s",
             "finals",
             "words_outside_speech",
             "speech_outside_words",

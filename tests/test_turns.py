@@ -97,9 +97,11 @@ def test_a_change_is_cut_once_it_is_change_latency_old_though_labels_may_still_c
     """Labels settle 4 s after the audio; a final is cut at a change 2 s old (default)."""
     turns = (Turn(0.0, 3.0, 0), Turn(3.0, 6.5, 1))
     heard = TimelineSnapshot(turns, settled_until=2.5, speaker_count=2, heard_until=6.5)
-    assert settled_change(heard, 0.0, 6.5) == pytest.approx(3.0)  # B heard until 4.5 > 4.0
-    early = TimelineSnapshot(turns, settled_until=1.5, speaker_count=2, heard_until=5.5)
-    assert settled_change(early, 0.0, 5.5) is None  # B's first second is not 2 s old yet
+    assert settled_change(heard, 0.0, 6.5) == pytest.approx(3.0)  # 3.5 s old, B 3.5 s long
+    short = TimelineSnapshot(turns[:1] + (Turn(3.0, 3.8, 1),), 0.0, 2, heard_until=5.5)
+    assert settled_change(short, 0.0, 5.5) is None  # old enough, but B spoke 0.8 s only
+    early = TimelineSnapshot(turns, settled_until=0.5, speaker_count=2, heard_until=4.5)
+    assert settled_change(early, 0.0, 4.5) is None  # the change is not 2 s old yet
     assert settled_change(heard, 0.0, 6.5, TurnConfig(change_latency_s=4.0)) is None
 
 

@@ -4,7 +4,7 @@ Diarization labels are noisy near turn boundaries and in short stretches, so a r
 shorter than ``min_turn_s`` never makes a turn of its own unless pauses set it apart
 (a lone "Yes." between pauses is a turn; "everyone" in mid-sentence is not). The
 same rule finds where a final should end: at the first change between two runs of
-at least ``min_turn_s`` each, all of it at least ``change_latency_s`` old. That is
+at least ``min_turn_s`` each, the change at least ``change_latency_s`` old. That is
 shorter than the diarization latency (how long labels may still change), so a final
 is cut as soon as windows enough have heard the change, and later windows may still
 correct who said its words (with a ``speaker_update``).
@@ -129,11 +129,15 @@ def settled_change(
     snapshot: Speaking, start: float, end: float, config: TurnConfig = TurnConfig()
 ) -> float | None:
     """The first time in [start, end] where one speaker's run of at least ``min_turn_s``
-    gives way to another's, both settled or older than ``change_latency_s`` (None: no
-    such change yet)."""
-    until = min(end, max(snapshot.settled_until, snapshot.heard_until - config.change_latency_s))
+    gives way to another's, the change itself settled or at least ``change_latency_s``
+    old (None: no such change yet). The runs are read up to the newest audio heard: the
+    newer speaker's ``min_turn_s`` is what tells a turn from a flicker, and waiting for
+    all of it to age as well would add ``min_turn_s`` to every such final's latency."""
+    heard = max(snapshot.settled_until, snapshot.heard_until)
+    changed_by = max(snapshot.settled_until, heard - config.change_latency_s)
+    until = min(end, heard)
     cells = int((until - start) / CELL_S)
-    if cells <= 0:
+    if cells <= 0 or changed_by <= start:
         return None
     spans = [(start + i * CELL_S, start + (i + 1) * CELL_S) for i in range(cells)]
     view = snapshot.between(start, until)
@@ -144,7 +148,10 @@ def settled_change(
     smoothed = smooth_labels([s for s, _ in voiced], [label for _, label in voiced], config)
     runs = _runs(smoothed)
     for previous, run in zip(runs, runs[1:]):
+        change = (voiced[previous.last][0][1] + voiced[run.first][0][0]) / 2
+        if change > changed_by:
+            return None  # this change and any later one are too new
         lengths = [voiced[r.last][0][1] - voiced[r.first][0][0] for r in (previous, run)]
         if min(lengths) >= config.min_turn_s:
-            return (voiced[previous.last][0][1] + voiced[run.first][0][0]) / 2
+            return change
     return None
