@@ -86,6 +86,7 @@ def conversations(count: int) -> list[Conversation]:
 @dataclass
 class StreamOutcome:
     latencies: list[float] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # each latency's final's reason
     partials: int = 0
     finals: int = 0
     segments: int | None = None
@@ -139,6 +140,7 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
                 chunk = min(int(np.ceil(message["end"] / CHUNK_S - 1e-6)) - 1, len(sent_at) - 1)
                 if message["reason"] != "end_of_stream":  # that one waits for the client's end
                     outcome.latencies.append(loop.time() - sent_at[max(chunk, 0)])
+                    outcome.reasons.append(message["reason"])
             elif kind == "error":
                 outcome.errors.append(message)
             elif kind == "session_ended":
@@ -267,7 +269,18 @@ async def run_streams(
         "right_speakers": None if counts is None else counts.count(VOICES),
         "error_codes": sorted({e.get("code") for e in errors}),
         "latencies_s": [round(t, 3) for t in latencies],
+        # why the late finals were cut where they were: the largest latency of each reason
+        "max_by_reason_s": {r: v[-1] for r, v in _by_reason(outcomes).items()},
+        "latencies_by_reason_s": _by_reason(outcomes),
     }
+
+
+def _by_reason(outcomes: list[StreamOutcome]) -> dict[str, list[float]]:
+    latencies: dict[str, list[float]] = {}
+    for o in outcomes:
+        for reason, latency in zip(o.reasons, o.latencies):
+            latencies.setdefault(reason, []).append(round(latency, 3))
+    return {reason: sorted(values) for reason, values in latencies.items()}
 
 
 def _carried(health: dict) -> dict | None:
@@ -396,6 +409,7 @@ def main() -> None:
             "server_cpu",
             "wer",
             "right_speakers",
+            "max_by_reason_s",
         ],
     )
     best = {}

@@ -219,30 +219,87 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     )
 
 
-def speed(jobs: list[tuple], label: str) -> dict:
-    """Steps per second on one core: whole recordings stepped through the server's own
-    code (models and linking, embeddings only where that code computes them), the first
-    minute of each."""
+# (name, threads, segmentation batch): one step at a time on one thread (the server
+# before), then each change added in turn.
+SPEED_VARIANTS = (
+    ("one thread, one step at a time", 1, 1),
+    ("+ due steps segmented together (up to 4)", 1, 4),
+    ("+ two threads", 2, 4),
+)
+
+
+def speed(jobs: list[tuple], label: str) -> list[dict]:
+    """Steps per second: the first 40 s of each recording, all streamed at once (as
+    concurrent sessions are) through the server's own diarization worker, under each of
+    SPEED_VARIANTS in turn; per core: divided by the threads used."""
+    import asyncio
+
     import parley
     from parley.config import DiarizationSettings
-    from parley.core.stream_diarizer import StreamDiarizer
+    from parley.models.device import set_threads
+    from parley.workers.diarization import DiarizationWorker
 
     _load(1)
-    steps, spent = 0, 0.0
-    for job in jobs:
-        audio = make(*job[:4]).audio[: 60 * SAMPLE_RATE]
-        diarizer = StreamDiarizer(_MODELS, DiarizationSettings().to_config())
+    audios = [make(*job[:4]).audio[: 40 * SAMPLE_RATE] for job in jobs]
+    counter = _EmbeddingCounter(_MODELS)
+
+    async def run(threads: int, batch: int) -> dict:
+        config = DiarizationSettings().to_config()
+        worker = DiarizationWorker(
+            counter,
+            config,
+            threads=threads,
+            max_batch=batch,
+            on_thread_start=lambda: set_threads(1),
+        )
+        worker.start()
+
+        async def session(audio: np.ndarray) -> None:
+            diarizer = worker.new_stream()
+            for window, start, now in diarizer.windows(audio):
+                await asyncio.wrap_future(await worker.submit(diarizer, window, start, now))
+
+        counter.embedded = 0
         began = time.perf_counter()
-        diarizer.replay(audio)
-        spent += time.perf_counter() - began
-        steps += len(range(int(0.5 * SAMPLE_RATE), len(audio) + 1, int(0.5 * SAMPLE_RATE))) + 1
-    return {
-        "code": label or parley.__file__,
-        "recordings": len(jobs),
-        "steps": steps,
-        "seconds": spent,
-        "steps_per_second_per_core": steps / spent,
-    }
+        await asyncio.gather(*(session(audio) for audio in audios))
+        spent = time.perf_counter() - began
+        await worker.stop()
+        steps = worker.stats.steps
+        return {"steps": steps, "seconds": spent, "embeddings_per_step": counter.embedded / steps}
+
+    rows = []
+    for name, threads, batch in SPEED_VARIANTS:
+        measured = asyncio.run(run(threads, batch))
+        per_second = measured["steps"] / measured["seconds"]
+        rows.append(
+            {
+                "code": label or parley.__file__,
+                "variant": name,
+                "sessions": len(jobs),
+                "threads": threads,
+                **measured,
+                "steps_per_second": per_second,
+                "steps_per_second_per_core": per_second / threads,
+                "vs_first": per_second / (rows[0]["steps_per_second"] if rows else per_second),
+            }
+        )
+    return rows
+
+
+class _EmbeddingCounter:
+    """The speaker models, counting the embeddings they compute."""
+
+    def __init__(self, models):
+        self._models = models
+        self.grid = models.grid
+        self.embedded = 0
+
+    def segment(self, windows):
+        return self._models.segment(windows)
+
+    def embed(self, window, masks):
+        self.embedded += int((masks.sum(axis=1) >= 0.3 * SAMPLE_RATE).sum())
+        return self._models.embed(window, masks)
 
 
 def summarise(rows: list[dict], group: str) -> dict:
@@ -285,8 +342,8 @@ def main() -> None:
         "--speed",
         type=int,
         metavar="N",
-        help="only measure steps per second, over the first N recordings "
-        "(run it with PYTHONPATH=<older tree>/server for a before)",
+        help="only measure steps per second, N recordings streamed at once through "
+        "the server's diarization worker, under each variant in turn",
     )
     args = parser.parse_args()
     overrides = dict(item.split("=", 1) for item in args.set)
@@ -304,9 +361,20 @@ def main() -> None:
         print("out (bench/recorded_voices.py names the Debian packages)")
         jobs = [j for j in jobs if not (j[1] == "recorded" and j[0] in missing)]
     if args.speed:
-        row = speed(jobs[:: max(1, len(jobs) // args.speed)][: args.speed], args.label)
-        print_table([row], list(row))
-        print(f"wrote {write_json('speakers-speed', row)}")
+        rows = speed(jobs[:: max(1, len(jobs) // args.speed)][: args.speed], args.label)
+        print_table(
+            rows,
+            [
+                "variant",
+                "sessions",
+                "threads",
+                "embeddings_per_step",
+                "steps_per_second",
+                "steps_per_second_per_core",
+                "vs_first",
+            ],
+        )
+        print(f"wrote {write_json('speakers-speed', {'variants': rows})}")
         return
     for job in jobs:  # generate (and cache) the speech once, before the workers need it
         make(*job[:4])

@@ -37,6 +37,12 @@ def test_a_prior_counts_half_against_the_first_measurement():
     assert cost.per_audio_s == pytest.approx(0.15) and cost.measured
 
 
+def test_a_worker_of_several_threads_carries_that_many_times_the_streams():
+    policy = CapacityPolicy(target_busy=0.5)
+    one, two = StreamCost(0.1), StreamCost(0.1, threads=2)
+    assert one.streams(policy) == pytest.approx(5) and two.streams(policy) == pytest.approx(10)
+
+
 async def _get(port: int, path: str) -> tuple[int, bytes]:
     async with httpx.AsyncClient() as client:
         response = await client.get(f"http://127.0.0.1:{port}{path}")

@@ -334,7 +334,7 @@ class BrokenSpeakerModels:
 
     grid = FrameGrid(step=0.016875, start=0.0)
 
-    def segment(self, window):
+    def segment(self, windows):
         raise RuntimeError("segmentation model fault")
 
     def embed(self, window, masks):

@@ -169,9 +169,22 @@ class DiarizationSettings(BaseModel):
         1,
         ge=1,
         le=256,
-        description="torch CPU threads of the diarization "
+        description="torch CPU threads of each diarization "
         "thread (its small operations run "
         "fastest on one)",
+    )
+    workers: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="threads stepping the sessions' diarization, each with `threads` torch threads",
+    )
+    nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="nice value of the diarization threads: above 0, "
+        "the ASR thread's finals take the CPU first",
     )
 
     def to_config(self) -> DiarizationConfig:

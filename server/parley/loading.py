@@ -73,16 +73,23 @@ def load_diarization(settings: Settings):
         return None
     from parley.models.device import plan_device, set_threads
     from parley.models.speaker_models import load_speaker_models
+    from parley.workers.threads import lower_priority
 
     d = settings.diarization
     plan = plan_device(settings.asr.device)
     log.info("loading diarization models (%s) on %s", d.source, plan.description)
     models = load_speaker_models(d.source, settings.models_dir, plan.device)
+
+    def on_thread_start() -> None:
+        set_threads(d.threads)
+        lower_priority(d.nice)
+
     return DiarizationWorker(
         models,
         d.to_config(),
         capacity=2 * settings.server.max_sessions,
-        on_thread_start=lambda: set_threads(d.threads),
+        on_thread_start=on_thread_start,
+        threads=d.workers,
     )
 
 

@@ -36,8 +36,9 @@ class StreamCost:
     added moves the estimate. ``None`` as the prior and no measurement yet: unknown,
     and nothing is refused on it."""
 
-    def __init__(self, prior_s_per_s: float | None = None):
+    def __init__(self, prior_s_per_s: float | None = None, threads: int = 1):
         self.per_audio_s = prior_s_per_s
+        self.threads = threads  # the worker's threads, each at most target_busy
         self._cost_at = 0.0
         self._audio_at = 0.0
         self.measured = False
@@ -61,7 +62,7 @@ class StreamCost:
         """Real-time streams the worker carries at the target (inf while unknown)."""
         if not self.per_audio_s:
             return math.inf
-        return policy.target_busy / self.per_audio_s
+        return self.threads * policy.target_busy / self.per_audio_s
 
     def admits(self, streams: int, policy: CapacityPolicy) -> bool:
         """Whether one more stream, beside ``streams`` live ones, stays within the target."""

@@ -56,8 +56,9 @@ class SpeakerModel(Protocol):
 
     grid: FrameGrid
 
-    def segment(self, window: np.ndarray) -> np.ndarray:
-        """(samples,) float32 audio → (frames, local speakers) activity in [0, 1]."""
+    def segment(self, windows: list[np.ndarray]) -> list[np.ndarray]:
+        """Windows of (samples,) float32 audio → each one's (frames, local speakers)
+        activity in [0, 1]; windows of one length share one forward pass."""
 
     def embed(self, window: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Audio and (local, samples) bool masks → (local, dim); NaN rows: too little audio."""
@@ -74,12 +75,19 @@ class StreamDiarizer:
         self._seen_until = 0.0  # stream time up to which earlier windows heard the audio
 
     def step(
-        self, window: np.ndarray, window_start: float, now: float, final: bool = False
+        self,
+        window: np.ndarray,
+        window_start: float,
+        now: float,
+        final: bool = False,
+        activity: np.ndarray | None = None,
     ) -> TimelineSnapshot:
         """Add the window that ends at ``now`` (if long enough), settle what is older than
-        the latency (everything, if ``final``), and return the timeline as it stands."""
-        if len(window) >= self.config.min_window_s * SAMPLE_RATE:
-            self._add(window, window_start)
+        the latency (everything, if ``final``), and return the timeline as it stands.
+        ``activity``: the window's segmentation, where it was already computed (the
+        diarization thread segments the due windows of all sessions in one pass)."""
+        if self.segments(window):
+            self.link(self.observe(window, window_start, activity))
         self.timeline.advance(now, final=final)
         return self.timeline.snapshot(self.clustering.aliases())
 
@@ -104,14 +112,18 @@ class StreamDiarizer:
             start = max(0, end - window)
             yield audio[start:end], start / SAMPLE_RATE, end / SAMPLE_RATE
 
-    def _add(self, window: np.ndarray, window_start: float) -> None:
-        self.link(self.observe(window, window_start))
+    def segments(self, window: np.ndarray) -> bool:
+        """Whether a step segments ``window`` (shorter ones only advance the timeline)."""
+        return len(window) >= self.config.min_window_s * SAMPLE_RATE
 
-    def observe(self, window: np.ndarray, window_start: float) -> WindowSpeakers:
-        """The models' part of a step: the window's local speakers (segmentation, then
-        embeddings from the frames each speaks alone)."""
+    def observe(
+        self, window: np.ndarray, window_start: float, activity: np.ndarray | None = None
+    ) -> WindowSpeakers:
+        """The models' part of a step: the window's local speakers (segmentation, unless
+        given, then embeddings from the frames each speaks alone)."""
         config, grid = self.config, self._models.grid
-        activity = self._models.segment(window)
+        if activity is None:
+            activity = self._models.segment([window])[0]
         frames = SpeakerFrames.of(activity, config.active_probability)
         masks = frames.embedding_masks(grid, len(window), config.min_alone_s)
         window_end = window_start + len(window) / SAMPLE_RATE

@@ -169,17 +169,30 @@ class SpeakerModels:
         return diarize_windows(windows, self.grid.step, clustering, count)
 
     @torch.inference_mode()
-    def segment(self, window: np.ndarray) -> np.ndarray:
-        """Local speaker activity: (frames, local speakers) probabilities in [0, 1]."""
+    def segment(self, windows: list[np.ndarray]) -> list[np.ndarray]:
+        """Local speaker activity of each window: (frames, local speakers) probabilities in
+        [0, 1]. Windows of one length go through the network together (the same numbers
+        as one at a time, in less time a window)."""
+        by_length: dict[int, list[int]] = {}
+        for i, window in enumerate(windows):
+            by_length.setdefault(len(window), []).append(i)
+        out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(windows)
+        for indices in by_length.values():
+            batch = torch.from_numpy(np.stack([windows[i] for i in indices]))[:, None]
+            activity = self._activity(batch.to(self.device)).float().cpu().numpy()
+            for row, i in enumerate(indices):
+                out[i] = activity[row]
+        return out
+
+    def _activity(self, waveforms: torch.Tensor) -> torch.Tensor:
         from pyannote.audio.utils.powerset import Powerset
 
-        waveform = torch.from_numpy(window)[None, None].to(self.device)
-        output = self.segmentation(waveform)
+        output = self.segmentation(waveforms)
         spec = self.segmentation.specifications
         if spec.powerset:
             powerset = Powerset(len(spec.classes), spec.powerset_max_classes).to(self.device)
             output = powerset.to_multilabel(output, soft=True)
-        return output[0].float().cpu().numpy()
+        return output
 
 
 def _pipeline_snapshot(pipeline, audio: np.ndarray, count):

@@ -16,8 +16,9 @@ from parley.workers.scheduler import AsrScheduler
 ENCODER_PASSES_PER_AUDIO_S = 0.28
 # A labelled stream steps its speaker window every diarization.step_s of audio, each
 # step costing about this much before one is measured: bench/load.py's labelled run
-# measured 0.277 s of steps per audio second at step_s 0.5.
-DIARIZATION_STEP_PRIOR_S = 0.14
+# (four streams, two diarization threads) measured 0.141 s of steps per audio second
+# at step_s 0.5.
+DIARIZATION_STEP_PRIOR_S = 0.07
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class LiveCapacity:
             None if encoder is None else encoder * ENCODER_PASSES_PER_AUDIO_S
         )
         self.diarization_cost = StreamCost(
-            None if not diarization_step_s else DIARIZATION_STEP_PRIOR_S / diarization_step_s
+            None if not diarization_step_s else DIARIZATION_STEP_PRIOR_S / diarization_step_s,
+            threads=diarization.threads if diarization is not None else 1,
         )
 
     def settled(self, seconds: float) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -37,3 +39,12 @@ async def in_passing_thread(function: Callable[..., T], *args: Any) -> T:
         # unwinds native code (its OpenMP team) aborts ("terminate called without an
         # active exception"), as `parley transcribe` did under load.
         await loop.run_in_executor(None, thread.join)
+
+
+def lower_priority(nice: int) -> None:
+    """Give the calling thread (Linux: a thread has its own nice value) the priority
+    ``nice``; 0 leaves it as it is. Raising one's own nice value needs no privilege;
+    where the system refuses anyway, the thread runs at par."""
+    if nice > 0:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)

@@ -1,0 +1,78 @@
+"""The diarization threads on stand-in speaker models (no weights): due steps are
+segmented together, and several threads step sessions at once."""
+
+import asyncio
+import threading
+
+import numpy as np
+
+from parley.core.audio import SAMPLE_RATE
+from parley.core.speaker_masks import FrameGrid
+from parley.core.stream_diarizer import DiarizationConfig
+from parley.workers.diarization import DiarizationWorker
+
+GRID = FrameGrid(step=0.1, start=0.0)
+
+
+class CountingModels:
+    """One local speaker active throughout; records each segmentation pass's batch and
+    the thread it ran on, and embeds by the mask's length."""
+
+    grid = GRID
+
+    def __init__(self, pause: threading.Event | None = None):
+        self.batches: list[int] = []
+        self.threads: set[str] = set()
+        self.embedded = 0
+        self._pause = pause
+
+    def segment(self, windows):
+        if self._pause is not None:
+            self._pause.wait(5)
+        self.batches.append(len(windows))
+        self.threads.add(threading.current_thread().name)
+        return [np.ones((int(len(w) / SAMPLE_RATE / GRID.step), 1)) for w in windows]
+
+    def embed(self, window, masks):
+        out = np.full((len(masks), 4), np.nan, dtype=np.float32)
+        for i, mask in enumerate(masks):
+            if mask.any():
+                self.embedded += 1
+                out[i] = [1.0, 0.0, 0.0, mask.sum() / SAMPLE_RATE]
+        return out
+
+
+async def _steps(worker, sessions: int, audio_s: float = 1.0):
+    windows = [np.zeros(int(audio_s * SAMPLE_RATE), np.float32)] * sessions
+    futures = [await worker.submit(worker.new_stream(), w, 0.0, audio_s) for w in windows]
+    return await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+
+
+async def test_due_steps_of_several_sessions_are_segmented_in_one_pass():
+    """Steps queued while the thread is busy are segmented together, up to max_batch."""
+    release = threading.Event()
+    models = CountingModels(release)
+    worker = DiarizationWorker(models, DiarizationConfig(), max_batch=4)
+    worker.start()
+    first = asyncio.ensure_future(_steps(worker, 1))  # the thread waits inside it
+    await asyncio.sleep(0.05)
+    rest = asyncio.ensure_future(_steps(worker, 6))
+    await asyncio.sleep(0.05)
+    release.set()
+    snapshots = await first + await rest
+    await worker.stop()
+    assert len(snapshots) == 7 and models.batches == [1, 4, 2]
+    assert worker.stats.steps == 7 and worker.stats.failures == 0
+
+
+async def test_several_threads_step_sessions_and_all_stop():
+    """With threads=2 both threads take steps, and stop() ends both."""
+    models = CountingModels()
+    worker = DiarizationWorker(models, DiarizationConfig(), threads=2, max_batch=1)
+    worker.start()
+    assert worker.alive and worker.threads == 2
+    for _ in range(20):
+        await _steps(worker, 8)
+    await worker.stop()
+    assert not worker.alive and worker.stats.steps == 160
+    assert models.threads == {"parley-diarization-0", "parley-diarization-1"}
