@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from parley.core.speaker_labels import SpeakerLabels
-from parley.core.speaker_timeline import TimelineSnapshot, Turn
+from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot, Turn
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.core.turns import TurnConfig, settled_change, smooth_labels
 from parley.core.word_timing import WordTimingConfig, fit_words
@@ -94,15 +95,30 @@ def test_a_settled_change_is_found_only_once_both_turns_are_long_enough_and_sett
 
 
 def test_a_change_is_cut_once_it_is_change_latency_old_though_labels_may_still_change():
-    """Labels settle 4 s after the audio; a final is cut at a change 2 s old (default)."""
+    """Labels settle 4 s after the audio; a final is cut at a change 2 s old (here)."""
+    config = TurnConfig(change_latency_s=2.0)
     turns = (Turn(0.0, 3.0, 0), Turn(3.0, 6.5, 1))
     heard = TimelineSnapshot(turns, settled_until=2.5, speaker_count=2, heard_until=6.5)
-    assert settled_change(heard, 0.0, 6.5) == pytest.approx(3.0)  # 3.5 s old, B 3.5 s long
+    assert settled_change(heard, 0.0, 6.5, config) == pytest.approx(3.0)  # 3.5 s old
     short = TimelineSnapshot(turns[:1] + (Turn(3.0, 3.8, 1),), 0.0, 2, heard_until=5.5)
-    assert settled_change(short, 0.0, 5.5) is None  # old enough, but B spoke 0.8 s only
+    assert settled_change(short, 0.0, 5.5, config) is None  # old enough; B spoke 0.8 s only
     early = TimelineSnapshot(turns, settled_until=0.5, speaker_count=2, heard_until=4.5)
-    assert settled_change(early, 0.0, 4.5) is None  # the change is not 2 s old yet
+    assert settled_change(early, 0.0, 4.5, config) is None  # the change is not 2 s old yet
+    assert settled_change(early, 0.0, 4.5) == pytest.approx(3.0)  # the default: 1 s old
     assert settled_change(heard, 0.0, 6.5, TurnConfig(change_latency_s=4.0)) is None
+
+
+def test_a_turn_passing_to_a_newcomer_not_yet_shown_is_a_change_by_voice():
+    """Speaker 1 is new and shown as 0 until confirmed: the shown turns hold no change,
+    the turns by voice do, and that is where the final is cut."""
+    timeline = SpeakerTimeline(frame_step=0.1, latency=4.0)
+    activity = np.zeros((60, 2))
+    activity[:30, 0] = activity[30:, 1] = 1.0
+    timeline.add_window(0.0, activity)
+    snapshot = timeline.snapshot(aliases=(0, 0), voices=(0, 1))
+    assert {t.speaker for t in snapshot.turns} == {0}
+    assert settled_change(snapshot, 0.0, 6.0) is None
+    assert settled_change(snapshot.by_voice(), 0.0, 6.0) == pytest.approx(3.0, abs=0.1)
 
 
 # ------------------------------------------------------------------ labels

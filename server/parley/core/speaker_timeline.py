@@ -34,6 +34,10 @@ class TimelineSnapshot:
     speaker_count: int
     aliases: tuple[int, ...] = ()  # diarization's speaker i is shown as aliases[i]
     heard_until: float = 0.0
+    # The same turns by voice: a newcomer not yet shown (it is shown as someone else
+    # until heard long enough) is a speaker of its own here, so a turn that passes to
+    # it can end a final before its label exists.
+    voice_turns: tuple[Turn, ...] = ()
 
     def speaker_of(self, start: float, end: float) -> int | None:
         """The speaker who overlaps [start, end] the most, else the nearest within a
@@ -49,6 +53,12 @@ class TimelineSnapshot:
             if shared > 0:
                 overlap[turn.speaker] = overlap.get(turn.speaker, 0.0) + shared
         return max(overlap, key=lambda speaker: overlap[speaker]) if overlap else None
+
+    def by_voice(self) -> TimelineSnapshot:
+        """This snapshot with its turns by voice (``voice_turns``)."""
+        return TimelineSnapshot(
+            self.voice_turns, self.settled_until, self.speaker_count, (), self.heard_until
+        )
 
     def between(self, start: float, end: float) -> TimelineSnapshot:
         """This snapshot with only the turns that overlap [start, end]."""
@@ -146,9 +156,9 @@ class SpeakerTimeline:
             elif not row[speaker] and speaker in self._open:
                 self._settled.append(Turn(self._open.pop(speaker), t, speaker))
 
-    def snapshot(self, aliases: Sequence[int] = ()) -> TimelineSnapshot:
+    def snapshot(self, aliases: Sequence[int] = (), voices: Sequence[int] = ()) -> TimelineSnapshot:
         """Turns as they stand, each speaker shown as ``aliases[speaker]`` (as itself when
-        ``aliases`` has no entry for it)."""
+        ``aliases`` has no entry for it), and by voice, as ``voices[speaker]``."""
         settled_until = self._origin * self.frame_step
         turns = list(self._settled)
         # Running turns and the unsettled frames, as they stand now.
@@ -173,14 +183,25 @@ class SpeakerTimeline:
         else:
             end = settled_until
         turns += [Turn(start, end, speaker) for speaker, start in running.items() if start < end]
-        shown = [
-            Turn(t.start, t.end, aliases[t.speaker] if t.speaker < len(aliases) else t.speaker)
-            for t in turns
-        ]
-        shown.sort(key=lambda turn: (turn.start, turn.speaker))
+        shown = _renamed(turns, aliases)
         return TimelineSnapshot(
-            tuple(shown), settled_until, len({t.speaker for t in shown}), tuple(aliases), end
+            shown,
+            settled_until,
+            len({t.speaker for t in shown}),
+            tuple(aliases),
+            end,
+            _renamed(turns, voices),
         )
 
     def settled_turns(self) -> list[Turn]:
         return list(self._settled)
+
+
+def _renamed(turns: list[Turn], names: Sequence[int]) -> tuple[Turn, ...]:
+    """``turns`` with speaker i as ``names[i]`` (as itself past the end of ``names``), in
+    order of start."""
+    renamed = [
+        Turn(t.start, t.end, names[t.speaker] if t.speaker < len(names) else t.speaker)
+        for t in turns
+    ]
+    return tuple(sorted(renamed, key=lambda turn: (turn.start, turn.speaker)))

@@ -289,16 +289,24 @@ class OnlineClustering:
             self._voices[newer] = []  # the older's own samples stay its voice's
             self._merged_into[newer] = older
 
-    def aliases(self) -> tuple[int, ...]:
-        """Who each global speaker is shown as: itself once confirmed; the speaker it was
-        merged into; else the closest confirmed speaker (itself while nobody is confirmed)."""
-        live = self._live()
-        shown = [i for i in live if self.confirmed(i)]
+    def voices(self) -> tuple[int, ...]:
+        """Who each global speaker is, as far as the linking knows: the speaker it was
+        merged into, else itself, confirmed or not (a newcomer is a voice of its own
+        before it has been heard long enough to be shown)."""
         out: list[int] = []
         for speaker in range(len(self._sums)):
             root = speaker
             while (into := self._merged_into[root]) is not None:
                 root = into
+            out.append(root)
+        return tuple(out)
+
+    def aliases(self) -> tuple[int, ...]:
+        """Who each global speaker is shown as: itself once confirmed; the speaker it was
+        merged into; else the closest confirmed speaker (itself while nobody is confirmed)."""
+        shown = [i for i in self._live() if self.confirmed(i)]
+        out: list[int] = []
+        for root in self.voices():
             if root not in shown and shown:
                 distances = 1.0 - self.centroids([root]) @ self.centroids(shown).T
                 root = shown[int(np.argmin(distances[0]))]

@@ -89,7 +89,7 @@ class StreamDiarizer:
         if self.segments(window):
             self.link(self.observe(window, window_start, activity))
         self.timeline.advance(now, final=final)
-        return self.timeline.snapshot(self.clustering.aliases())
+        return self.timeline.snapshot(self.clustering.aliases(), self.clustering.voices())
 
     def replay(self, audio: np.ndarray, phase_s: float = 0.0) -> int:
         """Step through a whole recording as the server does (the last ``window_s`` every

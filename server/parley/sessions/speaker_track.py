@@ -114,12 +114,13 @@ class SpeakerTrack:
 
     def turn_change(self, start: float, end: float) -> float | None:
         """Where, in the open segment [start, end], a settled turn passed to someone else
-        (read from the newest finished step, which the outbox may not have reached yet)."""
+        (read from the newest finished step, which the outbox may not have reached yet),
+        by voice: a newcomer's first turn ends the final before its label is shown."""
         self._note_newest()
         checked = self._no_change_in
         if checked is not None and checked[0] is self._newest and checked[1] == start:
             return None  # nothing new to read: audio arrives far more often than steps
-        change = settled_change(self._newest, start, end, self._worker.config.turns)
+        change = settled_change(self._newest.by_voice(), start, end, self._worker.config.turns)
         self._no_change_in = (self._newest, start) if change is None else None
         return change
 
