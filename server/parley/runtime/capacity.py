@@ -14,6 +14,10 @@ from parley.workers.scheduler import AsrScheduler
 # one-clip encoder passes (the warm-up times one). Measured on bench/load.py's
 # conversations, tiny.en, this 2-core CPU: 0.104 s per audio second, 0.376 s a pass.
 ENCODER_PASSES_PER_AUDIO_S = 0.28
+# With speaker labels the ASR thread has one core, and finals are cut at speaker changes
+# too (more, shorter segments): the same conversations, ten labelled streams offered,
+# measured 0.37 passes per audio second in float32 and 0.50 in bfloat16.
+LABELLED_ENCODER_PASSES_PER_AUDIO_S = 0.45
 # A labelled stream steps its speaker window every diarization.step_s of audio, each
 # step costing about this much before one is measured: bench/load.py's labelled run
 # (four streams, two diarization threads) measured 0.141 s of steps per audio second
@@ -52,9 +56,12 @@ class LiveCapacity:
         self._audio_s = 0.0
         self._diarized_audio_s = 0.0
         encoder = asr.encoder_cost.known.get(1)
-        self.asr_cost = StreamCost(
-            None if encoder is None else encoder * ENCODER_PASSES_PER_AUDIO_S
+        passes = (
+            ENCODER_PASSES_PER_AUDIO_S
+            if diarization is None
+            else LABELLED_ENCODER_PASSES_PER_AUDIO_S
         )
+        self.asr_cost = StreamCost(None if encoder is None else encoder * passes)
         self.diarization_cost = StreamCost(
             None if not diarization_step_s else DIARIZATION_STEP_PRIOR_S / diarization_step_s,
             threads=diarization.threads if diarization is not None else 1,
