@@ -16,17 +16,19 @@ GRID = FrameGrid(step=0.1, start=0.0)
 
 class CountingModels:
     """One local speaker active throughout; records each segmentation pass's batch and
-    the thread it ran on, and embeds by the mask's length."""
+    the thread it ran on. Given ``pause``, a pass says it has begun (``entered``) and
+    waits for it."""
 
     grid = GRID
 
     def __init__(self, pause: threading.Event | None = None):
         self.batches: list[int] = []
         self.threads: set[str] = set()
-        self.embedded = 0
+        self.entered = threading.Event()
         self._pause = pause
 
     def segment(self, windows):
+        self.entered.set()
         if self._pause is not None:
             self._pause.wait(5)
         self.batches.append(len(windows))
@@ -37,14 +39,18 @@ class CountingModels:
         out = np.full((len(masks), 4), np.nan, dtype=np.float32)
         for i, mask in enumerate(masks):
             if mask.any():
-                self.embedded += 1
                 out[i] = [1.0, 0.0, 0.0, mask.sum() / SAMPLE_RATE]
         return out
 
 
-async def _steps(worker, sessions: int, audio_s: float = 1.0):
-    windows = [np.zeros(int(audio_s * SAMPLE_RATE), np.float32)] * sessions
-    futures = [await worker.submit(worker.new_stream(), w, 0.0, audio_s) for w in windows]
+async def _submit(worker, sessions: int, audio_s: float = 1.0):
+    """One step of each of ``sessions`` new sessions, queued; their futures."""
+    window = np.zeros(int(audio_s * SAMPLE_RATE), np.float32)
+    return [await worker.submit(worker.new_stream(), window, 0.0, audio_s) for _ in range(sessions)]
+
+
+async def _steps(worker, sessions: int):
+    futures = await _submit(worker, sessions)
     return await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
 
 
@@ -54,12 +60,11 @@ async def test_due_steps_of_several_sessions_are_segmented_in_one_pass():
     models = CountingModels(release)
     worker = DiarizationWorker(models, DiarizationConfig(), max_batch=4)
     worker.start()
-    first = asyncio.ensure_future(_steps(worker, 1))  # the thread waits inside it
-    await asyncio.sleep(0.05)
-    rest = asyncio.ensure_future(_steps(worker, 6))
-    await asyncio.sleep(0.05)
+    first = await _submit(worker, 1)
+    await asyncio.to_thread(models.entered.wait, 5)  # the thread waits inside the first
+    rest = await _submit(worker, 6)  # queued meanwhile
     release.set()
-    snapshots = await first + await rest
+    snapshots = await asyncio.gather(*(asyncio.wrap_future(f) for f in first + rest))
     await worker.stop()
     assert len(snapshots) == 7 and models.batches == [1, 4, 2]
     assert worker.stats.steps == 7 and worker.stats.failures == 0
