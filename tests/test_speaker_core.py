@@ -75,11 +75,17 @@ def test_a_speaker_is_shown_as_the_closest_confirmed_one_until_confirmed():
     assert clustering.aliases() == (0, 1) and clustering.speaker_count == 2
 
 
-def test_nobody_confirmed_yet_shows_each_speaker_as_itself():
-    """At the start of a stream there is nobody to show a new speaker as."""
+def test_nobody_confirmed_yet_shows_every_voice_as_the_first_heard():
+    """At the start of a stream the first voice is shown as itself, and a second one
+    heard for less than min_speaker_s gets no label of its own: it is shown as the
+    first, until one of them is confirmed."""
     clustering = OnlineClustering(ClusteringConfig(min_speaker_s=5.0))
     clustering.assign(local(unit(1, 0, 0), fresh_s=1.0))
     assert clustering.aliases() == (0,) and clustering.speaker_count == 0
+    assert clustering.assign(local(unit(0, 1, 0), fresh_s=1.0)) == [1]
+    assert clustering.aliases() == (0, 0) and clustering.speaker_count == 0
+    clustering.assign(local(unit(0, 1, 0), fresh_s=4.0))  # the second is confirmed first
+    assert clustering.aliases() == (1, 1) and clustering.speaker_count == 1
 
 
 def test_speakers_whose_centroids_converge_are_merged_into_the_older():

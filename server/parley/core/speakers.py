@@ -303,8 +303,12 @@ class OnlineClustering:
 
     def aliases(self) -> tuple[int, ...]:
         """Who each global speaker is shown as: itself once confirmed; the speaker it was
-        merged into; else the closest confirmed speaker (itself while nobody is confirmed)."""
-        shown = [i for i in self._live() if self.confirmed(i)]
+        merged into; else the closest confirmed speaker. While nobody is confirmed, every
+        voice is shown as the first one heard: a second voice gets no label of its own
+        before it has been heard alone for min_speaker_s, at the start of a stream too
+        (a short call whose caller is not yet confirmed must not show a second label)."""
+        live = self._live()
+        shown = [i for i in live if self.confirmed(i)] or live[:1]
         out: list[int] = []
         for root in self.voices():
             if root not in shown and shown:
