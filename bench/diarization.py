@@ -14,7 +14,9 @@ more than one speaker; word timing against the reference speech (share of word t
 outside speech, share of speech inside no word); final latency.
 
 Recordings: sample.wav (two real speakers), espeak-ng dialogues of 2 and 3 voices, a
-single voice with pauses, and clean prompts answered by an old noisy recording.
+single voice with pauses (alone, and with a crowd's murmur or music 12 dB below it,
+under the speech and through the pauses: no other speaker, and no words to time), and
+clean prompts answered by an old noisy recording.
 ``realtime`` sends them one at a time; ``load`` sends them all at once, sharing the CPU.
 
 Usage: python bench/diarization.py [--modes realtime load] [--server-pythonpath DIR]
@@ -43,6 +45,7 @@ from audio_fixtures import (
     read_wav,
     recording_and_prompts,
     sample_dir,
+    speak,
     write_wav,
 )
 from load import Server
@@ -53,6 +56,53 @@ from parley.protocol.messages import Final, FinalReason, ServerMessage, SessionS
 
 COLLAR_S = 0.25
 GRID_S = 0.01  # timing is scored on a 10 ms grid
+
+
+BACKGROUND_DB = -12.0  # the background's level against the speech's (RMS)
+# Far-off voices for a crowd: espeak-ng voices that are not the monologue's.
+CROWD = (
+    ("Where did you park the car this morning?", "de+m3"),
+    ("The soup was cold but the bread was fresh.", "fr+f2"),
+    ("We should leave before the traffic starts.", "en-gb+m1"),
+    ("Has anyone seen the keys to the office?", "en-us+f3"),
+)
+
+
+def background(kind: str, samples: int) -> np.ndarray:
+    """A crowd's murmur (several voices at once, low-passed: no words to read) or music
+    (chords of harmonics, a new one every 0.45 s), ``samples`` long, unit RMS."""
+    if kind == "crowd":
+        voices = [speak(text, voice) for text, voice in CROWD]
+        length = max(len(v) for v in voices)
+        mix = sum(np.pad(v, (0, length - len(v))) for v in voices)
+        noise = np.resize(np.convolve(mix, np.ones(8) / 8, mode="same"), samples)
+    else:
+        t = np.arange(samples) / SAMPLE_RATE
+        note = (t / 0.45).astype(int)
+        roots = np.array([220.0, 261.6, 196.0, 293.7])[note % 4]
+        envelope = np.exp(-3.0 * (t % 0.45))
+        noise = (
+            sum(
+                np.sin(2 * np.pi * roots * ratio * harmonic * t) / harmonic
+                for ratio in (1.0, 1.26, 1.5)
+                for harmonic in (1, 2, 3)
+            )
+            * envelope
+        )
+    return (noise / max(float(np.sqrt(np.mean(noise**2))), 1e-9)).astype(np.float32)
+
+
+def over_background(audio: np.ndarray, kind: str) -> np.ndarray:
+    """``audio`` with a ``kind`` background BACKGROUND_DB below its speech's level."""
+    speech_rms = float(np.sqrt(np.mean(audio[np.abs(audio) > 1e-3] ** 2)))
+    level = speech_rms * 10 ** (BACKGROUND_DB / 20)
+    return (audio + level * background(kind, len(audio))).astype(np.float32)
+
+
+def monologue_over(kind: str):
+    """The monologue of audio_fixtures over a ``kind`` background; the same turns."""
+    audio, truth = monologue()
+    return over_background(audio, kind), truth
 
 
 def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotation]]:
@@ -69,6 +119,8 @@ def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotati
         "espeak 2 voices": dialogue(["A", "B"]),
         "espeak 3 voices": dialogue(["A", "B", "C"]),
         "1 voice, pauses": monologue(),
+        "1 voice, crowd": monologue_over("crowd"),
+        "1 voice, music": monologue_over("music"),
         "prompts + recording": recording_and_prompts(),
     }.items():
         made[name] = (audio, [(u.start, u.end, u.voice) for u in truth])

@@ -54,6 +54,24 @@ class TimelineSnapshot:
                 overlap[turn.speaker] = overlap.get(turn.speaker, 0.0) + shared
         return max(overlap, key=lambda speaker: overlap[speaker]) if overlap else None
 
+    def speech(self, start: float, end: float) -> list[tuple[float, float]]:
+        """Where anyone speaks in [start, end], sorted and disjoint; what the windows have
+        not heard yet (after ``heard_until``) counts as speech."""
+        spans = sorted(
+            (max(t.start, start), min(t.end, end))
+            for t in self.turns
+            if t.end > start and t.start < end
+        )
+        if end > self.heard_until:
+            spans.append((max(start, self.heard_until), end))
+        union: list[tuple[float, float]] = []
+        for a, b in sorted(spans):
+            if union and a <= union[-1][1]:
+                union[-1] = (union[-1][0], max(union[-1][1], b))
+            else:
+                union.append((a, b))
+        return union
+
     def by_voice(self) -> TimelineSnapshot:
         """This snapshot with its turns by voice (``voice_turns``)."""
         return TimelineSnapshot(

@@ -14,6 +14,12 @@ Four corrections, all in seconds from the segment start:
 3. The first word of each voiced region starts where the region does, and its last
    word ends where it does: the VAD, not the aligner, knows where speech begins and ends.
 4. Words stay in order and never overlap.
+
+Where a noise the VAD takes for voice (a crowd, music) fills the pauses, the voiced
+regions run through them and so do the words. With speaker labels on, the speaker
+segmentation, which tells speech from such noise, trims them once more
+(``trim_to_speech``): a word is cut back to the speech it overlaps most, and never
+lengthened or moved.
 """
 
 from __future__ import annotations
@@ -32,12 +38,17 @@ class WordTimingConfig:
     """How word times are fitted to the audio the VAD heard as speech."""
 
     bridge_s: float = 0.3  # unvoiced gaps up to this long are inside speech
+    # How far past the speaker segmentation's speech a word may reach: its frames are
+    # averaged over windows and its edges come late or early by about a tenth of a second.
+    speech_margin_s: float = 0.1
     median_cap_s: float = 0.7  # openai-whisper: the median word duration, capped
     max_duration_factor: float = 2.0  # ...and twice it is the longest a word may last
 
     def __post_init__(self) -> None:
         if self.bridge_s < 0 or self.median_cap_s <= 0 or self.max_duration_factor < 1:
             raise ValueError("word timing: bridge_s ≥ 0, median_cap_s > 0, factor ≥ 1")
+        if self.speech_margin_s < 0:
+            raise ValueError("word timing: speech_margin_s ≥ 0")
 
 
 Region = tuple[float, float]
@@ -82,6 +93,28 @@ def _into_speech(word: TimedWord, regions: Sequence[Region]) -> TimedWord:
     if middle < start:
         return _timed(word, start, start + length)
     return _timed(word, end - length, end)
+
+
+def trim_to_speech(
+    spans: Sequence[Region], speech: Sequence[Region], config: WordTimingConfig
+) -> list[Region]:
+    """Each (start, end) span cut back to the stretch of ``speech`` (sorted, disjoint) it
+    overlaps most, that speech widened by ``speech_margin_s`` and its gaps up to
+    ``bridge_s`` bridged. A span that overlaps no speech stays as it was (the
+    segmentation may miss a quiet word: that is no reason to move it)."""
+    bridged: list[Region] = []
+    margin = config.speech_margin_s
+    for start, end in ((a - margin, b + margin) for a, b in speech):
+        if bridged and start - bridged[-1][1] <= config.bridge_s:
+            bridged[-1] = (bridged[-1][0], max(bridged[-1][1], end))
+        else:
+            bridged.append((start, end))
+    out = []
+    for start, end in spans:
+        overlaps = [(min(end, b) - max(start, a), a, b) for a, b in bridged]
+        shared, a, b = max(overlaps, default=(0.0, start, end))
+        out.append((max(start, a), min(end, b)) if shared > 0 else (start, end))
+    return out
 
 
 def _limit_durations(words: list[TimedWord], config: WordTimingConfig) -> list[TimedWord]:

@@ -12,7 +12,7 @@ from parley.core.audio import SAMPLE_RATE
 from parley.core.packing import Window
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
-from parley.core.word_timing import WordTimingConfig, fit_words
+from parley.core.word_timing import WordTimingConfig, fit_words, trim_to_speech
 from parley.core.words import TimedWord
 from parley.protocol.messages import Final, FinalReason, Word
 from parley.workers.decoding import StreamDecoding
@@ -93,6 +93,10 @@ def finals_of(
             continue
         fitted = fit_words(result.words, window.voiced_regions(), timing)
         for piece, words in zip(window.pieces, window.place(fitted)):
+            if speakers is not None:  # as a live final's words: cut back to speech
+                speech = speakers.speech(piece.start, piece.end)
+                spans = trim_to_speech([(w.start, w.end) for w in words], speech, timing)
+                words = [TimedWord(w.word, a, b, w.probability) for w, (a, b) in zip(words, spans)]
             runs = _speaker_runs(words, speakers)
             for i, (run, label) in enumerate(runs):
                 first, last = i == 0, i == len(runs) - 1

@@ -19,6 +19,7 @@ from parley.core.ring import AudioRing
 from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.turns import settled_change, smooth_labels
+from parley.core.word_timing import WordTimingConfig, trim_to_speech
 from parley.protocol.messages import Final, Partial, SpeakerUpdate
 from parley.workers.diarization import DiarizationWorker
 
@@ -27,7 +28,7 @@ class SpeakerTrack:
     """A diarized session's speakers: steps fed from its audio, labels on its messages,
     ``speaker_update`` for finals whose speakers changed, and where its turns change."""
 
-    def __init__(self, worker: DiarizationWorker):
+    def __init__(self, worker: DiarizationWorker, timing: WordTimingConfig = WordTimingConfig()):
         config = worker.config
         self._worker = worker
         self._diarizer = worker.new_stream()
@@ -41,6 +42,7 @@ class SpeakerTrack:
         self._no_change_in: tuple[TimelineSnapshot, float] | None = None  # checked, none
         self._labels = SpeakerLabels()
         self._unsettled: dict[int, Final] = {}  # segment id → final as last sent
+        self._timing = timing
 
     # ------------------------------------------------------------------ feeding
 
@@ -98,9 +100,10 @@ class SpeakerTrack:
         return replace(partial, speaker=self._labels.label(speaker, assign=False))
 
     def label_final(self, final: Final) -> Final:
-        """The final with its speakers as they stand; kept, while unsettled, for the
-        ``speaker_update`` a later step may send."""
-        labelled = self._label(final)
+        """The final with its words cut back to the speech the windows heard (their times
+        never change after this) and its speakers as they stand; kept, while unsettled,
+        for the ``speaker_update`` a later step may send."""
+        labelled = self._label(self._trimmed(final))
         if labelled.end > self._snapshot.settled_until:
             self._unsettled[final.segment_id] = labelled
         else:
@@ -128,6 +131,12 @@ class SpeakerTrack:
         step = self._pending
         if step is not None and step.done() and not step.cancelled() and step.exception() is None:
             self._newest = step.result()
+
+    def _trimmed(self, final: Final) -> Final:
+        speech = self._snapshot.speech(final.start, final.end)
+        spans = trim_to_speech([(w.start, w.end) for w in final.words], speech, self._timing)
+        words = [replace(w, start=a, end=b) for w, (a, b) in zip(final.words, spans)]
+        return replace(final, words=words)
 
     def _label(self, final: Final) -> Final:
         snapshot = self._snapshot

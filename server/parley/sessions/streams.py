@@ -104,7 +104,7 @@ class StreamFactory:
         speakers and the server has one; ``vad`` as for ``tracks``."""
         options = self._options(vad)
         speakers = (
-            SpeakerTrack(self.diarization)
+            SpeakerTrack(self.diarization, options.word_timing)
             if config.diarization and self.diarization is not None
             else None
         )
