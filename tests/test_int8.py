@@ -64,13 +64,16 @@ def test_every_linear_layer_is_replaced_and_nothing_else():
 
 
 def test_the_plan_chooses_the_precision():
-    """auto is float32 on a CPU; int8 is asked for; int8 cannot be asked of CUDA."""
+    """auto is float32 on a CPU; int8 is asked for; int8 cannot be asked of CUDA; both
+    lower precisions read the output head in int8."""
     assert not plan_device("cpu").int8 and not plan_device("cpu", "float32").int8
     assert plan_device("cpu", "int8").int8
     assert plan_device("cpu", "int8").description == "cpu float32, encoder and output head int8"
     bfloat16 = plan_device("cpu", "bfloat16")
     assert bfloat16.bfloat16_encoder and not bfloat16.int8
-    assert bfloat16.description == "cpu float32, encoder bfloat16"
+    assert bfloat16.description == "cpu float32, encoder bfloat16, output head int8"
+    assert plan_device("cpu", "int8").int8_head and bfloat16.int8_head
+    assert not plan_device("cpu").int8_head
     with pytest.raises(ValueError, match="compute type must be one of"):
         plan_device("cpu", "int4")
     if torch.cuda.is_available():
@@ -83,8 +86,8 @@ def test_the_plan_chooses_the_precision():
 def test_a_whisper_engine_in_lower_precision_transcribes_like_float32(
     tiny_engine, models_dir, compute
 ):
-    """tiny.en with its encoder's linear layers in int8 and the output projection read
-    in int8 (its best tokens again in float32), or with its encoder in bfloat16, is about
+    """tiny.en with its encoder's linear layers in int8, or its encoder in bfloat16, and
+    the output projection read in int8 (its best tokens again in float32), is about
     as accurate as float32 on sample.wav; drafts (the last hypothesis) change no token,
     and a clip's encoder output is the same alone and batched with others."""
     exact_engine = tiny_engine  # the default plan: float32

@@ -125,7 +125,7 @@ class WhisperEngine:
         )
         self.verifier = GreedyVerifier(
             self.decoder,
-            OutputHead(self.model.proj_out, int8=plan.int8),
+            OutputHead(self.model.proj_out, int8=plan.int8_head),
             generation.suppress_tokens or [],
             generation.begin_suppress_tokens or [],
             self._eot,
@@ -141,7 +141,7 @@ class WhisperEngine:
                 max_width=max_draft + 1,
                 graphs=self.graphs,
             )
-            self._assistant_head = OutputHead(self.assistant.proj_out, int8=plan.int8)
+            self._assistant_head = OutputHead(self.assistant.proj_out, int8=plan.int8_head)
 
     # ------------------------------------------------------------------ languages
 
