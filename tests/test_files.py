@@ -236,9 +236,6 @@ _TMP = {}
 
 
 def sample_dir_tmp():
-    import tempfile
-    from pathlib import Path
-
     if "dir" not in _TMP:
         _TMP["dir"] = Path(tempfile.mkdtemp(prefix="parley-files-test-"))
     return _TMP["dir"]
@@ -280,8 +277,13 @@ async def test_a_fake_engine_recording_goes_through_every_format(fake, speech_wa
         assert "w" in response.text
 
 
-async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_path):
+async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_path, monkeypatch):
     url, _ = fake
+    # The server runs in this process: its uploads go to a folder of this test's own, so
+    # that another test process's uploads in the shared temporary folder are not counted.
+    temporary = tmp_path / "uploads"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     openai = f"{url}/v1/audio/transcriptions"
     cases = [  # (response, status, code)
         (
@@ -323,7 +325,6 @@ async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_pat
         f"{url}/predict", files={"file": ("a.wav", speech_wav)}, data={"parameters": "{not json"}
     )
     assert predict.status_code == 400 and "parameters" in predict.json()["detail"]
-    temporary = Path(tempfile.gettempdir())
     assert not (temporary / "a.wav").exists()  # never written under the client's name
     assert list(temporary.glob("parley-upload-*")) == []  # and deleted after the answer
 
