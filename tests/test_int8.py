@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
-from parley.models.device import has_amx, plan_device
+from parley.models.device import plan_device
 from parley.models.int8 import RowwiseInt8Linear, quantize_linears
 from parley.models.whisper_engine import WhisperEngine
 from parley.weights.bundle import resolve_model
@@ -64,17 +64,16 @@ def test_every_linear_layer_is_replaced_and_nothing_else():
 
 
 def test_the_plan_chooses_the_precision():
-    """auto on a CPU is bfloat16 where it has AMX, else float32; int8 is asked for; the
-    lower precisions cannot be asked of CUDA; both read the output head in int8."""
-    assert plan_device("cpu") == plan_device("cpu", "bfloat16" if has_amx() else "float32")
-    assert not plan_device("cpu", "float32").int8
+    """auto is float32 on a CPU; int8 is asked for; int8 cannot be asked of CUDA; both
+    lower precisions read the output head in int8."""
+    assert not plan_device("cpu").int8 and not plan_device("cpu", "float32").int8
     assert plan_device("cpu", "int8").int8
     assert plan_device("cpu", "int8").description == "cpu float32, encoder and output head int8"
     bfloat16 = plan_device("cpu", "bfloat16")
     assert bfloat16.bfloat16_encoder and not bfloat16.int8
     assert bfloat16.description == "cpu float32, encoder bfloat16, output head int8"
     assert plan_device("cpu", "int8").int8_head and bfloat16.int8_head
-    assert not plan_device("cpu", "float32").int8_head
+    assert not plan_device("cpu").int8_head
     with pytest.raises(ValueError, match="compute type must be one of"):
         plan_device("cpu", "int4")
     if torch.cuda.is_available():
@@ -84,14 +83,14 @@ def test_the_plan_chooses_the_precision():
 
 
 @pytest.mark.parametrize("compute", ["int8", "bfloat16"])
-def test_a_whisper_engine_in_lower_precision_transcribes_like_float32(models_dir, compute):
+def test_a_whisper_engine_in_lower_precision_transcribes_like_float32(
+    tiny_engine, models_dir, compute
+):
     """tiny.en with its encoder's linear layers in int8, or its encoder in bfloat16, and
     the output projection read in int8 (its best tokens again in float32), is about
     as accurate as float32 on sample.wav; drafts (the last hypothesis) change no token,
     and a clip's encoder output is the same alone and batched with others."""
-    exact_engine = WhisperEngine(
-        resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu", "float32")
-    )
+    exact_engine = tiny_engine  # the default plan: float32
     engine = WhisperEngine(
         resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu", compute)
     )

@@ -72,8 +72,7 @@ class AsrSettings(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     compute_type: ComputeType = Field(
         "auto",
-        description="auto: fp16 on CUDA; on a CPU bfloat16 where it has AMX (amx_bf16), "
-        "else float32; int8: the encoder and output "
+        description="auto: fp16 on CUDA, float32 on a CPU; int8: the encoder and output "
         "head in int8 (CPU only: faster, a word here and there differs); bfloat16: the "
         "encoder in bfloat16 (CPU only; pays on CPUs with AMX)",
     )

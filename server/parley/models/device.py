@@ -6,7 +6,6 @@ units, several times faster than float32) with the output head in int8."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -77,10 +76,9 @@ def _in_bfloat16(encoder: torch.nn.Module) -> None:
 
 def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
     """``choice`` is auto, cpu or cuda; asking for cuda where there is none is an error.
-    ``compute``: auto (fp16 on CUDA; on a CPU bfloat16 where it has AMX, else float32),
-    float32, or int8: the encoder's linear layers and the output head in int8, CPU
-    only: faster, and a word here and there differs (bench/README.md, "int8 on a CPU";
-    on a GPU fp16 is faster still);
+    ``compute``: auto (fp16 on CUDA, float32 on a CPU), float32, or int8: the encoder's
+    linear layers and the output head in int8, CPU only: faster, and a word here and
+    there differs (bench/README.md, "int8 on a CPU"; on a GPU fp16 is faster still);
     bfloat16: the encoder in bfloat16 and the output head in int8, CPU only, for CPUs
     with AMX."""
     if choice not in ("auto", "cpu", "cuda"):
@@ -93,24 +91,12 @@ def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
         if compute in ("int8", "bfloat16"):
             raise ValueError(f"compute type {compute} is for the CPU; on CUDA models run in fp16")
         return DevicePlan(torch.device("cuda"), torch.float16)
-    if compute == "auto":
-        compute = "bfloat16" if has_amx() else "float32"
     return DevicePlan(
         torch.device("cpu"),
         torch.float32,
         int8=compute == "int8",
         bfloat16_encoder=compute == "bfloat16",
     )
-
-
-def has_amx() -> bool:
-    """Whether this CPU has AMX's bfloat16 tiles (``amx_bf16`` among Linux's CPU flags),
-    where an encoder in bfloat16 runs about three times as fast as in float32."""
-    cpuinfo = Path("/proc/cpuinfo")
-    try:
-        return "amx_bf16" in cpuinfo.read_text()
-    except OSError:  # not Linux, or no /proc: no way to tell, so float32
-        return False
 
 
 # torch's own choice (the physical cores), read before anything changes it.
