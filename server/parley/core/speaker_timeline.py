@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from parley.core.word_timing import joined
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -57,20 +59,14 @@ class TimelineSnapshot:
     def speech(self, start: float, end: float) -> list[tuple[float, float]]:
         """Where anyone speaks in [start, end], sorted and disjoint; what the windows have
         not heard yet (after ``heard_until``) counts as speech."""
-        spans = sorted(
+        spans = [
             (max(t.start, start), min(t.end, end))
             for t in self.turns
             if t.end > start and t.start < end
-        )
+        ]
         if end > self.heard_until:
             spans.append((max(start, self.heard_until), end))
-        union: list[tuple[float, float]] = []
-        for a, b in sorted(spans):
-            if union and a <= union[-1][1]:
-                union[-1] = (union[-1][0], max(union[-1][1], b))
-            else:
-                union.append((a, b))
-        return union
+        return joined(sorted(spans))
 
     def by_voice(self) -> TimelineSnapshot:
         """This snapshot with its turns by voice (``voice_turns``)."""

@@ -102,18 +102,25 @@ def trim_to_speech(
     overlaps most, that speech widened by ``speech_margin_s`` and its gaps up to
     ``bridge_s`` bridged. A span that overlaps no speech stays as it was (the
     segmentation may miss a quiet word: that is no reason to move it)."""
-    bridged: list[Region] = []
     margin = config.speech_margin_s
-    for start, end in ((a - margin, b + margin) for a, b in speech):
-        if bridged and start - bridged[-1][1] <= config.bridge_s:
-            bridged[-1] = (bridged[-1][0], max(bridged[-1][1], end))
-        else:
-            bridged.append((start, end))
+    bridged = joined([(a - margin, b + margin) for a, b in speech], config.bridge_s)
     out = []
     for start, end in spans:
         overlaps = [(min(end, b) - max(start, a), a, b) for a, b in bridged]
         shared, a, b = max(overlaps, default=(0.0, start, end))
         out.append((max(start, a), min(end, b)) if shared > 0 else (start, end))
+    return out
+
+
+def joined(regions: Sequence[Region], gap_s: float = 0.0) -> list[Region]:
+    """``regions`` (sorted by start) with those that overlap, or lie at most ``gap_s``
+    apart, joined into one."""
+    out: list[Region] = []
+    for start, end in regions:
+        if out and start - out[-1][1] <= gap_s:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
     return out
 
 
