@@ -2,13 +2,15 @@
 
 import asyncio
 import contextlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from audio_fixtures import SAMPLE_WAV, read_wav
 from fake_engine import FakeEngine
-from parley.core.asr import AsrRequest
+from parley.core.asr import AsrRequest, Transcription
+from parley.core.keyterms import KeytermBias
 from parley.workers.scheduler import AsrScheduler
 
 
@@ -255,3 +257,30 @@ async def test_recordings_run_behind_finals_and_give_up_rows_to_them(speech):
     assert order[0] == "final" and scheduler.stats.background_evicted == 1
     assert [len(r.tokens) for r in results[1:]] == [20, 20, 15]  # nothing lost to eviction
     assert scheduler.backlog == 0  # background work never took a live request's room
+
+
+class LoopingWhenBiased(FakeEngine):
+    """A fake whose keyterm-biased decodes loop: dropped as a repetition, text and all."""
+
+    def finish(self, decode) -> Transcription:
+        result = super().finish(decode)
+        if decode.request.bias is None:
+            return result
+        return replace(result, text="", words=(), rejected="repetition")
+
+
+async def test_a_biased_decode_that_loops_is_decoded_again_without_the_bias(speech):
+    """Keyterms never cost a final (or a recording's window): the same audio is decoded
+    again, unbiased, and the line's count stays right (a partial is let in after)."""
+    engine = LoopingWhenBiased()
+    bias = KeytermBias(((7, 8),))
+    async with running(engine, 4) as scheduler:
+        final = await scheduler.submit_final(AsrRequest(speech[0], with_words=True, bias=bias))
+        window = scheduler.submit_background(AsrRequest(speech[1], bias=bias), owner="file")
+        result, from_file = await results_of([final, window])
+        await until(lambda: scheduler.backlog == 0)
+        assert await scheduler.try_submit_partial(AsrRequest(speech[2])) is not None
+    plain = FakeEngine().transcribe(speech[0], with_words=True)
+    assert (result.text, result.words, result.rejected) == (plain.text, plain.words, None)
+    assert from_file.text == FakeEngine().transcribe(speech[1]).text
+    assert scheduler.stats.unbiased_retries == 2 and engine.in_flight == []

@@ -73,6 +73,18 @@ def test_keyterm_bias_is_exact_under_drafts_and_batching(tiny_engine):
         )
 
 
+def test_keyterms_that_derail_a_decode_into_a_loop_cost_nothing(tiny_engine):
+    """These three terms push tiny.en into a loop of its own (" Zendmar Alembic, Zendesk,
+    D'Ambor, D'Ambor, …" until the decoder is full); the segment is decoded again without
+    the bias and gives the plain decode's text, not an empty final."""
+    audio = speak("Xiomara leads the onboarding call on Monday.")
+    plain = transcribe(tiny_engine, _request(tiny_engine, audio, StreamConfig()))
+    config = StreamConfig(keyterms=("Xiomara", "Zendesk", "Alembic"))
+    result = transcribe(tiny_engine, _request(tiny_engine, audio, config))
+    assert "onboarding" in plain.text
+    assert (result.text, result.rejected) == (plain.text, None)
+
+
 def test_languages_are_detected_per_segment_and_restricted_on_request(base_engine):
     """base tells Spanish from French from English, with a probability; restricted to
     en and fr it never says es; a forced language has no probability."""

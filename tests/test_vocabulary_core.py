@@ -36,6 +36,15 @@ def test_a_term_is_favoured_from_its_start_and_more_once_begun():
     assert bias.bonuses([5, 6, 7]) == {5: START_BONUS, 8: START_BONUS}  # the term is done
 
 
+def test_a_term_written_once_is_favoured_no_more():
+    """Once the text holds a term whole, neither its start nor its continuation gets a
+    bonus (a biased decode cannot write the glossary over and over); other terms still do."""
+    bias = KeytermBias(((5, 6, 7), (5, 9), (8,)))
+    assert bias.bonuses([8]) == {5: START_BONUS}
+    assert bias.bonuses([5, 6, 7, 1, 5]) == {5: START_BONUS, 8: START_BONUS, 9: CONTINUE_BONUS}
+    assert bias.bonuses([5, 6, 7, 5, 9, 8]) == {}
+
+
 def test_keyterms_are_bounded():
     """Terms are trimmed and deduplicated; too many or too long ones are refused."""
     assert check_keyterms([" Kubernetes ", "Kubernetes", "", "Post  greSQL"]) == (

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal, Protocol, TypeVar, get_args
 
@@ -213,10 +213,28 @@ class Transcriber(Protocol[D]):
         ...
 
 
+def unbiased_retry(request: AsrRequest, result: Transcription) -> AsrRequest | None:
+    """The request again without its keyterm bias, when its biased decode was dropped as
+    a repetition loop (the bias may have made it: a term written, then another, over and
+    over); None otherwise. A caller's keyterms never cost it a final."""
+    if request.bias is not None and result.rejected == "repetition":
+        return replace(request, bias=None)
+    return None
+
+
 def transcribe(
     engine: Transcriber[Any], request: AsrRequest, budget: int | None = None
 ) -> Transcription:
-    """One request decoded alone, start to finish (tests, benchmarks, warm-up)."""
+    """One request decoded alone, start to finish (tests, benchmarks, warm-up), and
+    again without its bias where ``unbiased_retry`` says so."""
+    result = _decode_alone(engine, request, budget)
+    retry = unbiased_retry(request, result)
+    return result if retry is None else _decode_alone(engine, retry, budget)
+
+
+def _decode_alone(
+    engine: Transcriber[Any], request: AsrRequest, budget: int | None
+) -> Transcription:
     (decode,) = engine.start([request])
     budget = engine.max_draft if budget is None else budget
     try:

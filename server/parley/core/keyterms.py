@@ -47,29 +47,57 @@ def check_keyterms(terms: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class KeytermBias:
-    """A trie over the terms' token sequences, and the bonus each next token gets."""
+    """A trie over the terms' token sequences, and the bonus each next token gets.
+
+    A term the text has already written once gets no more bonus in that text: given
+    many terms, a biased decode can otherwise write them as a list, over and over,
+    until the decoder is full (tiny.en, bench/vocabulary.py's 38 terms, "Xiomara leads
+    the onboarding call" → " Zendesk, Zendesk, …" for 446 passes). That rule depends
+    only on the tokens before a position, so decoding stays exact. A decode the bias
+    still derails into a loop of the model's own is decoded again without it
+    (``core.asr.unbiased_retry``)."""
 
     sequences: tuple[tuple[int, ...], ...]
     start_bonus: float = START_BONUS
     continue_bonus: float = CONTINUE_BONUS
-    _next: dict[tuple[int, ...], frozenset[int]] = field(init=False, repr=False, compare=False)
+    # prefix → next token → the terms (indices) that continue through it
+    _next: dict[tuple[int, ...], dict[int, frozenset[int]]] = field(
+        init=False, repr=False, compare=False
+    )
+    _terms: dict[tuple[int, ...], frozenset[int]] = field(init=False, repr=False, compare=False)
     _longest: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        following: dict[tuple[int, ...], set[int]] = {}
-        for sequence in self.sequences:
+        following: dict[tuple[int, ...], dict[int, set[int]]] = {}
+        terms: dict[tuple[int, ...], set[int]] = {}
+        for index, sequence in enumerate(self.sequences):
+            terms.setdefault(tuple(sequence), set()).add(index)
             for i in range(len(sequence)):
-                following.setdefault(tuple(sequence[:i]), set()).add(sequence[i])
-        object.__setattr__(self, "_next", {k: frozenset(v) for k, v in following.items()})
+                step = following.setdefault(tuple(sequence[:i]), {})
+                step.setdefault(sequence[i], set()).add(index)
+        nexts = {k: {t: frozenset(v) for t, v in step.items()} for k, step in following.items()}
+        object.__setattr__(self, "_next", nexts)
+        object.__setattr__(self, "_terms", {k: frozenset(v) for k, v in terms.items()})
         object.__setattr__(self, "_longest", max(map(len, self.sequences), default=0))
+
+    def written(self, tokens: Sequence[int]) -> set[int]:
+        """The terms (indices into ``sequences``) that ``tokens`` hold whole."""
+        done: set[int] = set()
+        for end in range(1, len(tokens) + 1):
+            for k in range(1, min(self._longest, end) + 1):
+                done |= self._terms.get(tuple(tokens[end - k : end]), frozenset())
+        return done
 
     def bonuses(self, tokens: Sequence[int]) -> dict[int, float]:
         """Token → bonus for the position after ``tokens`` (the text decoded so far)."""
+        done = self.written(tokens)
         out: dict[int, float] = {}
         if self.start_bonus:
-            for token in self._next.get((), ()):
-                out[token] = self.start_bonus
+            for token, terms in self._next.get((), {}).items():
+                if terms - done:
+                    out[token] = self.start_bonus
         for k in range(1, min(self._longest, len(tokens) + 1)):
-            for token in self._next.get(tuple(tokens[-k:]), ()):
-                out[token] = max(out.get(token, 0.0), self.continue_bonus)
+            for token, terms in self._next.get(tuple(tokens[-k:]), {}).items():
+                if terms - done:
+                    out[token] = max(out.get(token, 0.0), self.continue_bonus)
         return out

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from parley.core.asr import AsrRequest, Decode, Transcriber
+from parley.core.asr import AsrRequest, Decode, Transcriber, unbiased_retry
 from parley.core.costs import Acceptance, EncoderCosts, StepCostModel
 from parley.core.load import LoadLedger
 from parley.core.policy import (
@@ -285,6 +285,10 @@ class DecodeRounds:
                 job.steps,
                 len(self._active),
             )
+            retry = unbiased_retry(job.request, result)
+            if retry is not None:
+                self._again(job, retry)
+                continue
             self.stats.audio_seconds += job.request.seconds
             if self.observer is not None and job.owner is None:
                 self.observer.decoded(
@@ -294,6 +298,21 @@ class DecodeRounds:
                 job.future.set_result(result)
             else:
                 self.stats.partials_cancelled += not job.final
+
+    def _again(self, job: Job, request: AsrRequest) -> None:
+        """Put ``job`` back at the front of its line, to be decoded as ``request``."""
+        log.info("a keyterm-biased decode looped; decoding it again without the bias")
+        self.stats.unbiased_retries += 1
+        job.request, job.decode = request, None
+        job.steps = job.produced = 0
+        job.acceptance = Acceptance()
+        if job.owner is not None:
+            self._background.setdefault(job.owner, deque()).appendleft(job)
+        elif job.final:
+            self._finals.appendleft(job)
+            self.finals_taken -= 1  # it waits on the line again
+        else:
+            self._partials.appendleft(job)
 
     def _evict_partial(self) -> bool:
         """Give the least advanced partial's row to a final, else a background window's
