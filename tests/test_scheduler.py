@@ -283,4 +283,45 @@ async def test_a_biased_decode_that_loops_is_decoded_again_without_the_bias(spee
     plain = FakeEngine().transcribe(speech[0], with_words=True)
     assert (result.text, result.words, result.rejected) == (plain.text, plain.words, None)
     assert from_file.text == FakeEngine().transcribe(speech[1]).text
-    assert scheduler.stats.unbiased_retries == 2 and engine.in_flight == []
+    assert scheduler.stats.second_attempts == 2 and engine.in_flight == []
+
+
+class UnsureOfItsLanguage(FakeEngine):
+    """A multilingual fake that detects English at 0.4 with German the runner-up, and
+    whose German decode of the same audio is the likelier."""
+
+    multilingual = True
+    languages = frozenset({"en", "de"})
+
+    def check_decoding(self, decoding) -> None:
+        pass
+
+    def finish(self, decode) -> Transcription:
+        result = super().finish(decode)
+        if decode.request.language is None:
+            return replace(
+                result,
+                language="en",
+                language_probability=0.4,
+                runner_up=("de", 0.35),
+                avg_logprob=-1.0,
+            )
+        return replace(result, language=decode.request.language, avg_logprob=-0.5)
+
+
+async def test_a_final_of_uncertain_language_is_decoded_in_the_runner_up_too(speech):
+    """The final keeps the likelier of its two decodes, with the probability detection
+    gave its language; a partial (a preview) gets one look only."""
+    engine = UnsureOfItsLanguage()
+    async with running(engine, 4) as scheduler:
+        final = await scheduler.submit_final(AsrRequest(speech[0]))
+        (result,) = await results_of([final])
+        partial = await scheduler.try_submit_partial(AsrRequest(speech[1]))
+        (preview,) = await results_of([partial])
+        await until(lambda: scheduler.backlog == 0)
+    assert (result.language, result.language_probability, result.text) == (
+        "de",
+        0.35,
+        FakeEngine().transcribe(speech[0]).text,
+    )
+    assert preview.language == "en" and scheduler.stats.second_attempts == 1

@@ -106,6 +106,23 @@ def test_languages_are_detected_per_segment_and_restricted_on_request(base_engin
     assert (forced.language, forced.language_probability) == ("fr", None)
 
 
+def test_an_unsure_language_gets_a_second_look_in_the_runner_up(base_engine):
+    """base hears this espeak-ng German as English at under 0.3, German the runner-up:
+    decoded in both, the German text is the likelier and is kept, with German's own
+    detection probability."""
+    audio = speak("Gestern war es sehr kalt, deshalb sind wir zu Hause geblieben.", "de")
+    request = _request(base_engine, audio, StreamConfig())
+    (decode,) = base_engine.start([request])
+    while not decode.finished:
+        base_engine.step([decode], [base_engine.max_draft])
+    one_look = base_engine.finish(decode)
+    assert one_look.language == "en" and one_look.language_probability < 0.7
+    assert one_look.runner_up is not None and one_look.runner_up[0] == "de"
+    result = transcribe(base_engine, request)
+    assert (result.language, result.language_probability) == ("de", one_look.runner_up[1])
+    assert "kalt" in result.text
+
+
 async def test_a_conversation_that_switches_language_labels_every_final(base_engine):
     """A stream in Spanish, English, then French (a pause between turns), through a real
     Session on base: each final carries the language of its own turn, with its

@@ -3,11 +3,23 @@ runs redaction finds, and the query parameters protocol.md section 1 gives them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parley.core.asr import Decoding, Task, decoding_problem
+from parley.core.asr import (
+    SECOND_LANGUAGE_BELOW,
+    AsrRequest,
+    Decoding,
+    Task,
+    Transcription,
+    better_attempt,
+    decoding_problem,
+    second_attempt,
+)
 from parley.core.keyterms import (
     CONTINUE_BONUS,
     MAX_KEYTERMS,
@@ -43,6 +55,42 @@ def test_a_term_written_once_is_favoured_no_more():
     assert bias.bonuses([8]) == {5: START_BONUS}
     assert bias.bonuses([5, 6, 7, 1, 5]) == {5: START_BONUS, 8: START_BONUS, 9: CONTINUE_BONUS}
     assert bias.bonuses([5, 6, 7, 5, 9, 8]) == {}
+
+
+def test_second_attempts_go_to_loops_under_bias_and_uncertain_languages():
+    """A biased decode dropped as a loop is tried without the bias; a detected language
+    under SECOND_LANGUAGE_BELOW in the runner-up (no draft: it is another language's
+    text); nothing else is tried again, and nothing forced."""
+    audio = np.zeros(16000, dtype=np.float32)
+    biased = AsrRequest(audio, bias=KeytermBias(((5,),)), draft=(1, 2))
+    looped = Transcription("", (), rejected="repetition")
+    assert second_attempt(biased, looped) == AsrRequest(audio, draft=(1, 2))
+    assert second_attempt(AsrRequest(audio), looped) is None
+    unsure = Transcription("hallo", (1,), language="en", runner_up=("de", 0.3))
+    low = SECOND_LANGUAGE_BELOW - 0.01
+    tried = second_attempt(biased, replace(unsure, language_probability=low))
+    assert (tried.language, tried.draft, tried.bias) == ("de", None, biased.bias)
+    for result in (
+        replace(unsure, language_probability=SECOND_LANGUAGE_BELOW),
+        replace(unsure, language_probability=low, rejected="no_speech"),
+        replace(unsure, language_probability=low, runner_up=None),
+    ):
+        assert second_attempt(AsrRequest(audio), result) is None
+    forced = AsrRequest(audio, language="en")
+    assert second_attempt(forced, replace(unsure, language_probability=low)) is None
+
+
+def test_the_better_attempt_is_the_one_not_dropped_else_the_likelier():
+    first = Transcription("hello", (1,), avg_logprob=-1.0, language="en", runner_up=("de", 0.3))
+    likelier = Transcription("hallo", (2,), avg_logprob=-0.5, language="de")
+    assert better_attempt(first, likelier) == replace(likelier, language_probability=0.3)
+    assert better_attempt(first, replace(likelier, avg_logprob=-1.5)) is first
+    dropped = replace(likelier, text="", rejected="repetition")
+    assert better_attempt(first, dropped) is first
+    looped = replace(first, text="", avg_logprob=-0.01, rejected="repetition")
+    plain_loop = replace(dropped, language="en")
+    assert better_attempt(looped, plain_loop) is plain_loop
+    assert better_attempt(looped, first) is first
 
 
 def test_keyterms_are_bounded():

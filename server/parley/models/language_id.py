@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 
 from parley.core.asr import AsrRequest
 from parley.models.output_head import OutputHead
 from parley.models.row_decoder import Row, RowDecoder
+
+
+class Guess(NamedTuple):
+    """A request's language: named by the caller (no probability), or detected."""
+
+    language: str | None
+    probability: float | None = None
+    runner_up: tuple[str, float] | None = None  # the second most likely, and its probability
 
 
 def detect_languages(
@@ -20,12 +29,12 @@ def detect_languages(
     head: OutputHead,
     lang_to_id: Mapping[str, int],
     sot: int,
-) -> list[tuple[str | None, float | None]]:
-    """Each request's language, and its probability where it was detected (a request
-    that names its language keeps it; one that names ``languages`` is detected among
-    them; none is with no ``lang_to_id``, an English-only model). The rows are left
-    empty, ready for their prompts."""
-    forced: list[tuple[str | None, float | None]] = [(r.language, None) for r in requests]
+) -> list[Guess]:
+    """Each request's language, with its probability and the runner-up where it was
+    detected (a request that names its language keeps it; one that names ``languages``
+    is detected among them; none is with no ``lang_to_id``, an English-only model).
+    The rows are left empty, ready for their prompts."""
+    forced = [Guess(r.language) for r in requests]
     if not lang_to_id or all(r.language is not None for r in requests):
         return forced
     hidden = decoder.forward(rows, [[sot]] * len(rows))
@@ -45,6 +54,8 @@ def detect_languages(
             )
             row_logits = row_logits.masked_fill(~allowed, -math.inf)
         probabilities = row_logits.softmax(-1)
-        best = int(probabilities.argmax())
-        out.append((names[best], float(probabilities[best])))
+        top = probabilities.topk(2)
+        (p1, p2), (first, second) = top.values.tolist(), top.indices.tolist()
+        runner_up = (names[second], p2) if p2 > 0.0 else None
+        out.append(Guess(names[first], p1, runner_up))
     return out

@@ -56,6 +56,7 @@ class WhisperDecode:
     assistant_row: Row | None = None
     language: str = "en"
     language_probability: float | None = None  # when it was detected
+    runner_up: tuple[str, float] | None = None  # the second language detection gave
 
     @property
     def finished(self) -> bool:
@@ -202,7 +203,7 @@ class WhisperEngine:
             languages = detect_languages(
                 requests, rows, self.decoder, self.verifier.head, known, self._sot
             )
-            for i, (request, row, (language, probability)) in enumerate(
+            for i, (request, row, (language, probability, runner_up)) in enumerate(
                 zip(requests, rows, languages)
             ):
                 prefix = [self._prev, *request.context] if request.context else []
@@ -221,7 +222,9 @@ class WhisperEngine:
                     bias=request.bias,
                 )
                 decodes.append(
-                    WhisperDecode(request, main, assistant_row, language or "en", probability)
+                    WhisperDecode(
+                        request, main, assistant_row, language or "en", probability, runner_up
+                    )
                 )
             self.verifier.prime([d.main for d in decodes])
         except BaseException:
@@ -265,6 +268,7 @@ class WhisperEngine:
             stats=main.stats,
             language=decode.language,
             language_probability=decode.language_probability,
+            runner_up=decode.runner_up,
             compression_ratio=compression,
             foreign=bool(
                 text

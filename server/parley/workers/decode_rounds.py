@@ -11,7 +11,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from parley.core.asr import AsrRequest, Decode, Transcriber, unbiased_retry
+from parley.core.asr import (
+    AsrRequest,
+    Decode,
+    Transcriber,
+    Transcription,
+    better_attempt,
+    second_attempt,
+)
 from parley.core.costs import Acceptance, EncoderCosts, StepCostModel
 from parley.core.load import LoadLedger
 from parley.core.policy import (
@@ -42,6 +49,7 @@ class Job:
     admitted: float = 0.0
     steps: int = 0
     produced: int = 0  # tokens the steps gave it (its first one and end of text aside)
+    first: Transcription | None = None  # the first attempt's result, when it has a second
 
     @property
     def running(self) -> Decode:
@@ -285,10 +293,14 @@ class DecodeRounds:
                 job.steps,
                 len(self._active),
             )
-            retry = unbiased_retry(job.request, result)
-            if retry is not None:
-                self._again(job, retry)
-                continue
+            if job.first is not None:
+                result = better_attempt(job.first, result)
+            elif job.final or job.owner is not None:  # a partial is a preview: one look
+                again = second_attempt(job.request, result)
+                if again is not None:
+                    job.first = result
+                    self._again(job, again)
+                    continue
             self.stats.audio_seconds += job.request.seconds
             if self.observer is not None and job.owner is None:
                 self.observer.decoded(
@@ -301,18 +313,15 @@ class DecodeRounds:
 
     def _again(self, job: Job, request: AsrRequest) -> None:
         """Put ``job`` back at the front of its line, to be decoded as ``request``."""
-        log.info("a keyterm-biased decode looped; decoding it again without the bias")
-        self.stats.unbiased_retries += 1
+        self.stats.second_attempts += 1
         job.request, job.decode = request, None
         job.steps = job.produced = 0
         job.acceptance = Acceptance()
         if job.owner is not None:
             self._background.setdefault(job.owner, deque()).appendleft(job)
-        elif job.final:
+        else:
             self._finals.appendleft(job)
             self.finals_taken -= 1  # it waits on the line again
-        else:
-            self._partials.appendleft(job)
 
     def _evict_partial(self) -> bool:
         """Give the least advanced partial's row to a final, else a background window's
