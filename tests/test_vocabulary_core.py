@@ -93,6 +93,20 @@ def test_the_better_attempt_is_the_one_not_dropped_else_the_likelier():
     assert better_attempt(looped, first) is first
 
 
+@given(
+    st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=4), min_size=1, max_size=6),
+    st.lists(st.integers(0, 5), max_size=30),
+)
+def test_the_terms_written_are_those_the_text_holds_whole(sequences, tokens):
+    bias = KeytermBias(tuple(map(tuple, sequences)))
+    held = {
+        i
+        for i, s in enumerate(sequences)
+        if any(tokens[at : at + len(s)] == s for at in range(len(tokens)))
+    }
+    assert bias.written(tokens) == held
+
+
 def test_keyterms_are_bounded():
     """Terms are trimmed and deduplicated; too many or too long ones are refused."""
     assert check_keyterms([" Kubernetes ", "Kubernetes", "", "Post  greSQL"]) == (

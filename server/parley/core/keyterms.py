@@ -55,7 +55,7 @@ class KeytermBias:
     the onboarding call" → " Zendesk, Zendesk, …" for 446 passes). That rule depends
     only on the tokens before a position, so decoding stays exact. A decode the bias
     still derails into a loop of the model's own is decoded again without it
-    (``core.asr.unbiased_retry``)."""
+    (``core.asr.second_attempt``)."""
 
     sequences: tuple[tuple[int, ...], ...]
     start_bonus: float = START_BONUS
@@ -65,27 +65,34 @@ class KeytermBias:
         init=False, repr=False, compare=False
     )
     _terms: dict[tuple[int, ...], frozenset[int]] = field(init=False, repr=False, compare=False)
+    # a term's last token → the lengths of the terms it ends (where a term may end)
+    _endings: dict[int, frozenset[int]] = field(init=False, repr=False, compare=False)
     _longest: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         following: dict[tuple[int, ...], dict[int, set[int]]] = {}
         terms: dict[tuple[int, ...], set[int]] = {}
+        endings: dict[int, set[int]] = {}
         for index, sequence in enumerate(self.sequences):
             terms.setdefault(tuple(sequence), set()).add(index)
+            if sequence:
+                endings.setdefault(sequence[-1], set()).add(len(sequence))
             for i in range(len(sequence)):
                 step = following.setdefault(tuple(sequence[:i]), {})
                 step.setdefault(sequence[i], set()).add(index)
         nexts = {k: {t: frozenset(v) for t, v in step.items()} for k, step in following.items()}
         object.__setattr__(self, "_next", nexts)
         object.__setattr__(self, "_terms", {k: frozenset(v) for k, v in terms.items()})
+        object.__setattr__(self, "_endings", {k: frozenset(v) for k, v in endings.items()})
         object.__setattr__(self, "_longest", max(map(len, self.sequences), default=0))
 
     def written(self, tokens: Sequence[int]) -> set[int]:
         """The terms (indices into ``sequences``) that ``tokens`` hold whole."""
         done: set[int] = set()
-        for end in range(1, len(tokens) + 1):
-            for k in range(1, min(self._longest, end) + 1):
-                done |= self._terms.get(tuple(tokens[end - k : end]), frozenset())
+        for end, token in enumerate(tokens, 1):  # only where some term's last token is
+            for k in self._endings.get(token, ()):
+                if k <= end:
+                    done |= self._terms.get(tuple(tokens[end - k : end]), frozenset())
         return done
 
     def bonuses(self, tokens: Sequence[int]) -> dict[int, float]:
