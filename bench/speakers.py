@@ -207,7 +207,8 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
     count = SpeakerCount(exactly=speakers) if oracle else SpeakerCount()
-    config = RecordingClustering(**{k: float(v) for k, v in overrides.items()})
+    defaults = RecordingClustering()
+    config = RecordingClustering(**{k: type(getattr(defaults, k))(v) for k, v in overrides.items()})
     snapshot = diarize_windows(cached["windows"][::stride], _MODELS.grid.step, config, count)
     turns = [(t.start, t.end, t.speaker) for t in snapshot.turns]
     return _scored(

@@ -98,6 +98,28 @@ def test_a_voice_heard_too_little_joins_the_nearest():
     assert len(set(labels)) == 2
 
 
+def two_groups_of(alike: float, per_group: int = 15, seed: int = 1) -> np.ndarray:
+    """Two tight groups of embeddings whose centres are ``alike`` (cosine)."""
+    rng = np.random.default_rng(seed)
+    centre, away = np.linalg.qr(rng.standard_normal((64, 2)))[0].T
+    half = np.arccos(alike) / 2
+    rows = [
+        np.cos(half) * centre + side * np.sin(half) * away + 0.1 * rng.standard_normal(64) / 8
+        for side in (1, -1)
+        for _ in range(per_group)
+    ]
+    return np.array(rows)
+
+
+def test_a_voice_whose_windows_drift_is_one_speaker_and_two_close_voices_two():
+    weights = np.full(30, 2.0)
+    # The graph alone sees two groups either way; only their likeness tells them apart.
+    assert len(set(cluster(two_groups_of(0.98), weights, RecordingClustering()))) == 1
+    assert len(set(cluster(two_groups_of(0.83), weights, RecordingClustering()))) == 2
+    drifting = two_groups_of(0.98)
+    assert len(set(cluster(drifting, weights, RecordingClustering(same_voice=1.5)))) == 2
+
+
 def test_speaker_counts_are_checked():
     with pytest.raises(ValueError):
         SpeakerCount(at_least=3, at_most=2)

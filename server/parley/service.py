@@ -320,6 +320,6 @@ def file_jobs(
         # The loaded SpeakerModels, which also diarize whole recordings.
         speaker_models=cast(RecordingSpeakers, diarization.models) if diarization else None,
         diarization_config=diarization.config if diarization else None,
-        clustering=RecordingClustering(distance=settings.files.speaker_distance),
+        clustering=RecordingClustering(),
         max_window_s=worker.engine.max_audio_s,
     )

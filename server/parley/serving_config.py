@@ -8,11 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
-from parley.core.recording_speakers import RecordingClustering
 from parley.recordings.files import FileLimits
 from parley.runtime.webhook_config import WebhookConfig
 
-_FILES, _RECORDING = FileLimits(), RecordingClustering()
+_FILES = FileLimits()
 
 
 def default_static_dir() -> Path | None:
@@ -117,14 +116,6 @@ class FilesSettings(BaseModel):
         ge=0.5,
         le=10.0,
         description="how far apart a recording's diarization windows are",
-    )
-    speaker_distance: float = Field(
-        _RECORDING.distance,
-        gt=0,
-        lt=2,
-        description="cosine "
-        "distance (average linkage) above which two voices of a "
-        "recording are two speakers",
     )
 
     def to_limits(self) -> FileLimits:
