@@ -13,7 +13,9 @@ whose speaker differs from the words on both sides of it in one final); finals h
 more than one speaker; word timing against the reference speech (share of word time
 outside speech, share of speech inside no word); final latency.
 
-Recordings: sample.wav (two real speakers), espeak-ng dialogues of 2 and 3 voices, a
+Recordings: sample.wav (two real speakers), and followed by an espeak-ng dialogue of 3
+more voices (60 s, long enough for the closing relabel), espeak-ng dialogues of 2 and 3
+voices (and of 3 voices for 60 s), a
 single voice with pauses (alone, and with a crowd's murmur or music 12 dB below it,
 under the speech and through the pauses: no other speaker, and no words to time), and
 clean prompts answered by an old noisy recording.
@@ -115,7 +117,15 @@ def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotati
             [(s.start, s.end, label) for s, _, label in sample.itertracks(yield_label=True)],
         )
     }
+    meeting, meeting_truth = dialogue(["A", "B", "C"], turns=9)
+    offset = len(made["sample.wav"][0]) / SAMPLE_RATE
+    made["sample.wav + 3 espeak voices"] = (  # long enough for the closing relabel (≥ 30 s)
+        np.concatenate([made["sample.wav"][0], meeting]),
+        made["sample.wav"][1]
+        + [(u.start + offset, u.end + offset, u.voice) for u in meeting_truth],
+    )
     for name, (audio, truth) in {
+        "espeak 3 voices, long": dialogue(["A", "B", "C"], turns=18),
         "espeak 2 voices": dialogue(["A", "B"]),
         "espeak 3 voices": dialogue(["A", "B", "C"]),
         "1 voice, pauses": monologue(),

@@ -10,10 +10,14 @@ against the known turns with pyannote.metrics (0.25 s collar, overlap scored):
   of speakers;
 - the seconds each step took (steps per second per core).
 
+``--recording`` scores whole-recording clustering instead (a file upload's), and
+``--closing`` what a client keeps once a stream has ended (its closing relabel, or the
+live labels of a stream too short for one).
+
 This scores the speaker timeline itself (who spoke when, frame by frame), which the
 finals' word labels are read from; ``bench/diarization.py --devset`` scores the words
 a client gets from a real server. Usage:
-python bench/speakers.py [--split dev heldout] [--set min_speaker_s=2 ...] [--label NAME]
+python bench/speakers.py [--split dev heldout] [--recording | --closing] [--set min_speaker_s=2 ...]
 """
 
 from __future__ import annotations
@@ -220,6 +224,20 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     )
 
 
+def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
+    """What a client keeps once a stream has ended: the closing relabel's timeline (the
+    windows a stream keeps, one in ``RECORDING_STRIDE``, clustered at once), or the live
+    labels where the stream was too short for one."""
+    from parley.core.recording_speakers import CLOSING_MIN_WINDOWS
+
+    split, kind, speakers, index, _ = job
+    recording: Recording = make(split, kind, speakers, index)
+    cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
+    if len(cached["windows"][::RECORDING_STRIDE]) >= CLOSING_MIN_WINDOWS:
+        return _score_recording(job)
+    return _score(job)
+
+
 # (name, threads, segmentation batch): one step at a time on one thread (the server
 # before), then each change added in turn.
 SPEED_VARIANTS = (
@@ -340,6 +358,11 @@ def main() -> None:
         "oracle_count=1 (the true count given) and stride=N",
     )
     parser.add_argument(
+        "--closing",
+        action="store_true",
+        help="score what a client keeps after a stream's closing relabel",
+    )
+    parser.add_argument(
         "--speed",
         type=int,
         metavar="N",
@@ -381,7 +404,8 @@ def main() -> None:
         make(*job[:4])
     with multiprocessing.get_context("fork").Pool(args.workers, _load, (1,)) as pool:
         pool.map(_observe, [job[:4] for job in jobs], chunksize=1)
-        rows = pool.map(_score_recording if args.recording else _score, jobs, chunksize=1)
+        scoring = _score_closing if args.closing else _score_recording if args.recording else _score
+        rows = pool.map(scoring, jobs, chunksize=1)
     print_table(
         rows,
         ["recording", "speakers", "found", "der", "confusion", "closest_voices", "step_s"],

@@ -210,6 +210,48 @@ def test_an_unconfirmed_speaker_confirmed_later_is_announced_within_the_latency(
     assert {w.speaker for w in updates[0].words} == {"S2"}
 
 
+def test_the_closing_timeline_relabels_settled_finals_in_order_of_appearance():
+    """At the end of a stream, the whole stream's clustering relabels finals long settled:
+    the third voice was the first's (one update, S3 → S1), and labels are numbered by
+    appearance whatever the clustering's own indices."""
+    turns = (Turn(0, 2, 0), Turn(2.2, 5, 1), Turn(5.2, 8, 2))
+    speakers = track()
+    speakers.apply(TimelineSnapshot(turns, 0.0, 3, (0, 1, 2)))
+    sent = [
+        speakers.label_final(final(i, (text, a, b)))
+        for i, (text, a, b) in enumerate(
+            [("Hello.", 0.2, 1.8), ("Hi.", 2.4, 4.6), ("So.", 5.4, 7.6)]
+        )
+    ]
+    assert [f.speaker for f in sent] == ["S1", "S2", "S3"]
+    assert speakers.apply(TimelineSnapshot(turns, 9.0, 3, (0, 1, 2))) == []  # all settled
+    closing = TimelineSnapshot((Turn(0, 2, 4), Turn(2.2, 5, 3), Turn(5.2, 8, 4)), 9.0, 2)
+    updates = speakers.apply(TimelineSnapshot(turns, 9.0, 3, (0, 1, 2), closing=closing))
+    assert [(u.segment_id, u.speaker, [w.speaker for w in u.words]) for u in updates] == [
+        (2, "S1", ["S1"])
+    ]
+
+
+def test_a_stream_keeps_a_window_every_whole_step_and_short_ones_are_not_relabelled():
+    """The diarizer keeps one window every WHOLE_STEP_S of the last closing_s; a stream
+    under CLOSING_MIN_WINDOWS of them gets no closing timeline, a longer one does."""
+    from parley.core.recording_speakers import CLOSING_MIN_WINDOWS, closing_timeline
+    from parley.core.stream_diarizer import WHOLE_STEP_S, StreamDiarizer
+    from test_diarization_worker import CountingModels
+
+    short_s = (CLOSING_MIN_WINDOWS - 2) * WHOLE_STEP_S
+    short = StreamDiarizer(CountingModels(), DiarizationConfig())
+    short.replay(np.zeros(int(short_s * 16000), np.float32))
+    assert closing_timeline(short) is None
+    long = StreamDiarizer(CountingModels(), DiarizationConfig(closing_s=60.0))
+    long.replay(np.zeros(int(100 * 16000), np.float32))
+    starts = [w.start for w in long.kept_windows]
+    assert all(b - a >= WHOLE_STEP_S for a, b in zip(starts, starts[1:]))
+    assert starts[-1] - starts[0] <= 60.0 and len(starts) >= 60.0 / WHOLE_STEP_S
+    closing = closing_timeline(long)
+    assert closing is not None and closing.speaker_count == 1
+
+
 # ------------------------------------------------------------------ word timing
 
 

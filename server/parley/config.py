@@ -125,6 +125,13 @@ class DiarizationSettings(BaseModel):
     latency_s: float = Field(
         _DIARIZATION.latency_s, ge=0.1, le=30.0, description="how long a label may change"
     )
+    closing_s: float = Field(
+        _DIARIZATION.closing_s,
+        ge=0.0,
+        le=86400.0,
+        description="at the end of a stream, its last this many seconds of speakers are "
+        "clustered at once, as a recording's, and its finals relabelled (0: never)",
+    )
     change_latency_s: float = Field(
         _TURNS.change_latency_s,
         ge=0.0,
@@ -193,6 +200,7 @@ class DiarizationSettings(BaseModel):
             window_s=self.window_s,
             step_s=self.step_s,
             latency_s=self.latency_s,
+            closing_s=self.closing_s,
             clustering=ClusteringConfig(
                 max_speakers=self.max_speakers,
                 new_speaker_distance=self.new_speaker_distance,

@@ -40,6 +40,9 @@ class TimelineSnapshot:
     # until heard long enough) is a speaker of its own here, so a turn that passes to
     # it can end a final before its label exists.
     voice_turns: tuple[Turn, ...] = ()
+    # A stream's last step only: its kept windows' voices clustered at once, as a
+    # recording's are (``recording_speakers.closing_timeline``), to relabel its finals.
+    closing: TimelineSnapshot | None = None
 
     def speaker_of(self, start: float, end: float) -> int | None:
         """The speaker who overlaps [start, end] the most, else the nearest within a

@@ -36,6 +36,7 @@ from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering, SpeakerCount
 from parley.core.redaction import parse_redact
 from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.stream_diarizer import WHOLE_STEP_S
 from parley.core.vad import VadConfig
 from parley.core.word_timing import WordTimingConfig
 from parley.protocol.messages import StreamConfig
@@ -79,7 +80,7 @@ class FileLimits:
     max_bytes: int = 200 << 20  # an upload's size
     max_seconds: float = 4 * 3600.0  # a recording's duration
     windows_in_flight: int = 8  # a job's windows queued or decoding at once
-    diarization_step_s: float = 2.5  # a recording's diarization windows are this far apart
+    diarization_step_s: float = WHOLE_STEP_S  # a recording's diarization windows are this far apart
 
 
 @dataclass(frozen=True)

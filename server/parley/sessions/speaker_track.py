@@ -3,7 +3,9 @@
 The diarization thread owns the session's ``StreamDiarizer``; this object only keeps
 the audio window to send it, the latest immutable timeline snapshots, the labels the
 client has seen (``SpeakerLabels``), and the finals whose speakers may still change,
-so that a later snapshot can revise them with a ``speaker_update``.
+so that a later snapshot can revise them with a ``speaker_update``. At the end of the
+stream, the last step's closing timeline (the whole stream's voices clustered at once)
+relabels every final it covers, with labels numbered afresh in order of appearance.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class SpeakerTrack:
         self._no_change_in: tuple[TimelineSnapshot, float] | None = None  # checked, none
         self._labels = SpeakerLabels()
         self._unsettled: dict[int, Final] = {}  # segment id → final as last sent
+        self._sent: dict[int, Final] = {}  # the same, of the closing relabel's span
+        self._closing_s = config.closing_s
         self._timing = timing
 
     # ------------------------------------------------------------------ feeding
@@ -103,7 +107,8 @@ class SpeakerTrack:
         """The final with its words cut back to the speech the windows heard (their times
         never change after this) and its speakers as they stand; kept, while unsettled,
         for the ``speaker_update`` a later step may send."""
-        labelled = self._label(self._trimmed(final))
+        labelled = self._label(self._trimmed(final), self._snapshot, self._labels)
+        self._keep_sent(labelled)
         if labelled.end > self._snapshot.settled_until:
             self._unsettled[final.segment_id] = labelled
         else:
@@ -138,20 +143,28 @@ class SpeakerTrack:
         words = [replace(w, start=a, end=b) for w, (a, b) in zip(final.words, spans)]
         return replace(final, words=words)
 
-    def _label(self, final: Final) -> Final:
-        snapshot = self._snapshot
+    def _keep_sent(self, final: Final) -> None:
+        self._sent[final.segment_id] = final
+        if self._closing_s > 0:
+            horizon = final.end - self._closing_s
+            for segment_id in [i for i, f in self._sent.items() if f.end < horizon]:
+                del self._sent[segment_id]
+        else:
+            self._sent.clear()
+
+    def _label(self, final: Final, snapshot: TimelineSnapshot, labels: SpeakerLabels) -> Final:
         spans = [(w.start, w.end) for w in final.words]
         speakers = smooth_labels(
             spans, [snapshot.speaker_of(a, b) for a, b in spans], self._worker.config.turns
         )
-        words = [replace(w, speaker=self._labels.label(s)) for w, s in zip(final.words, speakers)]
+        words = [replace(w, speaker=labels.label(s)) for w, s in zip(final.words, speakers)]
         spoken: dict[str | None, float] = {}
         for w in words:
             spoken[w.speaker] = spoken.get(w.speaker, 0.0) + max(w.end - w.start, 1e-3)
         speaker = (
             max(spoken, key=lambda label: spoken[label])
             if spoken
-            else self._labels.label(snapshot.speaker_of(final.start, final.end))
+            else labels.label(snapshot.speaker_of(final.start, final.end))
         )
         return replace(final, speaker=speaker, words=words)
 
@@ -159,19 +172,41 @@ class SpeakerTrack:
         self._labels.settle([final.speaker] + [w.speaker for w in final.words])
 
     def apply(self, snapshot: TimelineSnapshot) -> list[SpeakerUpdate]:
-        """Take a new snapshot; updates for sent finals whose speakers changed."""
+        """Take a new snapshot; updates for sent finals whose speakers changed (every final
+        the closing timeline covers, when the snapshot brings one)."""
         self._snapshot = snapshot
         self._labels.follow(snapshot.aliases)
-        updates = []
+        updates: dict[int, SpeakerUpdate] = {}
         for segment_id, sent in list(self._unsettled.items()):
-            relabelled = self._label(sent)
-            changed = relabelled.speaker != sent.speaker or any(
-                a.speaker != b.speaker for a, b in zip(relabelled.words, sent.words)
-            )
-            if changed:
-                updates.append(SpeakerUpdate(segment_id, relabelled.speaker, relabelled.words))
+            relabelled = self._label(sent, snapshot, self._labels)
+            if _changed(sent, relabelled):
+                updates[segment_id] = self._update(relabelled)
                 self._unsettled[segment_id] = relabelled
             if sent.end <= snapshot.settled_until:
                 self._settle(relabelled)
                 del self._unsettled[segment_id]  # its labels cannot change any more
+        if snapshot.closing is not None and snapshot.closing.turns:
+            updates.update(self._relabel_all(snapshot.closing))
+        return list(updates.values())
+
+    def _relabel_all(self, closing: TimelineSnapshot) -> dict[int, SpeakerUpdate]:
+        """Every kept final labelled from the closing timeline, its speakers numbered
+        S1…Sn in order of appearance: the updates for those that changed."""
+        labels = SpeakerLabels()
+        updates = {}
+        for sent in sorted(self._sent.values(), key=lambda final: final.start):
+            relabelled = self._label(sent, closing, labels)
+            if _changed(sent, relabelled):
+                updates[sent.segment_id] = self._update(relabelled)
+        self._labels = labels
         return updates
+
+    def _update(self, final: Final) -> SpeakerUpdate:
+        self._sent[final.segment_id] = final
+        return SpeakerUpdate(final.segment_id, final.speaker, final.words)
+
+
+def _changed(sent: Final, relabelled: Final) -> bool:
+    return relabelled.speaker != sent.speaker or any(
+        a.speaker != b.speaker for a, b in zip(relabelled.words, sent.words)
+    )

@@ -6,7 +6,8 @@ an immutable ``TimelineSnapshot`` that the session reads on the event loop, so n
 is shared across threads. A thread takes the steps that are due together (up to
 ``max_batch``) and segments their windows in one forward pass; each session's
 embeddings and linking then follow, and its future is answered as soon as its own
-step is done.
+step is done. A stream's last step also clusters the windows it kept, at once, for
+its closing relabel.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from parley.core.recording_speakers import closing_timeline
 from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamDiarizer
 
 log = logging.getLogger(__name__)
@@ -170,6 +172,9 @@ class DiarizationWorker:
                 snapshot = job.diarizer.step(
                     job.window, job.window_start, job.now, job.final, activity_of.get(id(job))
                 )
+                if job.final and job.diarizer.config.closing_s > 0:
+                    closing = closing_timeline(job.diarizer)
+                    snapshot = snapshot if closing is None else replace(snapshot, closing=closing)
             except Exception as exc:
                 self._fail(job, exc, shared + time.perf_counter() - began)
             else:
