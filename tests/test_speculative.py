@@ -210,3 +210,12 @@ def test_loud_noise_after_silence_is_not_a_word(tiny_engine):
     for answer in ("Yes.", "Okay."):
         spoken = np.concatenate([silence(0.3), speak(answer), silence(0.3)])
         assert tiny_engine.transcribe(spoken).text.rstrip(".") == answer.rstrip(".")
+
+
+def test_a_beep_is_not_a_word(tiny_engine):
+    """A half-second 1 kHz beep between silences decodes to a short word with a confident
+    score but no-speech 0.64: a short text that unsure of speech is dropped."""
+    t = np.arange(8000) / 16000
+    beep = np.concatenate([silence(0.3), 0.3 * np.sin(2 * np.pi * 1000 * t), silence(0.3)])
+    result = tiny_engine.transcribe(beep.astype(np.float32), with_words=True)
+    assert (result.text, result.rejected) == ("", "no_speech")
