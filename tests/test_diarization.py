@@ -199,6 +199,32 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
     assert "questions" in words_of(finals[-1].text)  # the answer is heard, not dropped
 
 
+@pytest.mark.parametrize("count, labels", [({"max_speakers": 2}, 2), ({"num_speakers": 3}, 3)])
+async def test_a_speaker_count_given_bounds_the_labels(diarized_server, count, labels):
+    """A three-voice meeting long enough for the closing relabel (about 40 s): told
+    max_speakers=2, the client's transcript (every speaker_update applied) holds two
+    labels; told num_speakers=3, three. The count reaches both the live linking and the
+    closing relabel."""
+    audio, _ = dialogue(["A", "B", "C"], turns=12)
+    assert len(audio) / SAMPLE_RATE >= 30  # the closing relabel runs
+    url = stream_url(
+        f"ws://127.0.0.1:{diarized_server.port}/v1/stream",
+        StreamConfig(diarization=True, **count),
+        None,
+    )
+    pcm = (audio * 32767).astype("<i2").tobytes()
+
+    async def chunks():
+        for i in range(0, len(pcm), 3200):
+            yield pcm[i : i + 3200]
+
+    transcript = Transcript()
+    result = await run_stream(url, chunks(), 32000, fast=True, on_message=transcript.apply)
+    assert result.errors == [] and result.started.config.speaker_count.at_most in (2, None)
+    shown = {w.speaker for f in transcript.finals for w in f.words}
+    assert shown == {f"S{k}" for k in range(1, labels + 1)}
+
+
 def test_diarization_off_never_imports_pyannote(models_dir, tmp_path):
     """A server with diarization off runs a session without importing pyannote at all."""
     script = tmp_path / "probe.py"

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from parley.core.speakers import SpeakerCount
 from parley.protocol.messages import (
     ControlType,
     Encoding,
@@ -61,6 +62,10 @@ def test_query_values_are_parsed():
         ({"partials": "maybe"}, "partials must be true or false"),
         ({"language": "english"}, "2 or 3 letter code"),
         ({"volume": "11"}, "unknown parameter(s): volume"),
+        ({"num_speakers": "2"}, "num_speakers needs diarization=true"),
+        ({"diarization": "true", "num_speakers": "two"}, "num_speakers must be an integer"),
+        ({"diarization": "true", "max_speakers": "65"}, "between 1 and 64"),
+        ({"diarization": "true", "min_speakers": "3", "max_speakers": "2"}, "at least min"),
     ],
 )
 def test_bad_config_is_refused_with_a_reason(query, fragment):
@@ -75,6 +80,18 @@ def test_query_round_trip():
     """A config written as a query string reads back the same."""
     config = StreamConfig(Encoding.PCM_F32LE, 48000, 2, "de", False, False)
     assert StreamConfig.from_query(config.to_query()) == config
+
+
+def test_a_speaker_count_is_read_and_round_trips():
+    """num/min/max_speakers (with diarization) give the stream's SpeakerCount, and come back
+    the same through the query string and session_started's JSON."""
+    config = StreamConfig.from_query(
+        {"diarization": "true", "min_speakers": "2", "max_speakers": "4"}
+    )
+    assert config.speaker_count == SpeakerCount(None, 2, 4)
+    assert StreamConfig.from_query(config.to_query()) == config
+    assert StreamConfig.from_json(config.to_json()) == config
+    assert StreamConfig.from_query({}).speaker_count == SpeakerCount()
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.core.packing import Piece, pack
-from parley.core.recording_speakers import RecordingClustering, SpeakerCount, cluster
+from parley.core.recording_speakers import RecordingClustering, cluster
+from parley.core.speakers import SpeakerCount
 from parley.core.words import TimedWord
 
 

@@ -30,39 +30,13 @@ import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
-from parley.core.speakers import ClusteringConfig, relative_similarity
+from parley.core.speakers import ClusteringConfig, SpeakerCount, relative_similarity
 from parley.core.stream_diarizer import (
     DiarizationConfig,
     SpeakerModel,
     StreamDiarizer,
     WindowSpeakers,
 )
-
-
-@dataclass(frozen=True)
-class SpeakerCount:
-    """What the caller knows of the number of speakers (the reference handler's
-    ``num_speakers``, ``min_speakers`` and ``max_speakers``)."""
-
-    exactly: int | None = None
-    at_least: int = 1
-    at_most: int | None = None
-
-    def __post_init__(self) -> None:
-        for value in (self.exactly, self.at_most):
-            if value is not None and value < 1:
-                raise ValueError("speaker counts must be at least 1")
-        if self.at_least < 1:
-            raise ValueError("min_speakers must be at least 1")
-        if self.at_most is not None and self.at_most < self.at_least:
-            raise ValueError("max_speakers must be at least min_speakers")
-
-    def bounds(self, most: int) -> tuple[int, int]:
-        """The fewest and most speakers to look for, ``most`` when the caller gave no
-        upper bound."""
-        if self.exactly is not None:
-            return self.exactly, self.exactly
-        return self.at_least, max(self.at_least, self.at_most or most)
 
 
 @dataclass(frozen=True)
@@ -310,10 +284,14 @@ def closing_timeline(
     diarizer: StreamDiarizer, clustering: RecordingClustering = RecordingClustering()
 ) -> TimelineSnapshot | None:
     """A stream's speakers at its end: the windows it kept (one every ``WHOLE_STEP_S``)
-    clustered at once, as a recording's are, up to the stream's ``max_speakers``; None
-    for a stream too short to have kept ``CLOSING_MIN_WINDOWS``."""
+    clustered at once, as a recording's are, into the count its client gave (else up to
+    its ``max_speakers``); None for a stream too short to have kept
+    ``CLOSING_MIN_WINDOWS``."""
     windows = diarizer.kept_windows
     if len(windows) < CLOSING_MIN_WINDOWS:
         return None
-    count = SpeakerCount(at_most=diarizer.config.clustering.max_speakers)
+    config = diarizer.config
+    count = config.speakers
+    if count.exactly is None and count.at_most is None:
+        count = replace(count, at_most=config.clustering.max_speakers)
     return diarize_windows(windows, diarizer.timeline.frame_step, clustering, count)

@@ -19,7 +19,7 @@ import numpy as np
 from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_masks import FrameGrid, SpeakerFrames
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
-from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering
+from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering, SpeakerCount
 from parley.core.turns import TurnConfig
 
 # A recording's windows are this far apart when its voices are clustered at once (files'
@@ -38,11 +38,21 @@ class DiarizationConfig:
     # At its end, a stream's last closing_s of windows (one every WHOLE_STEP_S) are
     # clustered at once, as a recording's are, and its finals relabelled (0: never).
     closing_s: float = 3600.0
+    speakers: SpeakerCount = SpeakerCount()  # what the stream's client says of its speakers
     active_probability: float = 0.5  # segmentation probability of a local speaker speaking
     min_alone_s: float = 0.5  # seconds alone to embed a speaker from those frames only
     min_window_s: float = 0.5  # shorter windows are not segmented
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     turns: TurnConfig = field(default_factory=TurnConfig)
+
+    def for_count(self, count: SpeakerCount) -> DiarizationConfig:
+        """This config for a stream whose client gave ``count``: the live linking founds no
+        more speakers than it allows, and the closing relabel clusters into it."""
+        most = count.exactly or count.at_most
+        clustering = (
+            self.clustering if most is None else replace(self.clustering, max_speakers=most)
+        )
+        return replace(self, speakers=count, clustering=clustering)
 
     def __post_init__(self) -> None:
         if not 0 < self.step_s <= self.window_s:

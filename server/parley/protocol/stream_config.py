@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, overload
 
 from parley.core.asr import Decoding, Task
 from parley.core.keyterms import check_keyterms
 from parley.core.redaction import Redact, parse_redact
+from parley.core.speakers import SpeakerCount
 from parley.protocol.errors import ErrorCode, ProtocolError
 
 
@@ -44,11 +45,16 @@ class StreamConfig:
     prompt: str | None = None  # text the model reads first (Whisper's prompt)
     redact: tuple[str, ...] = ()  # Redact categories, applied to every result
     numerals: bool = False  # number words written as digits
+    # What the client knows of its speakers (diarization only; as recordings take them).
+    num_speakers: int | None = None
+    min_speakers: int | None = None
+    max_speakers: int | None = None
 
     MIN_RATE = 8000
     MAX_RATE = 48000
     MAX_CHANNELS = 8
     MAX_PROMPT_CHARS = 1000
+    MAX_SPEAKERS = 64  # the most a stream's linking may hold (ClusteringConfig's bound)
     _LISTS = ("languages", "keyterms", "redact")  # comma-separated on the query string
 
     @property
@@ -62,6 +68,11 @@ class StreamConfig:
         return Decoding(
             self.language, frozenset(self.languages), self.task, self.keyterms, self.prompt or ""
         )
+
+    @property
+    def speaker_count(self) -> SpeakerCount:
+        """The client's num/min/max_speakers (checked when the config was read)."""
+        return SpeakerCount(self.num_speakers, self.min_speakers or 1, self.max_speakers)
 
     @property
     def redaction(self) -> frozenset[Redact]:
@@ -117,6 +128,7 @@ class StreamConfig:
             "prompt",
             "redact",
             "numerals",
+            *_SPEAKER_COUNTS,
         }
         unknown = sorted(set(params) - known)
         if unknown:
@@ -149,13 +161,26 @@ class StreamConfig:
             redact = tuple(sorted(r.value for r in parse_redact(_listed(params, "redact"))))
         except ValueError as exc:
             raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
+        diarization = bool_param(params, "diarization", cls.diarization)
+        counts = {
+            name: _int_param(params, name, None, 1, cls.MAX_SPEAKERS) for name in _SPEAKER_COUNTS
+        }
+        given = sorted(name for name, value in counts.items() if value is not None)
+        if given and not diarization:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, f"{', '.join(given)} needs diarization=true")
+        try:
+            SpeakerCount(
+                counts["num_speakers"], counts["min_speakers"] or 1, counts["max_speakers"]
+            )
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
         return cls(
             encoding=encoding,
             sample_rate=sample_rate,
             channels=channels,
             language=language_tag(language, "language") if language else None,
             partials=bool_param(params, "partials", cls.partials),
-            diarization=bool_param(params, "diarization", cls.diarization),
+            diarization=diarization,
             languages=tuple(
                 dict.fromkeys(
                     language_tag(tag, "languages") for tag in _listed(params, "languages")
@@ -166,6 +191,7 @@ class StreamConfig:
             prompt=prompt,
             redact=redact,
             numerals=bool_param(params, "numerals", cls.numerals),
+            **counts,
         )
 
 
@@ -184,7 +210,19 @@ def _listed(params: Mapping[str, str], name: str) -> list[str]:
     return [part for part in (p.strip() for p in raw.split(",")) if part]
 
 
-def _int_param(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+@overload
+def _int_param(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int: ...
+
+
+@overload
+def _int_param(
+    params: Mapping[str, str], name: str, default: None, low: int, high: int
+) -> int | None: ...
+
+
+def _int_param(
+    params: Mapping[str, str], name: str, default: int | None, low: int, high: int
+) -> int | None:
     raw = params.get(name)
     if raw is None:
         return default
@@ -211,6 +249,7 @@ def bool_param(params: Mapping[str, str], name: str, default: bool = False) -> b
 
 
 # The decoding options' defaults as to_json writes them (left out of a query).
+_SPEAKER_COUNTS = ("num_speakers", "min_speakers", "max_speakers")
 _DECODING_DEFAULTS: dict[str, object] = {
     "languages": [],
     "task": Task.TRANSCRIBE.value,

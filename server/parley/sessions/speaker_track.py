@@ -20,6 +20,7 @@ from parley.core.audio import SAMPLE_RATE
 from parley.core.ring import AudioRing
 from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.speakers import SpeakerCount
 from parley.core.turns import settled_change, smooth_labels
 from parley.core.word_timing import WordTimingConfig, trim_to_speech
 from parley.protocol.messages import Final, Partial, SpeakerUpdate
@@ -30,10 +31,15 @@ class SpeakerTrack:
     """A diarized session's speakers: steps fed from its audio, labels on its messages,
     ``speaker_update`` for finals whose speakers changed, and where its turns change."""
 
-    def __init__(self, worker: DiarizationWorker, timing: WordTimingConfig = WordTimingConfig()):
+    def __init__(
+        self,
+        worker: DiarizationWorker,
+        timing: WordTimingConfig = WordTimingConfig(),
+        count: SpeakerCount = SpeakerCount(),
+    ):
         config = worker.config
         self._worker = worker
-        self._diarizer = worker.new_stream()
+        self._diarizer = worker.new_stream(count)
         self._window = int(config.window_s * SAMPLE_RATE)
         self._step = int(config.step_s * SAMPLE_RATE)
         self._ring = AudioRing(self._window)

@@ -104,7 +104,7 @@ class StreamFactory:
         speakers and the server has one; ``vad`` as for ``tracks``."""
         options = self._options(vad)
         speakers = (
-            SpeakerTrack(self.diarization, options.word_timing)
+            SpeakerTrack(self.diarization, options.word_timing, config.speaker_count)
             if config.diarization and self.diarization is not None
             else None
         )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from parley.core.recording_speakers import closing_timeline
+from parley.core.speakers import SpeakerCount
 from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamDiarizer
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,10 @@ class DiarizationWorker:
         """Whether every thread runs (False before start and after stop)."""
         return all(thread.is_alive() for thread in self._threads)
 
-    def new_stream(self) -> StreamDiarizer:
-        """A stream's own incremental diarizer, over the shared models."""
-        return StreamDiarizer(self.models, self.config)
+    def new_stream(self, count: SpeakerCount = SpeakerCount()) -> StreamDiarizer:
+        """A stream's own incremental diarizer, over the shared models, for the ``count``
+        of speakers its client gave."""
+        return StreamDiarizer(self.models, self.config.for_count(count))
 
     async def submit(
         self,
