@@ -146,7 +146,8 @@ def _stream(args: argparse.Namespace) -> int:
         channels=args.channels if args.source == "-" else 1,
         language=args.language,
         partials=not args.no_partials,
-        diarization=args.diarization or args.format == "rttm",
+        diarization=args.diarization or args.format == "rttm" or args.num_speakers is not None,
+        num_speakers=args.num_speakers,
         **decoding,
     )
     bytes_per_second = rate * 2 * config.channels

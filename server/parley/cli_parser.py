@@ -150,6 +150,12 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
         action="store_true",
         help="ask for speaker labels (the server must run with diarization)",
     )
+    stream.add_argument(
+        "--num-speakers",
+        type=int,
+        help="how many people speak (implies --diarization): no more labels, and the "
+        "closing relabel clusters into that many",
+    )
     stream.add_argument("--output", "-o", help="write the transcript here, not to stdout")
     stream.add_argument("--language")
     add_decoding_args(stream)
