@@ -214,22 +214,31 @@ def test_the_closing_timeline_relabels_settled_finals_in_order_of_appearance():
     """At the end of a stream, the whole stream's clustering relabels finals long settled:
     the third voice was the first's (one update, S3 → S1), and labels are numbered by
     appearance whatever the clustering's own indices."""
-    turns = (Turn(0, 2, 0), Turn(2.2, 5, 1), Turn(5.2, 8, 2))
+    turns = (Turn(0, 2, 0), Turn(2.2, 5, 1), Turn(5.2, 8, 2), Turn(11.8, 13.2, 2))
     speakers = track()
     speakers.apply(TimelineSnapshot(turns, 0.0, 3, (0, 1, 2)))
-    sent = [
-        speakers.label_final(final(i, (text, a, b)))
-        for i, (text, a, b) in enumerate(
-            [("Hello.", 0.2, 1.8), ("Hi.", 2.4, 4.6), ("So.", 5.4, 7.6)]
-        )
-    ]
-    assert [f.speaker for f in sent] == ["S1", "S2", "S3"]
-    assert speakers.apply(TimelineSnapshot(turns, 9.0, 3, (0, 1, 2))) == []  # all settled
-    closing = TimelineSnapshot((Turn(0, 2, 4), Turn(2.2, 5, 3), Turn(5.2, 8, 4)), 9.0, 2)
-    updates = speakers.apply(TimelineSnapshot(turns, 9.0, 3, (0, 1, 2), closing=closing))
+    spoken = [("Hello.", 0.2, 1.8), ("Hi.", 2.4, 4.6), ("So.", 5.4, 7.6), ("Hm.", 12.0, 13.0)]
+    sent = [speakers.label_final(final(i, word)) for i, word in enumerate(spoken)]
+    assert [f.speaker for f in sent] == ["S1", "S2", "S3", "S3"]
+    assert speakers.apply(TimelineSnapshot(turns, 14.0, 3, (0, 1, 2))) == []  # all settled
+    # The closing timeline gives "Hm." nobody: it keeps its label.
+    closing = TimelineSnapshot((Turn(0, 2, 4), Turn(2.2, 5, 3), Turn(5.2, 8, 4)), 14.0, 2)
+    updates = speakers.apply(TimelineSnapshot(turns, 14.0, 3, (0, 1, 2), closing=closing))
     assert [(u.segment_id, u.speaker, [w.speaker for w in u.words]) for u in updates] == [
         (2, "S1", ["S1"])
     ]
+
+
+def test_a_stream_longer_than_the_closing_span_keeps_its_live_labels():
+    """A final older than closing_s has left the span: relabelling the rest afresh would
+    give its label to someone else, so nothing is relabelled."""
+    speakers = SpeakerTrack(DiarizationWorker(NoModels(), DiarizationConfig(closing_s=5.0)))
+    turns = (Turn(0, 2, 0), Turn(8, 10, 1))
+    speakers.apply(TimelineSnapshot(turns, 0.0, 2, (0, 1)))
+    speakers.label_final(final(0, ("Hello.", 0.2, 1.8)))
+    speakers.label_final(final(1, ("Hi.", 8.2, 9.8)))
+    closing = TimelineSnapshot((Turn(0, 2, 0), Turn(8, 10, 0)), 11.0, 1)
+    assert speakers.apply(TimelineSnapshot(turns, 11.0, 2, (0, 1), closing=closing)) == []
 
 
 def test_a_stream_keeps_a_window_every_whole_step_and_short_ones_are_not_relabelled():

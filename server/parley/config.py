@@ -129,8 +129,8 @@ class DiarizationSettings(BaseModel):
         _DIARIZATION.closing_s,
         ge=0.0,
         le=86400.0,
-        description="at the end of a stream, its last this many seconds of speakers are "
-        "clustered at once, as a recording's, and its finals relabelled (0: never)",
+        description="a stream up to this long has its speakers clustered at once at its "
+        "end, as a recording's, and its finals relabelled (0: never)",
     )
     change_latency_s: float = Field(
         _TURNS.change_latency_s,

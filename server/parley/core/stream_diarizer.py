@@ -35,9 +35,10 @@ class DiarizationConfig:
     window_s: float = 5.0
     step_s: float = 0.5
     latency_s: float = 4.0  # how long a label may still change (see TurnConfig)
-    # At its end, a stream's last closing_s of windows (one every WHOLE_STEP_S) are
-    # clustered at once, as a recording's are, and its finals relabelled (0: never).
-    closing_s: float = 3600.0
+    # At its end, a stream no longer than closing_s has its windows (one every
+    # WHOLE_STEP_S, about 4 MB an hour) clustered at once, as a recording's are, and its
+    # finals relabelled (0: never; a longer stream keeps its live labels).
+    closing_s: float = 7200.0
     speakers: SpeakerCount = SpeakerCount()  # what the stream's client says of its speakers
     active_probability: float = 0.5  # segmentation probability of a local speaker speaking
     min_alone_s: float = 0.5  # seconds alone to embed a speaker from those frames only

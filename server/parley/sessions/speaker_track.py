@@ -51,6 +51,7 @@ class SpeakerTrack:
         self._labels = SpeakerLabels()
         self._unsettled: dict[int, Final] = {}  # segment id → final as last sent
         self._sent: dict[int, Final] = {}  # the same, of the closing relabel's span
+        self._outlasted = False  # a final left that span: the relabel would not cover all
         self._closing_s = config.closing_s
         self._timing = timing
 
@@ -155,6 +156,7 @@ class SpeakerTrack:
             horizon = final.end - self._closing_s
             for segment_id in [i for i, f in self._sent.items() if f.end < horizon]:
                 del self._sent[segment_id]
+                self._outlasted = True
         else:
             self._sent.clear()
 
@@ -191,18 +193,19 @@ class SpeakerTrack:
             if sent.end <= snapshot.settled_until:
                 self._settle(relabelled)
                 del self._unsettled[segment_id]  # its labels cannot change any more
-        if snapshot.closing is not None and snapshot.closing.turns:
+        if snapshot.closing is not None and snapshot.closing.turns and not self._outlasted:
             updates.update(self._relabel_all(snapshot.closing))
         return list(updates.values())
 
     def _relabel_all(self, closing: TimelineSnapshot) -> dict[int, SpeakerUpdate]:
-        """Every kept final labelled from the closing timeline, its speakers numbered
-        S1…Sn in order of appearance: the updates for those that changed."""
+        """Every final labelled from the closing timeline, its speakers numbered S1…Sn in
+        order of appearance: the updates for those that changed (a final that timeline
+        gives nobody keeps its labels)."""
         labels = SpeakerLabels()
         updates = {}
         for sent in sorted(self._sent.values(), key=lambda final: final.start):
             relabelled = self._label(sent, closing, labels)
-            if _changed(sent, relabelled):
+            if relabelled.speaker is not None and _changed(sent, relabelled):
                 updates[sent.segment_id] = self._update(relabelled)
         self._labels = labels
         return updates
