@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parley.core.speaker_labels import SpeakerLabels
-from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot, Turn
+from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot, Turn, TurnsByTime
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.core.turns import TurnConfig, settled_change, smooth_labels
 from parley.core.word_timing import WordTimingConfig, fit_words, trim_to_speech
@@ -227,6 +227,18 @@ def test_the_closing_timeline_relabels_settled_finals_in_order_of_appearance():
     assert [(u.segment_id, u.speaker, [w.speaker for w in u.words]) for u in updates] == [
         (2, "S1", ["S1"])
     ]
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 100), st.floats(0.1, 15), st.integers(0, 3)), max_size=40),
+    st.floats(0, 110),
+    st.floats(0, 5),
+)
+def test_turns_found_by_time_name_the_speaker_the_whole_snapshot_does(turns, start, length):
+    """TurnsByTime.around keeps every turn that can name a speaker in [start, end]."""
+    snapshot = TimelineSnapshot(tuple(Turn(a, a + d, k) for a, d, k in sorted(turns)), 120.0, 4)
+    near = TurnsByTime(snapshot).around(start, start + length)
+    assert near.speaker_of(start, start + length) == snapshot.speaker_of(start, start + length)
 
 
 def test_a_stream_longer_than_the_closing_span_keeps_its_live_labels():

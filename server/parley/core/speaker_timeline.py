@@ -9,12 +9,15 @@ rolling buffers, which therefore stay the size of one window plus the latency.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from parley.core.word_timing import joined
+
+NEAREST_S = 1.0  # a word between turns takes the speaker of a turn this near
 
 
 @dataclass(frozen=True)
@@ -84,15 +87,32 @@ class TimelineSnapshot:
             turns, self.settled_until, self.speaker_count, self.aliases, self.heard_until
         )
 
-    def _nearest(self, start: float, end: float, reach: float = 1.0) -> int | None:
+    def _nearest(self, start: float, end: float) -> int | None:
         # Short words between turns (breaths, "uh") go to the closest turn nearby.
         middle = (start + end) / 2
-        best, distance = None, reach
+        best, distance = None, NEAREST_S
         for turn in self.turns:
             gap = max(turn.start - middle, middle - turn.end, 0.0)
             if gap < distance:
                 best, distance = turn.speaker, gap
         return best
+
+
+class TurnsByTime:
+    """A snapshot's turns (sorted by start) found by time in O(log n), to label many
+    finals against a long timeline: a whole stream's, at its closing relabel."""
+
+    def __init__(self, snapshot: TimelineSnapshot):
+        self._snapshot = snapshot
+        self._starts = [turn.start for turn in snapshot.turns]
+        self._longest = max((turn.end - turn.start for turn in snapshot.turns), default=0.0)
+
+    def around(self, start: float, end: float) -> TimelineSnapshot:
+        """The snapshot with only the turns that can name a speaker in [start, end]: those
+        that overlap it or end within NEAREST_S of it (and a few more)."""
+        low = bisect_left(self._starts, start - NEAREST_S - self._longest)
+        high = bisect_right(self._starts, end + NEAREST_S)
+        return replace(self._snapshot, turns=self._snapshot.turns[low:high])
 
 
 @dataclass

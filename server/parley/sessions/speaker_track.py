@@ -19,7 +19,7 @@ import numpy as np
 from parley.core.audio import SAMPLE_RATE
 from parley.core.ring import AudioRing
 from parley.core.speaker_labels import SpeakerLabels
-from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.speaker_timeline import TimelineSnapshot, TurnsByTime
 from parley.core.speakers import SpeakerCount
 from parley.core.turns import settled_change, smooth_labels
 from parley.core.word_timing import WordTimingConfig, trim_to_speech
@@ -151,14 +151,13 @@ class SpeakerTrack:
         return replace(final, words=words)
 
     def _keep_sent(self, final: Final) -> None:
-        self._sent[final.segment_id] = final
-        if self._closing_s > 0:
-            horizon = final.end - self._closing_s
-            for segment_id in [i for i, f in self._sent.items() if f.end < horizon]:
-                del self._sent[segment_id]
-                self._outlasted = True
-        else:
-            self._sent.clear()
+        if self._closing_s <= 0:
+            return
+        self._sent[final.segment_id] = final  # in the order sent: the oldest first
+        horizon = final.end - self._closing_s
+        while (oldest := next(iter(self._sent.values()))).end < horizon:
+            del self._sent[oldest.segment_id]
+            self._outlasted = True
 
     def _label(self, final: Final, snapshot: TimelineSnapshot, labels: SpeakerLabels) -> Final:
         spans = [(w.start, w.end) for w in final.words]
@@ -203,15 +202,17 @@ class SpeakerTrack:
         gives nobody keeps its labels)."""
         labels = SpeakerLabels()
         updates = {}
+        turns = TurnsByTime(closing)  # each final reads its own stretch: on the event loop
         for sent in sorted(self._sent.values(), key=lambda final: final.start):
-            relabelled = self._label(sent, closing, labels)
+            relabelled = self._label(sent, turns.around(sent.start, sent.end), labels)
             if relabelled.speaker is not None and _changed(sent, relabelled):
                 updates[sent.segment_id] = self._update(relabelled)
         self._labels = labels
         return updates
 
     def _update(self, final: Final) -> SpeakerUpdate:
-        self._sent[final.segment_id] = final
+        if final.segment_id in self._sent:  # kept in its place: the oldest first
+            self._sent[final.segment_id] = final
         return SpeakerUpdate(final.segment_id, final.speaker, final.words)
 
 
