@@ -4,18 +4,14 @@ event loop hands work over through the inbox and reads ``finals_taken`` and the 
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import queue
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from parley.core.asr import (
     AsrRequest,
-    Decode,
     Transcriber,
-    Transcription,
     better_attempt,
     second_attempt,
 )
@@ -27,35 +23,12 @@ from parley.core.policy import (
     finish_decoding_first,
     remaining_steps,
 )
+from parley.workers.decode_job import Job
 from parley.workers.scheduler_stats import SchedulerObserver, SchedulerStats
 
 log = logging.getLogger(__name__)
 
 STOP = object()  # put in the inbox: finish the finals, cancel the rest, end the rounds
-
-
-@dataclass(eq=False)
-class Job:
-    """One submitted request, from the inbox to its result."""
-
-    request: AsrRequest
-    future: concurrent.futures.Future
-    final: bool
-    submitted: float
-    owner: object = None  # a background job's file (None: a live request)
-    decode: Decode | None = None
-    acceptance: Acceptance = field(default_factory=Acceptance)
-    cost: float = 0.0  # worker seconds spent on it so far
-    admitted: float = 0.0
-    steps: int = 0
-    produced: int = 0  # tokens the steps gave it (its first one and end of text aside)
-    first: Transcription | None = None  # the first attempt's result, when it has a second
-
-    @property
-    def running(self) -> Decode:
-        """The decode of an active job (every active job has started one)."""
-        assert self.decode is not None
-        return self.decode
 
 
 class DecodeRounds:

@@ -42,7 +42,8 @@ from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.load import LoadLedger
 from parley.core.policy import PartialPacing
 from parley.workers.calibration import calibrate
-from parley.workers.decode_rounds import STOP, DecodeRounds, Job
+from parley.workers.decode_job import Job
+from parley.workers.decode_rounds import STOP, DecodeRounds
 from parley.workers.scheduler_stats import SchedulerObserver, SchedulerStats
 
 log = logging.getLogger(__name__)
