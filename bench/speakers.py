@@ -12,12 +12,14 @@ against the known turns with pyannote.metrics (0.25 s collar, overlap scored):
 
 ``--recording`` scores whole-recording clustering instead (a file upload's), and
 ``--closing`` what a client keeps once a stream has ended (its closing relabel, or the
-live labels of a stream too short for one).
+live labels of a stream too short for one). ``--cuts 2 1`` scores where and how soon
+finals are cut at speaker changes instead, under each change latency given.
 
 This scores the speaker timeline itself (who spoke when, frame by frame), which the
 finals' word labels are read from; ``bench/diarization.py --devset`` scores the words
 a client gets from a real server. Usage:
-python bench/speakers.py [--split dev heldout] [--recording | --closing] [--set min_speaker_s=2 ...]
+python bench/speakers.py [--split dev heldout] [--recording | --closing | --cuts 2 1]
+[--set min_speaker_s=2 ...]
 """
 
 from __future__ import annotations
@@ -240,6 +242,140 @@ def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
     return _score(job)
 
 
+# A speaker-change cut this near a true change is right (as in bench/diarization.py).
+CHANGE_TOLERANCE_S = 0.5
+VAD_SILENCE_S = 0.3  # a pause this long ends the VAD's segment: no change cut is needed
+
+
+def speech_regions(recording: Recording) -> list[tuple[float, float]]:
+    """The stretches the VAD keeps in one segment: the known turns, joined across pauses
+    shorter than VAD_SILENCE_S (overlaps included)."""
+    regions: list[list[float]] = []
+    for turn in sorted(recording.turns, key=lambda t: t.start):
+        if regions and turn.start - regions[-1][1] < VAD_SILENCE_S:
+            regions[-1][1] = max(regions[-1][1], turn.end)
+        else:
+            regions.append([turn.start, turn.end])
+    return [(a, b) for a, b in regions]
+
+
+def inner_changes(recording: Recording) -> list[float]:
+    """Where the speaker changes inside a region (no pause for the VAD to end a segment
+    at): midway between one turn's end and the next's start, their speakers differing."""
+    turns = sorted(recording.turns, key=lambda t: t.start)
+    return [
+        (a.end + b.start) / 2
+        for a, b in zip(turns, turns[1:])
+        if a.speaker != b.speaker and b.start - a.end < VAD_SILENCE_S
+    ]
+
+
+def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
+    """Where and when the server would cut finals at speaker changes: the recording
+    stepped as ``_score`` steps it, and after each step ``settled_change`` read over the
+    open segment (as ``SpeakerTrack.turn_change`` reads it), once per change latency in
+    ``overrides["latencies"]``. The segments are the known speech joined across pauses
+    shorter than the VAD's; the time a cut takes to decode is left out."""
+    from parley.core.stream_diarizer import StreamDiarizer
+    from parley.core.turns import settled_change
+
+    split, kind, speakers, index, overrides = job
+    latencies = [float(x) for x in overrides["latencies"].split(",")]
+    recording: Recording = make(split, kind, speakers, index)
+    cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
+    diarizer = StreamDiarizer(_MODELS, config_with({}))
+    rules = {
+        latency: replace(diarizer.config.turns, change_latency_s=latency) for latency in latencies
+    }
+    regions = speech_regions(recording)
+    changes = inner_changes(recording)
+    opened: dict[float, tuple[int, float]] = {}  # latency → (region, open segment's start)
+    cuts: dict[float, list[tuple[float, float]]] = {latency: [] for latency in latencies}
+    windows = iter(cached["windows"])
+    for window, _, now in diarizer.windows(recording.audio):
+        if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
+            diarizer.link(next(windows))
+        diarizer.timeline.advance(now)
+        live = [k for k, (a, b) in enumerate(regions) if a < now <= b + VAD_SILENCE_S]
+        if not live:
+            continue
+        region = live[-1]
+        voices = diarizer.timeline.snapshot(
+            diarizer.clustering.aliases(), diarizer.clustering.voices()
+        ).by_voice()
+        for latency, rule in rules.items():
+            if opened.get(latency, (-1, 0.0))[0] != region:
+                opened[latency] = (region, regions[region][0])
+            start = opened[latency][1]
+            end = min(now, regions[region][1])
+            while (cut := settled_change(voices, start, end, rule)) is not None and cut > start:
+                cuts[latency].append((cut, now))
+                start = cut
+            opened[latency] = (region, start)
+    row = {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers}
+    row["changes"] = len(changes)
+    for latency, made in cuts.items():
+        near = [
+            (cut, now, min(changes, key=lambda t: abs(t - cut)))
+            for cut, now in made
+            if changes and min(abs(t - cut) for t in changes) <= CHANGE_TOLERANCE_S
+        ]
+        row[f"cuts@{latency}"] = len(made)
+        row[f"right@{latency}"] = len(near)
+        row[f"found@{latency}"] = len({true for *_, true in near})
+        row[f"delays@{latency}"] = [now - true for _, now, true in near]
+    return row
+
+
+def summarise_cuts(rows: list[dict], group: str, latencies: list[float]) -> list[dict]:
+    """Per change latency: the share of cuts that are right, the share of inner changes
+    cut, and how long after the true change a right cut was made (median, p90, max)."""
+    out = []
+    changes = sum(r["changes"] for r in rows)
+    for latency in latencies:
+        made = sum(r[f"cuts@{latency}"] for r in rows)
+        delays = sorted(d for r in rows for d in r[f"delays@{latency}"])
+        out.append(
+            {
+                "group": group,
+                "change_latency_s": latency,
+                "inner_changes": changes,
+                "cuts": made,
+                "right": sum(r[f"right@{latency}"] for r in rows) / max(made, 1),
+                "changes_cut": sum(r[f"found@{latency}"] for r in rows) / max(changes, 1),
+                "delay_median": statistics.median(delays) if delays else None,
+                "delay_p90": float(np.percentile(delays, 90)) if delays else None,
+                "delay_max": delays[-1] if delays else None,
+            }
+        )
+    return out
+
+
+def report_cuts(rows: list[dict], splits: list[str], latencies: list[float], label: str) -> None:
+    summary = []
+    for split in splits:
+        mine = [r for r in rows if r["split"] == split]
+        summary += summarise_cuts(mine, f"{split}: all", latencies)
+        for kind in sorted({r["kind"] for r in mine}):
+            group = [r for r in mine if r["kind"] == kind]
+            summary += summarise_cuts(group, f"{split}: {kind}", latencies)
+    print_table(
+        summary,
+        [
+            "group",
+            "change_latency_s",
+            "inner_changes",
+            "cuts",
+            "right",
+            "changes_cut",
+            "delay_median",
+            "delay_p90",
+            "delay_max",
+        ],
+    )
+    print(f"wrote {write_json('speaker-cuts', {'label': label, 'summary': summary, 'rows': rows})}")
+
+
 # (name, threads, segmentation batch): one step at a time on one thread (the server
 # before), then each change added in turn.
 SPEED_VARIANTS = (
@@ -366,6 +502,14 @@ def main() -> None:
         "oracle_count=1: the client gave the true num_speakers)",
     )
     parser.add_argument(
+        "--cuts",
+        nargs="+",
+        type=float,
+        metavar="SECONDS",
+        help="score the finals' speaker-change cuts (where, how soon) under each of these "
+        "change latencies, not the labels",
+    )
+    parser.add_argument(
         "--speed",
         type=int,
         metavar="N",
@@ -407,8 +551,18 @@ def main() -> None:
         make(*job[:4])
     with multiprocessing.get_context("fork").Pool(args.workers, _load, (1,)) as pool:
         pool.map(_observe, [job[:4] for job in jobs], chunksize=1)
-        scoring = _score_closing if args.closing else _score_recording if args.recording else _score
-        rows = pool.map(scoring, jobs, chunksize=1)
+        if args.cuts:
+            latencies = ",".join(str(x) for x in args.cuts)
+            jobs = [(*job[:4], {**job[4], "latencies": latencies}) for job in jobs]
+            cut_rows = pool.map(_score_cuts, jobs, chunksize=1)
+        if not args.cuts:
+            scoring = (
+                _score_closing if args.closing else _score_recording if args.recording else _score
+            )
+            rows = pool.map(scoring, jobs, chunksize=1)
+    if args.cuts:
+        report_cuts(cut_rows, args.split, args.cuts, args.label)
+        return
     print_table(
         rows,
         ["recording", "speakers", "found", "der", "confusion", "closest_voices", "step_s"],
