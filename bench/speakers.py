@@ -71,6 +71,7 @@ def config_with(overrides: dict[str, str]):
 # The live windows are 0.5 s apart; a recording's are 2.5 s apart (the file pipeline's
 # step), so one cached window in five.
 RECORDING_STRIDE = 5
+LIVE_STEP_S = 0.5  # the cached windows' step
 OBSERVATIONS = Path(__file__).resolve().parent / "results" / "speaker-observations"
 
 
@@ -203,7 +204,9 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
 def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     """Whole-recording clustering (what a file upload gets) over the cached windows, one
     in every ``RECORDING_STRIDE`` (the file pipeline's step); ``overrides``: fields of
-    ``RecordingClustering``, and ``oracle_count=1`` to give the true number of speakers."""
+    ``RecordingClustering``, ``stride=N`` (``neighbours`` scaled to it, as the server
+    scales them, unless given), and ``oracle_count=1`` to give the true number of
+    speakers."""
     from parley.core.recording_speakers import RecordingClustering, SpeakerCount, diarize_windows
 
     split, kind, speakers, index, overrides = job
@@ -215,6 +218,8 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     count = SpeakerCount(exactly=speakers) if oracle else SpeakerCount()
     defaults = RecordingClustering()
     config = RecordingClustering(**{k: type(getattr(defaults, k))(v) for k, v in overrides.items()})
+    if "neighbours" not in overrides:
+        config = config.for_step(stride * LIVE_STEP_S)
     snapshot = diarize_windows(cached["windows"][::stride], _MODELS.grid.step, config, count)
     turns = [(t.start, t.end, t.speaker) for t in snapshot.turns]
     return _scored(
@@ -228,18 +233,22 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
 
 def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
     """What a client keeps once a stream has ended: the closing relabel's timeline (the
-    windows a stream keeps, one in ``RECORDING_STRIDE``, clustered at once), or the live
+    windows a stream keeps, one every ``CLOSING_STEP_S``, clustered at once), or the live
     labels where the stream was too short for one."""
-    from parley.core.recording_speakers import CLOSING_MIN_WINDOWS
+    from parley.core.recording_speakers import CLOSING_MIN_S
+    from parley.core.stream_diarizer import CLOSING_STEP_S
 
     split, kind, speakers, index, overrides = job
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
-    if len(cached["windows"][::RECORDING_STRIDE]) >= CLOSING_MIN_WINDOWS:
-        return _score_recording(job)
+    overrides = {"stride": str(round(CLOSING_STEP_S / LIVE_STEP_S)), **overrides}
+    stride = int(overrides["stride"])
+    if len(cached["windows"][::stride]) * stride * LIVE_STEP_S >= CLOSING_MIN_S:
+        return _score_recording((split, kind, speakers, index, overrides))
+    # Too short: the live labels (the overrides are the closing clustering's, not theirs).
     if overrides.get("oracle_count") == "1":  # the count given caps the live linking
         return _score((split, kind, speakers, index, {"max_speakers": str(speakers)}))
-    return _score(job)
+    return _score((split, kind, speakers, index, {}))
 
 
 # A speaker-change cut this near a true change is right (as in bench/diarization.py).

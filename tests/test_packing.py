@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.linalg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parley.core import recording_speakers
 from parley.core.packing import Piece, pack
 from parley.core.recording_speakers import RecordingClustering, cluster
 from parley.core.speakers import SpeakerCount
@@ -119,6 +121,25 @@ def test_a_voice_whose_windows_drift_is_one_speaker_and_two_close_voices_two():
     assert len(set(cluster(two_groups_of(0.83), weights, RecordingClustering()))) == 2
     drifting = two_groups_of(0.98)
     assert len(set(cluster(drifting, weights, RecordingClustering(same_voice=1.5)))) == 2
+
+
+def test_a_long_recording_is_clustered_sparsely_as_a_short_one_densely(monkeypatch):
+    """Past a few hundred embeddings the graph stays sparse and the eigensolver works
+    on it (a two-hour stream's windows would need gigabytes as dense matrices): the
+    same eigenvalues and the same speakers as the dense solver's."""
+    embeddings = voices([300, 250, 200, 150], spread=0.6, seed=3)
+    weights = np.full(len(embeddings), 2.0)
+    unit = recording_speakers._unit(embeddings)
+    laplacian = recording_speakers._laplacian(unit, 18)
+    assert recording_speakers._DENSE_UP_TO < len(embeddings)  # the sparse solver's
+    values, _ = recording_speakers._smallest_eigenpairs(laplacian, 9)
+    dense = scipy.linalg.eigh(laplacian.toarray(), eigvals_only=True, subset_by_index=[0, 8])
+    np.testing.assert_allclose(values, dense, atol=1e-8)
+    sparse_labels = cluster(embeddings, weights, RecordingClustering())
+    monkeypatch.setattr(recording_speakers, "_DENSE_UP_TO", len(embeddings))
+    dense_labels = cluster(embeddings, weights, RecordingClustering())
+    assert sparse_labels.tolist() == dense_labels.tolist()
+    assert len(set(sparse_labels)) == 4
 
 
 def test_speaker_counts_are_checked():

@@ -253,22 +253,22 @@ def test_a_stream_longer_than_the_closing_span_keeps_its_live_labels():
     assert speakers.apply(TimelineSnapshot(turns, 11.0, 2, (0, 1), closing=closing)) == []
 
 
-def test_a_stream_keeps_a_window_every_whole_step_and_short_ones_are_not_relabelled():
-    """The diarizer keeps one window every WHOLE_STEP_S of the last closing_s; a stream
-    under CLOSING_MIN_WINDOWS of them gets no closing timeline, a longer one does."""
-    from parley.core.recording_speakers import CLOSING_MIN_WINDOWS, closing_timeline
-    from parley.core.stream_diarizer import WHOLE_STEP_S, StreamDiarizer
+def test_a_stream_keeps_a_window_every_closing_step_and_short_ones_are_not_relabelled():
+    """The diarizer keeps one window every CLOSING_STEP_S of the last closing_s; a stream
+    with under CLOSING_MIN_S of them gets no closing timeline, a longer one does."""
+    from parley.core.recording_speakers import CLOSING_MIN_S, closing_timeline
+    from parley.core.stream_diarizer import CLOSING_STEP_S, StreamDiarizer
     from test_diarization_worker import CountingModels
 
-    short_s = (CLOSING_MIN_WINDOWS - 2) * WHOLE_STEP_S
+    short_s = CLOSING_MIN_S - 2 * CLOSING_STEP_S
     short = StreamDiarizer(CountingModels(), DiarizationConfig())
     short.replay(np.zeros(int(short_s * 16000), np.float32))
     assert closing_timeline(short) is None
     long = StreamDiarizer(CountingModels(), DiarizationConfig(closing_s=60.0))
     long.replay(np.zeros(int(100 * 16000), np.float32))
     starts = [w.start for w in long.kept_windows]
-    assert all(b - a >= WHOLE_STEP_S for a, b in zip(starts, starts[1:]))
-    assert starts[-1] - starts[0] <= 60.0 and len(starts) >= 60.0 / WHOLE_STEP_S
+    assert all(b - a >= CLOSING_STEP_S for a, b in zip(starts, starts[1:]))
+    assert starts[-1] - starts[0] <= 60.0 and len(starts) >= 60.0 / CLOSING_STEP_S
     closing = closing_timeline(long)
     assert closing is not None and closing.speaker_count == 1
 

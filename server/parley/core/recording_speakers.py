@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,11 +33,16 @@ from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
 from parley.core.speakers import ClusteringConfig, SpeakerCount, relative_similarity
 from parley.core.stream_diarizer import (
+    CLOSING_STEP_S,
+    WHOLE_STEP_S,
     DiarizationConfig,
     SpeakerModel,
     StreamDiarizer,
     WindowSpeakers,
 )
+
+if TYPE_CHECKING:  # scipy loads with the clustering, not with the module
+    from scipy import sparse
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,13 @@ class RecordingClustering:
     min_speaker_s: float = 6.0  # seconds alone (windows overlap: about twice the speech)
     min_alone_s: float = 0.5  # seconds alone in a window for its embedding to count
     active_threshold: float = 0.5
+
+    def for_step(self, step_s: float) -> RecordingClustering:
+        """These settings for windows ``step_s`` apart: ``neighbours`` is for windows
+        WHOLE_STEP_S apart, and each embedding keeps as many seconds of neighbours (with
+        windows closer together, the same count would link mostly its own overlapping
+        windows)."""
+        return replace(self, neighbours=max(2, round(self.neighbours * WHOLE_STEP_S / step_s)))
 
     def __post_init__(self) -> None:
         if self.neighbours < 2:
@@ -95,25 +108,63 @@ def _spectral(unit: np.ndarray, config: RecordingClustering, fewest: int, most: 
     """Spectral clustering of unit rows: the count where the pruned graph's Laplacian
     eigenvalues jump the most (1..``config.max_speakers``), brought into
     ``fewest``..``most``."""
-    from scipy.linalg import eigh
-
     n = len(unit)
     keep = min(n, max(config.neighbours, int(np.ceil(config.neighbour_share * n))))
-    similarity = unit @ unit.T
-    nearest = np.argsort(-similarity, axis=1)[:, :keep]
-    rows = np.arange(n)[:, None]
-    affinity = np.zeros_like(similarity)
-    affinity[rows, nearest] = np.maximum(similarity[rows, nearest], 0.0)
-    affinity = (affinity + affinity.T) / 2
-    np.fill_diagonal(affinity, 0.0)
-    laplacian = np.diag(affinity.sum(axis=1)) - affinity
+    laplacian = _laplacian(unit, keep)
     last = min(n - 1, max(config.max_speakers, most))  # the gap after λ[k-1] needs λ[k]
-    values, vectors = eigh(laplacian, subset_by_index=[0, last])
+    values, vectors = _smallest_eigenpairs(laplacian, last + 1)
     found = 1 + int(np.argmax(np.diff(values)))  # the largest gap, λ[k] - λ[k-1]
     k = int(np.clip(found, fewest, most))
     if k <= 1:
         return np.zeros(n, dtype=int)
     return _kmeans(vectors[:, :k], k)
+
+
+# Rows of similarities computed at once while pruning: the whole n × n matrix of a
+# two-hour stream's windows would take gigabytes.
+_BLOCK_ROWS = 1024
+
+
+def _laplacian(unit: np.ndarray, keep: int) -> sparse.csr_matrix:
+    """The Laplacian of the graph linking each row to its ``keep`` most alike (itself
+    included, negative similarities as none), symmetrised, as a sparse matrix."""
+    from scipy import sparse
+
+    n = len(unit)
+    rows, cols, values = [], [], []
+    for first in range(0, n, _BLOCK_ROWS):
+        similarity = unit[first : first + _BLOCK_ROWS] @ unit.T
+        nearest = np.argpartition(-similarity, keep - 1, axis=1)[:, :keep]
+        rows.append(np.repeat(np.arange(first, first + len(similarity)), keep))
+        cols.append(nearest.ravel())
+        values.append(np.maximum(np.take_along_axis(similarity, nearest, axis=1), 0.0).ravel())
+    affinity = sparse.coo_matrix(
+        (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n)
+    ).tocsr()
+    affinity = (affinity + affinity.T) / 2
+    affinity.setdiag(0.0)
+    affinity.eliminate_zeros()
+    degrees = np.asarray(affinity.sum(axis=1)).ravel()
+    return sparse.diags(degrees) - affinity
+
+
+# Below this many rows the dense solver is quicker than the sparse one's factorisation.
+_DENSE_UP_TO = 600
+
+
+def _smallest_eigenpairs(laplacian: sparse.csr_matrix, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` smallest eigenvalues of a sparse symmetric Laplacian, ascending, and
+    their eigenvectors (columns). Past ``_DENSE_UP_TO`` rows, shift-invert just below
+    zero (the Laplacian itself is singular) finds them without a dense matrix."""
+    from scipy.linalg import eigh
+    from scipy.sparse.linalg import eigsh
+
+    n = laplacian.shape[0]
+    if n <= _DENSE_UP_TO or count >= n - 1:
+        return eigh(laplacian.toarray(), subset_by_index=[0, count - 1])
+    values, vectors = eigsh(laplacian.tocsc(), k=count, sigma=-1e-3, which="LM")
+    order = np.argsort(values)
+    return values[order], vectors[:, order]
 
 
 def _join_alike(
@@ -274,24 +325,26 @@ def observe_recording(
     return windows
 
 
-# A stream's closing relabel needs this many kept windows (30 s): with fewer, each voice
-# has too few embeddings for the graph to link (a voice heard 3 s had one), and the
-# live linking, which saw every window, keeps its labels.
-CLOSING_MIN_WINDOWS = 12
+# A stream's closing relabel needs this many seconds of kept windows: with fewer, each
+# voice has too few embeddings for the graph to link (a voice heard 3 s had one), and
+# the live linking, which saw every window, keeps its labels.
+CLOSING_MIN_S = 30.0
 
 
 def closing_timeline(
     diarizer: StreamDiarizer, clustering: RecordingClustering = RecordingClustering()
 ) -> TimelineSnapshot | None:
-    """A stream's speakers at its end: the windows it kept (one every ``WHOLE_STEP_S``)
+    """A stream's speakers at its end: the windows it kept (one every ``CLOSING_STEP_S``)
     clustered at once, as a recording's are, into the count its client gave (else up to
     its ``max_speakers``); None for a stream too short to have kept
-    ``CLOSING_MIN_WINDOWS``."""
+    ``CLOSING_MIN_S`` of them."""
     windows = diarizer.kept_windows
-    if len(windows) < CLOSING_MIN_WINDOWS:
+    if len(windows) * CLOSING_STEP_S < CLOSING_MIN_S:
         return None
     config = diarizer.config
     count = config.speakers
     if count.exactly is None and count.at_most is None:
         count = replace(count, at_most=config.clustering.max_speakers)
-    return diarize_windows(windows, diarizer.timeline.frame_step, clustering, count)
+    return diarize_windows(
+        windows, diarizer.timeline.frame_step, clustering.for_step(CLOSING_STEP_S), count
+    )

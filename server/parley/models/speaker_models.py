@@ -166,7 +166,7 @@ class SpeakerModels:
         if self.pipeline is not None:
             return _pipeline_snapshot(self.pipeline, audio, count)
         windows = observe_recording(self, audio, config, step_s)
-        return diarize_windows(windows, self.grid.step, clustering, count)
+        return diarize_windows(windows, self.grid.step, clustering.for_step(step_s), count)
 
     @torch.inference_mode()
     def segment(self, windows: list[np.ndarray]) -> list[np.ndarray]:
