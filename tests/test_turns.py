@@ -95,8 +95,8 @@ def test_a_settled_change_is_found_only_once_both_turns_are_long_enough_and_sett
 
 
 def test_a_change_is_cut_once_it_is_change_latency_old_though_labels_may_still_change():
-    """Labels settle 4 s after the audio; a final is cut at a change 2 s old (here)."""
-    config = TurnConfig(change_latency_s=2.0)
+    """Labels settle 4 s after the audio; a final is cut at a change 2 s old (default)."""
+    config = TurnConfig()
     turns = (Turn(0.0, 3.0, 0), Turn(3.0, 6.5, 1))
     heard = TimelineSnapshot(turns, settled_until=2.5, speaker_count=2, heard_until=6.5)
     assert settled_change(heard, 0.0, 6.5, config) == pytest.approx(3.0)  # 3.5 s old

@@ -28,11 +28,10 @@ class TurnConfig:
     min_turn_s: float = 1.0  # shorter runs join a neighbour unless pauses set them apart
     pause_s: float = 0.3  # a gap this long between words sets runs apart
     cut_search_s: float = 0.2  # a speaker-change cut goes to the quietest frame this near
-    # How old a change must be before a final is cut there. At min_turn_s or less, the
-    # newer run's own min_turn_s decides. Waiting longer cuts no more true changes
-    # (bench/speakers.py --cuts); it only skips cuts where the live labels flicker, and
-    # those labels reach the words and their speaker_update with or without a cut.
-    change_latency_s: float = 1.0
+    # How old a change must be before a final is cut there. At min_turn_s the cuts come a
+    # second sooner, as many true changes cut, but sample.wav in real time then loses its
+    # interjection's speaker (bench/README.md, "Finals cut at a speaker change").
+    change_latency_s: float = 2.0
 
     def __post_init__(self) -> None:
         if min(self.min_turn_s, self.pause_s, self.cut_search_s, self.change_latency_s) < 0:
