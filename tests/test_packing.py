@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.sparse.linalg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,6 +136,14 @@ def test_a_long_recording_is_clustered_sparsely_as_a_short_one_densely(monkeypat
     values, _ = recording_speakers._smallest_eigenpairs(laplacian, 9)
     dense = scipy.linalg.eigh(laplacian.toarray(), eigvals_only=True, subset_by_index=[0, 8])
     np.testing.assert_allclose(values, dense, atol=1e-8)
+
+    def unconverged(*args, **kwargs):
+        raise scipy.sparse.linalg.ArpackNoConvergence("not converged", [], [])
+
+    with monkeypatch.context() as patch:  # the dense solver takes over
+        patch.setattr(scipy.sparse.linalg, "eigsh", unconverged)
+        fallback, _ = recording_speakers._smallest_eigenpairs(laplacian, 9)
+    np.testing.assert_allclose(fallback, dense, atol=1e-8)
     sparse_labels = cluster(embeddings, weights, RecordingClustering())
     monkeypatch.setattr(recording_speakers, "_DENSE_UP_TO", len(embeddings))
     dense_labels = cluster(embeddings, weights, RecordingClustering())

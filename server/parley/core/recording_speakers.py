@@ -157,12 +157,15 @@ def _smallest_eigenpairs(laplacian: sparse.csr_matrix, count: int) -> tuple[np.n
     their eigenvectors (columns). Past ``_DENSE_UP_TO`` rows, shift-invert just below
     zero (the Laplacian itself is singular) finds them without a dense matrix."""
     from scipy.linalg import eigh
-    from scipy.sparse.linalg import eigsh
+    from scipy.sparse.linalg import ArpackError, eigsh
 
     n = laplacian.shape[0]
     if n <= _DENSE_UP_TO or count >= n - 1:
         return eigh(laplacian.toarray(), subset_by_index=[0, count - 1])
-    values, vectors = eigsh(laplacian.tocsc(), k=count, sigma=-1e-3, which="LM")
+    try:
+        values, vectors = eigsh(laplacian.tocsc(), k=count, sigma=-1e-3, which="LM")
+    except ArpackError:  # not converged: the dense solver, slower but sure
+        return eigh(laplacian.toarray(), subset_by_index=[0, count - 1])
     order = np.argsort(values)
     return values[order], vectors[:, order]
 

@@ -28,8 +28,8 @@ from parley.core.turns import TurnConfig
 WHOLE_STEP_S = 2.5
 # A stream keeps one window this often for its closing relabel (its windows are computed
 # live anyway): clustered with each linked to as many seconds of neighbours as a
-# recording's (RecordingClustering.for_step), one in two labelled bench/devset.py's dev
-# streams with a DER median of 0.050 against 0.114 for one in five.
+# recording's (RecordingClustering.for_step), one a second labelled bench/devset.py's dev
+# streams with about half the DER median of one in 2.5 s (bench/README.md).
 CLOSING_STEP_S = 1.0
 
 
