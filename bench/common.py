@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+CHANGE_TOLERANCE_S = 0.5  # a speaker-change cut this near a true change is right
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT / "tests"))  # the test suite's audio fixtures

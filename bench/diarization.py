@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import print_table, write_json
+from common import CHANGE_TOLERANCE_S, print_table, write_json
 
 import numpy as np
 from pyannote.core import Annotation, Segment
@@ -207,9 +207,6 @@ def flips(transcript: Transcript) -> int:
         labels = [w.speaker for w in final.words]
         count += sum(1 for a, b, c in zip(labels, labels[1:], labels[2:]) if b != a and b != c)
     return count
-
-
-CHANGE_TOLERANCE_S = 0.5  # a speaker-change cut this near a true change is right
 
 
 def true_changes(reference: Annotation) -> list[float]:

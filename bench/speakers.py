@@ -33,13 +33,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from common import print_table, write_json
+from common import CHANGE_TOLERANCE_S, print_table, write_json
 
 import numpy as np
 from pyannote.core import Timeline
 
 import recorded_voices
 from devset import PLAN, SAMPLE_RATE, Recording, make
+from parley.core.vad import VadConfig
 
 COLLAR_S = 0.25
 _MODELS = None
@@ -251,9 +252,8 @@ def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
     return _score((split, kind, speakers, index, {}))
 
 
-# A speaker-change cut this near a true change is right (as in bench/diarization.py).
-CHANGE_TOLERANCE_S = 0.5
-VAD_SILENCE_S = 0.3  # a pause this long ends the VAD's segment: no change cut is needed
+# A pause this long ends the VAD's segment: no change cut is needed there.
+VAD_SILENCE_S = VadConfig().min_silence_ms / 1000
 
 
 def speech_regions(recording: Recording) -> list[tuple[float, float]]:

@@ -168,13 +168,7 @@ class StreamConfig:
         given = sorted(name for name, value in counts.items() if value is not None)
         if given and not diarization:
             raise ProtocolError(ErrorCode.BAD_CONFIG, f"{', '.join(given)} needs diarization=true")
-        try:
-            SpeakerCount(
-                counts["num_speakers"], counts["min_speakers"] or 1, counts["max_speakers"]
-            )
-        except ValueError as exc:
-            raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
-        return cls(
+        config = cls(
             encoding=encoding,
             sample_rate=sample_rate,
             channels=channels,
@@ -193,6 +187,11 @@ class StreamConfig:
             numerals=bool_param(params, "numerals", cls.numerals),
             **counts,
         )
+        try:
+            _ = config.speaker_count  # SpeakerCount checks itself: min above max, and such
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
+        return config
 
 
 def language_tag(raw: str, name: str) -> str:
