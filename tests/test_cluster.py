@@ -28,6 +28,7 @@ from conftest import chunks_of, free_port, serve_fake
 from fake_engine import load_fake_asr
 from parley.client.live import LiveStream
 from parley.client.stream import run_stream, stream_url
+from parley.cluster.run import PROXY_READY_ENV
 from parley.config import Settings
 from parley.protocol.messages import Final, StreamConfig
 
@@ -39,6 +40,7 @@ RAY_ENV = {
     "RAY_SERVE_HANDLE_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
     "RAY_SERVE_REPLICA_AUTOSCALING_METRIC_PUSH_INTERVAL_S": "0.5",
     "RAY_DEDUP_LOGS": "0",
+    **PROXY_READY_ENV,
     # the replicas read their API keys from their own environment, never from Ray
     "PARLEY_API_KEYS": json.dumps({"test": KEY}),
     "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),

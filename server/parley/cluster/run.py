@@ -4,6 +4,7 @@ foreground, until Ctrl-C or SIGTERM; then drain every replica and stop."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -11,6 +12,11 @@ import time
 from parley.config import Settings
 
 APP_NAME = "parley"
+# Serve's controller kills a proxy that is not ready within 5 s of starting, and
+# serve.start then fails on the killed one: a proxy can take longer to import on a
+# busy two-core machine. Read by the Ray processes this one starts (a joined cluster
+# keeps its own setting).
+PROXY_READY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30"}
 
 
 def start(settings: Settings, load=None) -> float:
@@ -24,6 +30,8 @@ def start(settings: Settings, load=None) -> float:
     cluster = settings.cluster
     began = time.perf_counter()
     if not ray.is_initialized():
+        for name, value in PROXY_READY_ENV.items():
+            os.environ.setdefault(name, value)
         ray.init(address=cluster.address, include_dashboard=False, logging_level=logging.WARNING)
     serve.start(
         proxy_location=cluster.proxy_location,
