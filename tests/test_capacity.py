@@ -30,6 +30,13 @@ def test_a_stream_cost_is_unknown_until_measured_and_then_follows_the_measuremen
     assert 0.1 < cost.per_audio_s < 0.3
 
 
+def test_an_idle_worker_admits_one_stream_whatever_it_measured():
+    policy = CapacityPolicy(target_busy=0.5)
+    cost = StreamCost(prior_s_per_s=2.0)  # two worker seconds per audio second
+    assert cost.streams(policy) == pytest.approx(0.25)
+    assert cost.admits(0, policy) and not cost.admits(1, policy)
+
+
 def test_a_prior_counts_half_against_the_first_measurement():
     cost = StreamCost(prior_s_per_s=0.2)
     assert cost.streams(CapacityPolicy(0.8)) == pytest.approx(4)

@@ -65,5 +65,8 @@ class StreamCost:
         return self.threads * policy.target_busy / self.per_audio_s
 
     def admits(self, streams: int, policy: CapacityPolicy) -> bool:
-        """Whether one more stream, beside ``streams`` live ones, stays within the target."""
-        return streams + 1 <= self.streams(policy) + 1e-9
+        """Whether one more stream, beside ``streams`` live ones, stays within the target.
+        An idle worker admits one whatever it measured: a cost measured while the machine
+        was busy with something else (a warm-up beside other processes) could otherwise
+        refuse every stream, and one stream served late beats none served."""
+        return streams == 0 or streams + 1 <= self.streams(policy) + 1e-9
