@@ -71,10 +71,10 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
         )
         shown_error = await page.text_content("#error")
         await browser.close()
-    assert errors == [] and not shown_error.strip()
+    assert errors == [] and not shown_error.strip(), (errors, shown_error)
     words = set(words_of(" ".join(s["text"] for s in segments)))
-    assert {"hello", "jersey", "chicago", "yankee"} <= words
-    assert len({s["speaker"] for s in segments if s["speaker"]}) >= 2
+    assert {"hello", "jersey", "chicago", "yankee"} <= words, segments
+    assert len({s["speaker"] for s in segments if s["speaker"]}) >= 2, segments
 
 
 async def test_parley_js_against_the_server(server):
