@@ -181,3 +181,23 @@ def recording_and_prompts(rounds: int = 6, gap_s: float = 0.6):
             parts += [audio, silence(gap_s)]
             t += len(audio) / SAMPLE_RATE + gap_s
     return np.concatenate(parts), truth
+
+
+def der(reference, hypothesis) -> float:
+    """Diarization error rate as every speaker test scores it: a 0.25 s collar, overlap
+    scored (pyannote.metrics)."""
+    from pyannote.metrics.diarization import DiarizationErrorRate
+
+    return DiarizationErrorRate(collar=0.25, skip_overlap=False)(reference, hypothesis)
+
+
+def word_turns(words: list[dict], key: str = "speaker"):
+    """Who spoke when, from words' times and speakers (what a client of the file API
+    has), as a pyannote Annotation."""
+    from pyannote.core import Annotation, Segment
+
+    hypothesis = Annotation()
+    for k, w in enumerate(words):
+        if w.get(key) is not None and w["end"] > w["start"]:
+            hypothesis[Segment(w["start"], w["end"]), k] = str(w[key])
+    return hypothesis.support(collar=0.5)

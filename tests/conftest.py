@@ -154,6 +154,12 @@ async def diarized_server(models_dir):
     await server.stop()
 
 
+@pytest.fixture(scope="session")
+def diarized_base(diarized_server) -> str:
+    """The shared real server's HTTP address."""
+    return f"http://127.0.0.1:{diarized_server.port}"
+
+
 @pytest.fixture
 async def servers():
     """Keep the servers a test starts; stop them after it. ``await servers(server)``

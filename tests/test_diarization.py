@@ -10,7 +10,6 @@ import pytest
 import torch
 from pyannote.core import Annotation, Segment
 from pyannote.database.util import load_rttm
-from pyannote.metrics.diarization import DiarizationErrorRate
 
 from audio_fixtures import (
     DIALOGUE_LINES,
@@ -18,6 +17,7 @@ from audio_fixtures import (
     SAMPLE_WAV,
     SPEAKERS,
     audible_span,
+    der,
     dialogue,
     read_wav,
     sample_dir,
@@ -55,10 +55,6 @@ def diarize(models, audio, config=None, spy=None, phase_s=0.0):
         hypothesis[Segment(turn.start, turn.end), k] = turn.speaker
     assert snapshot.speaker_count == diarizer.clustering.speaker_count
     return hypothesis, snapshot.speaker_count
-
-
-def der(reference, hypothesis):
-    return DiarizationErrorRate(collar=0.25, skip_overlap=False)(reference, hypothesis)
 
 
 class MappingSpy:

@@ -6,7 +6,6 @@ fake engine."""
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,17 +14,10 @@ import httpx
 import numpy as np
 import pytest
 import requests
-from pyannote.core import Annotation, Segment
-from pyannote.database.util import load_rttm
-from pyannote.metrics.diarization import DiarizationErrorRate
 
 from audio_fixtures import (
-    DIALOGUE_LINES,
     SAMPLE_WAV,
-    SPEAKERS,
     conversation,
-    dialogue,
-    sample_dir,
     sample_reference_text,
     wer,
     write_wav,
@@ -38,36 +30,17 @@ from parley.recordings.media import decode_file
 KEY = "files-test-key"
 
 
-def word_turns(words: list[dict], key: str = "speaker") -> Annotation:
-    """Who spoke when, from words' times and speakers (what a client of the file API
-    has)."""
-    hypothesis = Annotation()
-    for k, w in enumerate(words):
-        if w.get(key) is not None and w["end"] > w["start"]:
-            hypothesis[Segment(w["start"], w["end"]), k] = str(w[key])
-    return hypothesis.support(collar=0.5)
-
-
-def der(reference: Annotation, hypothesis: Annotation) -> float:
-    return DiarizationErrorRate(collar=0.25, skip_overlap=False)(reference, hypothesis)
-
-
 @pytest.fixture(scope="module")
-def base(diarized_server) -> str:
-    return f"http://127.0.0.1:{diarized_server.port}"
-
-
-@pytest.fixture(scope="module")
-def openai_client(base):
+def openai_client(diarized_base):
     from openai import OpenAI
 
-    return OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+    return OpenAI(base_url=f"{diarized_base}/v1", api_key="unused", max_retries=0)
 
 
 # ---------------------------------------------------------------- real models, real clients
 
 
-async def test_openai_json_matches_the_live_path_and_verbose_words(base, openai_client):
+async def test_openai_json_matches_the_live_path_and_verbose_words(diarized_base, openai_client):
     """openai's audio.transcriptions.create on sample.wav: json text with WER at most the
     live stream's on the same audio; verbose_json with segments and timed words."""
     reference = sample_reference_text()
@@ -75,7 +48,7 @@ async def test_openai_json_matches_the_live_path_and_verbose_words(base, openai_
         openai_client.audio.transcriptions.create, model="whisper-1", file=SAMPLE_WAV.open("rb")
     )
     live = await run_stream(
-        stream_url(f"ws://{base[7:]}/v1/stream", StreamConfig(), None),
+        stream_url(f"ws://{diarized_base[7:]}/v1/stream", StreamConfig(), None),
         chunks_of(_wav_audio()),
         32000,
         fast=True,
@@ -122,108 +95,6 @@ async def test_openai_srt_stream_and_diarized_json(openai_client):
         response_format="diarized_json",
     )
     assert {s.speaker for s in diarized.segments} == {"S1", "S2"}
-
-
-async def test_predict_as_the_reference_readme_sends_it(base):
-    """requests' multipart POST to /predict, exactly as the reference server's README:
-    its answer's shapes; sample.wav's speakers: words' turns (from /v1/listen's words,
-    0.25 s collar) with DER 0.081, against the live path's 0.074 (the whole-file
-    timeline itself scores 0.039: words at turn edges take the other speaker);
-    batch_size and assisted reported, not obeyed; an unknown parameter ignored with a
-    warning."""
-
-    def post():
-        files = {"file": open(SAMPLE_WAV, "rb")}
-        data = {"parameters": json.dumps({"batch_size": 1, "assisted": "true", "temperature": 0.3})}
-        return requests.post(f"{base}/predict", files=files, data=data, timeout=120)
-
-    response = await asyncio.to_thread(post)
-    assert response.status_code == 200, response.text
-    answer = response.json()
-    assert set(answer) >= {"speakers", "chunks", "text"}
-    assert all(len(c["timestamp"]) == 2 and c["text"] for c in answer["chunks"])
-    assert {s["speaker"] for s in answer["speakers"]} == {"SPEAKER_00", "SPEAKER_01"}
-    assert answer["parley"]["parameters"]["batch_size"] == 1
-    assert answer["parley"]["warnings"] == ["unknown parameter 'temperature' ignored"]
-    assert answer["parley"]["decode"]["windows"] >= 1
-    listened = await asyncio.to_thread(
-        requests.post,
-        f"{base}/v1/listen?diarize=true&punctuate=true",
-        data=SAMPLE_WAV.read_bytes(),
-        headers={"Content-Type": "audio/wav"},
-        timeout=120,
-    )
-    words = listened.json()["results"]["channels"][0]["alternatives"][0]["words"]
-    reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
-    assert der(reference, word_turns(words)) <= 0.09  # 0.081 here; the live path's 0.074
-
-
-async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(base):
-    """deepgram-sdk's pre-recorded transcribe_file: an espeak meeting of three voices with
-    known text and turns; three speakers, utterances, words in order."""
-    from deepgram import DeepgramClient
-
-    audio, truth = dialogue(["A", "B", "C"], turns=6)
-    path = write_wav(sample_dir_tmp() / "three.wav", audio)
-    client = DeepgramClient(api_key="unused", environment=_deepgram_environment(base))
-    response = await asyncio.to_thread(
-        client.listen.v1.media.transcribe_file,
-        request=path.read_bytes(),
-        diarize=True,
-        utterances=True,
-        punctuate=True,
-        model="nova-3",
-    )
-    alternative = response.results.channels[0].alternatives[0]
-    live = await run_stream(
-        stream_url(f"ws://{base[7:]}/v1/stream", StreamConfig(), None),
-        chunks_of(audio),
-        32000,
-        fast=True,
-    )
-    said = " ".join(u.text for u in truth)
-    assert wer(said, alternative.transcript) <= wer(
-        said, " ".join(f.text for f in live.finals)
-    )  # here 0.22 against 0.35
-    assert len({w.speaker for w in alternative.words}) == 3
-    assert response.results.utterances and response.metadata.duration > 10
-    reference = Annotation()
-    for k, u in enumerate(truth):
-        reference[Segment(u.start, u.end), k] = u.voice
-    assert der(reference, word_turns([w.dict() for w in alternative.words])) < 0.2
-
-
-VOICES = [SPEAKERS["A"], SPEAKERS["B"], SPEAKERS["C"], "en-us+f3"]
-
-
-@pytest.mark.parametrize("count", [2, 3, 4])
-async def test_whole_file_speaker_counts(base, count):
-    """espeak meetings of 2, 3 and 4 voices: the exact count, with and without
-    num_speakers."""
-    audio, _ = conversation(
-        [(VOICES[i % count], DIALOGUE_LINES[i % len(DIALOGUE_LINES)]) for i in range(2 * count)],
-        gap_s=0.6,
-    )
-    voices = VOICES[:count]
-    path = write_wav(sample_dir_tmp() / f"{len(voices)}.wav", audio)
-    for parameters in ({}, {"num_speakers": len(voices)}):
-        response = await asyncio.to_thread(
-            requests.post,
-            f"{base}/predict",
-            files={"file": path.open("rb")},
-            data={"parameters": json.dumps(parameters)},
-            timeout=120,
-        )
-        assert response.status_code == 200
-        assert len({s["speaker"] for s in response.json()["speakers"]}) == len(voices)
-
-
-def _deepgram_environment(base: str):
-    from deepgram.environment import DeepgramClientEnvironment
-
-    return DeepgramClientEnvironment(
-        base=base, production=f"ws://{base[7:]}", agent=f"ws://{base[7:]}", agent_rest=base
-    )
 
 
 def _wav_audio():
