@@ -12,13 +12,13 @@ against the known turns with pyannote.metrics (0.25 s collar, overlap scored):
 
 ``--recording`` scores whole-recording clustering instead (a file upload's), and
 ``--closing`` what a client keeps once a stream has ended (its closing relabel, or the
-live labels of a stream too short for one). ``--cuts 2 1`` scores where and how soon
-finals are cut at speaker changes instead, under each change latency given.
+live labels of a stream too short for one). ``--cuts 2 2+1`` scores where and how soon
+finals are cut at speaker changes instead, under each cut rule given (``cut_rule``).
 
 This scores the speaker timeline itself (who spoke when, frame by frame), which the
 finals' word labels are read from; ``bench/diarization.py --devset`` scores the words
 a client gets from a real server. Usage:
-python bench/speakers.py [--split dev heldout] [--recording | --closing | --cuts 2 1]
+python bench/speakers.py [--split dev heldout] [--recording | --closing | --cuts 2 2+1]
 [--set min_speaker_s=2 ...]
 """
 
@@ -40,6 +40,7 @@ from pyannote.core import Timeline
 
 import recorded_voices
 from devset import PLAN, SAMPLE_RATE, Recording, make
+from parley.core.turns import TurnConfig
 from parley.core.vad import VadConfig
 
 COLLAR_S = 0.25
@@ -281,25 +282,23 @@ def inner_changes(recording: Recording) -> list[float]:
 
 def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
     """Where and when the server would cut finals at speaker changes: the recording
-    stepped as ``_score`` steps it, and after each step ``settled_change`` read over the
-    open segment (as ``SpeakerTrack.turn_change`` reads it), once per change latency in
-    ``overrides["latencies"]``. The segments are the known speech joined across pauses
+    stepped as ``_score`` steps it, and after each step a ``ChangeCuts`` read over the
+    open segment (as ``SpeakerTrack.turn_change`` reads it), one per rule in
+    ``overrides["rules"]`` (``cut_rule``). The segments are the known speech joined across pauses
     shorter than the VAD's; the time a cut takes to decode is left out."""
     from parley.core.stream_diarizer import StreamDiarizer
-    from parley.core.turns import settled_change
+    from parley.core.turns import ChangeCuts
 
     split, kind, speakers, index, overrides = job
-    latencies = [float(x) for x in overrides["latencies"].split(",")]
+    names = overrides["rules"].split(",")
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
     diarizer = StreamDiarizer(_MODELS, config_with({}))
-    rules = {
-        latency: replace(diarizer.config.turns, change_latency_s=latency) for latency in latencies
-    }
+    rules = {name: ChangeCuts(cut_rule(diarizer.config.turns, name)) for name in names}
     regions = speech_regions(recording)
     changes = inner_changes(recording)
-    opened: dict[float, tuple[int, float]] = {}  # latency → (region, open segment's start)
-    cuts: dict[float, list[tuple[float, float]]] = {latency: [] for latency in latencies}
+    opened: dict[str, tuple[int, float]] = {}  # rule → (region, open segment's start)
+    cuts: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     windows = iter(cached["windows"])
     for window, _, now in diarizer.windows(recording.audio):
         if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
@@ -312,46 +311,57 @@ def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
         voices = diarizer.timeline.snapshot(
             diarizer.clustering.aliases(), diarizer.clustering.voices()
         ).by_voice()
-        for latency, rule in rules.items():
-            if opened.get(latency, (-1, 0.0))[0] != region:
-                opened[latency] = (region, regions[region][0])
-            start = opened[latency][1]
+        for name, rule in rules.items():
+            if opened.get(name, (-1, 0.0))[0] != region:
+                opened[name] = (region, regions[region][0])
+            start = opened[name][1]
             end = min(now, regions[region][1])
-            while (cut := settled_change(voices, start, end, rule)) is not None and cut > start:
-                cuts[latency].append((cut, now))
+            while (cut := rule.read(voices, start, end)) is not None and cut > start:
+                cuts[name].append((cut, now))
                 start = cut
-            opened[latency] = (region, start)
+            opened[name] = (region, start)
     row = {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers}
     row["changes"] = len(changes)
-    for latency, made in cuts.items():
+    for name, made in cuts.items():
         near = [
             (cut, now, min(changes, key=lambda t: abs(t - cut)))
             for cut, now in made
             if changes and min(abs(t - cut) for t in changes) <= CHANGE_TOLERANCE_S
         ]
-        row[f"cuts@{latency}"] = len(made)
-        row[f"right@{latency}"] = len(near)
-        row[f"found@{latency}"] = len({true for *_, true in near})
-        row[f"delays@{latency}"] = [now - true for _, now, true in near]
+        row[f"cuts@{name}"] = len(made)
+        row[f"right@{name}"] = len(near)
+        row[f"found@{name}"] = len({true for *_, true in near})
+        row[f"delays@{name}"] = [now - true for _, now, true in near]
     return row
 
 
-def summarise_cuts(rows: list[dict], group: str, latencies: list[float]) -> list[dict]:
-    """Per change latency: the share of cuts that are right, the share of inner changes
+def cut_rule(turns: TurnConfig, rule: str) -> TurnConfig:
+    """``"2"``: a change cuts once 2 s old; ``"2+1"``: also once 1 s old if the step
+    before read it at the same place."""
+    latency, _, confirm = rule.partition("+")
+    return replace(
+        turns,
+        change_latency_s=float(latency),
+        confirm_latency_s=float(confirm) if confirm else None,
+    )
+
+
+def summarise_cuts(rows: list[dict], group: str, rules: list[str]) -> list[dict]:
+    """Per change rule: the share of cuts that are right, the share of inner changes
     cut, and how long after the true change a right cut was made (median, p90, max)."""
     out = []
     changes = sum(r["changes"] for r in rows)
-    for latency in latencies:
-        made = sum(r[f"cuts@{latency}"] for r in rows)
-        delays = sorted(d for r in rows for d in r[f"delays@{latency}"])
+    for rule in rules:
+        made = sum(r[f"cuts@{rule}"] for r in rows)
+        delays = sorted(d for r in rows for d in r[f"delays@{rule}"])
         out.append(
             {
                 "group": group,
-                "change_latency_s": latency,
+                "cut_rule": rule,
                 "inner_changes": changes,
                 "cuts": made,
-                "right": sum(r[f"right@{latency}"] for r in rows) / max(made, 1),
-                "changes_cut": sum(r[f"found@{latency}"] for r in rows) / max(changes, 1),
+                "right": sum(r[f"right@{rule}"] for r in rows) / max(made, 1),
+                "changes_cut": sum(r[f"found@{rule}"] for r in rows) / max(changes, 1),
                 "delay_median": statistics.median(delays) if delays else None,
                 "delay_p90": float(np.percentile(delays, 90)) if delays else None,
                 "delay_max": delays[-1] if delays else None,
@@ -360,19 +370,19 @@ def summarise_cuts(rows: list[dict], group: str, latencies: list[float]) -> list
     return out
 
 
-def report_cuts(rows: list[dict], splits: list[str], latencies: list[float], label: str) -> None:
+def report_cuts(rows: list[dict], splits: list[str], rules: list[str], label: str) -> None:
     summary = []
     for split in splits:
         mine = [r for r in rows if r["split"] == split]
-        summary += summarise_cuts(mine, f"{split}: all", latencies)
+        summary += summarise_cuts(mine, f"{split}: all", rules)
         for kind in sorted({r["kind"] for r in mine}):
             group = [r for r in mine if r["kind"] == kind]
-            summary += summarise_cuts(group, f"{split}: {kind}", latencies)
+            summary += summarise_cuts(group, f"{split}: {kind}", rules)
     print_table(
         summary,
         [
             "group",
-            "change_latency_s",
+            "cut_rule",
             "inner_changes",
             "cuts",
             "right",
@@ -513,10 +523,10 @@ def main() -> None:
     parser.add_argument(
         "--cuts",
         nargs="+",
-        type=float,
-        metavar="SECONDS",
+        metavar="RULE",
         help="score the finals' speaker-change cuts (where, how soon) under each of these "
-        "change latencies, not the labels",
+        "rules, not the labels: 2 (a change cuts once 2 s old), 2+1 (also once 1 s old "
+        "if two steps in a row read it at the same place)",
     )
     parser.add_argument(
         "--speed",
@@ -561,8 +571,8 @@ def main() -> None:
     with multiprocessing.get_context("fork").Pool(args.workers, _load, (1,)) as pool:
         pool.map(_observe, [job[:4] for job in jobs], chunksize=1)
         if args.cuts:
-            latencies = ",".join(str(x) for x in args.cuts)
-            jobs = [(*job[:4], {**job[4], "latencies": latencies}) for job in jobs]
+            rules = ",".join(args.cuts)
+            jobs = [(*job[:4], {**job[4], "rules": rules}) for job in jobs]
             cut_rows = pool.map(_score_cuts, jobs, chunksize=1)
         if not args.cuts:
             scoring = (

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot, Turn, TurnsByTime
 from parley.core.stream_diarizer import DiarizationConfig
-from parley.core.turns import TurnConfig, settled_change, smooth_labels
+from parley.core.turns import ChangeCuts, TurnConfig, settled_change, smooth_labels
 from parley.core.word_timing import WordTimingConfig, fit_words, trim_to_speech
 from parley.core.words import TimedWord
 from parley.protocol.messages import Final, FinalReason, SpeakerUpdate, Word
@@ -106,6 +106,27 @@ def test_a_change_is_cut_once_it_is_change_latency_old_though_labels_may_still_c
     assert settled_change(early, 0.0, 4.5, config) is None  # the change is not 2 s old yet
     assert settled_change(early, 0.0, 4.5, TurnConfig(change_latency_s=1.0)) == pytest.approx(3.0)
     assert settled_change(heard, 0.0, 6.5, TurnConfig(change_latency_s=4.0)) is None
+
+
+def test_a_young_change_cuts_once_two_steps_in_a_row_read_it_at_the_same_place():
+    """With confirm_latency_s, a change 1 s old that the step before read within 0.3 s
+    cuts; read once, read by the same step again, or moved, it waits for 2 s."""
+    config = TurnConfig(confirm_latency_s=1.0)
+
+    def step(change, heard):
+        turns = (Turn(0.0, change, 0), Turn(change, heard, 1))
+        return TimelineSnapshot(turns, settled_until=0.0, speaker_count=2, heard_until=heard)
+
+    cuts = ChangeCuts(config)
+    assert cuts.read(step(3.0, 4.0), 0.0, 4.0) is None  # the change is 1 s old, read once
+    assert cuts.read(step(3.0, 4.0), 0.0, 4.0) is None  # the same step again
+    assert cuts.read(step(3.1, 4.5), 0.0, 4.5) == pytest.approx(3.1)  # the next step agrees
+    moved = ChangeCuts(config)
+    assert moved.read(step(3.0, 4.0), 0.0, 4.0) is None
+    assert moved.read(step(3.5, 4.5), 0.0, 4.5) is None  # read 0.5 s away: not confirmed
+    assert moved.read(step(3.5, 5.0), 0.0, 5.0) == pytest.approx(3.5)  # confirmed there
+    assert ChangeCuts(TurnConfig()).read(step(3.0, 4.5), 0.0, 4.5) is None  # off: 2 s
+    assert ChangeCuts(TurnConfig()).read(step(3.0, 5.0), 0.0, 5.0) == pytest.approx(3.0)
 
 
 def test_a_turn_passing_to_a_newcomer_not_yet_shown_is_a_change_by_voice():

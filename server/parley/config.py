@@ -138,6 +138,13 @@ class DiarizationSettings(BaseModel):
         le=30.0,
         description="how old a speaker change must be before a final is cut there",
     )
+    confirm_latency_s: float | None = Field(
+        _TURNS.confirm_latency_s,
+        ge=0.0,
+        le=30.0,
+        description="a younger speaker change, at least this old, cuts a final when two "
+        "diarization steps in a row read it at the same place (null: never)",
+    )
     max_speakers: int = Field(_CLUSTERING.max_speakers, ge=1, le=64)
     new_speaker_distance: float = Field(
         _CLUSTERING.new_speaker_distance,
@@ -208,7 +215,11 @@ class DiarizationSettings(BaseModel):
                 split_similarity=self.split_similarity,
                 min_speaker_s=self.min_speaker_s,
             ),
-            turns=TurnConfig(min_turn_s=self.min_turn_s, change_latency_s=self.change_latency_s),
+            turns=TurnConfig(
+                min_turn_s=self.min_turn_s,
+                change_latency_s=self.change_latency_s,
+                confirm_latency_s=self.confirm_latency_s,
+            ),
         )
 
     @property

@@ -21,7 +21,7 @@ from parley.core.ring import AudioRing
 from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot, TurnsByTime
 from parley.core.speakers import SpeakerCount
-from parley.core.turns import settled_change, smooth_labels
+from parley.core.turns import ChangeCuts, smooth_labels
 from parley.core.word_timing import WordTimingConfig, trim_to_speech
 from parley.protocol.messages import Final, Partial, SpeakerUpdate
 from parley.workers.diarization import DiarizationWorker
@@ -48,6 +48,7 @@ class SpeakerTrack:
         self._snapshot = TimelineSnapshot((), 0.0, 0)  # as applied to the messages sent
         self._newest = self._snapshot  # the newest finished step's, for cutting at a turn
         self._no_change_in: tuple[TimelineSnapshot, float] | None = None  # checked, none
+        self._cuts = ChangeCuts(config.turns)
         self._labels = SpeakerLabels()
         self._unsettled: dict[int, Final] = {}  # segment id → final as last sent
         self._sent: dict[int, Final] = {}  # the same, of the closing relabel's span
@@ -135,7 +136,7 @@ class SpeakerTrack:
         checked = self._no_change_in
         if checked is not None and checked[0] is self._newest and checked[1] == start:
             return None  # nothing new to read: audio arrives far more often than steps
-        change = settled_change(self._newest.by_voice(), start, end, self._worker.config.turns)
+        change = self._cuts.read(self._newest.by_voice(), start, end)
         self._no_change_in = (self._newest, start) if change is None else None
         return change
 
