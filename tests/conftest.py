@@ -160,6 +160,15 @@ def diarized_base(diarized_server) -> str:
     return f"http://127.0.0.1:{diarized_server.port}"
 
 
+def deepgram_environment(base: str):
+    """deepgram-sdk's endpoints, all pointed at the server at ``base`` (http://...)."""
+    from deepgram.environment import DeepgramClientEnvironment
+
+    return DeepgramClientEnvironment(
+        base=base, production=f"ws://{base[7:]}", agent=f"ws://{base[7:]}", agent_rest=base
+    )
+
+
 @pytest.fixture
 async def servers():
     """Keep the servers a test starts; stop them after it. ``await servers(server)``

@@ -24,7 +24,7 @@ from audio_fixtures import (
     word_turns,
     write_wav,
 )
-from conftest import chunks_of
+from conftest import chunks_of, deepgram_environment
 from parley.client.stream import run_stream, stream_url
 from parley.protocol.messages import StreamConfig
 
@@ -70,7 +70,7 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarize
 
     audio, truth = dialogue(["A", "B", "C"], turns=6)
     path = write_wav(tmp_path / "three.wav", audio)
-    client = DeepgramClient(api_key="unused", environment=_deepgram_environment(diarized_base))
+    client = DeepgramClient(api_key="unused", environment=deepgram_environment(diarized_base))
     response = await asyncio.to_thread(
         client.listen.v1.media.transcribe_file,
         request=path.read_bytes(),
@@ -121,11 +121,3 @@ async def test_whole_file_speaker_counts(diarized_base, count, tmp_path):
         )
         assert response.status_code == 200
         assert len({s["speaker"] for s in response.json()["speakers"]}) == len(voices)
-
-
-def _deepgram_environment(base: str):
-    from deepgram.environment import DeepgramClientEnvironment
-
-    return DeepgramClientEnvironment(
-        base=base, production=f"ws://{base[7:]}", agent=f"ws://{base[7:]}", agent_rest=base
-    )

@@ -286,13 +286,13 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
     from deepgram import DeepgramClient
     from openai import AsyncOpenAI
 
-    from test_files import _deepgram_environment
+    from conftest import deepgram_environment
 
     server, _ = hooked_server
     base = f"http://127.0.0.1:{server.port}"
     audio = np.concatenate([speak(TERM_SENTENCE), np.zeros(16000, np.float32), speak(CARD)])
     path = write_wav(tmp_path / "call.wav", audio)
-    client = DeepgramClient(api_key="unused", environment=_deepgram_environment(base))
+    client = DeepgramClient(api_key="unused", environment=deepgram_environment(base))
     response = await asyncio.to_thread(
         client.listen.v1.media.transcribe_file,
         request=path.read_bytes(),
