@@ -125,8 +125,32 @@ def test_a_young_change_cuts_once_two_steps_in_a_row_read_it_at_the_same_place()
     assert moved.read(step(3.0, 4.0), 0.0, 4.0) is None
     assert moved.read(step(3.5, 4.5), 0.0, 4.5) is None  # read 0.5 s away: not confirmed
     assert moved.read(step(3.5, 5.0), 0.0, 5.0) == pytest.approx(3.5)  # confirmed there
-    assert ChangeCuts(TurnConfig()).read(step(3.0, 4.5), 0.0, 4.5) is None  # off: 2 s
-    assert ChangeCuts(TurnConfig()).read(step(3.0, 5.0), 0.0, 5.0) == pytest.approx(3.0)
+    off = TurnConfig(confirm_latency_s=None)
+    assert ChangeCuts(off).read(step(3.0, 4.5), 0.0, 4.5) is None  # off: 2 s
+    assert ChangeCuts(off).read(step(3.0, 5.0), 0.0, 5.0) == pytest.approx(3.0)
+
+
+def test_a_young_change_waits_while_another_voice_was_heard_before_it():
+    """A second voice heard briefly before the change (an interjection that may prove a
+    turn once older): the young change, though confirmed, waits for the 2 s rule, which
+    then finds the interjection's own change first."""
+    config = TurnConfig(confirm_latency_s=1.0)
+
+    def step(heard, interjection_end=2.2):
+        turns = (Turn(0.0, 1.5, 0), Turn(1.5, interjection_end, 1), Turn(interjection_end, 3.0, 0))
+        turns += (Turn(3.0, heard, 1),)
+        return TimelineSnapshot(turns, settled_until=0.0, speaker_count=2, heard_until=heard)
+
+    cuts = ChangeCuts(config)
+    assert cuts.read(step(4.0), 0.0, 4.0) is None
+    assert cuts.read(step(4.5), 0.0, 4.5) is None  # confirmed, but voice 1 spoke at 1.5 s
+    later = TimelineSnapshot(
+        (Turn(0.0, 1.5, 0), Turn(1.5, 2.7, 1), Turn(2.7, 3.0, 0), Turn(3.0, 5.5, 1)),
+        settled_until=0.0,
+        speaker_count=2,
+        heard_until=5.5,
+    )
+    assert cuts.read(later, 0.0, 5.5) == pytest.approx(1.5)  # 2 s old: the interjection
 
 
 def test_a_turn_passing_to_a_newcomer_not_yet_shown_is_a_change_by_voice():

@@ -138,12 +138,12 @@ class DiarizationSettings(BaseModel):
         le=30.0,
         description="how old a speaker change must be before a final is cut there",
     )
-    confirm_latency_s: float | None = Field(
-        _TURNS.confirm_latency_s,
+    confirm_latency_s: float = Field(
+        _TURNS.confirm_latency_s or 0.0,
         ge=0.0,
         le=30.0,
         description="a younger speaker change, at least this old, cuts a final when two "
-        "diarization steps in a row read it at the same place (null: never)",
+        "diarization steps in a row read it at the same place (0: never)",
     )
     max_speakers: int = Field(_CLUSTERING.max_speakers, ge=1, le=64)
     new_speaker_distance: float = Field(
@@ -218,7 +218,7 @@ class DiarizationSettings(BaseModel):
             turns=TurnConfig(
                 min_turn_s=self.min_turn_s,
                 change_latency_s=self.change_latency_s,
-                confirm_latency_s=self.confirm_latency_s,
+                confirm_latency_s=self.confirm_latency_s or None,
             ),
         )
 
