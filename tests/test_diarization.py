@@ -164,14 +164,17 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
     cut needs the change settled while the segment is still open, and faster than real
     time a busy machine's diarization steps fall behind the audio (by design they skip
     while the next window still covers them)."""
-    first = speak(DIALOGUE_LINES[0] + " " + DIALOGUE_LINES[2], SPEAKERS["A"])
-    # B speaks 7.5 s: the cut must come before its segment ends, and a busy machine's
-    # steps lag the audio by seconds.
-    second = speak(DIALOGUE_LINES[1] + " " + DIALOGUE_LINES[3], SPEAKERS["B"])
-    (a0, a1), (b0, b1) = audible_span(first), audible_span(second)
+
+    def voiced(text: str, voice: str) -> np.ndarray:
+        audio = speak(text, SPEAKERS[voice])
+        start, end = audible_span(audio)
+        return audio[int(start * SAMPLE_RATE) : int(end * SAMPLE_RATE)]
+
+    # B's two sentences without espeak's pause between them: 7.5 s in one segment, so
+    # that the cut comes before that segment ends though a busy machine's steps lag.
     speech = [
-        first[int(a0 * SAMPLE_RATE) : int(a1 * SAMPLE_RATE)],
-        second[int(b0 * SAMPLE_RATE) : int(b1 * SAMPLE_RATE)],
+        voiced(DIALOGUE_LINES[0] + " " + DIALOGUE_LINES[2], "A"),
+        np.concatenate([voiced(DIALOGUE_LINES[1], "B"), voiced(DIALOGUE_LINES[3], "B")]),
     ]
     audio = np.concatenate([silence(0.5), *speech, silence(1.5)])
     change = 0.5 + len(speech[0]) / SAMPLE_RATE
