@@ -73,7 +73,7 @@ def config_with(overrides: dict[str, str]):
 # The live windows are 0.5 s apart; a recording's are 2.5 s apart (the file pipeline's
 # step), so one cached window in five.
 RECORDING_STRIDE = 5
-LIVE_STEP_S = 0.5  # the cached windows' step
+LIVE_STEP_S = config_with({}).step_s  # the cached windows' step: the server's live step
 OBSERVATIONS = Path(__file__).resolve().parent / "results" / "speaker-observations"
 
 
@@ -284,8 +284,8 @@ def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
     """Where and when the server would cut finals at speaker changes: the recording
     stepped as ``_score`` steps it, and after each step a ``ChangeCuts`` read over the
     open segment (as ``SpeakerTrack.turn_change`` reads it), one per rule in
-    ``overrides["rules"]`` (``cut_rule``). The segments are the known speech joined across pauses
-    shorter than the VAD's; the time a cut takes to decode is left out."""
+    ``overrides["rules"]`` (``cut_rule``). The segments are the known speech joined
+    across pauses shorter than the VAD's; the time a cut takes to decode is left out."""
     from parley.core.stream_diarizer import StreamDiarizer
     from parley.core.turns import ChangeCuts
 
@@ -574,7 +574,7 @@ def main() -> None:
             rules = ",".join(args.cuts)
             jobs = [(*job[:4], {**job[4], "rules": rules}) for job in jobs]
             cut_rows = pool.map(_score_cuts, jobs, chunksize=1)
-        if not args.cuts:
+        else:
             scoring = (
                 _score_closing if args.closing else _score_recording if args.recording else _score
             )

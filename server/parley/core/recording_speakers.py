@@ -160,14 +160,14 @@ def _smallest_eigenpairs(laplacian: sparse.csr_matrix, count: int) -> tuple[np.n
     from scipy.sparse.linalg import ArpackError, eigsh
 
     n = laplacian.shape[0]
-    if n <= _DENSE_UP_TO or count >= n - 1:
-        return eigh(laplacian.toarray(), subset_by_index=[0, count - 1])
-    try:
-        values, vectors = eigsh(laplacian.tocsc(), k=count, sigma=-1e-3, which="LM")
-    except ArpackError:  # not converged: the dense solver, slower but sure
-        return eigh(laplacian.toarray(), subset_by_index=[0, count - 1])
-    order = np.argsort(values)
-    return values[order], vectors[:, order]
+    if n > _DENSE_UP_TO and count < n - 1:
+        try:
+            values, vectors = eigsh(laplacian.tocsc(), k=count, sigma=-1e-3, which="LM")
+            order = np.argsort(values)
+            return values[order], vectors[:, order]
+        except ArpackError:  # not converged: the dense solver below, slower but sure
+            pass
+    return eigh(laplacian.toarray(), subset_by_index=[0, count - 1])
 
 
 def _join_alike(

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 Span = tuple[float, float]
@@ -144,32 +145,50 @@ def settled_change(
     old (None: no such change yet). The runs are read up to the newest audio heard: the
     newer speaker's ``min_turn_s`` is what tells a turn from a flicker, and waiting for
     all of it to age as well would add ``min_turn_s`` to every such final's latency."""
-    heard = max(snapshot.settled_until, snapshot.heard_until)
-    changed_by = max(snapshot.settled_until, heard - config.change_latency_s)
-    if changed_by <= start:
-        return None
-    voiced = _voiced(snapshot, start, min(end, heard))
-    if not voiced:
-        return None
-    smoothed = smooth_labels([s for s, _ in voiced], [label for _, label in voiced], config)
-    runs = _runs(smoothed)
-    for previous, run in zip(runs, runs[1:]):
-        change = (voiced[previous.last][0][1] + voiced[run.first][0][0]) / 2
-        if change > changed_by:
-            return None  # this change and any later one are too new
-        lengths = [voiced[r.last][0][1] - voiced[r.first][0][0] for r in (previous, run)]
-        if min(lengths) >= config.min_turn_s:
-            return change
-    return None
+    return _SegmentTurns(snapshot, start, end, config).first_change(config.change_latency_s)
 
 
-def _voiced(snapshot: Speaking, start: float, until: float) -> list[tuple[Span, int]]:
-    """Who speaks each CELL_S of [start, until], the cells where someone does."""
-    cells = int((until - start) / CELL_S)
-    spans = [(start + i * CELL_S, start + (i + 1) * CELL_S) for i in range(max(cells, 0))]
-    view = snapshot.between(start, until)
-    labels = [view.speaking(a, b) for a, b in spans]
-    return [(span, label) for span, label in zip(spans, labels) if label is not None]
+class _SegmentTurns:
+    """One snapshot read over an open segment: who speaks each CELL_S, smoothed into
+    runs once (and only when asked), for changes of any age to be looked up."""
+
+    def __init__(self, snapshot: Speaking, start: float, end: float, config: TurnConfig):
+        self.heard = max(snapshot.settled_until, snapshot.heard_until)
+        self._snapshot = snapshot
+        self._start = start
+        self._until = min(end, self.heard)
+        self._config = config
+
+    @cached_property
+    def voiced(self) -> list[tuple[Span, int]]:
+        """Who speaks each CELL_S of the segment heard, the cells where someone does."""
+        start, until = self._start, self._until
+        cells = int((until - start) / CELL_S)
+        spans = [(start + i * CELL_S, start + (i + 1) * CELL_S) for i in range(max(cells, 0))]
+        view = self._snapshot.between(start, until)
+        labels = [view.speaking(a, b) for a, b in spans]
+        return [(span, label) for span, label in zip(spans, labels) if label is not None]
+
+    @cached_property
+    def _runs(self) -> list[_Run]:
+        voiced = self.voiced
+        spans, labels = [s for s, _ in voiced], [label for _, label in voiced]
+        return _runs(smooth_labels(spans, labels, self._config)) if voiced else []
+
+    def first_change(self, latency_s: float) -> float | None:
+        """``settled_change`` with changes ``latency_s`` old counted."""
+        changed_by = max(self._snapshot.settled_until, self.heard - latency_s)
+        if changed_by <= self._start:
+            return None
+        voiced, runs = self.voiced, self._runs
+        for previous, run in zip(runs, runs[1:]):
+            change = (voiced[previous.last][0][1] + voiced[run.first][0][0]) / 2
+            if change > changed_by:
+                return None  # this change and any later one are too new
+            lengths = [voiced[r.last][0][1] - voiced[r.first][0][0] for r in (previous, run)]
+            if min(lengths) >= self._config.min_turn_s:
+                return change
+        return None
 
 
 class ChangeCuts:
@@ -181,32 +200,31 @@ class ChangeCuts:
 
     def __init__(self, config: TurnConfig = TurnConfig()):
         self._config = config
-        young = config.confirm_latency_s
-        self._young = None if young is None else replace(config, change_latency_s=young)
         self._previous: tuple[float, float, float] | None = None  # (heard, start, change)
 
     def read(self, snapshot: Speaking, start: float, end: float) -> float | None:
         """The cut in [start, end] (None: not yet)."""
-        settled = settled_change(snapshot, start, end, self._config)
-        if settled is not None or self._young is None:
+        config = self._config
+        turns = _SegmentTurns(snapshot, start, end, config)
+        settled = turns.first_change(config.change_latency_s)
+        if settled is not None or config.confirm_latency_s is None:
             return settled
-        young = settled_change(snapshot, start, end, self._young)
-        heard = max(snapshot.settled_until, snapshot.heard_until)
+        young = turns.first_change(config.confirm_latency_s)
         previous = self._previous
         if young is None:
             self._previous = None
             return None
-        if previous is not None and previous[0] == heard:
+        if previous is not None and previous[0] == turns.heard:
             return None  # the same step read again: keep what the step before it read
-        self._previous = (heard, start, young)
+        self._previous = (turns.heard, start, young)
         agreed = (
             previous is not None
             and previous[1] == start
-            and abs(previous[2] - young) <= self._config.confirm_tolerance_s
+            and abs(previous[2] - young) <= config.confirm_tolerance_s
         )
         if not agreed:
             return None
         # Another voice heard before it, however briefly, may yet prove a turn of its
         # own once older: cutting here would leave that change behind the open segment.
-        before = {label for _, label in _voiced(snapshot, start, young - CELL_S)}
+        before = {label for span, label in turns.voiced if span[1] <= young - CELL_S + 1e-9}
         return young if len(before) <= 1 else None
