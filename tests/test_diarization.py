@@ -1,9 +1,11 @@
 """Streaming diarization with the bundled models: accuracy, constraints, and the wire."""
 
 import asyncio
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,6 +97,43 @@ def test_an_embedding_does_not_move_with_one_step_of_the_audio(speaker_models, t
     assert np.array_equal(first, again)
     cosine = first @ moved / (np.linalg.norm(first) * np.linalg.norm(moved))
     assert 1.0 - cosine < 0.01
+
+
+def test_the_onnx_export_is_kept_beside_the_weights_and_read_back(
+    speaker_models, models_dir, tmp_path, monkeypatch
+):
+    """The first CPU load exports CAM++ to ONNX and keeps the file; the next load reads it
+    instead of exporting, and embeds exactly as the export it read. Weights that change
+    are exported again, and a directory that cannot be written still loads."""
+    from parley.models import speaker_models as module
+
+    directory = tmp_path / "campplus"
+    shutil.copytree(models_dir / "diarization" / "campplus", directory)
+    for kept in directory.glob("*.onnx"):
+        kept.unlink()
+    cpu = torch.device("cpu")
+    module.CamPlusPlusEmbedder(directory, cpu)
+    (kept,) = directory.glob("campplus-*.onnx")
+
+    def no_export(model):
+        raise AssertionError("exported again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "_export_onnx", no_export)
+        again = module.CamPlusPlusEmbedder(directory, cpu)
+    audio, _ = dialogue(["A"], turns=1)
+    window = torch.from_numpy(audio[: 3 * SAMPLE_RATE])
+    mask = torch.ones((1, len(window)), dtype=torch.bool)
+    assert np.array_equal(again(window, mask), speaker_models.embedder(window, mask))
+
+    with (directory / "camplusplus.py").open("a") as code:
+        code.write("\n# changed\n")
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "replace", lambda self, target: (_ for _ in ()).throw(OSError()))
+        module.CamPlusPlusEmbedder(directory, cpu)
+    assert list(directory.glob("*.onnx")) == [kept]
+    module.CamPlusPlusEmbedder(directory, cpu)
+    assert len(list(directory.glob("*.onnx"))) == 2
 
 
 @pytest.mark.parametrize("voices, bound", [(["A", "B", "C"], 0.15)])

@@ -49,10 +49,12 @@ class Embedder(Protocol):
 class CamPlusPlusEmbedder:
     """CAM++ on 80-bin Kaldi fbank (mean-normalised), as 3D-Speaker trains it.
 
-    On a CPU the network runs in ONNX Runtime, exported from the same weights at load
-    time: its 1-D convolutions take torch's slow path at batch size one, and the
-    embeddings are equal to rounding (bench/README.md, "Speaker labelling": steps per
-    second); on a GPU, torch.
+    On a CPU the network runs in ONNX Runtime, exported from the same weights: its 1-D
+    convolutions take torch's slow path at batch size one, and the embeddings are equal
+    to rounding (bench/README.md, "Speaker labelling": steps per second); on a GPU,
+    torch. The export takes seconds of one core, so it is kept beside the weights
+    (``_onnx_model``) and made again only when the weights, the model's code or torch
+    change.
     """
 
     dimension = 192
@@ -71,7 +73,9 @@ class CamPlusPlusEmbedder:
         model.load_state_dict(state)
         self._model = model.to(device).eval()
         self._device = device
-        self._session = _onnx_session(self._model) if device.type == "cpu" else None
+        self._session = None
+        if device.type == "cpu":
+            self._session = _onnx_session(_onnx_model(self._model, directory))
 
     def _network(self, features: torch.Tensor) -> np.ndarray:
         if self._session is not None:
@@ -97,12 +101,32 @@ class CamPlusPlusEmbedder:
         return out
 
 
-def _onnx_session(model: torch.nn.Module):
-    """``model`` (features (1, frames, 80) → embedding) as an ONNX Runtime session on one
-    thread (the diarization thread's share of the cores)."""
-    import io
+def _onnx_model(model: torch.nn.Module, directory: Path) -> bytes:
+    """``model`` (features (1, frames, 80) → embedding) exported to ONNX, read from
+    ``directory`` where an earlier load kept it. The file's name is a digest of what
+    the export depends on, so a changed input never reads a stale export. A directory
+    nobody may write to (a read-only image) only costs the export at every load."""
+    import hashlib
 
-    import onnxruntime
+    digest = hashlib.sha256(torch.__version__.encode())
+    for name in ("camplusplus.py", "campplus_cn_en_common.pt"):
+        digest.update((directory / name).read_bytes())
+    kept = directory / f"campplus-{digest.hexdigest()[:16]}.onnx"
+    if kept.is_file():
+        return kept.read_bytes()
+    exported = _export_onnx(model)
+    partial = kept.with_name(f"{kept.name}.{os.getpid()}.partial")
+    try:
+        partial.write_bytes(exported)
+        partial.replace(kept)  # atomic: a concurrent load reads a whole file or none
+    except OSError as exc:
+        log.info("could not keep the CAM++ export in %s (%s)", directory, exc)
+        partial.unlink(missing_ok=True)
+    return exported
+
+
+def _export_onnx(model: torch.nn.Module) -> bytes:
+    import io
 
     exported = io.BytesIO()
     with warnings.catch_warnings():  # the exporter's notes on the model's own code
@@ -116,12 +140,18 @@ def _onnx_session(model: torch.nn.Module):
             dynamic_axes={"features": {1: "frames"}},
             dynamo=False,
         )
+    return exported.getvalue()
+
+
+def _onnx_session(exported: bytes):
+    """An ONNX Runtime session of ``exported`` on one thread (the diarization thread's
+    share of the cores)."""
+    import onnxruntime
+
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    return onnxruntime.InferenceSession(
-        exported.getvalue(), options, providers=["CPUExecutionProvider"]
-    )
+    return onnxruntime.InferenceSession(exported, options, providers=["CPUExecutionProvider"])
 
 
 class PyannoteEmbedder:
