@@ -23,12 +23,14 @@ from parley.core.asr import (
 from parley.core.keyterms import (
     CONTINUE_BONUS,
     MAX_KEYTERMS,
+    RESPELL_UNSURE,
     START_BONUS,
     KeytermBias,
     check_keyterms,
+    respellings,
 )
 from parley.core.redaction import REDACTED, Redact, number_runs, rewrite, rewrite_text
-from parley.protocol.messages import ErrorCode, ProtocolError, StreamConfig
+from parley.protocol.messages import ErrorCode, ProtocolError, StreamConfig, Word
 
 ALL = frozenset({Redact.PCI, Redact.SSN, Redact.PHONE})
 
@@ -179,6 +181,81 @@ def test_redaction_keeps_every_word_it_does_not_redact_in_order(words, categorie
     for run in number_runs(words):
         if Redact.NUMBERS in categories:
             assert not any(timed[i] in out for i in range(*run))
+
+
+UNSURE, SURE = RESPELL_UNSURE / 2, (1 + RESPELL_UNSURE) / 2
+
+
+def said(text: str, unsure: set[int] = frozenset()) -> list[tuple[str, float]]:
+    """``text``'s words, the model unsure of those at ``unsure`` (all, if not given)."""
+    words = text.split()
+    return [(w, UNSURE if not unsure or i in unsure else SURE) for i, w in enumerate(words)]
+
+
+@pytest.mark.parametrize(
+    "text, terms, runs",
+    [
+        # what tiny.en wrote for espeak-ng's voice (bench/vocabulary.py's set)
+        ("run the migration with a limbic tonight.", ["Alembic"], [(4, 6, "Alembic")]),
+        ("Dr Okonk where reviewed the scans", ["Okonkwo", "Zendesk"], [(1, 2, "Okonkwo")]),
+        ("with have or send joins the board", ["Halvorsen"], [(1, 4, "Halvorsen")]),
+        ("Move the files to the next cloud share.", ["Nextcloud"], [(5, 7, "Nextcloud")]),
+        # nothing like any term; a term already written; an inflection of a term
+        ("Tell the team the demo moved.", ["Joaquin", "Thiago"], []),
+        ("Restart the Kubernetes cluster.", ["Kubernetes"], []),
+        ("We moved the Terraforms over.", ["Terraform"], []),
+        # one run, two terms alike: the more alike takes it; a term is written once
+        ("the nextcloud and next cloud", ["Nextcloud"], []),
+        ("a limbic or a limbic", ["Alembic"], [(0, 2, "Alembic")]),
+    ],
+)
+def test_runs_spelled_like_a_term_are_respelled(text, terms, runs):
+    assert respellings(said(text), terms) == runs
+
+
+def test_only_words_the_model_was_unsure_of_are_respelled():
+    """ "motion" said clearly stays "motion" whatever the glossary holds; unsure, it is
+    the term; a run respelled needs one unsure word, not all."""
+    assert respellings(said("the motion passed", unsure={0, 2}), ["Notion"]) == []
+    assert respellings(said("the motion passed", unsure={1}), ["Notion"]) == [(1, 2, "Notion")]
+    assert respellings(said("with a limbic", unsure={2}), ["Alembic"]) == [(1, 3, "Alembic")]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "limbic", "next", "cloud", "the", "Okonk", "Zen", "desk."]),
+            st.floats(0, 1),
+        ),
+        max_size=20,
+    ),
+    st.lists(st.sampled_from(["Alembic", "Nextcloud", "Okonkwo", "Zendesk"]), max_size=4),
+)
+def test_respelled_runs_never_overlap_and_each_term_is_written_once(words, terms):
+    runs = respellings(words, terms)
+    covered = [i for start, end, _ in runs for i in range(start, end)]
+    assert len(covered) == len(set(covered))
+    assert len({term for _, _, term in runs}) == len(runs)
+    assert all(any(p < RESPELL_UNSURE for _, p in words[a:b]) for a, b, _ in runs)
+
+
+def test_a_stream_with_keyterms_gets_respelled_words_with_their_times():
+    """The run's words become one, timed from its first to its last, its probability
+    the least sure; the trailing punctuation stays; the text is the words'."""
+    from fake_engine import FakeEngine
+    from parley.workers.decoding import StreamDecoding
+
+    decoding = StreamDecoding.of(StreamConfig(keyterms=("Alembic",)), FakeEngine())
+    words = [
+        Word("with", 0.0, 0.2, 0.9),
+        Word("a", 0.2, 0.3, 0.4),
+        Word("limbic.", 0.3, 0.8, 0.5),
+    ]
+    out = decoding.words(words)
+    assert out == [Word("with", 0.0, 0.2, 0.9), Word("Alembic.", 0.2, 0.8, 0.4)]
+    assert decoding.text("with a limbic.", out) == "with Alembic."
+    plain = StreamDecoding.of(StreamConfig(), FakeEngine())
+    assert plain.words(words) == words and plain.text("with a limbic.", words) == "with a limbic."
 
 
 def test_decoding_settings_from_the_query():

@@ -1,6 +1,7 @@
 """A stream's decoding settings at work: what each request asks of the engine (language,
 task, the caller's words as prompt and keyterm bias), and how each result becomes a
-message (its language, confidence, warnings; redaction and numerals).
+message (its language, confidence, warnings; keyterms respelled, redaction and
+numerals).
 
 One ``StreamDecoding`` per session, rebuilt when the session is reconfigured; the
 engine's tokenizer runs once here, not per segment.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parley.core.asr import AsrRequest, Transcriber, Transcription, Vocabulary
+from parley.core.keyterms import respellings
 from parley.core.redaction import rewrite, rewrite_text
 from parley.protocol.messages import FinalWarning, StreamConfig, Word
 
@@ -64,16 +66,29 @@ class StreamDecoding:
         return bool(self.config.redact) or self.config.numerals
 
     def words(self, words: list[Word]) -> list[Word]:
-        """Redacted runs made one ``[redacted]`` word; numerals as digits."""
+        """Runs spelled like a keyterm written as it; redacted runs made one
+        ``[redacted]`` word; numerals as digits."""
+        if self.config.keyterms:
+            words = self._respelled(words)
         if not self._rewrites:
             return words
         return rewrite(
             words, lambda w: w.word, _joined, self.config.redaction, self.config.numerals
         )
 
+    def _respelled(self, words: list[Word]) -> list[Word]:
+        runs = respellings([(w.word, w.probability) for w in words], self.config.keyterms)
+        out = list(words)
+        for start, end, term in reversed(runs):
+            last = words[end - 1].word
+            out[start:end] = [_joined(words[start:end], term + last[len(last.rstrip(".,!?;:")) :])]
+        return out
+
     def text(self, text: str, words: list[Word] | None = None) -> str:
-        """The text of a result: its rewritten words', else its own, rewritten."""
-        if not self._rewrites:
+        """The text of a result: its rewritten words', else its own, rewritten (a text
+        without words, a partial's, is not respelled: respelling reads word
+        probabilities)."""
+        if not self._rewrites and not (self.config.keyterms and words):
             return text
         if words:
             return " ".join(w.word for w in words)
