@@ -147,8 +147,8 @@ def respellings(
     probability) to write as ``term``, none overlapping, the most alike first.
 
     A term already written is left alone, and so is a run with a word that holds a
-    term's letters (an inflection: "Terraforms", "Kafka's"). Each term is written at most once:
-    a term said twice in one final keeps the model's second spelling."""
+    term's letters (an inflection: "Terraforms", "Kafka's"). Each term is written at
+    most once: a term said twice in one final keeps the model's second spelling."""
     texts = [w for w, _ in words]
     sure = [p >= RESPELL_UNSURE for _, p in words]
     spelled = [_letters(w) for w in texts]
