@@ -50,6 +50,17 @@ def test_a_term_is_favoured_from_its_start_and_more_once_begun():
     assert bias.bonuses([5, 6, 7]) == {5: START_BONUS, 8: START_BONUS}  # the term is done
 
 
+def test_a_term_begun_by_one_letter_is_not_yet_begun():
+    """A multilingual tokenizer writes " Nguyen" as " N", "gu", "yen": after " N" alone
+    (any word beginning with N) the term's next token gets only the start bonus; after
+    " Ngu" the continuation's. A term begun by two letters is begun at once."""
+    pieces = {5: " N", 6: "gu", 7: "yen", 8: " Kub", 9: "ernetes"}
+    bias = KeytermBias.of([(5, 6, 7), (8, 9)], lambda tokens: "".join(pieces[t] for t in tokens))
+    assert bias.weak_prefixes == {(5,)}
+    assert bias.bonuses([5]) == {5: START_BONUS, 8: START_BONUS, 6: START_BONUS}
+    assert bias.bonuses([5, 6])[7] == bias.bonuses([8])[9] == CONTINUE_BONUS
+
+
 def test_a_term_written_once_is_favoured_no_more():
     """Once the text holds a term whole, neither its start nor its continuation gets a
     bonus (a biased decode cannot write the glossary over and over); other terms still do."""

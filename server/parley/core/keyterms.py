@@ -22,7 +22,7 @@ still goes there.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rapidfuzz.fuzz import ratio
@@ -34,6 +34,7 @@ MAX_KEYTERM_CHARS = 50  # characters in one term
 # insertions, 3 none; recall rose from 1 to 3).
 START_BONUS = 3.0
 CONTINUE_BONUS = 8.0
+BEGUN_LETTERS = 2  # letters of a term written before it gets the continuation bonus
 # Respelling (chosen on the en-us third of bench/vocabulary.py's set, where recall was the
 # same from 73 to 78 and from 0.7 up; the lowest probability there keeps the most words
 # the model was sure of): a run is written as a term when their letters are this alike
@@ -77,6 +78,8 @@ class KeytermBias:
     sequences: tuple[tuple[int, ...], ...]
     start_bonus: float = START_BONUS
     continue_bonus: float = CONTINUE_BONUS
+    # Prefixes of a term too short to say it has begun (``of``): they get the start bonus.
+    weak_prefixes: frozenset[tuple[int, ...]] = frozenset()
     # prefix → next token → the terms (indices) that continue through it
     _next: dict[tuple[int, ...], dict[int, frozenset[int]]] = field(
         init=False, repr=False, compare=False
@@ -103,6 +106,25 @@ class KeytermBias:
         object.__setattr__(self, "_endings", {k: frozenset(v) for k, v in endings.items()})
         object.__setattr__(self, "_longest", max(map(len, self.sequences), default=0))
 
+    @classmethod
+    def of(
+        cls, sequences: Sequence[tuple[int, ...]], decode: Callable[[Sequence[int]], str]
+    ) -> KeytermBias:
+        """The bias of terms tokenized as ``sequences``; ``decode`` writes tokens as text.
+
+        A prefix holding fewer than ``BEGUN_LETTERS`` letters (a multilingual tokenizer
+        begins "Nguyen" with " N", "troponin" with a bare space) is weak: the text
+        writing it has begun any word with that letter, so continuing to the term gets
+        only the start bonus. With the continuation's 8, base wrote "to the city" as
+        "to Nguyen City" and "The server room" as "Nguyen Rui Rui"."""
+        weak = {
+            sequence[:i]
+            for sequence in sequences
+            for i in range(1, len(sequence))
+            if len(_letters(decode(sequence[:i]))) < BEGUN_LETTERS
+        }
+        return cls(tuple(sequences), weak_prefixes=frozenset(weak))
+
     def written(self, tokens: Sequence[int]) -> set[int]:
         """The terms (indices into ``sequences``) that ``tokens`` hold whole."""
         done: set[int] = set()
@@ -121,9 +143,11 @@ class KeytermBias:
                 if terms - done:
                     out[token] = self.start_bonus
         for k in range(1, min(self._longest, len(tokens) + 1)):
-            for token, terms in self._next.get(tuple(tokens[-k:]), {}).items():
+            prefix = tuple(tokens[-k:])
+            bonus = self.start_bonus if prefix in self.weak_prefixes else self.continue_bonus
+            for token, terms in self._next.get(prefix, {}).items():
                 if terms - done:
-                    out[token] = max(out.get(token, 0.0), self.continue_bonus)
+                    out[token] = max(out.get(token, 0.0), bonus)
         return out
 
 

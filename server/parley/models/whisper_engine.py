@@ -166,7 +166,7 @@ class WhisperEngine:
         after a space, as it is written mid-sentence)."""
         encode = self.processor.tokenizer.encode
         terms = [tuple(encode(" " + t, add_special_tokens=False)) for t in decoding.keyterms]
-        bias = KeytermBias(tuple(terms)) if terms else None
+        bias = KeytermBias.of(terms, self.processor.tokenizer.decode) if terms else None
         return Vocabulary(self.prompt_tokens(decoding.prompt), bias)
 
     def sot_sequence(self, language: str | None, task: Task = Task.TRANSCRIBE) -> list[int]:
