@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from websockets.asyncio.client import connect
 
 from audio_fixtures import speak, write_wav
 from conftest import chunks_of, serve_real
-from parley.core.asr import AsrRequest, Task, transcribe
+from parley.core.asr import AsrRequest, Task, second_attempt, transcribe
+from parley.core.keyterms import KeytermBias
 from parley.core.vad import VadConfig
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
@@ -74,15 +76,26 @@ def test_keyterm_bias_is_exact_under_drafts_and_batching(tiny_engine):
 
 
 def test_keyterms_that_derail_a_decode_into_a_loop_cost_nothing(tiny_engine):
-    """These three terms push tiny.en into a loop of its own (" Zendmar Alembic, Zendesk,
+    """Without the one-letter rule (the continuation's bonus right after " Z"), these
+    three terms push tiny.en into a loop of its own (" Zendmar Alembic, Zendesk,
     D'Ambor, D'Ambor, …" until the decoder is full); the segment is decoded again without
-    the bias and gives the plain decode's text, not an empty final."""
+    the bias and gives the plain decode's text, not an empty final. With the rule, the
+    biased decode itself writes the sentence."""
     audio = speak("Xiomara leads the onboarding call on Monday.")
     plain = transcribe(tiny_engine, _request(tiny_engine, audio, StreamConfig()))
     config = StreamConfig(keyterms=("Xiomara", "Zendesk", "Alembic"))
-    result = transcribe(tiny_engine, _request(tiny_engine, audio, config))
+    request = _request(tiny_engine, audio, config)
+    assert request.bias is not None and request.bias.weak_prefixes
+    without_rule = replace(request, bias=KeytermBias(request.bias.sequences))
+    (looping,) = tiny_engine.start([without_rule])
+    while not looping.finished:
+        tiny_engine.step([looping], [tiny_engine.max_draft])
+    assert second_attempt(without_rule, tiny_engine.finish(looping)) is not None
+    result = transcribe(tiny_engine, without_rule)
     assert "onboarding" in plain.text
     assert (result.text, result.rejected) == (plain.text, None)
+    with_rule = transcribe(tiny_engine, request)
+    assert "onboarding" in with_rule.text and with_rule.rejected is None
 
 
 def test_languages_are_detected_per_segment_and_restricted_on_request(base_engine):
