@@ -25,7 +25,9 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from rapidfuzz.fuzz import ratio
+from rapidfuzz.process import cdist
 
 MAX_KEYTERMS = 100  # terms a stream or file may give
 MAX_KEYTERM_CHARS = 50  # characters in one term
@@ -161,7 +163,11 @@ def _normalised(text: str) -> str:
 
 def written(term: str, text: str) -> bool:
     """Whether ``text`` holds ``term`` as whole words, case and punctuation aside."""
-    return re.search(rf"\b{re.escape(_normalised(term))}\b", _normalised(text)) is not None
+    return _holds(_normalised(text), term)
+
+
+def _holds(normalised_text: str, term: str) -> bool:
+    return re.search(rf"\b{re.escape(_normalised(term))}\b", normalised_text) is not None
 
 
 def respellings(
@@ -176,23 +182,36 @@ def respellings(
     texts = [w for w, _ in words]
     sure = [p >= RESPELL_UNSURE for _, p in words]
     spelled = [_letters(w) for w in texts]
-    text = " ".join(texts)
+    text = _normalised(" ".join(texts))  # once, not once a term
+    open_terms = [t for t in terms if _letters(t) and not _holds(text, t)]
+    if not open_terms:
+        return []
+    longest = max(len(t.split()) for t in open_terms) + RESPELL_EXTRA_WORDS
+    runs = [
+        (start, end)
+        for start in range(len(words))
+        for end in range(start + 1, min(start + longest, len(words)) + 1)
+        if not all(sure[start:end]) and any(spelled[start:end])
+    ]
+    if not runs:
+        return []
+    letters = [_letters(t) for t in open_terms]
+    # Every run against every term in one call (rapidfuzz's C loop): a final of 80 words
+    # and 100 terms is 24,000 pairs, and this runs on the event loop.
+    alike = cdist(
+        ["".join(spelled[a:b]) for a, b in runs],
+        letters,
+        scorer=ratio,
+        score_cutoff=RESPELL_SIMILARITY,
+    )
     candidates = []
-    for term in terms:
-        letters = _letters(term)
-        if not letters or written(term, text):
+    for r, k in zip(*np.nonzero(alike)):
+        (start, end), term = runs[r], open_terms[k]
+        if end - start > len(term.split()) + RESPELL_EXTRA_WORDS:
             continue
-        longest = len(term.split()) + RESPELL_EXTRA_WORDS
-        for start in range(len(words)):
-            for end in range(start + 1, min(start + longest, len(words)) + 1):
-                run = "".join(spelled[start:end])
-                if all(sure[start:end]) or not run:
-                    continue
-                if any(letters in word for word in spelled[start:end]):
-                    continue
-                alike = ratio(run, letters)
-                if alike >= RESPELL_SIMILARITY:
-                    candidates.append((-alike, start, end, term))
+        if any(letters[k] in word for word in spelled[start:end]):
+            continue
+        candidates.append((-float(alike[r, k]), start, end, term))
     taken: set[int] = set()
     chosen: dict[str, tuple[int, int]] = {}
     for _, start, end, term in sorted(candidates):

@@ -23,6 +23,8 @@ from typing import TypeVar
 
 from text_to_num import alpha2digit
 
+from parley.core.words import end_punctuation
+
 REDACTED = "[redacted]"
 
 
@@ -128,7 +130,7 @@ def rewrite(
     at = 0
     for start, end in sorted(set(runs) | redacted):
         out.extend(words[at:start])
-        trailing = texts[end - 1][len(texts[end - 1].rstrip(".,!?;:")) :]
+        trailing = end_punctuation(texts[end - 1])
         if (start, end) in redacted:
             out.append(join(words[start:end], REDACTED + trailing))
         else:

@@ -11,6 +11,12 @@ import numpy as np
 _TRAILING = set(".,!?:;%)]}\"'»”’…")
 
 
+def end_punctuation(word: str) -> str:
+    """The sentence punctuation a word ends with ("limbic." → "."), which a word written
+    in its place (a redaction, a respelled keyterm) keeps."""
+    return word[len(word.rstrip(".,!?;:")) :]
+
+
 @dataclass(frozen=True)
 class TimedWord:
     """A word with its times and the model's probability, before any speaker."""

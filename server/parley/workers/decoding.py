@@ -17,6 +17,7 @@ import numpy as np
 from parley.core.asr import AsrRequest, Transcriber, Transcription, Vocabulary
 from parley.core.keyterms import respellings
 from parley.core.redaction import rewrite, rewrite_text
+from parley.core.words import end_punctuation
 from parley.protocol.messages import FinalWarning, StreamConfig, Word
 
 
@@ -80,8 +81,9 @@ class StreamDecoding:
         runs = respellings([(w.word, w.probability) for w in words], self.config.keyterms)
         out = list(words)
         for start, end, term in reversed(runs):
-            last = words[end - 1].word
-            out[start:end] = [_joined(words[start:end], term + last[len(last.rstrip(".,!?;:")) :])]
+            out[start:end] = [
+                _joined(words[start:end], term + end_punctuation(words[end - 1].word))
+            ]
         return out
 
     def text(self, text: str, words: list[Word] | None = None) -> str:
