@@ -28,7 +28,7 @@ from common import machine, print_table, write_json
 from audio_fixtures import speak
 from parley.config import default_models_dir
 from parley.core.asr import Task, transcribe
-from parley.core.keyterms import written
+from parley.core.keyterms import normalised, written
 from parley.core.redaction import REDACTED
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
@@ -61,10 +61,6 @@ def decode(model: WhisperEngine, audio: np.ndarray, config: StreamConfig):
     return decoding.text(result.text, words), result
 
 
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w ]", " ", text.lower()).split())
-
-
 # ---------------------------------------------------------------- keyterms
 
 
@@ -91,8 +87,8 @@ def keyterms(tiny: WhisperEngine) -> list[dict]:
             terms += len(item.terms)
             inserted += any(written(t, text) for t in glossary if t not in item.terms)
             if not item.terms:
-                refs.append(_norm(item.text))
-                hyps.append(_norm(text))
+                refs.append(normalised(item.text))
+                hyps.append(normalised(text))
         rows.append(
             {
                 "variant": name,
@@ -122,9 +118,9 @@ def languages(base: WhisperEngine) -> list[dict]:
             right += result.language == code
             among += decode(base, clip, six)[1].language == code
             probabilities.append(result.language_probability or 0.0)
-            refs.append(_norm(sentence))
-            detected.append(_norm(text))
-            forced.append(_norm(decode(base, clip, StreamConfig(language=code))[0]))
+            refs.append(normalised(sentence))
+            detected.append(normalised(text))
+            forced.append(normalised(decode(base, clip, StreamConfig(language=code))[0]))
         rows.append(
             {
                 "language": code,
@@ -274,7 +270,7 @@ _ENGLISH = set(
 
 
 def _looks_english(text: str) -> bool:
-    words = _norm(text).split()
+    words = normalised(text).split()
     return bool(words) and sum(w in _ENGLISH for w in words) / len(words) >= 0.2
 
 

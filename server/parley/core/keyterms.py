@@ -157,17 +157,18 @@ def _letters(text: str) -> str:
     return re.sub(r"[^\w]|_", "", text.lower())
 
 
-def _normalised(text: str) -> str:
+def normalised(text: str) -> str:
+    """Lower case, punctuation as spaces, single spaces: text as terms are looked up in."""
     return " ".join(re.sub(r"[^\w ]", " ", text.lower()).split())
 
 
 def written(term: str, text: str) -> bool:
     """Whether ``text`` holds ``term`` as whole words, case and punctuation aside."""
-    return _holds(_normalised(text), term)
+    return _holds(normalised(text), term)
 
 
 def _holds(normalised_text: str, term: str) -> bool:
-    return re.search(rf"\b{re.escape(_normalised(term))}\b", normalised_text) is not None
+    return re.search(rf"\b{re.escape(normalised(term))}\b", normalised_text) is not None
 
 
 def respellings(
@@ -182,7 +183,7 @@ def respellings(
     texts = [w for w, _ in words]
     sure = [p >= RESPELL_UNSURE for _, p in words]
     spelled = [_letters(w) for w in texts]
-    text = _normalised(" ".join(texts))  # once, not once a term
+    text = normalised(" ".join(texts))  # once, not once a term
     open_terms = [t for t in terms if _letters(t) and not _holds(text, t)]
     if not open_terms:
         return []
