@@ -284,7 +284,8 @@ def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
     """Where and when the server would cut finals at speaker changes: the recording
     stepped as ``_score`` steps it, and after each step a ``ChangeCuts`` read over the
     open segment (as ``SpeakerTrack.turn_change`` reads it), one per rule in
-    ``overrides["rules"]`` (``cut_rule``). The segments are the known speech joined
+    ``overrides["rules"]`` (``cut_rule``); with ``overrides["stride"]`` N, only every Nth
+    step runs, as on a server too busy to step in time. The segments are the known speech joined
     across pauses shorter than the VAD's; the time a cut takes to decode is left out."""
     from parley.core.stream_diarizer import StreamDiarizer
     from parley.core.turns import ChangeCuts
@@ -300,9 +301,14 @@ def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
     opened: dict[str, tuple[int, float]] = {}  # rule → (region, open segment's start)
     cuts: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     windows = iter(cached["windows"])
-    for window, _, now in diarizer.windows(recording.audio):
-        if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
-            diarizer.link(next(windows))
+    stride = int(overrides.get("stride", 1))
+    for step, (window, _, now) in enumerate(diarizer.windows(recording.audio)):
+        if len(window) < diarizer.config.min_window_s * SAMPLE_RATE:
+            continue
+        observed = next(windows)
+        if step % stride:
+            continue  # a busy server's skipped step: the next window covers its audio
+        diarizer.link(observed)
         diarizer.timeline.advance(now)
         live = [k for k, (a, b) in enumerate(regions) if a < now <= b + VAD_SILENCE_S]
         if not live:
@@ -526,7 +532,8 @@ def main() -> None:
         metavar="RULE",
         help="score the finals' speaker-change cuts (where, how soon) under each of these "
         "rules, not the labels: 2 (a change cuts once 2 s old), 2+1 (also once 1 s old "
-        "if two steps in a row read it at the same place)",
+        "if two steps in a row read it at the same place); --set stride=N: every Nth "
+        "step only, as a busy server steps",
     )
     parser.add_argument(
         "--speed",

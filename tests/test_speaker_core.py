@@ -120,6 +120,26 @@ def test_timeline_averages_windows_and_settles_after_the_latency():
     assert timeline.settled_turns()[-1] == Turn(1.0, pytest.approx(2.0), 1)
 
 
+def test_where_windows_disagree_the_one_that_heard_the_moment_in_its_middle_decides():
+    """The CI failure in miniature: a window that heard a newcomer's first half second
+    at its end took it for the voice before; the next window, two seconds on, heard
+    that half second in its middle and knew it. Weighted by a Hamming window, the
+    later window decides, and the change stays where the voices changed (a plain mean
+    left the half second to nobody, and put the change in the middle of that gap)."""
+    timeline = SpeakerTimeline(frame_step=0.1, latency=10.0)
+    early = np.zeros((50, 2))  # 0–5 s: speaker 0 throughout, the newcomer's start too
+    early[:, 0] = 1.0
+    timeline.add_window(0.0, early)
+    late = np.zeros((50, 2))  # 2–7 s: speaker 0 until 4.5 s, then speaker 1
+    late[:25, 0] = 1.0
+    late[25:, 1] = 1.0
+    timeline.add_window(2.0, late)
+    snapshot = timeline.snapshot()
+    assert snapshot.speaking(4.5, 4.9) == 1
+    assert snapshot.speaking(4.1, 4.4) == 0
+    assert [(t.speaker, round(t.start, 1)) for t in snapshot.turns] == [(0, 0.0), (1, 4.5)]
+
+
 def test_snapshot_picks_the_speaker_with_most_overlap_or_the_nearest():
     """Spans take the speaker they overlap most; a gap word takes a turn within a second."""
     snapshot = TimelineSnapshot((Turn(0, 2, 0), Turn(1.5, 4, 1)), 4.0, 2)

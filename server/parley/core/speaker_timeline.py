@@ -2,7 +2,11 @@
 
 Each diarization step gives the activity of global speakers over one window (say
 the last 5 s, every 0.5 s), so every moment is seen by several overlapping windows.
-Their activities are averaged on a global frame grid. A frame is *settled* once it
+Their activities are averaged on a global frame grid, each window's frames weighted by
+a Hamming window over it, as pyannote aggregates its windows: a window has heard least
+of the voice at its edges (at its end, a newcomer's first half second it has yet to
+tell from the voice before), so where windows disagree the one that heard a moment in
+its middle decides. A frame is *settled* once it
 is ``latency`` seconds old: its label will not change after that, and it leaves the
 rolling buffers, which therefore stay the size of one window plus the latency.
 """
@@ -124,7 +128,7 @@ class SpeakerTimeline:
     onset: float = 0.5  # mean activity above which a speaker is speaking
     keep_seconds: float = 120  # settled history kept for labelling late finals
     _sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
-    _counts: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _origin: int = 0  # global frame index of _sums[0]
     _settled: list[Turn] = field(default_factory=list)
     _open: dict[int, float] = field(default_factory=dict)  # speaker → start of a running turn
@@ -133,12 +137,14 @@ class SpeakerTimeline:
         """``activity``: (frames, global speakers) for a window that begins at ``start``."""
         first = int(round(start / self.frame_step))
         frames, speakers = activity.shape
+        weights = np.hamming(frames)
         self._grow(first + frames, speakers)
         offset = first - self._origin
         if offset < 0:  # the part before the settled edge is history now
-            activity, frames, offset = activity[-offset:], frames + offset, 0
-        self._sums[offset : offset + frames, :speakers] += activity
-        self._counts[offset : offset + frames] += 1
+            activity, weights = activity[-offset:], weights[-offset:]
+            frames, offset = frames + offset, 0
+        self._sums[offset : offset + frames, :speakers] += activity * weights[:, None]
+        self._weights[offset : offset + frames] += weights
 
     def _grow(self, end_frame: int, speakers: int) -> None:
         rows = max(end_frame - self._origin, self._sums.shape[0])
@@ -146,21 +152,24 @@ class SpeakerTimeline:
         if (rows, cols) != self._sums.shape:
             grown = np.zeros((rows, cols))
             grown[: self._sums.shape[0], : self._sums.shape[1]] = self._sums
-            counts = np.zeros(rows)
-            counts[: len(self._counts)] = self._counts
-            self._sums, self._counts = grown, counts
+            weights = np.zeros(rows)
+            weights[: len(self._weights)] = self._weights
+            self._sums, self._weights = grown, weights
 
     def _labels(self, rows: slice) -> np.ndarray:
-        counts = np.maximum(self._counts[rows], 1)[:, None]
-        return (self._sums[rows] / counts) > self.onset
+        weights = self._weights[rows][:, None]
+        mean = np.divide(
+            self._sums[rows], weights, out=np.zeros_like(self._sums[rows]), where=weights > 0
+        )
+        return mean > self.onset
 
     def advance(self, now: float, final: bool = False) -> None:
         """Settle every frame older than ``now - latency`` (every frame, if ``final``)."""
         if final:
-            settle_to = len(self._counts)
+            settle_to = len(self._weights)
         else:
             settle_to = min(
-                int((now - self.latency) / self.frame_step) - self._origin, len(self._counts)
+                int((now - self.latency) / self.frame_step) - self._origin, len(self._weights)
             )
         if settle_to <= 0:
             if final:
@@ -171,7 +180,7 @@ class SpeakerTimeline:
             t = (self._origin + i) * self.frame_step
             self._step_turns(row, t)
         self._sums = self._sums[settle_to:]
-        self._counts = self._counts[settle_to:]
+        self._weights = self._weights[settle_to:]
         self._origin += settle_to
         horizon = self._origin * self.frame_step - self.keep_seconds
         while self._settled and self._settled[0].end < horizon:
@@ -200,9 +209,9 @@ class SpeakerTimeline:
         turns = list(self._settled)
         # Running turns and the unsettled frames, as they stand now.
         running = dict(self._open)
-        labels = self._labels(slice(0, len(self._counts))) if len(self._counts) else None
+        labels = self._labels(slice(0, len(self._weights))) if len(self._weights) else None
         if labels is not None:
-            seen = self._counts > 0
+            seen = self._weights > 0
             for i, row in enumerate(labels):
                 if not seen[i]:
                     continue
