@@ -29,14 +29,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
 from parley.core.speakers import ClusteringConfig, SpeakerCount, relative_similarity
 from parley.core.stream_diarizer import (
     CLOSING_STEP_S,
     WHOLE_STEP_S,
-    DiarizationConfig,
-    SpeakerModel,
     StreamDiarizer,
     WindowSpeakers,
 )
@@ -305,27 +302,6 @@ def _snapshot(speaking: np.ndarray, frame_step: float) -> TimelineSnapshot:
     turns.sort(key=lambda turn: (turn.start, turn.speaker))
     end = len(speaking) * frame_step
     return TimelineSnapshot(tuple(turns), end, len({t.speaker for t in turns}), (), end)
-
-
-def observe_recording(
-    models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig, step_s: float
-) -> list[WindowSpeakers]:
-    """The models' part over a whole recording: the live window (``config.window_s``)
-    every ``step_s``, the last one ending where the recording does."""
-    diarizer = StreamDiarizer(
-        models, replace(config, step_s=step_s, latency_s=max(config.latency_s, step_s))
-    )
-    shortest = config.min_window_s * SAMPLE_RATE
-    windows = [
-        diarizer.observe(window, start)
-        for window, start, _ in diarizer.windows(audio)
-        if len(window) >= shortest
-    ]
-    covered = int(len(audio) // int(step_s * SAMPLE_RATE) * int(step_s * SAMPLE_RATE))
-    if covered < len(audio) and len(audio) >= shortest:  # the tail after the last step
-        start = max(0, len(audio) - int(config.window_s * SAMPLE_RATE))
-        windows.append(diarizer.observe(audio[start:], start / SAMPLE_RATE))
-    return windows
 
 
 # A stream's closing relabel needs this many seconds of kept windows: with fewer, each

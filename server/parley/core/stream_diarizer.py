@@ -5,6 +5,8 @@ activity, from the models) → embedding selection (``speaker_masks``) → embed
 (the models) → assignment and clustering (``speakers``) → aggregation into the
 rolling timeline (``speaker_timeline``). Thresholds live in the configs here; the
 tensor work lives behind the ``SpeakerModel`` protocol in ``parley.models``.
+``observe_recording`` takes the same windows over a whole recording, for
+``recording_speakers`` to cluster at once.
 """
 
 from __future__ import annotations
@@ -196,3 +198,24 @@ class StreamDiarizer:
             if g is not None:
                 global_activity[:, g] = np.maximum(global_activity[:, g], activity[:, s])
         self.timeline.add_window(window.start, global_activity)
+
+
+def observe_recording(
+    models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig, step_s: float
+) -> list[WindowSpeakers]:
+    """The models' part over a whole recording: the live window (``config.window_s``)
+    every ``step_s``, the last one ending where the recording does."""
+    diarizer = StreamDiarizer(
+        models, replace(config, step_s=step_s, latency_s=max(config.latency_s, step_s))
+    )
+    shortest = config.min_window_s * SAMPLE_RATE
+    windows = [
+        diarizer.observe(window, start)
+        for window, start, _ in diarizer.windows(audio)
+        if len(window) >= shortest
+    ]
+    covered = int(len(audio) // int(step_s * SAMPLE_RATE) * int(step_s * SAMPLE_RATE))
+    if covered < len(audio) and len(audio) >= shortest:  # the tail after the last step
+        start = max(0, len(audio) - int(config.window_s * SAMPLE_RATE))
+        windows.append(diarizer.observe(audio[start:], start / SAMPLE_RATE))
+    return windows

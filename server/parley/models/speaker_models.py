@@ -191,7 +191,8 @@ class SpeakerModels:
         """Who spoke when in a whole recording (a ``TimelineSnapshot``): a pyannote
         pipeline's own offline algorithm when one was loaded, else every window's
         speakers clustered at once (``core.recording_speakers``)."""
-        from parley.core.recording_speakers import diarize_windows, observe_recording
+        from parley.core.recording_speakers import diarize_windows
+        from parley.core.stream_diarizer import observe_recording
 
         if self.pipeline is not None:
             return _pipeline_snapshot(self.pipeline, audio, count)
