@@ -123,9 +123,10 @@ def test_timeline_averages_windows_and_settles_after_the_latency():
 def test_where_windows_disagree_the_one_that_heard_the_moment_in_its_middle_decides():
     """The CI failure in miniature: a window that heard a newcomer's first half second
     at its end took it for the voice before; the next window, two seconds on, heard
-    that half second in its middle and knew it. Weighted by a Hamming window, the
-    later window decides, and the change stays where the voices changed (a plain mean
-    left the half second to nobody, and put the change in the middle of that gap)."""
+    that half second in its middle and knew it. Their plain means tie at the onset:
+    the Hamming-weighted mean of these disputed frames decides, for the later window,
+    and the change stays where the voices changed (the plain mean left the half second
+    to nobody, and put the change in the middle of that gap)."""
     timeline = SpeakerTimeline(frame_step=0.1, latency=10.0)
     early = np.zeros((50, 2))  # 0–5 s: speaker 0 throughout, the newcomer's start too
     early[:, 0] = 1.0

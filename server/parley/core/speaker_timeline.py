@@ -2,12 +2,15 @@
 
 Each diarization step gives the activity of global speakers over one window (say
 the last 5 s, every 0.5 s), so every moment is seen by several overlapping windows.
-Their activities are averaged on a global frame grid, each window's frames weighted by
-a Hamming window over it, as pyannote aggregates its windows: a window has heard least
-of the voice at its edges (at its end, a newcomer's first half second it has yet to
-tell from the voice before), so where windows disagree the one that heard a moment in
-its middle decides. A frame is *settled* once it
-is ``latency`` seconds old: its label will not change after that, and it leaves the
+Their activities are averaged on a global frame grid. Where they dispute who speaks,
+so that no speaker reaches the onset though together they pass it (one window took a
+newcomer's first half second, heard at its very end, for the voice before; the next
+heard it in its middle and knew it), the plain mean would leave that speech to nobody
+and a turn change would be read in the middle of the gap. There the activities
+weighted by a Hamming window over each window decide, as pyannote aggregates its
+windows: a window's middle counts most. Weighting every frame so cost sample.wav's
+word labels (bench/README.md, "Disputed frames"). A frame is *settled* once it is
+``latency`` seconds old: its label will not change after that, and it leaves the
 rolling buffers, which therefore stay the size of one window plus the latency.
 """
 
@@ -128,6 +131,8 @@ class SpeakerTimeline:
     onset: float = 0.5  # mean activity above which a speaker is speaking
     keep_seconds: float = 120  # settled history kept for labelling late finals
     _sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    _counts: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _weighted: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     _weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _origin: int = 0  # global frame index of _sums[0]
     _settled: list[Turn] = field(default_factory=list)
@@ -143,33 +148,45 @@ class SpeakerTimeline:
         if offset < 0:  # the part before the settled edge is history now
             activity, weights = activity[-offset:], weights[-offset:]
             frames, offset = frames + offset, 0
-        self._sums[offset : offset + frames, :speakers] += activity * weights[:, None]
-        self._weights[offset : offset + frames] += weights
+        rows = slice(offset, offset + frames)
+        self._sums[rows, :speakers] += activity
+        self._counts[rows] += 1
+        self._weighted[rows, :speakers] += activity * weights[:, None]
+        self._weights[rows] += weights
 
     def _grow(self, end_frame: int, speakers: int) -> None:
         rows = max(end_frame - self._origin, self._sums.shape[0])
         cols = max(speakers, self._sums.shape[1] if self._sums.size else 0)
         if (rows, cols) != self._sums.shape:
-            grown = np.zeros((rows, cols))
-            grown[: self._sums.shape[0], : self._sums.shape[1]] = self._sums
-            weights = np.zeros(rows)
-            weights[: len(self._weights)] = self._weights
-            self._sums, self._weights = grown, weights
+            self._sums, self._weighted = (
+                _padded(a, (rows, cols)) for a in (self._sums, self._weighted)
+            )
+            self._counts, self._weights = (
+                _padded(a, (rows,)) for a in (self._counts, self._weights)
+            )
 
     def _labels(self, rows: slice) -> np.ndarray:
+        mean = self._sums[rows] / np.maximum(self._counts[rows], 1)[:, None]
+        labels = mean > self.onset
+        # Someone speaks (the speakers' means add up past the onset), nobody by himself.
+        disputed = ~labels.any(axis=1) & (mean.sum(axis=1) > self.onset)
         weights = self._weights[rows][:, None]
-        mean = np.divide(
-            self._sums[rows], weights, out=np.zeros_like(self._sums[rows]), where=weights > 0
+        weighted = np.divide(
+            self._weighted[rows],
+            weights,
+            out=np.zeros_like(self._weighted[rows]),
+            where=weights > 0,
         )
-        return mean > self.onset
+        labels[disputed] = weighted[disputed] > self.onset
+        return labels
 
     def advance(self, now: float, final: bool = False) -> None:
         """Settle every frame older than ``now - latency`` (every frame, if ``final``)."""
         if final:
-            settle_to = len(self._weights)
+            settle_to = len(self._counts)
         else:
             settle_to = min(
-                int((now - self.latency) / self.frame_step) - self._origin, len(self._weights)
+                int((now - self.latency) / self.frame_step) - self._origin, len(self._counts)
             )
         if settle_to <= 0:
             if final:
@@ -179,8 +196,8 @@ class SpeakerTimeline:
         for i, row in enumerate(labels):
             t = (self._origin + i) * self.frame_step
             self._step_turns(row, t)
-        self._sums = self._sums[settle_to:]
-        self._weights = self._weights[settle_to:]
+        self._sums, self._counts = self._sums[settle_to:], self._counts[settle_to:]
+        self._weighted, self._weights = self._weighted[settle_to:], self._weights[settle_to:]
         self._origin += settle_to
         horizon = self._origin * self.frame_step - self.keep_seconds
         while self._settled and self._settled[0].end < horizon:
@@ -209,9 +226,9 @@ class SpeakerTimeline:
         turns = list(self._settled)
         # Running turns and the unsettled frames, as they stand now.
         running = dict(self._open)
-        labels = self._labels(slice(0, len(self._weights))) if len(self._weights) else None
+        labels = self._labels(slice(0, len(self._counts))) if len(self._counts) else None
         if labels is not None:
-            seen = self._weights > 0
+            seen = self._counts > 0
             for i, row in enumerate(labels):
                 if not seen[i]:
                     continue
@@ -241,6 +258,13 @@ class SpeakerTimeline:
 
     def settled_turns(self) -> list[Turn]:
         return list(self._settled)
+
+
+def _padded(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``array`` in the top left corner of zeros of ``shape``."""
+    grown = np.zeros(shape)
+    grown[tuple(slice(0, n) for n in array.shape)] = array
+    return grown
 
 
 def _renamed(turns: list[Turn], names: Sequence[int]) -> tuple[Turn, ...]:
