@@ -83,6 +83,12 @@ def tiny_engine(models_dir):
     return WhisperEngine(resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu"))
 
 
+# The share of its ASR thread a real test server's partials may fill. Streaming sample.wav
+# (30 s) in real time kept the ASR thread busy for 19 s of CPU at the server's default
+# (0.8), and 13 s at 0.3: CPU the two other test workers on these two cores wait for.
+SHARED_TARGET_BUSY = 0.3
+
+
 async def serve_real(models_dir: Path, token: str | None = None, **sections):
     """A real server on a free loopback port, with the real models (stop() it after)."""
     from parley.app import start_server
@@ -91,11 +97,14 @@ async def serve_real(models_dir: Path, token: str | None = None, **sections):
 
     # Without admission by measured capacity: these servers are shared by tests that
     # stream faster than real time, on a machine the other tests load too; what the
-    # admission does is test_capacity's.
+    # admission does is test_capacity's. For the same reason partials fill less of the
+    # ASR thread's idle time (SHARED_TARGET_BUSY); how they are paced is test_policy's
+    # and test_scheduler's.
     settings = Settings(
         models_dir=models_dir,
         token=token,
         server={"port": 0, "admit_by_capacity": False, **sections.pop("server", {})},
+        asr={"target_busy": SHARED_TARGET_BUSY, **sections.pop("asr", {})},
         **sections,
     )
     worker, asr = await in_passing_thread(load_asr, settings)
