@@ -59,6 +59,14 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
         page = await browser.new_page()
         errors = []
         page.on("pageerror", lambda error: errors.append(str(error)))
+        heard = []  # every text message the page received, kept for a failure's diagnosis
+        page.on(
+            "websocket",
+            lambda ws: ws.on(
+                "framereceived",
+                lambda frame: heard.append(frame) if isinstance(frame, str) else None,
+            ),
+        )
         await page.goto(f"{server}/?autostart=1")
         # Locators, not wait_for_function: the page's CSP forbids the eval that needs.
         await page.locator(".segment", has_text="Chicago").first.wait_for(timeout=90_000)
@@ -71,6 +79,7 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
         )
         shown_error = await page.text_content("#error")
         await browser.close()
+    (ARTIFACTS / "browser-messages.jsonl").write_text("".join(f"{m}\n" for m in heard))
     assert errors == [] and not shown_error.strip(), (errors, shown_error)
     words = set(words_of(" ".join(s["text"] for s in segments)))
     assert {"hello", "jersey", "chicago", "yankee"} <= words, segments
