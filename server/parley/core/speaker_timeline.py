@@ -170,14 +170,9 @@ class SpeakerTimeline:
         labels = mean > self.onset
         # Someone speaks (the speakers' means add up past the onset), nobody by himself.
         disputed = ~labels.any(axis=1) & (mean.sum(axis=1) > self.onset)
-        weights = self._weights[rows][:, None]
-        weighted = np.divide(
-            self._weighted[rows],
-            weights,
-            out=np.zeros_like(self._weighted[rows]),
-            where=weights > 0,
-        )
-        labels[disputed] = weighted[disputed] > self.onset
+        if disputed.any():  # a disputed frame was heard, so its weight is above 0
+            weights = self._weights[rows][disputed][:, None]
+            labels[disputed] = self._weighted[rows][disputed] / weights > self.onset
         return labels
 
     def advance(self, now: float, final: bool = False) -> None:

@@ -7,9 +7,9 @@ layout of the matrix it reads (docs/architecture.md, "Decoder buffers", has what
 measured here). So the head times both layouts the first time it projects a row
 count, and keeps the faster for every later call. Both are the same float32 product;
 only the order of the additions inside differs. Timing at first use, not at load,
-spends the timing (six projections, about 0.2 s for tiny.en on a CPU) only on the row
-counts a server decodes: timing all fourteen at load cost 2.6 s of every start. (numpy's OpenBLAS
-was faster alone, but its spinning threads slowed torch's next operations down.)
+spends the six timed projections only on the row counts a server decodes, not on all
+fourteen at every start. (numpy's OpenBLAS was faster alone, but its spinning threads
+slowed torch's next operations down.)
 
 With ``int8`` (a CPU plan's compute type int8) the head reads the matrix in int8
 (``models/int8.py``), a quarter of the bytes, and then computes in float32 the logits
