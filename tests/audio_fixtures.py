@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 import wave
 from dataclasses import dataclass
-from importlib.resources import files
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,11 @@ SAMPLE_RATE = 16000
 
 
 def sample_dir() -> Path:
-    return Path(str(files("pyannote.audio") / "sample"))
+    # Found, not imported: importing pyannote.audio (torch, lightning, its pipelines)
+    # costs every test worker about 9 s of CPU, though most never diarize.
+    spec = find_spec("pyannote.audio")
+    assert spec is not None and spec.submodule_search_locations, "pyannote.audio is missing"
+    return Path(spec.submodule_search_locations[0]) / "sample"
 
 
 SAMPLE_WAV = sample_dir() / "sample.wav"

@@ -87,6 +87,8 @@ def tiny_engine(models_dir):
 # (30 s) in real time kept the ASR thread busy for 19 s of CPU at the server's default
 # (0.8), and 13 s at 0.3: CPU the two other test workers on these two cores wait for.
 SHARED_TARGET_BUSY = 0.3
+# The same for a `parley serve` the tests start in its own process.
+SHARED_SERVER_ENV = {"PARLEY_ASR__TARGET_BUSY": str(SHARED_TARGET_BUSY)}
 
 
 async def serve_real(models_dir: Path, token: str | None = None, **sections):

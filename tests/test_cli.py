@@ -11,7 +11,7 @@ from pyannote.core import Annotation, Segment
 from pyannote.database.util import load_rttm
 
 from audio_fixtures import SAMPLE_WAV, conversation, der, sample_dir, words_of, write_wav
-from conftest import free_port
+from conftest import SHARED_SERVER_ENV, free_port
 from parley.client.formats import render
 from parley.client.transcript import SpeakerTurn, Transcript
 from parley.protocol.messages import parse
@@ -22,7 +22,7 @@ PARLEY = [sys.executable, "-m", "parley"]
 def serve(models_dir, *args):
     """`parley serve` in its own process on a free port; yields its stream URL."""
     port = free_port()
-    env = {**os.environ, "PARLEY_MODELS_DIR": str(models_dir)}
+    env = {**os.environ, **SHARED_SERVER_ENV, "PARLEY_MODELS_DIR": str(models_dir)}
     process = subprocess.Popen(
         [*PARLEY, "serve", "--port", str(port), *args],
         env=env,
@@ -42,7 +42,8 @@ def serve(models_dir, *args):
 
 @pytest.fixture(scope="module")
 def server_url(models_dir):
-    """`parley serve` on the default bundle with speaker labels, as `make run` starts it."""
+    """`parley serve` on the default bundle with speaker labels, as `make run` starts it
+    (but for the partials' share of a busy machine, ``SHARED_SERVER_ENV``)."""
     yield from serve(models_dir, "--diarization", "bundle")
 
 

@@ -25,7 +25,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from conftest import assert_finals_are_their_audio, chunks_of, pcm16, refused, wire_finals
+from conftest import (
+    SHARED_SERVER_ENV,
+    assert_finals_are_their_audio,
+    chunks_of,
+    pcm16,
+    refused,
+    wire_finals,
+)
 from fake_engine import FakeEngine
 from parley.app import start_server
 from parley.client.stream import run_stream, stream_url
@@ -376,7 +383,12 @@ def sigterm_run(models_dir, talk, tmp_path_factory):
     sent = audio[: int((truth[1].start + truth[1].end) / 2 * 16000)]
     key_file = tmp_path_factory.mktemp("keys") / "keys"
     key_file.write_text(f"# operators\nalice:{SECRETS['alice']}\n")
-    env = {**os.environ, "HF_TOKEN": SECRETS["HF_TOKEN"], "PYANNOTE_METRICS_ENABLED": "false"}
+    env = {
+        **os.environ,
+        **SHARED_SERVER_ENV,
+        "HF_TOKEN": SECRETS["HF_TOKEN"],
+        "PYANNOTE_METRICS_ENABLED": "false",
+    }
     process = subprocess.Popen(
         [
             sys.executable,
