@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 # Speakers merged away keep their index (the timeline's columns and earlier snapshots name
 # them), so the founded ones are capped, to bound a long session's memory; past the cap a
@@ -188,6 +187,10 @@ class OnlineClustering:
         matched: dict[int, int] = {}
         distances = None
         if live:
+            # Imported here: every client imports this module (for SpeakerCount), and
+            # scipy.optimize would be most of what starting `parley stream` costs.
+            from scipy.optimize import linear_sum_assignment
+
             distances = 1.0 - vectors @ self.centroids(live).T
             rows, cols = linear_sum_assignment(distances)
             matched = {
