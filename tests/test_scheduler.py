@@ -27,6 +27,11 @@ def plain(tiny_engine, clips):
     return [tiny_engine.transcribe(c, budget=0) for c in clips]
 
 
+def draft_of(engine, clip, share: float) -> tuple[int, ...]:
+    """A draft as a partial would leave it: the tokens of the clip's first ``share``."""
+    return engine.transcribe(clip[: int(len(clip) * share)]).tokens
+
+
 async def results_of(futures):
     return [await asyncio.wrap_future(f) for f in futures]
 
@@ -63,10 +68,9 @@ async def running(engine, capacity: int):
 def test_rows_joining_and_leaving_mid_decode_change_no_token(tiny_engine, clips, plain):
     """Decodes join a running batch, leave it, pause while others step, with and without
     drafts: every row still decodes exactly its plain greedy tokens."""
-    drafts = [tiny_engine.transcribe(c[: len(c) * 2 // 3]).tokens for c in clips]
     engine = tiny_engine
     requests = [
-        AsrRequest(c, draft=drafts[i] if i % 2 else None, with_words=i == 0)
+        AsrRequest(c, draft=draft_of(engine, c, 2 / 3) if i % 2 else None, with_words=i == 0)
         for i, c in enumerate(clips)
     ]
     running = engine.start(requests[:2])
@@ -103,7 +107,7 @@ def test_rows_joining_and_leaving_mid_decode_change_no_token(tiny_engine, clips,
 async def test_scheduled_finals_and_partials_are_plain_greedy(tiny_engine, clips, plain):
     """Through the scheduler: finals with and without drafts batched together, partials
     paused and resumed around them: every result equals plain greedy decoding."""
-    drafts = [tiny_engine.transcribe(c[: len(c) * 3 // 4]).tokens for c in clips]
+    drafts = {i: draft_of(tiny_engine, c, 3 / 4) for i, c in enumerate(clips) if i % 2}
     async with running(tiny_engine, 16) as scheduler:
         # Whether a draft token pays is learnt from step timings, and on a busy machine
         # they can say it never does.
@@ -112,7 +116,7 @@ async def test_scheduled_finals_and_partials_are_plain_greedy(tiny_engine, clips
         scheduler.step_cost = StepCostModel(prior=STEP_COST_PRIOR, prior_weight=1e9)
         partials = [await scheduler.try_submit_partial(AsrRequest(c)) for c in clips[:2]]
         finals = [
-            await scheduler.submit_final(AsrRequest(c, draft=drafts[i] if i % 2 else None))
+            await scheduler.submit_final(AsrRequest(c, draft=drafts.get(i)))
             for i, c in enumerate(clips)
         ]
         got = await results_of(finals)
