@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from parley.core.speakers import SpeakerCount
+from parley.core.speaker_count import SpeakerCount
 from parley.protocol.messages import (
     ControlType,
     Encoding,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from parley.core import recording_speakers
 from parley.core.packing import Piece, pack
 from parley.core.recording_speakers import RecordingClustering, cluster
-from parley.core.speakers import SpeakerCount
+from parley.core.speaker_count import SpeakerCount
 from parley.core.words import TimedWord
 
 

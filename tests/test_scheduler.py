@@ -109,10 +109,10 @@ async def test_scheduled_finals_and_partials_are_plain_greedy(tiny_engine, clips
     paused and resumed around them: every result equals plain greedy decoding."""
     drafts = {i: draft_of(tiny_engine, c, 3 / 4) for i, c in enumerate(clips) if i % 2}
     async with running(tiny_engine, 16) as scheduler:
-        # Whether a draft token pays is learnt from step timings, and on a busy machine
-        # they can say it never does.
-        # Pinned to the prior, where a token costs a twentieth of a step, drafts are
-        # offered whatever the timings: this test is about losslessness, not the policy.
+        # Whether a draft token pays is learnt from step timings, which on a busy machine
+        # can say it never does; pinned to the prior (a token costs a twentieth of a
+        # step), drafts are offered whatever the timings: this test is about
+        # losslessness, not the policy.
         scheduler.step_cost = StepCostModel(prior=STEP_COST_PRIOR, prior_weight=1e9)
         partials = [await scheduler.try_submit_partial(AsrRequest(c)) for c in clips[:2]]
         finals = [

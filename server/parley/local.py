@@ -7,7 +7,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from parley.config import Settings
-from parley.core.speakers import SpeakerCount
+from parley.core.speaker_count import SpeakerCount
 from parley.loading import load_asr, load_diarization
 from parley.recordings.files import FileRequest
 from parley.recordings.media import decode_file

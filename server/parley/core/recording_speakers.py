@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
-from parley.core.speakers import ClusteringConfig, SpeakerCount, relative_similarity
+from parley.core.speakers import ClusteringConfig, relative_similarity
 from parley.core.stream_diarizer import (
     CLOSING_STEP_S,
     WHOLE_STEP_S,

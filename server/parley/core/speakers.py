@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 # Speakers merged away keep their index (the timeline's columns and earlier snapshots name
 # them), so the founded ones are capped, to bound a long session's memory; past the cap a
@@ -64,32 +65,6 @@ class ClusteringConfig:
             raise ValueError("merge_distance must be below new_speaker_distance")
         if not 0.0 < self.voice_similarity < 1.0:
             raise ValueError("voice_similarity is a cosine between 0 and 1")
-
-
-@dataclass(frozen=True)
-class SpeakerCount:
-    """What the caller knows of the number of speakers (the reference handler's
-    ``num_speakers``, ``min_speakers`` and ``max_speakers``)."""
-
-    exactly: int | None = None
-    at_least: int = 1
-    at_most: int | None = None
-
-    def __post_init__(self) -> None:
-        for value in (self.exactly, self.at_most):
-            if value is not None and value < 1:
-                raise ValueError("speaker counts must be at least 1")
-        if self.at_least < 1:
-            raise ValueError("min_speakers must be at least 1")
-        if self.at_most is not None and self.at_most < self.at_least:
-            raise ValueError("max_speakers must be at least min_speakers")
-
-    def bounds(self, most: int) -> tuple[int, int]:
-        """The fewest and most speakers to look for, ``most`` when the caller gave no
-        upper bound."""
-        if self.exactly is not None:
-            return self.exactly, self.exactly
-        return self.at_least, max(self.at_least, self.at_most or most)
 
 
 @dataclass(frozen=True)
@@ -187,10 +162,6 @@ class OnlineClustering:
         matched: dict[int, int] = {}
         distances = None
         if live:
-            # Imported here: every client imports this module (for SpeakerCount), and
-            # scipy.optimize would be most of what starting `parley stream` costs.
-            from scipy.optimize import linear_sum_assignment
-
             distances = 1.0 - vectors @ self.centroids(live).T
             rows, cols = linear_sum_assignment(distances)
             matched = {

@@ -19,9 +19,10 @@ from typing import Protocol
 import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
+from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_masks import FrameGrid, SpeakerFrames
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
-from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering, SpeakerCount
+from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering
 from parley.core.turns import TurnConfig
 
 # A recording's windows are this far apart when its voices are clustered at once (files'

@@ -12,7 +12,7 @@ from typing import Any, overload
 from parley.core.asr import Decoding, Task
 from parley.core.keyterms import check_keyterms
 from parley.core.redaction import Redact, parse_redact
-from parley.core.speakers import SpeakerCount
+from parley.core.speaker_count import SpeakerCount
 from parley.protocol.errors import ErrorCode, ProtocolError
 
 

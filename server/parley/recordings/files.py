@@ -35,8 +35,8 @@ from parley.core.keyterms import check_keyterms
 from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering
 from parley.core.redaction import parse_redact
+from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_timeline import TimelineSnapshot
-from parley.core.speakers import SpeakerCount
 from parley.core.stream_diarizer import WHOLE_STEP_S
 from parley.core.vad import VadConfig
 from parley.core.word_timing import WordTimingConfig

@@ -18,9 +18,9 @@ import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
 from parley.core.ring import AudioRing
+from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot, TurnsByTime
-from parley.core.speakers import SpeakerCount
 from parley.core.turns import ChangeCuts, smooth_labels
 from parley.core.word_timing import WordTimingConfig, trim_to_speech
 from parley.protocol.messages import Final, Partial, SpeakerUpdate

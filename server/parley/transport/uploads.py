@@ -27,7 +27,7 @@ from starlette.requests import Request
 from websockets.datastructures import Headers
 
 from parley.core.asr import Decoding
-from parley.core.speakers import SpeakerCount
+from parley.core.speaker_count import SpeakerCount
 from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import Busy, Draining, FileJobs, FileRequest
 from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_file

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from parley.core.recording_speakers import closing_timeline
-from parley.core.speakers import SpeakerCount
+from parley.core.speaker_count import SpeakerCount
 from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamDiarizer
 
 log = logging.getLogger(__name__)
