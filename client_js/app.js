@@ -54,12 +54,14 @@ function render(final) {
   const time = document.createElement("span");
   time.className = "time";
   time.textContent = clock(final.start);
-  element.append(time);
+  // Spaces between the labels and the words, not only margins: copied text (and the
+  // element's text) reads "S2 Chicago", not "S2Chicago".
+  element.append(time, " ");
   if (final.language && client?.session?.model_languages?.length > 1) {
     const language = document.createElement("span");
     language.className = "language";
     language.textContent = final.language;
-    element.append(language);
+    element.append(language, " ");
   }
   if (final.warnings?.includes("language_unsupported")) {
     // The model wrote English it probably did not hear: say so rather than show it as said.
@@ -78,7 +80,7 @@ function render(final) {
       who.className = "speaker";
       who.dataset.speaker = run.speaker;
       who.textContent = nameOf(run.speaker);
-      span.append(who);
+      span.append(who, " ");
     }
     span.append(document.createTextNode(run.words.join(" ") + " "));
     element.append(span);
