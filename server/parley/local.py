@@ -24,7 +24,9 @@ async def transcribe_locally(
     diarization = await in_passing_thread(load_diarization, settings)
     if fmt == "rttm" and diarization is None:
         raise ValueError("rttm writes speaker turns: add --diarization bundle")
-    await worker.start(warm_up=True)
+    # No warm-up: its timings size live encoder batches and admission, and a
+    # recording's windows take one encoder pass each and learn the step costs as they go.
+    await worker.start(warm_up=False)
     if diarization is not None:
         diarization.start()
     jobs = file_jobs(settings, worker, diarization)
