@@ -246,6 +246,35 @@ async def test_an_engine_that_fails_its_warm_up_stops_the_start(speech):
         await scheduler.start(warm_up=True)
 
 
+@pytest.mark.parametrize(
+    "seconds, timed",
+    [
+        ({1: 0.577, 2: 1.045, 4: 1.914, 8: 3.979}, [1, 2, 4]),  # this 2-core CPU, measured
+        ({1: 0.411, 2: 0.842}, [1, 2]),  # the same CPU on another run: two cost two
+        ({n: 0.010 + 0.001 * n for n in (1, 2, 4, 8, 16)}, [1, 2, 4, 8, 16]),  # a GPU
+    ],
+)
+def test_the_warm_up_times_batch_sizes_the_policy_could_choose(seconds, timed):
+    """Encoder batches double while the newest is what the scheduler would choose with
+    every row waiting: a CPU whose batch of four saves too little to be chosen is not
+    timed at eight (two passes of 4 s each here), a GPU is timed up to its rows."""
+    from parley.core.costs import EncoderCosts
+    from parley.workers.calibration import calibrate
+
+    now = [0.0]
+    engine = FakeEngine(max_rows=16)
+    start = engine.start
+
+    def timed_start(requests):
+        now[0] += seconds[len(requests)]
+        return start(requests)
+
+    engine.start = timed_start  # type: ignore[method-assign]
+    costs = EncoderCosts()
+    calibrate(engine, StepCostModel(prior=STEP_COST_PRIOR), costs, lambda: now[0])
+    assert sorted(costs.known) == timed
+
+
 async def test_recordings_run_behind_finals_and_give_up_rows_to_them(speech):
     """Background windows (a file's) take every free row, pause while a final decodes, and
     hand a row to a final that finds none free; the evicted window starts again and

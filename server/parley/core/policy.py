@@ -18,10 +18,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-# The warm-up times ever larger encoder batches while each one's cost per clip is
-# below this fraction of the best so far (batching still pays for throughput).
-ENCODER_BATCH_GAIN = 0.95
-
 
 def draft_budgets(
     acceptance: Sequence[float | None], step_cost: Callable[[int, int], float], max_draft: int

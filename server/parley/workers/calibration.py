@@ -1,9 +1,11 @@
 """The ASR scheduler's warm-up: time the engine before serving.
 
 First passes pay for lazy initialisation; and the encoder's cost per batch size
-decides whether admitted clips share a pass: sizes double while batching still makes
-a clip cheaper (on a 2-core CPU a batch of two already costs two clips). The plain
-steps timed on the way seed the step cost model.
+decides whether admitted clips share a pass (``policy.encoder_batch_size``). Sizes
+double while the newest is the one that policy would choose with every row waiting: a
+larger one would need a gain per clip that batching on a CPU no longer gives, and a
+GPU, where a batch costs little more than one clip, times them all. The plain steps
+timed on the way seed the step cost model.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 from parley.core.asr import AsrRequest, Transcriber, transcribe
 from parley.core.audio import SAMPLE_RATE
 from parley.core.costs import EncoderCosts, StepCostModel
-from parley.core.policy import ENCODER_BATCH_GAIN
+from parley.core.policy import encoder_batch_size
 
 log = logging.getLogger(__name__)
 WARM_UP_SECONDS = 2.0  # of synthetic audio the warm-up decodes
@@ -49,12 +51,8 @@ def calibrate(
                 step_cost.observe(len(running), len(running), clock() - began)
             for decode in decodes:
                 engine.drop(decode)
-        best_so_far = min((s / n for n, s in encoder_cost.known.items()), default=None)
         encoder_cost.observe(clips, min(timings))
-        if (
-            best_so_far is not None
-            and encoder_cost(clips) / clips > best_so_far * ENCODER_BATCH_GAIN
-        ):
+        if encoder_batch_size(engine.max_rows, encoder_cost.known) != clips:
             break
         clips *= 2
     log.info(
