@@ -10,7 +10,7 @@ import random
 import urllib.parse
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -140,6 +140,7 @@ DOCUMENTED = {("not_found", 4404), ("bad_config", 4400)}
         st.sampled_from(["encoding", "language", "x", "last_seq"]), st.text(max_size=5), max_size=2
     ),
 )
+@example(resume="", last_seq="\u00b9", extra={})  # a superscript one: a digit to str.isdigit
 def test_any_resume_parameters_get_a_documented_answer(threaded_fake_port, resume, last_seq, extra):
     """Whatever ``resume`` and ``last_seq`` hold (and whatever else comes with them),
     the answer is a documented error and close code, never internal_error."""

@@ -171,7 +171,7 @@ def resume_point(dialect: Dialect, params: Mapping[str, str]) -> int:
             f"a resume takes only resume, last_seq and token; not {', '.join(sorted(unknown))}"
         )
     raw = params.get("last_seq", "0")
-    if not raw.isdigit() or len(raw) > 12:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:  # '¹' is a digit to isdigit
         raise refused(
             "last_seq must be the seq of the last message received (a whole number, 0 for none)"
         )

@@ -137,7 +137,12 @@ class FileDoor:
 
     def _check_length(self, request: Request) -> None:
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.jobs.limits.max_bytes:
+        if (
+            length is not None
+            and length.isascii()
+            and length.isdigit()
+            and int(length) > self.jobs.limits.max_bytes
+        ):
             raise self._too_large()
 
     def _too_large(self) -> UploadError:
