@@ -151,9 +151,34 @@ def test_keyterms_are_bounded():
     ],
 )
 def test_card_numbers_ssns_and_phone_numbers_are_redacted_and_nothing_else(text, redacted):
-    """A run of numbers is redacted by how many digits it holds, written as digits or
-    words; other numbers and words stay."""
-    assert rewrite_text(text, ALL, numerals=False) == redacted
+    """A final's run of numbers is redacted by how many digits it holds, written as
+    digits or words; other numbers and words stay."""
+    assert final_text(text, ALL) == redacted
+
+
+def final_text(text: str, categories: frozenset[Redact]) -> str:
+    """``text`` as a final's words say it once rewritten (its words are all it has)."""
+    return " ".join(rewrite(text.split(), str, lambda run, t: t, categories, numerals=False))
+
+
+@pytest.mark.parametrize(
+    "partial, redacted",
+    [
+        ("My card number is 4539 1488", "My card number is [redacted]"),
+        ("My card number is four five three nine, one", "My card number is [redacted]"),
+        ("My card number is 4539 1488 and", "My card number is 4539 1488 and"),
+        ("It costs $20", "It costs $20"),
+    ],
+)
+def test_a_partial_never_shows_the_first_digits_of_a_card_number(partial, redacted):
+    """A partial's last run may still grow into a card number (its speaker is mid-way),
+    so it is redacted while it could; a run the partial's words go on past is done, and
+    is judged by its digits as a final's is. A final keeps its last number when too short."""
+    pci = frozenset({Redact.PCI})
+    assert rewrite_text(partial, pci, numerals=False) == redacted
+    assert final_text("My card number is 4539 1488", pci) == "My card number is 4539 1488"
+    ssn = frozenset({Redact.SSN})
+    assert rewrite_text("It is 123 45 6789 12", ssn, numerals=False) == "It is 123 45 6789 12"
 
 
 def test_numbers_redacts_every_number_and_numerals_writes_digits():

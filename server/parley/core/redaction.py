@@ -94,8 +94,13 @@ def number_runs(words: Sequence[str]) -> list[tuple[int, int]]:
     return runs
 
 
-def redacted_runs(words: Sequence[str], categories: frozenset[Redact]) -> list[tuple[int, int]]:
-    """The number runs that ``categories`` redact."""
+def redacted_runs(
+    words: Sequence[str], categories: frozenset[Redact], open_end: bool = False
+) -> list[tuple[int, int]]:
+    """The number runs that ``categories`` redact. With ``open_end`` (a partial: the
+    speaker may be in the middle of a number), a run that ends the words is redacted
+    while it may still grow into one of them: a card number's first eight digits are
+    not a card number yet, and must not leave the server either."""
     if not categories:
         return []
     runs = number_runs(words)
@@ -105,7 +110,10 @@ def redacted_runs(words: Sequence[str], categories: frozenset[Redact]) -> list[t
     for start, end in runs:
         written = " ".join(words[start:end])
         count = sum(ch.isdigit() for ch in _as_digits(words[start:end]))
-        if not _AMOUNT.search(written) and any(count in DIGITS[c] for c in categories):
+        growing = open_end and end == len(words)
+        if not _AMOUNT.search(written) and any(
+            count in DIGITS[c] or (growing and count < DIGITS[c].stop) for c in categories
+        ):
             out.append((start, end))
     return out
 
@@ -119,12 +127,14 @@ def rewrite(
     join: Callable[[Sequence[W], str], W],
     categories: frozenset[Redact],
     numerals: bool,
+    open_end: bool = False,
 ) -> list[W]:
     """``words`` with each redacted run made one ``[redacted]`` word and, with
     ``numerals``, each other run's number words written as digits. ``join(run, text)``
-    makes one word of a run (keeping its times); the run's last punctuation stays."""
+    makes one word of a run (keeping its times); the run's last punctuation stays.
+    ``open_end``: the words may go on (``redacted_runs``)."""
     texts = [text_of(w) for w in words]
-    redacted = set(redacted_runs(texts, categories))
+    redacted = set(redacted_runs(texts, categories, open_end))
     runs = number_runs(texts) if numerals else sorted(redacted)
     out: list[W] = []
     at = 0
@@ -145,6 +155,8 @@ def rewrite(
 
 
 def rewrite_text(text: str, categories: frozenset[Redact], numerals: bool) -> str:
-    """A text without word times (a partial's) rewritten as ``rewrite`` does."""
+    """A text without word times (a partial's, whose speaker may be mid-number: its
+    last run is redacted while it may still grow into a redacted one) rewritten as
+    ``rewrite`` does."""
     words = text.split()
-    return " ".join(rewrite(words, str, lambda run, t: t, categories, numerals))
+    return " ".join(rewrite(words, str, lambda run, t: t, categories, numerals, open_end=True))
