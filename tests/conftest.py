@@ -27,36 +27,12 @@ if TYPE_CHECKING:
     from fake_engine import FakeEngine
 
 
-# The files that take longest (the sum of pytest --durations=0 on the 2-core machine),
-# longest first. xdist's loadfile hands files out in collection order, so these go
-# first and the short ones fill in at the end, instead of one worker idling while the
-# other runs a long file last. Any file not named keeps its place after them.
-LONGEST_FIRST = (
-    "test_files.py",  # 117 s of test time on 2026-12-01
-    "test_speculative.py",  # 82 s
-    "test_diarization.py",  # 71 s
-    "test_cluster.py",  # 64 s
-    "test_importer.py",  # 60 s
-    "test_cli.py",  # 58 s
-    "test_vocabulary.py",  # 51 s
-    "test_browser.py",  # 49 s
-    "test_compat_sdks.py",  # 48 s
-    "test_end_to_end.py",  # 36 s
-    "test_scheduler.py",  # 33 s
-    "test_operations.py",  # 31 s
-    "test_twilio.py",  # 31 s
-)
-
-
 def pytest_collection_modifyitems(config, items):
     """Every test that reaches the installed bundle (through ``models_dir``, directly or
-    by another fixture) is marked ``weights``: ``make test-fast`` runs the others. The
-    longest files are collected first (``LONGEST_FIRST``)."""
+    by another fixture) is marked ``weights``: ``make test-fast`` runs the others."""
     for item in items:
         if "models_dir" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.weights)
-    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable within a file
 
 
 def free_port() -> int:
