@@ -10,8 +10,9 @@ import pytest
 from audio_fixtures import SAMPLE_WAV, read_wav
 from fake_engine import FakeEngine
 from parley.core.asr import AsrRequest, Transcription
-from parley.core.costs import StepCostModel
+from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.keyterms import KeytermBias
+from parley.workers.calibration import calibrate
 from parley.workers.scheduler import STEP_COST_PRIOR, AsrScheduler
 
 
@@ -258,9 +259,6 @@ def test_the_warm_up_times_batch_sizes_the_policy_could_choose(seconds, timed):
     """Encoder batches double while the newest is what the scheduler would choose with
     every row waiting: a CPU whose batch of four saves too little to be chosen is not
     timed at eight (two passes of 4 s each here), a GPU is timed up to its rows."""
-    from parley.core.costs import EncoderCosts
-    from parley.workers.calibration import calibrate
-
     now = [0.0]
     engine = FakeEngine(max_rows=16)
     start = engine.start
