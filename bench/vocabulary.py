@@ -1,6 +1,7 @@
 """Keyterms, languages, translation and redaction, measured on speech with known text.
 
-    python bench/vocabulary.py [--parts keyterms languages flag translation redaction]
+    python bench/vocabulary.py [--parts keyterms languages recorded-languages flag
+                                        translation redaction redaction-groups]
 
 Every decode goes through the server's own request building and result shaping
 (``runtime.decoding.StreamDecoding``: prompt, keyterm bias, language, task, redaction)
@@ -13,6 +14,7 @@ model for languages and translation. Prints a table per part and writes JSON.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import sys
 from collections import Counter
@@ -28,11 +30,12 @@ from common import machine, print_table, write_json
 from audio_fixtures import speak
 from parley.config import default_models_dir
 from parley.core.asr import Task, transcribe
+from parley.core.audio import SAMPLE_RATE
 from parley.core.keyterms import normalised, written
 from parley.core.redaction import REDACTED
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
-from parley.protocol.messages import StreamConfig, Word
+from parley.protocol.messages import Final, FinalReason, StreamConfig, Word
 from parley.weights.bundle import resolve_model
 from parley.workers.decoding import StreamDecoding
 from vocabulary_set import (
@@ -46,7 +49,15 @@ from vocabulary_set import (
     keyterm_items,
 )
 
-PARTS = ("keyterms", "languages", "recorded-languages", "flag", "translation", "redaction")
+PARTS = (
+    "keyterms",
+    "languages",
+    "recorded-languages",
+    "flag",
+    "translation",
+    "redaction",
+    "redaction-groups",
+)
 
 
 def engine(label: str) -> WhisperEngine:
@@ -57,8 +68,12 @@ def decode(model: WhisperEngine, audio: np.ndarray, config: StreamConfig):
     """(text, result) of one segment as a stream with ``config`` gets its final."""
     decoding = StreamDecoding.of(config, model)
     result = transcribe(model, decoding.request(audio, with_words=True, draft=None, context=()))
-    words = decoding.words([Word(w.word, w.start, w.end, w.probability) for w in result.words])
-    return decoding.text(result.text, words), result
+    words = decoding.respelled([Word(w.word, w.start, w.end, w.probability) for w in result.words])
+    text = decoding.text(result.text, words)
+    final = decoding.final(
+        Final(0, 0.0, len(audio) / SAMPLE_RATE, text, FinalReason.SILENCE, words)
+    )
+    return final.text, result
 
 
 # ---------------------------------------------------------------- keyterms
@@ -307,6 +322,67 @@ def redaction(tiny: WhisperEngine) -> list[dict]:
     return rows
 
 
+def read_in_groups(sentence: str) -> np.ndarray:
+    """``sentence`` read with a pause after each group of its number ("4 5 3 9, 1 4 8 8,
+    …"): espeak-ng's speech of each group, whose own padding makes a pause of about
+    0.8 s, enough to end a segment."""
+    groups: list[str] = []
+    for piece in sentence.split(", "):
+        if groups and not piece[0].isdigit():
+            groups[-1] += ", " + piece  # the words after the number stay with its last group
+        else:
+            groups.append(piece)
+    return np.concatenate([speak(group) for group in groups])
+
+
+def redaction_groups(tiny: WhisperEngine) -> list[dict]:
+    """Each number read out in groups, streamed through a real Session: the finals as
+    each would be judged alone (redaction before numbers were judged across finals)
+    against what the stream sends with the category asked, from the same decodes."""
+    from parley.core.vad import VadConfig
+    from parley.sessions.session import Session
+    from parley.sessions.session_options import SessionOptions
+    from parley.workers.scheduler import AsrScheduler
+    from test_session import drive
+
+    async def finals(audio: np.ndarray, config: StreamConfig) -> list[Final]:
+        worker = AsrScheduler(tiny, 8)
+        await worker.start()
+        try:
+            session = Session(config, worker, SessionOptions(VadConfig()))
+            return [m for m in await drive(session, audio) if isinstance(m, Final) and m.text]
+        finally:
+            await worker.stop()
+
+    rows = []
+    for sentence, category in REDACTION_SENTENCES:
+        audio = read_in_groups(sentence)
+        asked = StreamConfig(redact=(category,) if category else ("pci", "phone", "ssn"))
+        plain = asyncio.run(finals(audio, StreamConfig()))
+        streamed = asyncio.run(finals(audio, asked))
+        alone = [StreamDecoding.of(asked, tiny).final(f).text for f in plain]
+
+        def gone(texts: list[str], plain: list[Final] = plain, category: str = category) -> bool:
+            """The number redacted with no digit left; with no number, nothing changed."""
+            if not category:
+                return texts == [f.text for f in plain]
+            return any(REDACTED in t for t in texts) and not any(re.search(r"\d", t) for t in texts)
+
+        rows.append(
+            {
+                "said": sentence[:36],
+                "category": category or "none",
+                "finals": len(plain),
+                "decoded": " | ".join(f.text for f in plain)[:60],
+                "each final alone": " | ".join(alone)[:60],
+                "streamed": " | ".join(f.text for f in streamed)[:60],
+                "number gone, alone": gone(alone),
+                "number gone, streamed": gone([f.text for f in streamed]),
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
@@ -350,6 +426,16 @@ def main() -> None:
         "flag": ["speech", "finals", "flagged language_unsupported"],
         "translation": ["source", "sentences", "chrF", "BLEU", "output in English"],
         "redaction": ["said", "category", "decoded", "redacted", "number gone", "rest kept"],
+        "redaction-groups": [
+            "said",
+            "category",
+            "finals",
+            "decoded",
+            "each final alone",
+            "streamed",
+            "number gone, alone",
+            "number gone, streamed",
+        ],
     }
     for part in args.parts:
         model = base if part in multilingual else tiny

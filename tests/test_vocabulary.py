@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from audio_fixtures import speak, write_wav
+from audio_fixtures import silence, speak, write_wav
 from conftest import chunks_of, serve_real
 from parley.core.asr import AsrRequest, Task, second_attempt, transcribe
 from parley.core.keyterms import KeytermBias
@@ -160,6 +160,39 @@ async def test_a_conversation_that_switches_language_labels_every_final(base_eng
     finals = [m for m in messages if isinstance(m, Final) and m.text]
     assert [f.language for f in finals] == [code for code, _ in turns]
     assert all(f.language_probability is not None for f in finals)
+
+
+CARD_IN_GROUPS = [
+    "My card number is 4 5 3 9,",
+    "1 4 8 8,",
+    "0 3 4 3,",
+    "6 4 6 7, and it expires soon.",
+]
+
+
+async def test_a_card_number_read_out_in_groups_is_redacted_in_every_final(tiny_engine):
+    """The card read in four groups with pauses between them: a final each, none a card
+    by itself; with redact=pci every one of them is redacted, judged as one number
+    (protocol.md section 3a), through a real Session on tiny.en."""
+    from test_session import drive
+
+    audio = np.concatenate([x for group in CARD_IN_GROUPS for x in (speak(group), silence(0.4))])
+    texts = {}
+    for redact in ((), ("pci",)):
+        worker = AsrScheduler(tiny_engine, 8)
+        await worker.start()
+        try:
+            config = StreamConfig(partials=False, redact=redact)
+            session = Session(config, worker, SessionOptions(VadConfig()))
+            messages = await drive(session, audio)
+        finally:
+            await worker.stop()
+        texts[redact] = [m.text for m in messages if isinstance(m, Final) and m.text]
+    plain, redacted = texts[()], texts[("pci",)]
+    assert len(plain) == len(redacted) >= 3
+    assert all(re.search(r"\d", text) for text in plain)  # each final holds a group
+    assert all("[redacted]" in text and not re.search(r"\d", text) for text in redacted)
+    assert "soon" in redacted[-1]
 
 
 def test_translation_writes_english(base_engine):

@@ -29,8 +29,29 @@ from parley.core.keyterms import (
     check_keyterms,
     respellings,
 )
-from parley.core.redaction import REDACTED, Redact, number_runs, rewrite, rewrite_text
-from parley.protocol.messages import ErrorCode, ProtocolError, StreamConfig, Word
+from parley.core.redaction import (
+    NUMBER_GAP_S,
+    REDACTED,
+    Carry,
+    NumberChain,
+    Redact,
+    number_runs,
+    rewrite,
+    rewrite_text,
+)
+from parley.protocol.messages import (
+    ErrorCode,
+    Final,
+    FinalReason,
+    Partial,
+    ProtocolError,
+    SessionEnded,
+    SpeechStarted,
+    StreamConfig,
+    Word,
+)
+from parley.sessions.number_hold import MAX_HOLD_S, NumberHold, Unshaped
+from parley.workers.decoding import StreamDecoding
 
 ALL = frozenset({Redact.PCI, Redact.SSN, Redact.PHONE})
 
@@ -181,6 +202,171 @@ def test_a_partial_never_shows_the_first_digits_of_a_card_number(partial, redact
     assert rewrite_text("It is 123 45 6789 12", ssn, numerals=False) == "It is 123 45 6789 12"
 
 
+# What tiny.en wrote for espeak-ng reading "My card number is 4539 … 1488 … 0343 …
+# 6467, and it expires soon." with 0.7 s pauses: four finals, none a card by itself.
+READ_IN_GROUPS = [
+    "My card number is 4,500,39.",
+    "1,4888.",
+    "0-3-4-3.",
+    "6,467, and it expires soon.",
+]
+
+
+def chained(
+    texts: list[str], categories: frozenset[Redact], gaps: list[float] | None = None
+) -> list[str]:
+    """``texts`` as finals say them, pushed through one ``NumberChain`` in order (each
+    1 s long, the pauses between them ``gaps``: 0.7 s unless given), then the chain
+    closed."""
+    chain: NumberChain[int] = NumberChain(categories)
+    gaps = [0.7] * len(texts) if gaps is None else gaps
+    released: list[tuple[int, Carry, bool]] = []
+    start = 0.0
+    for i, text in enumerate(texts):
+        start += 1.0 + gaps[i - 1] if i else 0.0
+        released += chain.push(i, text.split(), start, start + 1.0)
+    released += chain.close()
+    assert [i for i, _, _ in released] == list(range(len(texts)))  # each once, in order
+    return [
+        " ".join(rewrite(texts[i].split(), str, lambda r, t: t, categories, False, end, carry))
+        for i, carry, end in released
+    ]
+
+
+def test_a_number_read_out_in_groups_is_redacted_in_every_final():
+    """Each final ends or begins a number that the next or the one before reads on, so
+    each part is judged by the whole number's 19 digits: a card."""
+    assert chained(READ_IN_GROUPS, frozenset({Redact.PCI})) == [
+        f"My card number is {REDACTED}.",
+        f"{REDACTED}.",
+        f"{REDACTED}.",
+        f"{REDACTED}, and it expires soon.",
+    ]
+
+
+@pytest.mark.parametrize(
+    "texts, categories, gaps, said",
+    [
+        # a pause longer than the gap: two numbers, neither a card
+        (["My code is 4539 1488.", "0343 6467 is the other."], {Redact.PCI}, [2.5], None),
+        # numbers that are not read on: each final as it is
+        (["I would like 2.", "Make that 3."], {Redact.PCI}, None, None),
+        (["It costs $20", "30 more"], {Redact.PCI}, None, None),
+        # an SSN in two groups (9 digits), and the same with card numbers only
+        (["It is 123 45", "6789."], {Redact.SSN}, None, [f"It is {REDACTED}", f"{REDACTED}."]),
+        (["It is 123 45", "6789."], {Redact.PCI}, None, None),
+        # what tiny.en wrote for a phone number read in groups: a lone "Zero" is a digit
+        (
+            ["My phone number is 212. 555.", "Zero World High."],
+            {Redact.PHONE},
+            None,
+            [f"My phone number is {REDACTED}.", f"{REDACTED} World High."],
+        ),
+        # and a group written with a decimal point reads the card on
+        (
+            ["Please charge 3 7 8 2 8 2 2 4", "631-0", "0.0530 order."],
+            {Redact.PCI},
+            None,
+            [f"Please charge {REDACTED}", REDACTED, f"{REDACTED} order."],
+        ),
+        (["It is 4.5", "percent."], {Redact.PCI}, None, None),
+        # a number too long for an SSN is none, whichever part would have been one
+        (["It is 123 456 789", "1234."], {Redact.SSN}, None, None),
+    ],
+)
+def test_a_number_is_judged_whole_only_when_it_is_read_on(texts, categories, gaps, said):
+    assert chained(texts, frozenset(categories), gaps) == (said or texts)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["4539", "one", "two", "card", "$5", "oh", "is"]), max_size=6),
+            st.floats(0.0, 3 * NUMBER_GAP_S),
+        ),
+        max_size=12,
+    ),
+    st.frozensets(st.sampled_from(list(Redact))),
+)
+def test_a_number_chain_releases_every_text_once_in_order(texts, categories):
+    """Whatever the texts, categories and pauses: each text is released exactly once, in
+    order (``chained`` asserts it), and with no category nothing changes."""
+    out = chained([" ".join(w) for w, _ in texts], categories, [g for _, g in texts])
+    if not categories:
+        assert out == [" ".join(w) for w, _ in texts]
+
+
+def _unshaped_final(decoding: StreamDecoding, segment_id: int, start: float, text: str) -> Unshaped:
+    words = [
+        Word(w, start + 0.1 * i, start + 0.1 * (i + 1), 0.9) for i, w in enumerate(text.split())
+    ]
+    return Unshaped(
+        Final(segment_id, start, start + 1.0, text, FinalReason.SILENCE, words), decoding
+    )
+
+
+def test_a_recordings_finals_are_judged_as_a_streams_are():
+    """A recording's finals (all known at once): the number read on across them is
+    judged whole there too; nothing waits, and their order and times stay."""
+    from fake_engine import FakeEngine
+
+    decoding = StreamDecoding.of(StreamConfig(redact=("pci",)), FakeEngine())
+    finals = [
+        _unshaped_final(decoding, i, 1.7 * i, t).message for i, t in enumerate(READ_IN_GROUPS)
+    ]
+    out = decoding.finals(finals)  # type: ignore[arg-type]
+    assert [f.text for f in out] == chained(READ_IN_GROUPS, frozenset({Redact.PCI}))
+    assert [(f.segment_id, f.start, f.end) for f in out] == [
+        (f.segment_id, f.start, f.end) for f in finals
+    ]
+
+
+def test_a_final_that_may_go_on_waits_for_the_next_and_messages_keep_their_order():
+    """On a stream: the final ending in "4,500,39." waits, and the messages after it
+    wait with it (a partial of the next group judged as reading the number on); the
+    next finals release it judged whole; a final with nothing to read on leaves at once;
+    a deadline in stream time releases a final whose next group never came."""
+    from fake_engine import FakeEngine
+
+    decoding = StreamDecoding.of(StreamConfig(redact=("pci",)), FakeEngine())
+    hold = NumberHold()
+    finals = [_unshaped_final(decoding, i, 1.7 * i, t) for i, t in enumerate(READ_IN_GROUPS)]
+    assert hold.take(finals[0]) == []
+    assert hold.take(SpeechStarted(1, 1.7)) == []
+    assert hold.take(Unshaped(Partial(1, 1.7, 2.2, "1,4888 0343 and"), decoding)) == []
+    assert hold.take(finals[1]) == []  # 11 digits so far: a card may still grow
+    assert hold.take(finals[2]) == []
+    out = hold.take(finals[3])
+    assert [type(m).__name__ for m in out] == ["Final", "SpeechStarted", "Partial"] + ["Final"] * 3
+    assert [m.text for m in out if not isinstance(m, SpeechStarted)] == [
+        f"My card number is {REDACTED}.",
+        f"{REDACTED} and",
+        f"{REDACTED}.",
+        f"{REDACTED}.",
+        f"{REDACTED}, and it expires soon.",
+    ]
+    assert all(w.word[0] not in "0123456789" for m in out if isinstance(m, Final) for w in m.words)
+
+    plain = _unshaped_final(decoding, 4, 9.0, "Thanks, that is all.")
+    assert [m.text for m in hold.take(plain)] == ["Thanks, that is all."]  # type: ignore[union-attr]
+
+    waiting = _unshaped_final(decoding, 5, 12.0, "My code is 4539 1488.")
+    assert hold.take(waiting) == [] and hold.deadline is not None
+    assert hold.tick(hold.deadline - 0.1) == []
+    (done,) = hold.tick(hold.deadline)  # no speech followed: the number was done
+    assert done.text == "My code is 4539 1488."  # type: ignore[union-attr]
+
+    assert hold.take(_unshaped_final(decoding, 6, 20.0, "Card 4539 1488")) == []
+    assert hold.take(SpeechStarted(7, 21.5)) == []
+    assert hold.tick(21.0 + MAX_HOLD_S - 0.1) == []
+    # speech came, its final did not: the waiting final is judged as a partial is
+    unsure, started = hold.tick(21.0 + MAX_HOLD_S)
+    assert unsure.text == f"Card {REDACTED}" and isinstance(started, SpeechStarted)  # type: ignore[union-attr]
+    ended = SessionEnded(30.0, 8)
+    assert hold.take(_unshaped_final(decoding, 8, 25.0, "It is 4539")) == []
+    assert [type(m).__name__ for m in hold.take(ended)] == ["Final", "SessionEnded"]
+
+
 def test_numbers_redacts_every_number_and_numerals_writes_digits():
     """``numbers`` takes every run; ``numerals`` writes number words as digits."""
     assert (
@@ -287,11 +473,13 @@ def test_a_stream_with_keyterms_gets_respelled_words_with_their_times():
         Word("a", 0.2, 0.3, 0.4),
         Word("limbic.", 0.3, 0.8, 0.5),
     ]
-    out = decoding.words(words)
+    out = decoding.respelled(words)
     assert out == [Word("with", 0.0, 0.2, 0.9), Word("Alembic.", 0.2, 0.8, 0.4)]
     assert decoding.text("with a limbic.", out) == "with Alembic."
     plain = StreamDecoding.of(StreamConfig(), FakeEngine())
-    assert plain.words(words) == words and plain.text("with a limbic.", words) == "with a limbic."
+    assert (
+        plain.respelled(words) == words and plain.text("with a limbic.", words) == "with a limbic."
+    )
 
 
 def test_decoding_settings_from_the_query():

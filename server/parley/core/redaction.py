@@ -12,14 +12,20 @@ than one redacted too many; a run written as an amount ($, %, a decimal point) i
 not a card, an SSN or a phone number. A redacted run becomes one word,
 ``[redacted]``, timed from the run's first word to its last. ``numerals`` writes number
 words as digits ("twenty one" → "21"), as Deepgram's option does.
+
+A number read out in groups ("4539 … 1488 … 0343 … 6467") reaches the recogniser as
+several segments, since a short pause ends one, so a run may go on in the next text:
+``NumberChain`` follows texts in order and tells each the digits its first and last
+runs join (``Carry``), and a run is judged by the whole number's digits.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from text_to_num import alpha2digit
 
@@ -37,7 +43,9 @@ class Redact(str, Enum):
     NUMBERS = "numbers"  # every number
 
 
+NUMBER_GAP_S = 2.0  # the longest pause between two groups of one number read out
 DIGITS = {Redact.PCI: range(12, 10_000), Redact.SSN: range(8, 11), Redact.PHONE: range(7, 13)}
+_CURRENCY = re.compile(r"[$%€£]")
 _AMOUNT = re.compile(r"[$%€£]|\d\.\d")
 _NUMBER_WORDS = frozenset(
     "zero oh one two three four five six seven eight nine ten eleven twelve thirteen "
@@ -74,9 +82,10 @@ def _is_number_word(word: str) -> bool:
 
 
 def _as_digits(words: Sequence[str]) -> str:
-    """The run's words as text2num writes them ("oh" is a zero in a run of digits)."""
+    """The run's words as text2num writes them ("oh" is a zero in a run of digits; a
+    lone "zero", "one" or "two", which text2num leaves as words by default, a digit)."""
     spoken = " ".join("zero" if _core(w) == "oh" else _core(w) for w in words)
-    return alpha2digit(spoken, "en")
+    return alpha2digit(spoken, "en", threshold=0)
 
 
 def number_runs(words: Sequence[str]) -> list[tuple[int, int]]:
@@ -94,13 +103,40 @@ def number_runs(words: Sequence[str]) -> list[tuple[int, int]]:
     return runs
 
 
+@dataclass(frozen=True)
+class Carry:
+    """Digits of one number that runs on across texts: ``before`` the text's first run
+    (from the texts before it), ``after`` its last run (from the texts after it)."""
+
+    before: int = 0
+    after: int = 0
+
+
+NO_CARRY = Carry()
+
+
+def _digits(words: Sequence[str]) -> int:
+    return sum(ch.isdigit() for ch in _as_digits(words))
+
+
+def _is_amount(words: Sequence[str], read_on: bool = False) -> bool:
+    """Whether a run is written as an amount. A run that reads on a number from another
+    text is one only with a currency or percent sign: the recogniser writes a group of
+    digits read after a pause as "0.0530" or "4.5" now and then."""
+    return bool((_CURRENCY if read_on else _AMOUNT).search(" ".join(words)))
+
+
 def redacted_runs(
-    words: Sequence[str], categories: frozenset[Redact], open_end: bool = False
+    words: Sequence[str],
+    categories: frozenset[Redact],
+    open_end: bool = False,
+    carry: Carry = NO_CARRY,
 ) -> list[tuple[int, int]]:
-    """The number runs that ``categories`` redact. With ``open_end`` (a partial: the
-    speaker may be in the middle of a number), a run that ends the words is redacted
-    while it may still grow into one of them: a card number's first eight digits are
-    not a card number yet, and must not leave the server either."""
+    """The number runs that ``categories`` redact, each counted with the digits
+    ``carry`` says it joins. With ``open_end`` (a partial: the speaker may be in the
+    middle of a number), a run that ends the words is redacted while it may still grow
+    into one of them: a card number's first eight digits are not a card number yet,
+    and must not leave the server either."""
     if not categories:
         return []
     runs = number_runs(words)
@@ -108,14 +144,114 @@ def redacted_runs(
         return runs
     out = []
     for start, end in runs:
-        written = " ".join(words[start:end])
-        count = sum(ch.isdigit() for ch in _as_digits(words[start:end]))
+        joined = (carry.before if start == 0 else 0) + (carry.after if end == len(words) else 0)
+        count = _digits(words[start:end]) + joined
         growing = open_end and end == len(words)
-        if not _AMOUNT.search(written) and any(
+        if not _is_amount(words[start:end], read_on=joined > 0) and any(
             count in DIGITS[c] or (growing and count < DIGITS[c].stop) for c in categories
         ):
             out.append((start, end))
     return out
+
+
+@dataclass(frozen=True)
+class NumberEdges:
+    """The digits of the number run a text begins with (``lead``) and ends with
+    (``tail``), which another text may read on; None where it begins or ends otherwise
+    (an amount, with a currency or percent sign, is no such run); ``whole`` when one
+    run is all the text."""
+
+    lead: int | None
+    tail: int | None
+    whole: bool
+
+    @classmethod
+    def of(cls, words: Sequence[str]) -> NumberEdges:
+        runs = [r for r in number_runs(words) if not _is_amount(words[r[0] : r[1]], read_on=True)]
+        lead = next((_digits(words[a:b]) for a, b in runs if a == 0), None)
+        tail = next((_digits(words[a:b]) for a, b in runs if b == len(words)), None)
+        return cls(lead, tail, runs == [(0, len(words))])
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Held(Generic[T]):
+    item: T
+    before: int  # digits its first run joins, from texts before the chain
+    adds: int  # digits it adds to the chain (its last run's, or all of it)
+
+
+class NumberChain(Generic[T]):
+    """Texts in order (a stream's finals, a recording's segments), each released with the
+    ``Carry`` its edge runs join. A text that ends in a number which could still grow
+    into a redacted one waits: if the next text begins with a number within ``gap_s``
+    of it, that is the same number read on, and every part of it is judged by the whole
+    number's digits. Only ``pci``, ``ssn`` and ``phone`` chain (``numbers`` takes every
+    run anyway)."""
+
+    def __init__(self, categories: frozenset[Redact], gap_s: float = NUMBER_GAP_S):
+        self.categories = categories
+        self._counted = [] if Redact.NUMBERS in categories else [c for c in categories]
+        self._gap_s = gap_s
+        self._held: list[_Held[T]] = []
+        self._digits = 0  # the held number's digits so far
+        self._end = 0.0  # where the newest held text ends
+
+    @property
+    def held_until(self) -> float | None:
+        """The end of the newest text waiting, or None when none waits."""
+        return self._end if self._held else None
+
+    def continues(self, start: float) -> bool:
+        """Whether a text starting at ``start`` may read on the waiting number."""
+        return bool(self._held) and start - self._end <= self._gap_s
+
+    def carried(self, start: float) -> int:
+        """The digits a text starting at ``start`` would join at its first run."""
+        return self._digits if self.continues(start) else 0
+
+    def push(
+        self, item: T, words: Sequence[str], start: float, end: float
+    ) -> list[tuple[T, Carry, bool]]:
+        """The texts this one releases, each with its carry and whether it is judged with
+        an open end (see ``close``); ``item`` among them unless it now waits."""
+        if not self._counted:
+            return [(item, NO_CARRY, False)]  # nothing here is judged by its digits
+        edges = NumberEdges.of(words)
+        out: list[tuple[T, Carry, bool]] = []
+        before = 0
+        if self._held:
+            if edges.lead is not None and self.continues(start):
+                if edges.whole:  # all number: the chain goes on through it
+                    self._held.append(_Held(item, self._digits, edges.lead))
+                    self._digits += edges.lead
+                    self._end = end
+                    return [] if self._growing(self._digits) else self.close()
+                before = self._digits
+                self._digits += edges.lead
+            out = self.close()
+        if edges.tail is not None and self._growing(edges.tail):
+            self._held = [_Held(item, before, edges.tail)]
+            self._digits, self._end = edges.tail, end
+            return out
+        return [*out, (item, Carry(before, 0), False)]
+
+    def close(self, open_end: bool = False) -> list[tuple[T, Carry, bool]]:
+        """Release every waiting text, judged by the digits held so far; ``open_end``: the
+        number may still go on where nothing can tell (judge the last text as a partial)."""
+        out, added = [], 0
+        for i, held in enumerate(self._held):
+            added += held.adds
+            before = held.before if i == 0 else added - held.adds
+            last = i == len(self._held) - 1
+            out.append((held.item, Carry(before, self._digits - added), open_end and last))
+        self._held, self._digits = [], 0
+        return out
+
+    def _growing(self, digits: int) -> bool:
+        return any(digits < DIGITS[c].stop for c in self._counted)
 
 
 W = TypeVar("W")
@@ -128,13 +264,14 @@ def rewrite(
     categories: frozenset[Redact],
     numerals: bool,
     open_end: bool = False,
+    carry: Carry = NO_CARRY,
 ) -> list[W]:
     """``words`` with each redacted run made one ``[redacted]`` word and, with
     ``numerals``, each other run's number words written as digits. ``join(run, text)``
     makes one word of a run (keeping its times); the run's last punctuation stays.
-    ``open_end``: the words may go on (``redacted_runs``)."""
+    ``open_end`` and ``carry`` as in ``redacted_runs``."""
     texts = [text_of(w) for w in words]
-    redacted = set(redacted_runs(texts, categories, open_end))
+    redacted = set(redacted_runs(texts, categories, open_end, carry))
     runs = number_runs(texts) if numerals else sorted(redacted)
     out: list[W] = []
     at = 0
@@ -154,9 +291,11 @@ def rewrite(
     return out
 
 
-def rewrite_text(text: str, categories: frozenset[Redact], numerals: bool) -> str:
+def rewrite_text(text: str, categories: frozenset[Redact], numerals: bool, before: int = 0) -> str:
     """A text without word times (a partial's, whose speaker may be mid-number: its
     last run is redacted while it may still grow into a redacted one) rewritten as
-    ``rewrite`` does."""
+    ``rewrite`` does; ``before``: digits its first run joins (``Carry``)."""
     words = text.split()
-    return " ".join(rewrite(words, str, lambda run, t: t, categories, numerals, open_end=True))
+    return " ".join(
+        rewrite(words, str, lambda run, t: t, categories, numerals, True, Carry(before))
+    )

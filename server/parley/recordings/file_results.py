@@ -86,7 +86,7 @@ def finals_of(
 ) -> list[Final]:
     """One final per speaker's run of words in each segment: the segment's own text when
     it had a window to itself and one speaker, else its words joined; each with its
-    window's language, redacted as asked."""
+    window's language, redacted as asked (a number read on across finals judged whole)."""
     finals: list[Final] = []
     for window, result in results:
         if result.rejected:
@@ -101,7 +101,7 @@ def finals_of(
             for i, (run, label) in enumerate(runs):
                 first, last = i == 0, i == len(runs) - 1
                 alone = len(window.pieces) == 1 and len(runs) == 1
-                labelled = decoding.words(
+                labelled = decoding.respelled(
                     [
                         Word(
                             w.word,
@@ -129,7 +129,7 @@ def finals_of(
                         **decoding.language_fields(result),
                     )
                 )
-    return finals
+    return decoding.finals(finals)
 
 
 def _speaker_runs(

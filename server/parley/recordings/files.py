@@ -308,7 +308,7 @@ class FileJobs:
                 while told < len(windows) and not waiting[told]:
                     for _, result in sorted(parts[told], key=lambda p: p[0].pieces[0].start):
                         if on_text is not None and result.text and not result.rejected:
-                            on_text(decoding.text(result.text))
+                            on_text(decoding.partial_text(result.text))
                     told += 1
         finally:
             for future in pending:

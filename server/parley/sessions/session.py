@@ -287,13 +287,13 @@ class Session:
 
         def to_final(result: Transcription) -> Final:
             fitted = fit_words(result.words, segment.voiced_regions(timing.bridge_s), timing)
-            words = decoding.words(
+            words = decoding.respelled(
                 [
                     Word(w.word, w.start, w.end, w.probability)
                     for w in shift_words(fitted, segment.start, segment.end)
                 ]
             )
-            return Final(
+            return Final(  # redaction and numerals on its way out (SessionOutbox)
                 segment.segment_id,
                 segment.start,
                 segment.end,
@@ -303,7 +303,9 @@ class Session:
                 **decoding.language_fields(result),
             )
 
-        await self._outbox.put_decode(future, to_final, segment.segment_id, is_final=True)
+        await self._outbox.put_decode(
+            future, to_final, segment.segment_id, is_final=True, decoding=decoding
+        )
 
     async def _maybe_partial(self) -> None:
         if not self.config.partials:
@@ -335,8 +337,10 @@ class Session:
                 segment.segment_id,
                 segment.start,
                 segment.end,
-                decoding.text(result.text),
+                result.text,  # redacted on its way out (SessionOutbox)
                 language=result.language,
             )
 
-        await self._outbox.put_decode(future, to_partial, segment.segment_id, is_final=False)
+        await self._outbox.put_decode(
+            future, to_partial, segment.segment_id, is_final=False, decoding=decoding
+        )

@@ -1,6 +1,8 @@
 """A session's messages in stream order: one bounded outbox of messages, decodes not yet
-done and diarization steps, read in turn. Finals get their speakers and are timed (the
-latency a client sees) as they go out; a stream with an offset is told in its time."""
+done and diarization steps, read in turn. Decodes are shaped (redaction, numerals) on
+the way out, where a final may wait for the next (``NumberHold``); finals then get their
+speakers and are timed (the latency a client sees) as they go out; a stream with an
+offset is told in its time."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ from parley.protocol.messages import (
 )
 from parley.protocol.recast import shifted, with_speaker
 from parley.sessions.marks import Mark
+from parley.sessions.number_hold import NumberHold, Unshaped
 from parley.sessions.speaker_track import SpeakerTrack
+from parley.workers.decoding import StreamDecoding
 
 OUTBOX_SIZE = 256
 ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept, to time finals by
@@ -33,9 +37,10 @@ class _Decode:
     """An outbox entry whose message exists once the worker is done."""
 
     future: concurrent.futures.Future
-    to_message: Callable[[Any], ServerMessage]  # the future's result → its message
+    to_message: Callable[[Any], Final | Partial]  # the future's result → its message
     segment_id: int
     is_final: bool
+    decoding: StreamDecoding  # shapes the message on its way out
 
 
 @dataclass
@@ -43,6 +48,13 @@ class _DiarizationStep:
     """An outbox entry: a diarization step whose snapshot may revise earlier speakers."""
 
     future: concurrent.futures.Future
+
+
+@dataclass(frozen=True)
+class _Tick:
+    """Audio reached ``stream_time`` while a final waits (``NumberHold.deadline``)."""
+
+    stream_time: float
 
 
 _END = object()
@@ -70,6 +82,8 @@ class SessionOutbox:
         self._diarization_failed = False
         # (stream time at the end of an audio message, monotonic time it arrived)
         self._arrivals: deque[tuple[float, float]] = deque(maxlen=ARRIVALS_KEPT)
+        self._hold = NumberHold()
+        self._tick_queued = False
 
     # ------------------------------------------------------------------ in
 
@@ -83,8 +97,16 @@ class SessionOutbox:
         return self._unsent_ends[0] if self._unsent_ends else None
 
     def arrived(self, stream_time: float) -> None:
-        """Audio up to ``stream_time`` arrived now (finals are timed from it)."""
+        """Audio up to ``stream_time`` arrived now (finals are timed from it; a final
+        waiting for the next may be due to leave)."""
         self._arrivals.append((stream_time, time.monotonic()))
+        deadline = self._hold.deadline
+        if deadline is not None and stream_time >= deadline and not self._tick_queued:
+            try:
+                self._queue.put_nowait(_Tick(stream_time))
+                self._tick_queued = True
+            except asyncio.QueueFull:
+                pass  # the reader has plenty to do: told with the next audio
 
     async def put(self, message: ServerMessage | Mark) -> None:
         """A message, sent as it is (waits while the outbox is full)."""
@@ -93,12 +115,14 @@ class SessionOutbox:
     async def put_decode(
         self,
         future: concurrent.futures.Future,
-        to_message: Callable[[Any], ServerMessage],
+        to_message: Callable[[Any], Final | Partial],
         segment_id: int,
         is_final: bool,
+        decoding: StreamDecoding,
     ) -> None:
-        """A decode's message, sent once its future is done (``to_message`` of its result)."""
-        await self._queue.put(_Decode(future, to_message, segment_id, is_final))
+        """A decode's message, sent once its future is done (``to_message`` of its result,
+        shaped by ``decoding``)."""
+        await self._queue.put(_Decode(future, to_message, segment_id, is_final, decoding))
 
     async def put_speakers(self, step: concurrent.futures.Future) -> None:
         """A diarization step, whose snapshot may revise earlier speakers."""
@@ -120,14 +144,27 @@ class SessionOutbox:
     async def messages(self) -> AsyncIterator[ServerMessage | Mark]:
         """Server messages (and marks) in stream order, until (and including)
         ``session_ended``."""
-        async for message in self._in_stream_time():
-            yield shifted(message, self._offset_s) if self._offset_s else message
+        async for item in self._in_stream_time():
+            if isinstance(item, _Tick):
+                self._tick_queued = False
+                out = self._hold.tick(item.stream_time)
+            else:
+                out = self._hold.take(item)
+            for message in out:
+                if isinstance(message, (Final, Partial)):
+                    message = self._with_speakers(message)
+                    if isinstance(message, Final):
+                        self._time_final(message)
+                yield shifted(message, self._offset_s) if self._offset_s else message
 
-    async def _in_stream_time(self) -> AsyncIterator[ServerMessage | Mark]:
+    async def _in_stream_time(self) -> AsyncIterator[ServerMessage | Mark | Unshaped | _Tick]:
         while True:
             item = await self._queue.get()
             if item is _END:
                 return
+            if isinstance(item, _Tick):
+                yield item
+                continue
             if isinstance(item, _DiarizationStep):
                 for update in await self._speaker_updates(item):
                     yield update
@@ -153,11 +190,10 @@ class SessionOutbox:
                         segment_id=item.segment_id,
                     )
                 continue
-            message = self._with_speakers(item.to_message(result))
+            message = item.to_message(result)
             if isinstance(message, Final):
                 self._final_sent()
-                self._time_final(message)
-            yield message
+            yield Unshaped(message, item.decoding)
 
     def _final_sent(self) -> None:
         if self._unsent_ends:
@@ -176,7 +212,7 @@ class SessionOutbox:
                 self._final_latency(time.monotonic() - arrived)
                 return
 
-    def _with_speakers(self, message: ServerMessage) -> ServerMessage:
+    def _with_speakers(self, message: Final | Partial) -> Final | Partial:
         if self._speaker is not None:
             return with_speaker(message, self._speaker)
         if self._speakers is None:

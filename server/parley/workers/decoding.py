@@ -10,15 +10,15 @@ engine's tokenizer runs once here, not per segment.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from parley.core.asr import AsrRequest, Transcriber, Transcription, Vocabulary
 from parley.core.keyterms import respellings
-from parley.core.redaction import rewrite, rewrite_text
+from parley.core.redaction import NO_CARRY, Carry, NumberChain, rewrite, rewrite_text
 from parley.core.words import end_punctuation
-from parley.protocol.messages import FinalWarning, StreamConfig, Word
+from parley.protocol.messages import Final, FinalWarning, StreamConfig, Word
 
 
 @dataclass(frozen=True)
@@ -63,21 +63,14 @@ class StreamDecoding:
     # ------------------------------------------------------------------ results
 
     @property
-    def _rewrites(self) -> bool:
+    def rewrites(self) -> bool:
+        """Whether results are rewritten before they leave (redaction, numerals)."""
         return bool(self.config.redact) or self.config.numerals
 
-    def words(self, words: list[Word]) -> list[Word]:
-        """Runs spelled like a keyterm written as it; redacted runs made one
-        ``[redacted]`` word; numerals as digits."""
-        if self.config.keyterms:
-            words = self._respelled(words)
-        if not self._rewrites:
+    def respelled(self, words: list[Word]) -> list[Word]:
+        """Runs spelled like a keyterm written as it."""
+        if not self.config.keyterms:
             return words
-        return rewrite(
-            words, lambda w: w.word, _joined, self.config.redaction, self.config.numerals
-        )
-
-    def _respelled(self, words: list[Word]) -> list[Word]:
         runs = respellings([(w.word, w.probability) for w in words], self.config.keyterms)
         out = list(words)
         for start, end, term in reversed(runs):
@@ -86,15 +79,50 @@ class StreamDecoding:
             ]
         return out
 
-    def text(self, text: str, words: list[Word] | None = None) -> str:
-        """The text of a result: its rewritten words', else its own, rewritten (a text
-        without words, a partial's, is not respelled: respelling reads word
-        probabilities)."""
-        if not self._rewrites and not (self.config.keyterms and words):
+    def text(self, text: str, words: list[Word]) -> str:
+        """A final's text before it is rewritten: its respelled words', else its own."""
+        return " ".join(w.word for w in words) if self.config.keyterms and words else text
+
+    def final(self, final: Final, carry: Carry = NO_CARRY, open_end: bool = False) -> Final:
+        """The final as it leaves: redacted runs made one ``[redacted]`` word, numerals as
+        digits; ``carry`` and ``open_end`` as ``core.redaction.rewrite`` takes them (a
+        number read on across finals)."""
+        if not self.rewrites:
+            return final
+        config = self.config
+        if not final.words:
+            text = rewrite_text(final.text, config.redaction, config.numerals, carry.before)
+            return replace(final, text=text)
+        words = rewrite(
+            final.words,
+            lambda w: w.word,
+            _joined,
+            config.redaction,
+            config.numerals,
+            open_end,
+            carry,
+        )
+        return replace(final, words=words, text=" ".join(w.word for w in words))
+
+    def finals(self, finals: list[Final]) -> list[Final]:
+        """A recording's finals, in order, as they leave (``final``): a number read on
+        from one final into the next is judged whole."""
+        chain: NumberChain[Final] = NumberChain(self.config.redaction)
+        out: list[Final] = []
+        for final in finals:
+            texts = [w.word for w in final.words] if final.words else final.text.split()
+            released = chain.push(final, texts, final.start, final.end)
+            out.extend(self.final(f, carry, open_end) for f, carry, open_end in released)
+        out.extend(self.final(f, carry, open_end) for f, carry, open_end in chain.close())
+        return out
+
+    def partial_text(self, text: str, before: int = 0) -> str:
+        """A partial's (or a recording's progress) text as it leaves: its last number
+        redacted while it may still grow into a redacted one; ``before``: the digits of
+        a number its first run reads on (``Carry``)."""
+        if not self.rewrites:
             return text
-        if words:
-            return " ".join(w.word for w in words)
-        return rewrite_text(text, self.config.redaction, self.config.numerals)
+        return rewrite_text(text, self.config.redaction, self.config.numerals, before)
 
     @staticmethod
     def language_fields(result: Transcription) -> dict:
