@@ -113,16 +113,21 @@ class LiveStream:
 
     @classmethod
     async def connect(
-        cls, url: str, config: StreamConfig | None = None, token: str | None = None
+        cls,
+        url: str,
+        config: StreamConfig | None = None,
+        token: str | None = None,
+        open_timeout: float = 30.0,
     ) -> LiveStream:
         """Open a session (``url`` is the /v1/stream endpoint); ServerError if refused."""
-        return await cls.open(stream_url(url, config or StreamConfig(), token))
+        return await cls.open(stream_url(url, config or StreamConfig(), token), open_timeout)
 
     @classmethod
-    async def open(cls, full_url: str) -> LiveStream:
-        """Open a session at a URL that already holds its query string."""
+    async def open(cls, full_url: str, open_timeout: float = 30.0) -> LiveStream:
+        """Open a session at a URL that already holds its query string; the handshake
+        may take ``open_timeout`` seconds (behind a proxy that queues sessions, longer)."""
         try:
-            ws = await connect(full_url, max_size=None, compression=None, open_timeout=30)
+            ws = await connect(full_url, max_size=None, compression=None, open_timeout=open_timeout)
         except OSError as exc:  # websockets' own errors (a refused handshake) are not OSError
             raise Unreachable(full_url, exc) from exc
         first = parse(decode(await ws.recv()))
