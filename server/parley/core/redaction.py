@@ -179,8 +179,9 @@ T = TypeVar("T")
 @dataclass
 class _Held(Generic[T]):
     item: T
-    before: int  # digits its first run joins, from texts before the chain
-    adds: int  # digits it adds to the chain (its last run's, or all of it)
+    before: int  # the digits its first run joins (``Carry.before``)
+    at: int  # the number's digits before those it adds
+    adds: int  # the digits it adds to the number (its last run's, or all of it)
 
 
 class NumberChain(Generic[T]):
@@ -188,16 +189,18 @@ class NumberChain(Generic[T]):
     ``Carry`` its edge runs join. A text that ends in a number which could still grow
     into a redacted one waits: if the next text begins with a number within ``gap_s``
     of it, that is the same number read on, and every part of it is judged by the whole
-    number's digits. Only ``pci``, ``ssn`` and ``phone`` chain (``numbers`` takes every
-    run anyway)."""
+    number's digits. Texts leave as soon as no later text can change their verdict (a
+    card number's 12 digits are a card however it goes on), and the number stays open
+    for the next. Only ``pci``, ``ssn`` and ``phone`` chain (``numbers`` takes every run
+    anyway)."""
 
     def __init__(self, categories: frozenset[Redact], gap_s: float = NUMBER_GAP_S):
         self.categories = categories
         self._counted = [] if Redact.NUMBERS in categories else [c for c in categories]
         self._gap_s = gap_s
         self._held: list[_Held[T]] = []
-        self._digits = 0  # the held number's digits so far
-        self._end = 0.0  # where the newest held text ends
+        self._digits = 0  # the open number's digits so far
+        self._end: float | None = None  # where the open number was last read; None: none
 
     @property
     def held_until(self) -> float | None:
@@ -205,8 +208,8 @@ class NumberChain(Generic[T]):
         return self._end if self._held else None
 
     def continues(self, start: float) -> bool:
-        """Whether a text starting at ``start`` may read on the waiting number."""
-        return bool(self._held) and start - self._end <= self._gap_s
+        """Whether a text starting at ``start`` may read on the open number."""
+        return self._end is not None and start - self._end <= self._gap_s
 
     def carried(self, start: float) -> int:
         """The digits a text starting at ``start`` would join at its first run."""
@@ -220,34 +223,48 @@ class NumberChain(Generic[T]):
         if not self._counted:
             return [(item, NO_CARRY, False)]  # nothing here is judged by its digits
         edges = NumberEdges.of(words)
-        out: list[tuple[T, Carry, bool]] = []
         before = 0
-        if self._held:
-            if edges.lead is not None and self.continues(start):
-                if edges.whole:  # all number: the chain goes on through it
-                    self._held.append(_Held(item, self._digits, edges.lead))
-                    self._digits += edges.lead
-                    self._end = end
-                    return [] if self._growing(self._digits) else self.close()
-                before = self._digits
+        if edges.lead is not None and self.continues(start):
+            if edges.whole:  # all number: the number goes on through it
+                self._held.append(_Held(item, self._digits, self._digits, edges.lead))
                 self._digits += edges.lead
-            out = self.close()
+                self._end = end
+                return self._settled()
+            before = self._digits
+            self._digits += edges.lead
+        out = self.close()  # judged by the digits so far (with this text's first run)
         if edges.tail is not None and self._growing(edges.tail):
-            self._held = [_Held(item, before, edges.tail)]
+            self._held = [_Held(item, before, 0, edges.tail)]
             self._digits, self._end = edges.tail, end
-            return out
+            return out + self._settled()
         return [*out, (item, Carry(before, 0), False)]
 
     def close(self, open_end: bool = False) -> list[tuple[T, Carry, bool]]:
-        """Release every waiting text, judged by the digits held so far; ``open_end``: the
-        number may still go on where nothing can tell (judge the last text as a partial)."""
-        out, added = [], 0
-        for i, held in enumerate(self._held):
-            added += held.adds
-            before = held.before if i == 0 else added - held.adds
-            last = i == len(self._held) - 1
-            out.append((held.item, Carry(before, self._digits - added), open_end and last))
-        self._held, self._digits = [], 0
+        """Release every waiting text, judged by the digits so far, and end the number;
+        ``open_end``: it may still go on where nothing can tell (the last text is judged
+        as a partial is)."""
+        out = self._release(open_end)
+        self._digits, self._end = 0, None
+        return out
+
+    def _settled(self) -> list[tuple[T, Carry, bool]]:
+        if not self._growing(self._digits):
+            return self.close()  # too long for any category asked: done
+        if Redact.PCI in self._counted and self._digits >= DIGITS[Redact.PCI].start:
+            return self._release()  # a card whatever follows: the number stays open
+        return []
+
+    def _release(self, open_end: bool = False) -> list[tuple[T, Carry, bool]]:
+        last = len(self._held) - 1
+        out = [
+            (
+                held.item,
+                Carry(held.before, self._digits - held.at - held.adds),
+                open_end and i == last,
+            )
+            for i, held in enumerate(self._held)
+        ]
+        self._held = []
         return out
 
     def _growing(self, digits: int) -> bool:
