@@ -32,7 +32,7 @@ from parley.config import default_models_dir
 from parley.core.asr import Task, transcribe
 from parley.core.audio import SAMPLE_RATE
 from parley.core.keyterms import normalised, written
-from parley.core.redaction import REDACTED
+from parley.core.redaction import REDACTED, number_runs
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, FinalReason, StreamConfig, Word
@@ -292,6 +292,13 @@ def _looks_english(text: str) -> bool:
 # ---------------------------------------------------------------- redaction
 
 
+def outside_numbers(text: str) -> list[str]:
+    """The words of ``text`` outside its number runs and redactions."""
+    words = text.split()
+    numbers = {i for start, end in number_runs(words) for i in range(start, end)}
+    return [w for i, w in enumerate(words) if i not in numbers and REDACTED not in w]
+
+
 def redaction(tiny: WhisperEngine) -> list[dict]:
     """Each spoken number's final under its own category alone: redacted with no digit
     left (or, with none to redact, unchanged), and every word outside the numbers kept."""
@@ -301,7 +308,6 @@ def redaction(tiny: WhisperEngine) -> list[dict]:
         plain, _ = decode(tiny, clip, StreamConfig())
         asked = (category,) if category else ("pci", "phone", "ssn")
         text, _ = decode(tiny, clip, StreamConfig(redact=asked))
-        outside = [w for w in plain.split() if not any(ch.isdigit() for ch in w)]
         rows.append(
             {
                 "said": sentence[:36],
@@ -311,12 +317,7 @@ def redaction(tiny: WhisperEngine) -> list[dict]:
                 "number gone": (REDACTED in text and not re.search(r"\d", text))
                 if category
                 else text == plain,
-                "rest kept": [
-                    w
-                    for w in text.split()
-                    if w.rstrip(".,") != REDACTED and not any(ch.isdigit() for ch in w)
-                ]
-                == outside,
+                "rest kept": outside_numbers(text) == outside_numbers(plain),
             }
         )
     return rows

@@ -270,8 +270,14 @@ REDACTION_SENTENCES: tuple[tuple[str, str], ...] = (
     ("The number on file is 9 8 7, 6 5, 4 3 2 0.", "ssn"),
     ("You can call me back at 4 1 5, 5 5 5, 0 1 3 2 after lunch.", "phone"),
     ("My phone number is 2 1 2, 5 5 5, 0 1 9 9.", "phone"),
+    # a card's expiry date and security code, known by the words before them (pci)
+    ("It expires 0 9, 2 7, thank you.", "pci"),
+    ("The expiration date is 0 9, 2 8.", "pci"),
+    ("The card is valid through 1 1, 2 6.", "pci"),
+    ("The security code is 4 1 2.", "pci"),
     ("I ordered three boxes on Monday.", ""),
     ("We met at the office at ten.", ""),
     ("The invoice for $1,250.50 is due in 2025.", ""),
     ("Room 402 is on the fourth floor.", ""),
+    ("The code for the door is 4 1 2.", ""),
 )

@@ -29,16 +29,8 @@ from parley.core.keyterms import (
     check_keyterms,
     respellings,
 )
-from parley.core.redaction import (
-    NUMBER_GAP_S,
-    REDACTED,
-    Carry,
-    NumberChain,
-    Redact,
-    number_runs,
-    rewrite,
-    rewrite_text,
-)
+from parley.core.number_chain import NUMBER_GAP_S, NumberChain
+from parley.core.redaction import REDACTED, Carry, Redact, number_runs, rewrite, rewrite_text
 from parley.protocol.messages import (
     ErrorCode,
     Final,
@@ -365,6 +357,55 @@ def test_a_final_that_may_go_on_waits_for_the_next_and_messages_keep_their_order
     ended = SessionEnded(30.0, 8)
     assert hold.take(_unshaped_final(decoding, 8, 25.0, "It is 4539")) == []
     assert [type(m).__name__ for m in hold.take(ended)] == ["Final", "SessionEnded"]
+
+    # a cue ends a final: nothing waits, and the next group's partial is the date
+    cue = _unshaped_final(decoding, 9, 40.0, "The card is fine and it expires")
+    assert [m.text for m in hold.take(cue)] == ["The card is fine and it expires"]  # type: ignore[union-attr]
+    (date,) = hold.take(Unshaped(Partial(10, 41.5, 42.5, "09/27 and"), decoding))
+    assert date.text == f"{REDACTED} and"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "text, redacted",
+    [
+        ("It expires 09/27.", f"It expires {REDACTED}."),
+        ("The expiry date is oh nine twenty seven.", f"The expiry date is {REDACTED}."),
+        ("Valid thru September 2027, thanks.", f"Valid thru {REDACTED}, thanks."),
+        ("The CVV is 412.", f"The CVV is {REDACTED}."),
+        (
+            "The security code on the back is four one two.",
+            f"The security code on the back is {REDACTED}.",
+        ),
+        ("C.V.V. 4 1 2", f"C.V.V. {REDACTED}"),
+        # no cue, or a number out of a cue's reach: judged by digits only
+        ("We moved it to 09/27.", "We moved it to 09/27."),
+        (
+            "It expires soon, so call me in the next few days at 5.",
+            "It expires soon, so call me in the next few days at 5.",
+        ),
+        ("The code is 412.", "The code is 412."),
+    ],
+)
+def test_pci_takes_a_cards_expiry_date_and_security_code_by_the_words_before_them(text, redacted):
+    """As Deepgram's pci: a number an expiry or security-code cue names is redacted,
+    however few its digits; the same digits without a cue are not (nor with ssn)."""
+    assert final_text(text, frozenset({Redact.PCI})) == redacted
+    assert final_text(text, frozenset({Redact.SSN})) == text
+
+
+def test_a_cue_at_the_end_of_a_final_reaches_into_the_next():
+    """ "… and it expires" | "09/27." (a pause ended the segment after the cue): the next
+    final's first run is the date; a final far later, or after a run, is not cued."""
+    pci = frozenset({Redact.PCI})
+    assert chained(["The card is fine and it expires", "09/27."], pci) == [
+        "The card is fine and it expires",
+        f"{REDACTED}.",
+    ]
+    texts = ["The card is fine and it expires", "09/27."]
+    assert chained(texts, pci, [NUMBER_GAP_S + 0.5]) == texts
+    assert chained(["The CVV is 412.", "Then 7 more."], pci)[1] == "Then 7 more."
+    # a date a cue names, read on after a pause, is the date still
+    assert chained(["It expires 0 9", "2 7."], pci) == [f"It expires {REDACTED}", f"{REDACTED}."]
 
 
 def test_numbers_redacts_every_number_and_numerals_writes_digits():

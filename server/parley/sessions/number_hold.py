@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, replace
 
-from parley.core.redaction import NUMBER_GAP_S, Carry, NumberChain, NumberEdges
+from parley.core.number_chain import NUMBER_GAP_S, NumberChain, NumberEdges
+from parley.core.redaction import NO_CARRY, Carry
 from parley.protocol.messages import (
     Final,
     Finalized,
@@ -124,10 +125,11 @@ class NumberHold:
             return item
         partial = item.message
         assert isinstance(partial, Partial)
-        before = self._chain.carried(partial.start) if self._chain is not None else 0
-        if before and self._speech_after:
-            self._next_words = NumberEdges.of(partial.text.split()).lead is None
-        return replace(partial, text=item.decoding.partial_text(partial.text, before))
+        words = partial.text.split()
+        carry = NO_CARRY if self._chain is None else self._chain.carry_into(partial.start, words)
+        if carry.before and self._speech_after:
+            self._next_words = NumberEdges.of(words).lead is None
+        return replace(partial, text=item.decoding.partial_text(partial.text, carry))
 
     def _drain(self) -> list[ServerMessage | Mark]:
         out: list[ServerMessage | Mark] = []

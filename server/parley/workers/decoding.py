@@ -16,7 +16,8 @@ import numpy as np
 
 from parley.core.asr import AsrRequest, Transcriber, Transcription, Vocabulary
 from parley.core.keyterms import respellings
-from parley.core.redaction import NO_CARRY, Carry, NumberChain, rewrite, rewrite_text
+from parley.core.number_chain import NumberChain
+from parley.core.redaction import NO_CARRY, Carry, rewrite, rewrite_text
 from parley.core.words import end_punctuation
 from parley.protocol.messages import Final, FinalWarning, StreamConfig, Word
 
@@ -91,7 +92,7 @@ class StreamDecoding:
             return final
         config = self.config
         if not final.words:
-            text = rewrite_text(final.text, config.redaction, config.numerals, carry.before)
+            text = rewrite_text(final.text, config.redaction, config.numerals, carry)
             return replace(final, text=text)
         words = rewrite(
             final.words,
@@ -116,13 +117,13 @@ class StreamDecoding:
         out.extend(self.final(f, carry, open_end) for f, carry, open_end in chain.close())
         return out
 
-    def partial_text(self, text: str, before: int = 0) -> str:
+    def partial_text(self, text: str, carry: Carry = NO_CARRY) -> str:
         """A partial's (or a recording's progress) text as it leaves: its last number
-        redacted while it may still grow into a redacted one; ``before``: the digits of
-        a number its first run reads on (``Carry``)."""
+        redacted while it may still grow into a redacted one; ``carry``: what its first
+        run joins of the finals before it (``core.redaction.Carry``)."""
         if not self.rewrites:
             return text
-        return rewrite_text(text, self.config.redaction, self.config.numerals, before)
+        return rewrite_text(text, self.config.redaction, self.config.numerals, carry)
 
     @staticmethod
     def language_fields(result: Transcription) -> dict:
