@@ -317,7 +317,8 @@ def test_a_final_that_may_go_on_waits_for_the_next_and_messages_keep_their_order
     """On a stream: the final ending in "4,500,39." waits, and the messages after it
     wait with it (a partial of the next group judged as reading the number on); the
     next finals release it judged whole; a final with nothing to read on leaves at once;
-    a deadline in stream time releases a final whose next group never came."""
+    a deadline in stream time releases a final whose next group never came, and a
+    partial of the next speech that begins with words releases it at once."""
     from fake_engine import FakeEngine
 
     decoding = StreamDecoding.of(StreamConfig(redact=("pci",)), FakeEngine())
@@ -354,6 +355,12 @@ def test_a_final_that_may_go_on_waits_for_the_next_and_messages_keep_their_order
     # speech came, its final did not: the waiting final is judged as a partial is
     unsure, started = hold.tick(21.0 + MAX_HOLD_S)
     assert unsure.text == f"Card {REDACTED}" and isinstance(started, SpeechStarted)  # type: ignore[union-attr]
+    # the next speech's partial begins with words: the number was done, nothing waits
+    assert hold.take(_unshaped_final(decoding, 11, 30.0, "My order is 35.")) == []
+    assert hold.take(SpeechStarted(12, 31.5)) == []
+    said = hold.take(Unshaped(Partial(12, 31.5, 32.5, "And I want"), decoding))
+    assert [getattr(m, "text", None) for m in said] == ["My order is 35.", None, "And I want"]
+
     ended = SessionEnded(30.0, 8)
     assert hold.take(_unshaped_final(decoding, 8, 25.0, "It is 4539")) == []
     assert [type(m).__name__ for m in hold.take(ended)] == ["Final", "SessionEnded"]

@@ -1,15 +1,16 @@
 """A session's results on their way out, where a number read out in groups is judged
 whole: a final that ends in a number which could still grow into a redacted one (a
 card number's first four digits) waits, with every message after it, until the next
-final says whether the number goes on (``core.redaction.NumberChain``).
+final says whether the number goes on (``core.number_chain.NumberChain``).
 
 A short pause ends a segment, so "4539 … 1488 … 0343 … 6467" is four finals of four
 digits, none a card number by itself. The wait is bounded in stream time: the number is
 done when no speech starts within ``NUMBER_GAP_S`` of the waiting final's end (the VAD
 tells a start up to ``SPEECH_CONFIRM_S`` after it happened); when speech
 started but its final has not come ``MAX_HOLD_S`` after that end, the waiting finals
-leave judged as partials are (a number that may still grow is redacted), unless that
-speech's partial already began with words. Messages keep their order.
+leave judged as partials are (a number that may still grow is redacted). They leave at
+once when that speech's partial begins with words, not a number. Messages keep their
+order.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ class NumberHold:
         self._held: deque[ServerMessage | Mark | Unshaped] = deque()  # in order
         self._shaped: dict[int, Final] = {}  # released finals (by id of their Unshaped)
         self._speech_after: bool = False  # speech began within the gap of the held final
-        self._next_words: bool = False  # and its partial began with words, not a number
 
     @property
     def deadline(self) -> float | None:
@@ -81,15 +81,17 @@ class NumberHold:
             if isinstance(item, SpeechStarted):
                 self._speech_after = True
             self._held.append(self._shaped_now(item))
-            if len(self._held) > MAX_HELD:
-                self._release(open_end=not self._next_words)
+            if self._speech_after and _begins_with_words(item):
+                self._release()  # the next speech does not read the number on: it was done
+            elif len(self._held) > MAX_HELD:
+                self._release(open_end=True)
         return self._drain()
 
     def tick(self, stream_time: float) -> list[ServerMessage | Mark]:
         """Audio reached ``stream_time``: held finals past their deadline leave."""
         deadline = self.deadline
         if deadline is not None and stream_time >= deadline:
-            self._release(open_end=self._speech_after and not self._next_words)
+            self._release(open_end=self._speech_after)
         return self._drain()
 
     # ------------------------------------------------------------------ internals
@@ -107,7 +109,7 @@ class NumberHold:
         self._held.append(item)
         words = [w.word for w in final.words] if final.words else final.text.split()
         self._settle(self._chain.push(item, words, final.start, final.end))
-        self._speech_after = self._next_words = False  # what follows is after this final
+        self._speech_after = False  # what follows is after this final
 
     def _release(self, open_end: bool = False) -> None:
         if self._chain is not None:
@@ -118,7 +120,7 @@ class NumberHold:
             assert isinstance(item.message, Final)
             self._shaped[id(item)] = item.decoding.final(item.message, carry, open_end)
         if self.deadline is None:
-            self._speech_after = self._next_words = False
+            self._speech_after = False
 
     def _shaped_now(self, item: Item) -> ServerMessage | Mark:
         if not isinstance(item, Unshaped):
@@ -127,8 +129,6 @@ class NumberHold:
         assert isinstance(partial, Partial)
         words = partial.text.split()
         carry = NO_CARRY if self._chain is None else self._chain.carry_into(partial.start, words)
-        if carry.before and self._speech_after:
-            self._next_words = NumberEdges.of(words).lead is None
         return replace(partial, text=item.decoding.partial_text(partial.text, carry))
 
     def _drain(self) -> list[ServerMessage | Mark]:
@@ -144,3 +144,11 @@ class NumberHold:
                 out.append(head)
             self._held.popleft()
         return out
+
+
+def _begins_with_words(item: Item) -> bool:
+    """A partial whose first word is no number: its speech does not read a number on."""
+    if not isinstance(item, Unshaped) or not isinstance(item.message, Partial):
+        return False
+    words = item.message.text.split()
+    return bool(words) and NumberEdges.of(words).lead is None
