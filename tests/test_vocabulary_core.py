@@ -34,6 +34,7 @@ from parley.core.redaction import REDACTED, Carry, Redact, number_runs, rewrite,
 from parley.protocol.messages import (
     ErrorCode,
     Final,
+    Finalized,
     FinalReason,
     Partial,
     ProtocolError,
@@ -413,6 +414,63 @@ def test_a_cue_at_the_end_of_a_final_reaches_into_the_next():
     assert chained(["The CVV is 412.", "Then 7 more."], pci)[1] == "Then 7 more."
     # a date a cue names, read on after a pause, is the date still
     assert chained(["It expires 0 9", "2 7."], pci) == [f"It expires {REDACTED}", f"{REDACTED}."]
+
+
+stream_events = st.lists(
+    st.tuples(
+        st.sampled_from(["final", "partial", "speech", "tick", "finalized"]),
+        st.lists(
+            st.sampled_from(["4539", "one", "card", "expires", "CVV", "is", "$5"]), max_size=5
+        ),
+        st.floats(0.0, 4.0),  # seconds after the event before it
+    ),
+    max_size=30,
+)
+
+
+def _stream_message(kind: str, n: int, now: float, text: str, decoding: StreamDecoding):
+    if kind == "final":
+        return _unshaped_final(decoding, n, now, text)
+    if kind == "partial":
+        return Unshaped(Partial(n, now, now + 0.5, text), decoding)
+    return SpeechStarted(n, now) if kind == "speech" else Finalized(now)
+
+
+@given(
+    stream_events,
+    st.frozensets(st.sampled_from(list(Redact))),
+    st.sampled_from(["My card is 4539", "It expires", "Thanks."]),
+)
+def test_every_message_leaves_once_in_order_whatever_waits(events, categories, last):
+    """A stream's messages through ``NumberHold`` in any order of finals, partials,
+    speech starts, ticks and ``finalized``: each leaves exactly once, in the order it
+    came, and nothing is left once the session ends."""
+    from fake_engine import FakeEngine
+
+    decoding = StreamDecoding.of(
+        StreamConfig(redact=tuple(c.value for c in categories)), FakeEngine()
+    )
+    hold, came, left, now = NumberHold(), [], [], 0.0
+    for n, (kind, words, after) in enumerate(events):
+        now += after
+        if kind == "tick":
+            left += hold.tick(now)
+            continue
+        came.append((kind, n))
+        left += hold.take(_stream_message(kind, n, now, " ".join(words), decoding))
+    came.append(("final", len(events)))  # the last words, which may be a number to wait on
+    left += hold.take(_stream_message("final", len(events), now + 0.5, last, decoding))
+    left += hold.take(SessionEnded(now + 1.5, len(events) + 1))
+    kinds = {
+        "final": "final",
+        "partial": "partial",
+        "speech_started": "speech",
+        "finalized": "finalized",
+    }
+    assert [(kinds[m.type], getattr(m, "segment_id", None)) for m in left[:-1]] == [
+        (kind, n if kind != "finalized" else None) for kind, n in came
+    ]
+    assert left[-1].type == "session_ended" and hold.deadline is None
 
 
 def test_numbers_redacts_every_number_and_numerals_writes_digits():
