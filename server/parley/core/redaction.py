@@ -9,9 +9,11 @@ how many digits it holds (text2num reads the number words): 12 or more a card nu
 themselves (16, 9, 10) because the recogniser drops or repeats a digit of a long
 spoken number now and then (bench/vocabulary.py), and a number let through is worse
 than one redacted too many; a run written as an amount ($, %, a decimal point) is
-not a card, an SSN or a phone number. A redacted run becomes one word,
-``[redacted]``, timed from the run's first word to its last. ``numerals`` writes number
-words as digits ("twenty one" → "21"), as Deepgram's option does.
+not a card, an SSN or a phone number. With ``pci``, a run that an expiry or
+security-code cue names is redacted whatever its digits (``core.card_cues``). A
+redacted run becomes one word, ``[redacted]``, timed from the run's first word to its
+last. ``numerals`` writes number words as digits ("twenty one" → "21"), as Deepgram's
+option does.
 
 A number read out in groups ("4539 … 1488 … 0343 … 6467") reaches the recogniser as
 several segments, since a short pause ends one, so a run may go on in the next text:
