@@ -428,6 +428,38 @@ def test_a_recordings_malformed_language_is_refused():
         recording_language({"language": "english please"})
 
 
+@pytest.mark.parametrize(
+    "values, categories",
+    [
+        (["pci", "ssn"], ("pci", "ssn")),
+        (["credit_card", "phone_number"], ("pci", "phone")),
+        (["pii"], ("pci", "ssn", "phone")),
+        (["numbers"], ("numbers",)),
+        (["aggressive_numbers"], ("numbers",)),  # what LiveKit's Flux plugin sends
+        (["true"], ("numbers",)),  # Deepgram: "numbers (or true)"
+        (["false"], ()),
+    ],
+)
+def test_deepgrams_redact_values_become_parleys_categories(values, categories):
+    from starlette.datastructures import QueryParams
+
+    from parley.transport.deepgram_query import ListenVocabulary
+
+    query = QueryParams([("redact", v) for v in values])
+    assert ListenVocabulary.of(query).redact == categories
+
+
+def test_an_unknown_redact_value_is_refused():
+    from starlette.datastructures import QueryParams
+
+    from parley.protocol.messages import ErrorCode, ProtocolError
+    from parley.transport.deepgram_query import ListenVocabulary
+
+    with pytest.raises(ProtocolError) as refused:
+        ListenVocabulary.of(QueryParams([("redact", "phi")]))
+    assert refused.value.code == ErrorCode.BAD_CONFIG
+
+
 def test_endpointing_becomes_the_vads_turn_silence_in_whole_frames():
     from parley.core.vad import VadConfig
     from parley.transport.deepgram_query import endpointing_vad

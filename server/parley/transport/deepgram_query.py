@@ -60,7 +60,8 @@ REDACT = {
     "ssn": ("ssn",),
     "phone_number": ("phone",),
     "numbers": ("numbers",),
-    "true": ("pci", "ssn"),
+    "aggressive_numbers": ("numbers",),  # Deepgram's every-numeral mode (Flux's too)
+    "true": ("numbers",),  # Deepgram: "numbers (or true)"
     "pii": ("pci", "ssn", "phone"),
 }
 
