@@ -39,8 +39,13 @@ class NumberEdges:
     whole: bool
 
     @classmethod
-    def of(cls, words: Sequence[str]) -> NumberEdges:
-        runs = [r for r in number_runs(words) if not is_amount(words[r[0] : r[1]], read_on=True)]
+    def of(cls, words: Sequence[str], runs: Sequence[tuple[int, int]] | None = None) -> NumberEdges:
+        """``runs``: the words' number runs, when they are already known."""
+        runs = [
+            r
+            for r in (number_runs(words) if runs is None else runs)
+            if not is_amount(words[r[0] : r[1]], read_on=True)
+        ]
         lead = next((digits_of(words[a:b]) for a, b in runs if a == 0), None)
         tail = next((digits_of(words[a:b]) for a, b in runs if b == len(words)), None)
         return cls(lead, tail, runs == [(0, len(words))])
@@ -89,9 +94,14 @@ class NumberChain(Generic[T]):
 
     def carry_into(self, start: float, words: Sequence[str]) -> Carry:
         """What the first run of ``words``, a text starting at ``start``, would join."""
+        reads_on = self.continues(start) and self._number_cued  # only then the words matter
+        return self._carry(start, NumberEdges.of(words).lead if reads_on else None)
+
+    def _carry(self, start: float, lead: int | None) -> Carry:
+        """``carry_into`` for a text whose first run holds ``lead`` digits (None: none)."""
         continues = self.continues(start)
         cued = self._cue_end is not None and start - self._cue_end <= self._gap_s
-        reads_on = continues and self._number_cued and NumberEdges.of(words).lead is not None
+        reads_on = continues and self._number_cued and lead is not None
         return Carry(self._digits if continues else 0, 0, cued or reads_on)
 
     def push(
@@ -101,9 +111,9 @@ class NumberChain(Generic[T]):
         an open end (see ``close``); ``item`` among them unless it now waits."""
         if not self._counted:
             return [(item, NO_CARRY, False)]  # nothing here is judged by its digits
-        edges = NumberEdges.of(words)
-        cued = self.carry_into(start, words).cued
         runs, pci = number_runs(words), Redact.PCI in self._counted
+        edges = NumberEdges.of(words, runs)
+        cued = self._carry(start, edges.lead).cued
         self._cue_end = end if pci and cue_open(words, runs, cued) else None
         tail_cued = pci and any(b == len(words) for _, b in cued_runs(words, runs, cued))
         before = 0

@@ -29,7 +29,7 @@ from parley.protocol.messages import (
     SpeechStarted,
 )
 from parley.sessions.marks import Mark
-from parley.workers.decoding import StreamDecoding
+from parley.workers.decoding import StreamDecoding, final_words
 
 SPEECH_CONFIRM_S = 1.0  # how late a speech start may be told, after it began
 MAX_HOLD_S = 6.0  # the longest a final waits for the next, after its own end
@@ -53,7 +53,7 @@ class NumberHold:
 
     def __init__(self) -> None:
         self._chain: NumberChain[Unshaped] | None = None
-        self._held: deque[ServerMessage | Mark | Unshaped] = deque()  # in order
+        self._held: deque[Item] = deque()  # in order
         self._shaped: dict[int, Final] = {}  # released finals (by id of their Unshaped)
         self._speech_after: bool = False  # speech began within the gap of the held final
 
@@ -107,8 +107,7 @@ class NumberHold:
         final = item.message
         assert isinstance(final, Final)
         self._held.append(item)
-        words = [w.word for w in final.words] if final.words else final.text.split()
-        self._settle(self._chain.push(item, words, final.start, final.end))
+        self._settle(self._chain.push(item, final_words(final), final.start, final.end))
         self._speech_after = False  # what follows is after this final
 
     def _release(self, open_end: bool = False) -> None:

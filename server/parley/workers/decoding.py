@@ -111,8 +111,7 @@ class StreamDecoding:
         chain: NumberChain[Final] = NumberChain(self.config.redaction)
         out: list[Final] = []
         for final in finals:
-            texts = [w.word for w in final.words] if final.words else final.text.split()
-            released = chain.push(final, texts, final.start, final.end)
+            released = chain.push(final, final_words(final), final.start, final.end)
             out.extend(self.final(f, carry, open_end) for f, carry, open_end in released)
         out.extend(self.final(f, carry, open_end) for f, carry, open_end in chain.close())
         return out
@@ -135,6 +134,11 @@ class StreamDecoding:
             "confidence": round(result.confidence, 3) if result.text else None,
             "warnings": [FinalWarning.LANGUAGE_UNSUPPORTED.value] if result.foreign else [],
         }
+
+
+def final_words(final: Final) -> list[str]:
+    """A final's words as redaction reads them (its text's, when it has no word times)."""
+    return [w.word for w in final.words] if final.words else final.text.split()
 
 
 def _joined(run: Sequence[Word], text: str) -> Word:
