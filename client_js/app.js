@@ -1,6 +1,6 @@
 // The demo page: start/stop, level meter, live partial, speaker-coloured finals,
 // speaker renaming, transcript downloads, errors and the latency of the last final.
-import { ParleyClient } from "./parley.js";
+import { DECODING_OPTIONS, ParleyClient } from "./parley.js";
 
 const $ = (id) => document.getElementById(id);
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
@@ -130,7 +130,7 @@ async function start() {
     language: $("language").value.trim() || params.get("language") || undefined,
     diarization: params.has("diarization") ? params.get("diarization") === "true" : $("diarization").checked,
     // the decoding options pass through from the page's own query (?keyterms=…&redact=pci)
-    ...Object.fromEntries(["languages", "task", "keyterms", "prompt", "redact", "numerals"]
+    ...Object.fromEntries(DECODING_OPTIONS
       .filter((name) => params.has(name)).map((name) => [name, params.get(name)])),
   });
   client.addEventListener("state", (e) => {

@@ -272,11 +272,13 @@ async def test_redaction_reaches_finals_followers_and_webhooks(hooked_server):
 
 
 async def test_deepgram_keyterm_and_redact(hooked_server):
-    """deepgram-sdk with keyterm and redact=pci: the term is written, the card is not."""
+    """deepgram-sdk with keyterm, redact=pci and replace: the term is written, the card
+    is not, the words found are replaced."""
     server, _ = hooked_server
     for said, query, want, unwanted in [
         (TERM_SENTENCE, {"keyterm": TERM}, "kubernetes", None),
         (CARD, {"redact": "pci"}, "[redacted]", r"\d"),
+        (TERM_SENTENCE, {"replace": ["restart:reboot", "before noon:by midday"]}, "reboot", "noon"),
     ]:
         got = await deepgram_session(server.port, speak(said), **query)
         transcript = " ".join(
@@ -332,8 +334,9 @@ async def test_openai_prompt_is_used_and_translations_refused_by_english_only(
 async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
     hooked_server, tmp_path
 ):
-    """deepgram-sdk's transcribe_file with keyterm, redact=pci and numerals: the term is
-    written, the card redacted, the language reported as detected; openai's verbose_json
+    """deepgram-sdk's transcribe_file with keyterm, redact=pci, numerals and replace: the
+    term is written, the card redacted, the word replaced, the language reported as
+    detected; openai's verbose_json
     segments carry their language."""
     from deepgram import DeepgramClient
     from openai import AsyncOpenAI
@@ -351,12 +354,14 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
         keyterm=[TERM],
         redact="pci",
         numerals=True,
+        replace=["restart:reboot"],
         punctuate=True,
         model="nova-3",
     )
     channel = response.results.channels[0]
     transcript = channel.alternatives[0].transcript
     assert TERM in transcript and "[redacted]" in transcript
+    assert "reboot" in transcript and "restart" not in transcript
     assert not re.search(r"\d", transcript) and channel.detected_language == "en"
     openai = AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
     verbose = await openai.audio.transcriptions.create(

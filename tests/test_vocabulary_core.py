@@ -589,8 +589,8 @@ def test_a_stream_with_keyterms_gets_respelled_words_with_their_times():
 
 
 def test_decoding_settings_from_the_query():
-    """languages, task, keyterms, prompt, redact and numerals parse as section 1 says and
-    round-trip through the query; their errors are bad_config."""
+    """languages, task, keyterms, prompt, redact, numerals and replace parse as section 1
+    says and round-trip through the query; their errors are bad_config."""
     config = StreamConfig.from_query(
         {
             "languages": "en, ES,fr-FR",
@@ -600,8 +600,10 @@ def test_decoding_settings_from_the_query():
             "redact": "ssn,pci",
             "numerals": "true",
             "language": "auto",
+            "replace": "Monika:Monica, new  year:Nguyen",
         }
     )
+    assert config.replace == ("monika:Monica", "new year:Nguyen")
     assert config.decoding == Decoding(
         None, frozenset({"en", "es", "fr"}), Task.TRANSLATE, ("Kubernetes", "PostgreSQL"), "Hi."
     )
@@ -615,8 +617,10 @@ def test_decoding_settings_from_the_query():
         "prompt",
         "redact",
         "numerals",
+        "replace",
     }
     for params, fragment in [
+        ({"replace": "monika"}, "find:replacement"),
         ({"task": "summarise"}, "transcribe or translate"),
         ({"redact": "email"}, "redact takes"),
         ({"languages": "en,english"}, "2 or 3 letter"),

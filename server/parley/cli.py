@@ -55,6 +55,7 @@ def _decoding_args(args: argparse.Namespace) -> dict:
     """The decoding options of ``parley stream`` as StreamConfig's fields."""
     from parley.core.asr import Task
     from parley.core.keyterms import check_keyterms
+    from parley.core.replacements import check_replacements
 
     return {
         "keyterms": check_keyterms(args.keyterm),
@@ -62,6 +63,7 @@ def _decoding_args(args: argparse.Namespace) -> dict:
         "task": Task(args.task),
         "redact": tuple(sorted(set(args.redact))),
         "numerals": args.numerals,
+        "replace": check_replacements(args.replace),
     }
 
 

@@ -32,6 +32,13 @@ def add_decoding_args(parser: argparse.ArgumentParser) -> None:
         help="(repeatable)",
     )
     parser.add_argument("--numerals", action="store_true", help="number words as digits")
+    parser.add_argument(
+        "--replace",
+        action="append",
+        default=[],
+        metavar="FIND:REPLACEMENT",
+        help="words or a phrase written otherwise in every result (repeatable)",
+    )
 
 
 def add_compute_type(parser: argparse.ArgumentParser) -> None:

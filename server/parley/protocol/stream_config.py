@@ -12,6 +12,7 @@ from typing import Any, overload
 from parley.core.asr import Decoding, Task
 from parley.core.keyterms import check_keyterms
 from parley.core.redaction import Redact, parse_redact
+from parley.core.replacements import check_replacements
 from parley.core.speaker_count import SpeakerCount
 from parley.protocol.errors import ErrorCode, ProtocolError
 
@@ -45,6 +46,7 @@ class StreamConfig:
     prompt: str | None = None  # text the model reads first (Whisper's prompt)
     redact: tuple[str, ...] = ()  # Redact categories, applied to every result
     numerals: bool = False  # number words written as digits
+    replace: tuple[str, ...] = ()  # find:replacement, made in every result
     # What the client knows of its speakers (diarization only; as recordings take them).
     num_speakers: int | None = None
     min_speakers: int | None = None
@@ -55,7 +57,7 @@ class StreamConfig:
     MAX_CHANNELS = 8
     MAX_PROMPT_CHARS = 1000
     MAX_SPEAKERS = 64  # the most a stream's linking may hold (ClusteringConfig's bound)
-    _LISTS = ("languages", "keyterms", "redact")  # comma-separated on the query string
+    _LISTS = ("languages", "keyterms", "redact", "replace")  # comma-separated on the query string
 
     @property
     def bytes_per_frame(self) -> int:
@@ -128,6 +130,7 @@ class StreamConfig:
             "prompt",
             "redact",
             "numerals",
+            "replace",
             *_SPEAKER_COUNTS,
         }
         unknown = sorted(set(params) - known)
@@ -159,6 +162,7 @@ class StreamConfig:
         try:
             keyterms = check_keyterms(_listed(params, "keyterms"))
             redact = tuple(sorted(r.value for r in parse_redact(_listed(params, "redact"))))
+            replace = check_replacements(_listed(params, "replace"))
         except ValueError as exc:
             raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
         diarization = bool_param(params, "diarization", cls.diarization)
@@ -185,6 +189,7 @@ class StreamConfig:
             prompt=prompt,
             redact=redact,
             numerals=bool_param(params, "numerals", cls.numerals),
+            replace=replace,
             **counts,
         )
         try:
@@ -256,6 +261,7 @@ _DECODING_DEFAULTS: dict[str, object] = {
     "prompt": None,
     "redact": [],
     "numerals": False,
+    "replace": [],
 }
 # The query parameters that set the decoding (section 1), for wires that carry them
 # elsewhere (Twilio's <Parameter>s).

@@ -35,6 +35,7 @@ from parley.core.keyterms import check_keyterms
 from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering
 from parley.core.redaction import parse_redact
+from parley.core.replacements import check_replacements
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.stream_diarizer import WHOLE_STEP_S
@@ -96,6 +97,7 @@ class FileRequest:
     keyterms: tuple[str, ...] = ()  # names and terms the decoder favours
     redact: tuple[str, ...] = ()  # Redact categories
     numerals: bool = False
+    replace: tuple[str, ...] = ()  # find:replacement, made in every result
 
     @property
     def config(self) -> StreamConfig:
@@ -107,6 +109,7 @@ class FileRequest:
             prompt=self.prompt or None,
             redact=tuple(sorted(r.value for r in parse_redact(self.redact))),
             numerals=self.numerals,
+            replace=check_replacements(self.replace),
         )
 
 

@@ -69,11 +69,13 @@ REDACT = {
 @dataclass(frozen=True)
 class ListenVocabulary:
     """``keyterm`` and ``keywords`` (``word:boost``, the boost not used) as keyterms,
-    ``redact`` (repeatable) as categories, and ``numerals``: live and pre-recorded."""
+    ``redact`` (repeatable) as categories, ``numerals``, and ``replace`` (repeatable,
+    ``find:replacement``): live and pre-recorded."""
 
     keyterms: tuple[str, ...] = ()
     redact: tuple[str, ...] = ()
     numerals: bool = False
+    replace: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> ListenVocabulary:
@@ -89,13 +91,24 @@ class ListenVocabulary:
                     ErrorCode.BAD_CONFIG, f"redact takes {', '.join(REDACT)}; not {value!r}"
                 )
             categories += REDACT[value.lower()]
-        return cls(tuple(terms), tuple(dict.fromkeys(categories)), bool_param(params, "numerals"))
+        return cls(
+            tuple(terms),
+            tuple(dict.fromkeys(categories)),
+            bool_param(params, "numerals"),
+            tuple(every(params, "replace")),
+        )
 
     def query(self) -> dict[str, str]:
         """As /v1/stream's parameters."""
         if any("," in term for term in self.keyterms):
             raise ProtocolError(ErrorCode.BAD_CONFIG, "a keyterm may not hold a comma")
-        native = {"keyterms": ",".join(self.keyterms), "redact": ",".join(self.redact)}
+        if any("," in item for item in self.replace):
+            raise ProtocolError(ErrorCode.BAD_CONFIG, "a replace may not hold a comma")
+        native = {
+            "keyterms": ",".join(self.keyterms),
+            "redact": ",".join(self.redact),
+            "replace": ",".join(self.replace),
+        }
         if self.numerals:
             native["numerals"] = "true"
         return native

@@ -204,6 +204,7 @@ class FileRoutes:
                 keyterms=vocabulary.keyterms,
                 redact=vocabulary.redact,
                 numerals=vocabulary.numerals,
+                replace=vocabulary.replace,
             )
             result = await self._door.transcribe(path, job, key)
             return file_answers.deepgram_response(

@@ -24,7 +24,8 @@ PREDICT_PARAMETERS = (
     "max_speakers",
     "prompt",
     "keyterms",
-)  # the last two are Parley's own
+    "replace",
+)  # the last three are Parley's own
 
 
 def predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
@@ -51,7 +52,8 @@ def predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
 
 
 def predict_decoding(parameters: dict) -> dict:
-    """The reference handler's ``task``, and Parley's ``prompt`` and ``keyterms`` (a list)."""
+    """The reference handler's ``task``, and Parley's ``prompt``, ``keyterms`` and
+    ``replace`` (lists of strings)."""
     try:
         task = Task(str(parameters.get("task", "transcribe")))
     except ValueError:
@@ -59,15 +61,15 @@ def predict_decoding(parameters: dict) -> dict:
             UploadCode.BAD_REQUEST, "task must be transcribe or translate", "parameters"
         ) from None
     keyterms = parameters.get("keyterms") or []
+    replace = parameters.get("replace") or []
     prompt = parameters.get("prompt") or ""
     if not (
-        isinstance(keyterms, list)
-        and all(isinstance(k, str) for k in keyterms)
+        all(isinstance(k, list) and all(isinstance(i, str) for i in k) for k in (keyterms, replace))
         and isinstance(prompt, str)
     ):
         raise UploadError(
             UploadCode.BAD_REQUEST,
-            "keyterms must be a list of strings and prompt a string",
+            "keyterms and replace must be lists of strings and prompt a string",
             "parameters",
         )
-    return {"task": task, "keyterms": tuple(keyterms), "prompt": prompt}
+    return {"task": task, "keyterms": tuple(keyterms), "replace": tuple(replace), "prompt": prompt}

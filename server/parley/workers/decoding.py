@@ -1,7 +1,7 @@
 """A stream's decoding settings at work: what each request asks of the engine (language,
 task, the caller's words as prompt and keyterm bias), and how each result becomes a
-message (its language, confidence, warnings; keyterms respelled, redaction and
-numerals).
+message (its language, confidence, warnings; keyterms respelled, the caller's
+replacements, redaction and numerals).
 
 One ``StreamDecoding`` per session, rebuilt when the session is reconfigured; the
 engine's tokenizer runs once here, not per segment.
@@ -18,6 +18,7 @@ from parley.core.asr import AsrRequest, Transcriber, Transcription, Vocabulary
 from parley.core.keyterms import respellings
 from parley.core.number_chain import NumberChain
 from parley.core.redaction import NO_CARRY, Carry, rewrite, rewrite_text
+from parley.core.replacements import Replacement, replace_text, replace_words, replacements
 from parley.core.words import end_punctuation
 from parley.protocol.messages import Final, FinalWarning, StreamConfig, Word
 
@@ -29,12 +30,18 @@ class StreamDecoding:
     config: StreamConfig
     vocabulary: Vocabulary
     max_prompt_tokens: int
+    replacements: tuple[Replacement, ...] = ()
 
     @classmethod
     def of(cls, config: StreamConfig, engine: Transcriber) -> StreamDecoding:
         """ValueError when the model cannot do what ``config`` asks."""
         engine.check_decoding(config.decoding)
-        return cls(config, engine.vocabulary(config.decoding), engine.max_prompt_tokens)
+        return cls(
+            config,
+            engine.vocabulary(config.decoding),
+            engine.max_prompt_tokens,
+            replacements(config.replace),
+        )
 
     def request(
         self,
@@ -69,20 +76,22 @@ class StreamDecoding:
         return bool(self.config.redact) or self.config.numerals
 
     def respelled(self, words: list[Word]) -> list[Word]:
-        """Runs spelled like a keyterm written as it."""
-        if not self.config.keyterms:
-            return words
-        runs = respellings([(w.word, w.probability) for w in words], self.config.keyterms)
+        """Runs spelled like a keyterm written as it, then the caller's replacements made."""
         out = list(words)
-        for start, end, term in reversed(runs):
-            out[start:end] = [
-                _joined(words[start:end], term + end_punctuation(words[end - 1].word))
-            ]
-        return out
+        if self.config.keyterms:
+            runs = respellings([(w.word, w.probability) for w in words], self.config.keyterms)
+            for start, end, term in reversed(runs):
+                out[start:end] = [
+                    _joined(words[start:end], term + end_punctuation(words[end - 1].word))
+                ]
+        return replace_words(out, self.replacements, _word_text, _shared)
 
     def text(self, text: str, words: list[Word]) -> str:
-        """A final's text before it is rewritten: its respelled words', else its own."""
-        return " ".join(w.word for w in words) if self.config.keyterms and words else text
+        """A final's text before it is rewritten: its respelled words', else its own
+        (with the replacements made)."""
+        if not (self.config.keyterms or self.replacements):
+            return text
+        return " ".join(w.word for w in words) if words else replace_text(text, self.replacements)
 
     def final(self, final: Final, carry: Carry = NO_CARRY, open_end: bool = False) -> Final:
         """The final as it leaves: redacted runs made one ``[redacted]`` word, numerals as
@@ -119,7 +128,9 @@ class StreamDecoding:
     def partial_text(self, text: str, carry: Carry = NO_CARRY) -> str:
         """A partial's (or a recording's progress) text as it leaves: its last number
         redacted while it may still grow into a redacted one; ``carry``: what its first
-        run joins of the finals before it (``core.redaction.Carry``)."""
+        run joins of the finals before it (``core.redaction.Carry``). The replacements are
+        made first, as a final's are."""
+        text = replace_text(text, self.replacements)
         if not self.rewrites:
             return text
         return rewrite_text(text, self.config.redaction, self.config.numerals, carry)
@@ -143,3 +154,23 @@ def final_words(final: Final) -> list[str]:
 
 def _joined(run: Sequence[Word], text: str) -> Word:
     return Word(text, run[0].start, run[-1].end, min(w.probability for w in run), run[0].speaker)
+
+
+def _word_text(word: Word) -> str:
+    return word.word
+
+
+def _shared(run: Sequence[Word], texts: list[str]) -> list[Word]:
+    """A run's words written as ``texts``, its time shared out evenly among them."""
+    start, step = run[0].start, (run[-1].end - run[0].start) / len(texts)
+    probability = min(w.probability for w in run)
+    return [
+        Word(
+            text,
+            round(start + k * step, 3),
+            round(start + (k + 1) * step, 3),
+            probability,
+            run[0].speaker,
+        )
+        for k, text in enumerate(texts)
+    ]
