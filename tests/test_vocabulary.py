@@ -17,7 +17,7 @@ from websockets.asyncio.client import connect
 
 from audio_fixtures import silence, speak, write_wav
 from conftest import chunks_of, serve_real
-from parley.core.asr import AsrRequest, Task, second_attempt, transcribe
+from parley.core.asr import AsrRequest, Task, better_attempt, second_attempt, transcribe
 from parley.core.keyterms import KeytermBias
 from parley.core.vad import VadConfig
 from parley.models.device import plan_device
@@ -82,7 +82,8 @@ def test_keyterms_that_derail_a_decode_into_a_loop_cost_nothing(tiny_engine):
     the bias and gives the plain decode's text, not an empty final. With the rule, the
     biased decode itself writes the sentence."""
     audio = speak("Xiomara leads the onboarding call on Monday.")
-    plain = transcribe(tiny_engine, _request(tiny_engine, audio, StreamConfig()))
+    plain_request = _request(tiny_engine, audio, StreamConfig())
+    plain = transcribe(tiny_engine, plain_request)
     config = StreamConfig(keyterms=("Xiomara", "Zendesk", "Alembic"))
     request = _request(tiny_engine, audio, config)
     assert request.bias is not None and request.bias.weak_prefixes
@@ -90,8 +91,13 @@ def test_keyterms_that_derail_a_decode_into_a_loop_cost_nothing(tiny_engine):
     (looping,) = tiny_engine.start([without_rule])
     while not looping.finished:
         tiny_engine.step([looping], [tiny_engine.max_draft])
-    assert second_attempt(without_rule, tiny_engine.finish(looping)) is not None
-    result = transcribe(tiny_engine, without_rule)
+    looped = tiny_engine.finish(looping)
+    again = second_attempt(without_rule, looped)
+    # The second attempt is the plain request (no bias, nothing else changed), whose
+    # decode is ``plain``: what ``transcribe`` keeps of the two is the plain text.
+    assert looped.rejected == "repetition" and again is not None and again.bias is None
+    assert replace(again, audio=None) == replace(plain_request, audio=None)
+    result = better_attempt(looped, plain)
     assert "onboarding" in plain.text
     assert (result.text, result.rejected) == (plain.text, None)
     with_rule = transcribe(tiny_engine, request)
