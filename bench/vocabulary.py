@@ -1,14 +1,17 @@
 """Keyterms, languages, translation and redaction, measured on speech with known text.
 
-    python bench/vocabulary.py [--parts keyterms languages recorded-languages flag
+    python bench/vocabulary.py [--parts keyterms keyterms-festival languages
+                                        languages-festival recorded-languages flag
                                         translation redaction redaction-groups]
 
 Every decode goes through the server's own request building and result shaping
 (``runtime.decoding.StreamDecoding``: prompt, keyterm bias, language, task, redaction)
 and the real engine, one segment at a time, so the figures are the model's and
 Parley's, not a transport's (tests/test_vocabulary.py proves the wires). Speech is
-espeak-ng's (bench/vocabulary_set.py); tiny.en for English, the multilingual base
-model for languages and translation. Prints a table per part and writes JSON.
+espeak-ng's (bench/vocabulary_set.py), Festival's in the ``-festival`` parts
+(bench/festival_voices.py: voices built from real speakers) and real speakers' in
+``recorded-languages``; tiny.en for English, the multilingual base model for languages
+and translation. Prints a table per part and writes JSON.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from common import machine, print_table, write_json
 
+import festival_voices
 from audio_fixtures import speak
 from parley.config import default_models_dir
 from parley.core.asr import Task, transcribe
@@ -41,6 +45,7 @@ from parley.workers.decoding import StreamDecoding
 from vocabulary_set import (
     FOREIGN_SENTENCES,
     KEYTERM_SENTENCES,
+    KEYTERM_VOICES,
     LANGUAGE_SENTENCES,
     LANGUAGE_VOICES,
     PLAIN_SENTENCES,
@@ -51,7 +56,9 @@ from vocabulary_set import (
 
 PARTS = (
     "keyterms",
+    "keyterms-festival",
     "languages",
+    "languages-festival",
     "recorded-languages",
     "flag",
     "translation",
@@ -62,6 +69,13 @@ PARTS = (
 
 def engine(label: str) -> WhisperEngine:
     return WhisperEngine(resolve_model(label, default_models_dir()), label, plan_device("cpu"))
+
+
+def say(text: str, voice: str | festival_voices.FestivalVoice) -> np.ndarray:
+    """Speech of ``text``: espeak-ng's (a voice name) or Festival's."""
+    if isinstance(voice, festival_voices.FestivalVoice):
+        return festival_voices.speak(text, voice)
+    return speak(text, voice)
 
 
 def decode(model: WhisperEngine, audio: np.ndarray, config: StreamConfig):
@@ -79,14 +93,14 @@ def decode(model: WhisperEngine, audio: np.ndarray, config: StreamConfig):
 # ---------------------------------------------------------------- keyterms
 
 
-def keyterms(tiny: WhisperEngine) -> list[dict]:
+def keyterms(tiny: WhisperEngine, voices: tuple = KEYTERM_VOICES) -> list[dict]:
     """Recall of the terms, WER of the sentences without any, and false insertions, with
     the whole glossary (every term of the set) given to every sentence. The keyterms'
     decodes are scored twice: as the decoder wrote them (the bias alone) and as a final
     says them (runs spelled like a term respelled)."""
     glossary = all_keyterms()
-    items = keyterm_items()
-    audio = [speak(item.text, item.voice) for item in items]
+    items = keyterm_items(voices)
+    audio = [say(item.text, item.voice) for item in items]
     texts: dict[str, list[str]] = {"no keyterms": [], "keyterms, bias only": [], "keyterms": []}
     for clip in audio:
         texts["no keyterms"].append(decode(tiny, clip, StreamConfig())[0])
@@ -117,18 +131,27 @@ def keyterms(tiny: WhisperEngine) -> list[dict]:
     return rows
 
 
+def keyterms_festival(tiny: WhisperEngine) -> list[dict]:
+    """The keyterms part in Festival's two English voices (bench/festival_voices.py)."""
+    return keyterms(tiny, festival_voices.KEYTERM_VOICES)
+
+
 # ---------------------------------------------------------------- languages
 
 
-def languages(base: WhisperEngine) -> list[dict]:
+def languages(
+    base: WhisperEngine,
+    sentences_of: dict[str, tuple[tuple[str, str], ...]] = LANGUAGE_SENTENCES,
+    voices: dict = LANGUAGE_VOICES,
+) -> list[dict]:
     """Per-segment language accuracy (any language, and among the set's six with
     ``languages``), and WER detected against forced, per language."""
     rows = []
-    six = StreamConfig(languages=tuple(LANGUAGE_SENTENCES))
-    for code, sentences in LANGUAGE_SENTENCES.items():
+    six = StreamConfig(languages=tuple(sentences_of))
+    for code, sentences in sentences_of.items():
         right, among, refs, detected, forced, probabilities = 0, 0, [], [], [], []
         for sentence, _ in sentences:
-            clip = speak(sentence, LANGUAGE_VOICES[code])
+            clip = say(sentence, voices[code])
             text, result = decode(base, clip, StreamConfig())
             right += result.language == code
             among += decode(base, clip, six)[1].language == code
@@ -148,6 +171,17 @@ def languages(base: WhisperEngine) -> list[dict]:
             }
         )
     return rows
+
+
+def languages_festival(base: WhisperEngine) -> list[dict]:
+    """The languages part in Festival's voices of six languages: English and Italian
+    from the espeak-ng set's sentences, Russian, Catalan, Finnish and Czech from
+    bench/festival_voices.py."""
+    sentences = {
+        code: LANGUAGE_SENTENCES.get(code) or festival_voices.SENTENCES[code]
+        for code in festival_voices.LANGUAGE_VOICES
+    }
+    return languages(base, sentences, festival_voices.LANGUAGE_VOICES)
 
 
 def flag(tiny: WhisperEngine) -> list[dict]:
@@ -394,7 +428,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     tiny = engine(args.english_model)
-    multilingual = {"languages", "recorded-languages", "translation"}
+    multilingual = {"languages", "languages-festival", "recorded-languages", "translation"}
     base = engine("base") if multilingual & set(args.parts) else None
     out: dict = {"machine": machine(), "english_model": args.english_model}
     columns = {
@@ -415,6 +449,15 @@ def main() -> None:
             "WER detected",
             "WER forced",
         ],
+        "languages-festival": [
+            "language",
+            "segments",
+            "language accuracy",
+            "among the six",
+            "mean probability",
+            "WER detected",
+            "WER forced",
+        ],
         "recorded-languages": [
             "language",
             "voices",
@@ -423,6 +466,14 @@ def main() -> None:
             "among the five",
             "mean probability",
             "detected as",
+        ],
+        "keyterms-festival": [
+            "variant",
+            "sentences",
+            "with terms",
+            "keyterm recall",
+            "plain WER",
+            "false insertions",
         ],
         "flag": ["speech", "finals", "flagged language_unsupported"],
         "translation": ["source", "sentences", "chrF", "BLEU", "output in English"],
@@ -444,7 +495,11 @@ def main() -> None:
         print(f"\n{part}")
         print_table(rows, columns[part])
         out[part] = rows
-    for part, among in (("languages", "among the six"), ("recorded-languages", "among the five")):
+    for part, among in (
+        ("languages", "among the six"),
+        ("languages-festival", "among the six"),
+        ("recorded-languages", "among the five"),
+    ):
         if out.get(part):
             segments: Counter = Counter()
             for row in out[part]:

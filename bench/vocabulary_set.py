@@ -82,13 +82,14 @@ KEYTERM_VOICES = ("en-us", "en-gb-x-rp", "en-us+f3")
 class Spoken:
     text: str
     terms: tuple[str, ...]
-    voice: str
+    voice: object  # an espeak-ng voice name, or a festival_voices.FestivalVoice
 
 
-def keyterm_items() -> list[Spoken]:
-    """Every keyterm and plain sentence in each voice."""
+def keyterm_items(voices: tuple = KEYTERM_VOICES) -> list[Spoken]:
+    """Every keyterm and plain sentence in each of ``voices`` (espeak-ng's voice names, or
+    bench/festival_voices.py's voices)."""
     items = []
-    for voice in KEYTERM_VOICES:
+    for voice in voices:
         items += [Spoken(text, terms, voice) for text, terms in KEYTERM_SENTENCES]
         items += [Spoken(text, (), voice) for text in PLAIN_SENTENCES]
     return items
@@ -243,6 +244,32 @@ LANGUAGE_SENTENCES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # espeak-ng's voice for each language, and a second voice (another pitch and speed).
 LANGUAGE_VOICES = {"en": "en-us", "es": "es", "fr": "fr", "de": "de", "it": "it", "pt": "pt"}
+RUSSIAN_SENTENCES: tuple[tuple[str, str], ...] = (
+    (
+        "Встреча начинается завтра в девять утра в большом зале.",
+        "The meeting starts tomorrow at nine in the morning in the large hall.",
+    ),
+    (
+        "Пожалуйста, пришлите мне отчёт до обеда в пятницу.",
+        "Please send me the report before lunch on Friday.",
+    ),
+    (
+        "Нам нужно закончить проект до конца месяца.",
+        "We need to finish the project before the end of the month.",
+    ),
+    (
+        "Вчера было очень холодно, поэтому мы остались дома.",
+        "Yesterday it was very cold, so we stayed at home.",
+    ),
+    (
+        "Мой брат работает в маленькой больнице рядом с вокзалом.",
+        "My brother works in a small hospital near the station.",
+    ),
+    (
+        "Вы не подскажете, где ближайшая станция?",
+        "Could you tell me where the nearest station is?",
+    ),
+)
 # Other-language speech for the English-only model's flag (Russian too: another script).
 FOREIGN_SENTENCES: dict[str, tuple[str, ...]] = {
     **{
@@ -250,14 +277,7 @@ FOREIGN_SENTENCES: dict[str, tuple[str, ...]] = {
         for code, sentences in LANGUAGE_SENTENCES.items()
         if code != "en"
     },
-    "ru": (
-        "Встреча начинается завтра в девять утра в большом зале.",
-        "Пожалуйста, пришлите мне отчёт до обеда в пятницу.",
-        "Нам нужно закончить проект до конца месяца.",
-        "Вчера было очень холодно, поэтому мы остались дома.",
-        "Мой брат работает в маленькой больнице рядом с вокзалом.",
-        "Вы не подскажете, где ближайшая станция?",
-    ),
+    "ru": tuple(s for s, _ in RUSSIAN_SENTENCES),
 }
 
 # Spoken numbers for redaction: (sentence, the category of its number, or none).
