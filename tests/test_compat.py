@@ -460,6 +460,22 @@ def test_an_unknown_redact_value_is_refused():
     assert refused.value.code == ErrorCode.BAD_CONFIG
 
 
+def test_deepgrams_repeated_search_and_replace_are_read_and_bounded():
+    from starlette.datastructures import QueryParams
+
+    from parley.protocol.messages import ErrorCode, ProtocolError
+    from parley.transport.deepgram_query import ListenVocabulary, listen_searches
+
+    query = QueryParams([("search", "before noon"), ("search", "restart"), ("replace", "a:b")])
+    assert listen_searches(query) == ("before noon", "restart")
+    assert ListenVocabulary.of(query).replace == ("a:b",)
+    for bad in [[("search", "x" * 101)], [("replace", "a:b,c")]]:
+        with pytest.raises(ProtocolError) as refused:
+            listen_searches(QueryParams(bad))
+            ListenVocabulary.of(QueryParams(bad)).query()
+        assert refused.value.code == ErrorCode.BAD_CONFIG
+
+
 def test_endpointing_becomes_the_vads_turn_silence_in_whole_frames():
     from parley.core.vad import VadConfig
     from parley.transport.deepgram_query import endpointing_vad

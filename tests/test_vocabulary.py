@@ -279,19 +279,23 @@ async def test_redaction_reaches_finals_followers_and_webhooks(hooked_server):
 
 async def test_deepgram_keyterm_and_redact(hooked_server):
     """deepgram-sdk with keyterm, redact=pci and replace: the term is written, the card
-    is not, the words found are replaced."""
+    is not, the words found are replaced; search finds a word where it was said, and
+    nowhere else."""
     server, _ = hooked_server
     for said, query, want, unwanted in [
         (TERM_SENTENCE, {"keyterm": TERM}, "kubernetes", None),
         (CARD, {"redact": "pci"}, "[redacted]", r"\d"),
         (TERM_SENTENCE, {"replace": ["restart:reboot", "before noon:by midday"]}, "reboot", "noon"),
     ]:
-        got = await deepgram_session(server.port, speak(said), **query)
-        transcript = " ".join(
-            m.channel.alternatives[0].transcript for m in got if m.type == "Results"
-        )
+        got = await deepgram_session(server.port, speak(said), search="cluster", **query)
+        results = [m for m in got if m.type == "Results"]
+        transcript = " ".join(m.channel.alternatives[0].transcript for m in results)
         assert want in transcript
         assert unwanted is None or not re.search(unwanted, transcript)
+        searched = [m.channel.model_extra["search"] for m in results if m.is_final]
+        assert all(s[0]["query"] == "cluster" for s in searched)
+        hits = [hit for s in searched for hit in s[0]["hits"]]
+        assert bool(hits and hits[0]["snippet"] == "cluster") == (said == TERM_SENTENCE)
 
 
 async def test_openai_prompt_is_used_and_translations_refused_by_english_only(
@@ -340,9 +344,9 @@ async def test_openai_prompt_is_used_and_translations_refused_by_english_only(
 async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
     hooked_server, tmp_path
 ):
-    """deepgram-sdk's transcribe_file with keyterm, redact=pci, numerals and replace: the
-    term is written, the card redacted, the word replaced, the language reported as
-    detected; openai's verbose_json
+    """deepgram-sdk's transcribe_file with keyterm, redact=pci, numerals, replace and
+    search: the term is written, the card redacted, the word replaced and another found
+    where it was said, the language reported as detected; openai's verbose_json
     segments carry their language."""
     from deepgram import DeepgramClient
     from openai import AsyncOpenAI
@@ -361,6 +365,7 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
         redact="pci",
         numerals=True,
         replace=["restart:reboot"],
+        search=["cluster", "epistemology"],
         punctuate=True,
         model="nova-3",
     )
@@ -368,6 +373,10 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
     transcript = channel.alternatives[0].transcript
     assert TERM in transcript and "[redacted]" in transcript
     assert "reboot" in transcript and "restart" not in transcript
+    found, nowhere = channel.search
+    assert (found.query, nowhere.query, nowhere.hits) == ("cluster", "epistemology", [])
+    (hit,) = found.hits
+    assert hit.snippet == "cluster" and hit.confidence == 1.0 and 0 < hit.start < hit.end < 4
     assert not re.search(r"\d", transcript) and channel.detected_language == "en"
     openai = AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
     verbose = await openai.audio.transcriptions.create(

@@ -20,6 +20,7 @@ from websockets.http11 import Response
 
 from parley import __version__
 from parley.core.redaction import REDACTED
+from parley.core.search import SearchWord
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (
     Error,
@@ -37,7 +38,12 @@ from parley.protocol.paths import LISTEN_PATH
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
-from parley.transport.deepgram_query import ListenOptions, endpointing_vad, listen_config
+from parley.transport.deepgram_query import (
+    ListenOptions,
+    endpointing_vad,
+    listen_config,
+    search_results,
+)
 from parley.transport.dialect import KeyOffered, Opened, Setup
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
@@ -104,6 +110,16 @@ class DeepgramDialect(KeyOffered):
         self, opened: Opened[ListenOptions], streams: StreamFactory
     ) -> DeepgramTranslator:
         return DeepgramTranslator(opened, streams.single(opened.setup.config, opened.setup.vad))
+
+
+def _search_words(start: float, end: float, text: str, words: list[Word]) -> list[SearchWord]:
+    """A result's words as search reads them; an interim's (no word times) spread evenly
+    over its span."""
+    if words:
+        return [SearchWord(w.word, w.start, w.end) for w in words]
+    texts = text.split()
+    step = (end - start) / max(len(texts), 1)
+    return [SearchWord(t, start + k * step, start + (k + 1) * step) for k, t in enumerate(texts)]
 
 
 def _error_message(error: Error) -> dict:
@@ -264,6 +280,11 @@ class DeepgramTranslator:
         }
         if language is not None:
             alternative["languages"] = [language]  # as language=multi answers
+        channel: dict = {"alternatives": [alternative]}
+        if self._options.search:
+            channel["search"] = search_results(
+                self._options.search, _search_words(start, end, text, words)
+            )
         return {
             "type": "Results",
             "channel_index": CHANNEL,
@@ -272,7 +293,7 @@ class DeepgramTranslator:
             "is_final": is_final,
             "speech_final": speech_final,
             "from_finalize": reason is FinalReason.FINALIZE,
-            "channel": {"alternatives": [alternative]},
+            "channel": channel,
             "metadata": {
                 "request_id": self._request_id,
                 "model_info": self._model_info,

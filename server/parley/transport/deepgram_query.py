@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from parley.core.search import SearchWord, check_searches, search
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
 from parley.protocol.stream_config import bool_param, language_tag
@@ -25,6 +26,7 @@ class ListenOptions:
     endpointing: bool = True
     utterance_end_s: float | None = None
     vad_events: bool = False
+    search: tuple[str, ...] = ()  # terms or phrases looked for in every result's words
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> ListenOptions:
@@ -39,7 +41,35 @@ class ListenOptions:
             endpointing=params.get("endpointing", "").lower() not in ("false", "0"),
             utterance_end_s=utterance_end_ms / 1000 if utterance_end_ms else None,
             vad_events=bool_param(params, "vad_events"),
+            search=listen_searches(params),
         )
+
+
+def listen_searches(params: Mapping[str, str]) -> tuple[str, ...]:
+    """``search`` (repeatable): the queries; ProtocolError past their bounds."""
+    try:
+        return check_searches(every(params, "search"))
+    except ValueError as exc:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
+
+
+def search_results(queries: tuple[str, ...], words: list[SearchWord]) -> list[dict]:
+    """Deepgram's ``channel.search``: each query's hits in ``words`` (core.search)."""
+    return [
+        {
+            "query": query,
+            "hits": [
+                {
+                    "confidence": hit.confidence,
+                    "start": round(hit.start, 3),
+                    "end": round(hit.end, 3),
+                    "snippet": hit.snippet,
+                }
+                for hit in search(words, query)
+            ],
+        }
+        for query in queries
+    ]
 
 
 def whole_param(params: Mapping[str, str], name: str) -> int | None:

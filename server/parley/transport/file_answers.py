@@ -19,8 +19,10 @@ from starlette.responses import JSONResponse, Response
 from parley.client.formats import render
 from parley.client.transcript import Transcript
 from parley.core.asr import Task
+from parley.core.search import SearchWord
 from parley.protocol.messages import Final
 from parley.recordings.file_results import FileTranscript
+from parley.transport.deepgram_query import search_results
 from parley.transport.uploads import UploadError
 
 _PUNCTUATION = re.compile(r"[^\w'’-]+")
@@ -136,8 +138,10 @@ def deepgram_response(
     utterances: bool,
     audio_sha256: str,
     detected: bool = False,
+    search: tuple[str, ...] = (),
 ) -> dict:
-    """Deepgram's pre-recorded response: one channel, one alternative."""
+    """Deepgram's pre-recorded response: one channel, one alternative; ``search``: the
+    queries looked for in its words."""
     finals = _spoken(result)
 
     def word(w) -> dict:
@@ -171,6 +175,9 @@ def deepgram_response(
     }
     languages = Counter(f.language for f in finals if f.language)
     channel: dict = {"alternatives": [alternative]}
+    if search:
+        spoken = [SearchWord(w.word, w.start, w.end) for f in finals for w in f.words]
+        channel["search"] = search_results(search, spoken)
     if languages:
         alternative["languages"] = [code for code, _ in languages.most_common()]
         if detected:  # detect_language=true, or no language given

@@ -28,7 +28,12 @@ from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import FileRequest
 from parley.runtime.webhooks import WebhookSender
 from parley.transport import file_answers
-from parley.transport.deepgram_query import TRUE, ListenVocabulary, recording_language
+from parley.transport.deepgram_query import (
+    TRUE,
+    ListenVocabulary,
+    listen_searches,
+    recording_language,
+)
 from parley.transport.predict_parameters import predict_decoding, predict_parameters
 from parley.transport.uploads import FileDoor, UploadCode, UploadError, speaker_count
 
@@ -196,6 +201,7 @@ class FileRoutes:
             try:
                 vocabulary = ListenVocabulary.of(params)
                 language = recording_language(params)
+                searches = listen_searches(params)
             except ProtocolError as exc:
                 raise UploadError(UploadCode.BAD_REQUEST, exc.message) from None
             job = FileRequest(
@@ -216,6 +222,7 @@ class FileRoutes:
                 utterances=utterances,
                 audio_sha256=digest,
                 detected=job.language is None,
+                search=searches,
             )
 
         try:
