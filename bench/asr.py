@@ -8,6 +8,9 @@ in turn, so machine noise hits them alike, and the ratios compare like with like
   plain       greedy, no drafts
   hypothesis  drafts from the previous decode of the same segment
   assistant   drafts from an assistant model (only where a same-vocabulary pair exists)
+  assistant, own encoder
+              the same, the assistant running its own copy of the encoder (what it did
+              before an assistant whose encoder holds the main's weights read the main's)
   both        hypothesis first, the assistant where the hypothesis has nothing to offer
 
 and transformers' own ``generate()`` (plain greedy, for scale: what a stock pipeline
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import time
 
 from common import print_table, write_json
@@ -76,7 +80,18 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft:
             assistant_label=assistant,
             assistant_source=resolve_model(assistant, models_dir),
         )
-        engines.update(assistant=assisted, both=assisted)
+        own = WhisperEngine(
+            resolve_model(name, models_dir),
+            name,
+            plan_device(device),
+            max_draft=max_draft,
+            guards=None,
+            assistant_label=assistant,
+            assistant_source=resolve_model(assistant, models_dir),
+        )
+        assert own.assistant is not None
+        own.assistant.encoder = copy.deepcopy(own.model.model.encoder)
+        engines.update({"assistant": assisted, "assistant, own encoder": own, "both": assisted})
     language = "en" if engine.multilingual else None
     generate_kwargs = {"language": "en", "task": "transcribe"} if engine.multilingual else {}
     totals = {

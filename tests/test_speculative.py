@@ -61,7 +61,10 @@ def test_previous_hypothesis_drafts_are_lossless_and_accepted(tiny_engine, sampl
 
 
 def test_real_assistant_is_lossless_and_fully_accepted(base_engine, sample):
-    """base drafting for base: same tokens as plain greedy, and every draft is accepted."""
+    """base drafting for base: same tokens as plain greedy, and every draft is accepted;
+    the assistant's encoder holds the main model's weights, so it reads the main model's
+    encoder output rather than computing it again (as distil-large-v3 for large-v3)."""
+    assert base_engine.assistant.encoder is None
     audio = sample[int(6.4 * 16000) : int(14.0 * 16000)]
     plain = base_engine.transcribe(audio, language="en", budget=0)
     assisted = base_engine.transcribe(audio, language="en")
@@ -123,6 +126,9 @@ def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistan
     main = random_whisper(tmp_path / "main", 64, 3, seed=1)
     random_whisper(tmp_path / "assistant", assistant_width, 1, causal=causal, seed=2)
     assistant = load_assistant(str(tmp_path / "assistant"), "random", main.config, None, CPU, None)
+    # A seq2seq assistant with an encoder of its own weights keeps it; one without reads
+    # the main model's encoder output.
+    assert assistant.share_encoder(main.model.encoder) == causal
     main_rows = RowDecoder(main.model.decoder, capacity=4, max_width=16)
     assistant_rows = RowDecoder(assistant.decoder, capacity=4, max_width=16)
     verifier = GreedyVerifier(

@@ -38,8 +38,29 @@ class Assistant:
             return main_hidden
         return self.encoder(features).last_hidden_state
 
+    def share_encoder(self, main_encoder: torch.nn.Module) -> bool:
+        """Read the main model's encoder output, not its own, when its encoder holds the
+        same weights: distil-whisper keeps its teacher's encoder unchanged (distil-large-v3
+        drafting for large-v3), so its own pass would compute the same output again, and
+        its weights would hold the same memory twice. Whether it reads the main's now."""
+        if self.encoder is not None and same_weights(self.encoder, main_encoder):
+            self.encoder = None
+        return self.encoder is None
+
     def serves(self, language: str | None) -> bool:
         return self.languages is None or (language is not None and language in self.languages)
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    """Whether two modules hold the same tensors under the same names."""
+    first, second = a.state_dict(), b.state_dict()
+    return first.keys() == second.keys() and all(
+        first[k].shape == second[k].shape
+        and first[k].dtype == second[k].dtype
+        and first[k].device == second[k].device
+        and torch.equal(first[k], second[k])
+        for k in first
+    )
 
 
 def check_compatible(main_config, main_tokenizer, assistant_config, assistant_tokenizer) -> None:

@@ -136,6 +136,8 @@ class WhisperEngine:
         )
         self._alignment_heads = [tuple(pair) for pair in generation.alignment_heads]
         if self.assistant is not None:
+            if self.assistant.share_encoder(self.model.model.encoder):
+                log.info("assistant %s reads the main model's encoder output", self.assistant.label)
             self._assistant_decoder = RowDecoder(
                 self.assistant.decoder,
                 capacity=max_rows,
