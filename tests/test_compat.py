@@ -460,18 +460,23 @@ def test_an_unknown_redact_value_is_refused():
     assert refused.value.code == ErrorCode.BAD_CONFIG
 
 
-def test_deepgrams_repeated_search_and_replace_are_read_and_bounded():
+def test_deepgrams_repeated_search_replace_and_extra_are_read_and_bounded():
     from starlette.datastructures import QueryParams
 
     from parley.protocol.messages import ErrorCode, ProtocolError
-    from parley.transport.deepgram_query import ListenVocabulary, listen_searches
+    from parley.transport.deepgram_query import ListenVocabulary, listen_extra, listen_searches
 
     query = QueryParams([("search", "before noon"), ("search", "restart"), ("replace", "a:b")])
     assert listen_searches(query) == ("before noon", "restart")
     assert ListenVocabulary.of(query).replace == ("a:b",)
-    for bad in [[("search", "x" * 101)], [("replace", "a:b,c")]]:
+    assert listen_extra(QueryParams([("extra", "call:42"), ("extra", "url:http://x")])) == (
+        ("call", "42"),
+        ("url", "http://x"),
+    )
+    for bad in [[("search", "x" * 101)], [("replace", "a:b,c")], [("extra", "nokey")]]:
         with pytest.raises(ProtocolError) as refused:
             listen_searches(QueryParams(bad))
+            listen_extra(QueryParams(bad))
             ListenVocabulary.of(QueryParams(bad)).query()
         assert refused.value.code == ErrorCode.BAD_CONFIG
 

@@ -280,15 +280,19 @@ async def test_redaction_reaches_finals_followers_and_webhooks(hooked_server):
 async def test_deepgram_keyterm_and_redact(hooked_server):
     """deepgram-sdk with keyterm, redact=pci and replace: the term is written, the card
     is not, the words found are replaced; search finds a word where it was said, and
-    nowhere else."""
+    nowhere else; extra comes back in every result's metadata and the Metadata."""
     server, _ = hooked_server
     for said, query, want, unwanted in [
         (TERM_SENTENCE, {"keyterm": TERM}, "kubernetes", None),
         (CARD, {"redact": "pci"}, "[redacted]", r"\d"),
         (TERM_SENTENCE, {"replace": ["restart:reboot", "before noon:by midday"]}, "reboot", "noon"),
     ]:
-        got = await deepgram_session(server.port, speak(said), search="cluster", **query)
+        got = await deepgram_session(
+            server.port, speak(said), search="cluster", extra="call:42", **query
+        )
         results = [m for m in got if m.type == "Results"]
+        assert got[-1].type == "Metadata" and got[-1].model_extra["extra"] == {"call": "42"}
+        assert all(m.metadata.model_extra["extra"] == {"call": "42"} for m in results)
         transcript = " ".join(m.channel.alternatives[0].transcript for m in results)
         assert want in transcript
         assert unwanted is None or not re.search(unwanted, transcript)
@@ -346,7 +350,8 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
 ):
     """deepgram-sdk's transcribe_file with keyterm, redact=pci, numerals, replace and
     search: the term is written, the card redacted, the word replaced and another found
-    where it was said, the language reported as detected; openai's verbose_json
+    where it was said, extra told back, the language reported as detected; openai's
+    verbose_json
     segments carry their language."""
     from deepgram import DeepgramClient
     from openai import AsyncOpenAI
@@ -366,6 +371,7 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
         numerals=True,
         replace=["restart:reboot"],
         search=["cluster", "epistemology"],
+        extra=["call:42", "queue:billing"],
         punctuate=True,
         model="nova-3",
     )
@@ -373,6 +379,7 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
     transcript = channel.alternatives[0].transcript
     assert TERM in transcript and "[redacted]" in transcript
     assert "reboot" in transcript and "restart" not in transcript
+    assert response.metadata.model_extra["extra"] == {"call": "42", "queue": "billing"}
     found, nowhere = channel.search
     assert (found.query, nowhere.query, nowhere.hits) == ("cluster", "epistemology", [])
     (hit,) = found.hits

@@ -146,6 +146,8 @@ class DeepgramTranslator:
         self._opened = opened
         self._session = session
         self._options = opened.setup.options
+        # Deepgram's extra: told back in every Results' and the Metadata's metadata.
+        self._extra = {"extra": dict(self._options.extra)} if self._options.extra else {}
         self._request_id = str(uuid.UUID(hex=opened.session_id))
         self._created = datetime.now(UTC).isoformat(timespec="milliseconds")
         self._model_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"parley:{opened.model}"))
@@ -298,6 +300,7 @@ class DeepgramTranslator:
                 "request_id": self._request_id,
                 "model_info": self._model_info,
                 "model_uuid": self._model_uuid,
+                **self._extra,
             },
         }
 
@@ -326,4 +329,5 @@ class DeepgramTranslator:
             "channels": self._opened.setup.config.channels,
             "models": [self._model_uuid],
             "model_info": {self._model_uuid: self._model_info},
+            **self._extra,
         }

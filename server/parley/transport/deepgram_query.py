@@ -27,6 +27,7 @@ class ListenOptions:
     utterance_end_s: float | None = None
     vad_events: bool = False
     search: tuple[str, ...] = ()  # terms or phrases looked for in every result's words
+    extra: tuple[tuple[str, str], ...] = ()  # key:value pairs told back in the metadata
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> ListenOptions:
@@ -42,7 +43,30 @@ class ListenOptions:
             utterance_end_s=utterance_end_ms / 1000 if utterance_end_ms else None,
             vad_events=bool_param(params, "vad_events"),
             search=listen_searches(params),
+            extra=listen_extra(params),
         )
+
+
+# Deepgram's own bound on one extra key:value; the number of pairs is Parley's.
+MAX_EXTRA_CHARS = 2048
+MAX_EXTRA = 32
+
+
+def listen_extra(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``extra`` (repeatable, ``key:value``): what the metadata tells back, for the
+    caller's own bookkeeping; ProtocolError for a pair without a key or past the bounds."""
+    pairs = []
+    for item in every(params, "extra"):
+        key, colon, value = item.partition(":")
+        if not colon or not key or len(item) > MAX_EXTRA_CHARS:
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                f"extra takes key:value pairs of at most {MAX_EXTRA_CHARS} characters",
+            )
+        pairs.append((key, value))
+    if len(pairs) > MAX_EXTRA:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, f"at most {MAX_EXTRA} extra pairs")
+    return tuple(pairs)
 
 
 def listen_searches(params: Mapping[str, str]) -> tuple[str, ...]:

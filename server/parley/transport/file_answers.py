@@ -139,9 +139,10 @@ def deepgram_response(
     audio_sha256: str,
     detected: bool = False,
     search: tuple[str, ...] = (),
+    extra: tuple[tuple[str, str], ...] = (),
 ) -> dict:
     """Deepgram's pre-recorded response: one channel, one alternative; ``search``: the
-    queries looked for in its words."""
+    queries looked for in its words; ``extra``: pairs told back in the metadata."""
     finals = _spoken(result)
 
     def word(w) -> dict:
@@ -173,6 +174,8 @@ def deepgram_response(
         "models": [model_id],
         "model_info": {model_id: {"name": model, "version": "parley", "arch": "whisper"}},
     }
+    if extra:
+        metadata["extra"] = dict(extra)
     languages = Counter(f.language for f in finals if f.language)
     channel: dict = {"alternatives": [alternative]}
     if search:

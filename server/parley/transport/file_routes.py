@@ -31,6 +31,7 @@ from parley.transport import file_answers
 from parley.transport.deepgram_query import (
     TRUE,
     ListenVocabulary,
+    listen_extra,
     listen_searches,
     recording_language,
 )
@@ -202,6 +203,7 @@ class FileRoutes:
                 vocabulary = ListenVocabulary.of(params)
                 language = recording_language(params)
                 searches = listen_searches(params)
+                extra = listen_extra(params)
             except ProtocolError as exc:
                 raise UploadError(UploadCode.BAD_REQUEST, exc.message) from None
             job = FileRequest(
@@ -223,6 +225,7 @@ class FileRoutes:
                 audio_sha256=digest,
                 detected=job.language is None,
                 search=searches,
+                extra=extra,
             )
 
         try:
