@@ -104,6 +104,23 @@ async def test_deepgram_sdk_gets_speech_events_results_and_metadata(start, turns
     assert metadata.sha256 == hashlib.sha256(pcm16(audio)).hexdigest()
 
 
+async def test_deepgram_interim_results_come_before_their_final(start, turns):
+    """interim_results=true: each turn (longer than the 1 s partial interval, counted in
+    stream time) has an interim Results, not final, with text, before its final; the
+    fake engine decodes at once, so how busy the machine is changes nothing."""
+    audio, _ = turns
+    _, server = await start()
+    got = await deepgram_session(server.port, audio, pace_s=0.1, interim_results="true")
+    results = [m for m in got if m.type == "Results"]
+    finals = [i for i, r in enumerate(results) if r.is_final]
+    assert len(finals) == 2
+    for first, final in zip([0, finals[0] + 1], finals):
+        interims = results[first:final]
+        assert interims and all(not r.is_final for r in interims)
+        assert all(r.channel.alternatives[0].transcript for r in interims)
+        assert interims[0].start == results[final].start
+
+
 async def test_deepgram_endpointing_is_the_pause_that_ends_a_final(start, turns):
     """The default ends a final at the 1.6 s pause; endpointing=2500 keeps both turns in one;
     endpointing=false still makes finals but never says speech_final."""
