@@ -65,11 +65,15 @@ def dialogue_wav(tmp_path_factory):
 
 
 def test_stream_sample_as_json(server_url):
-    """`parley stream --format json` writes the finals with times, words and speaker."""
-    done = stream(server_url, "--fast", "--format", "json", str(SAMPLE_WAV))
+    """`parley stream --format json` writes the finals with times, words and speaker;
+    `--replace` reaches the server (Chicago, said once, is written as asked)."""
+    done = stream(
+        server_url, "--fast", "--format", "json", "--replace", "chicago:Windy City", str(SAMPLE_WAV)
+    )
     assert done.returncode == 0, done.stderr
     finals = json.loads(done.stdout)
-    assert len(finals) >= 2 and "chicago" in words_of(" ".join(f["text"] for f in finals))
+    heard = words_of(" ".join(f["text"] for f in finals))
+    assert len(finals) >= 2 and "windy city" in " ".join(heard) and "chicago" not in heard
     for f in finals:
         assert set(f) == {"segment_id", "start", "end", "text", "reason", "speaker", "words"}
         assert 0 <= f["start"] < f["end"] <= 30.0
