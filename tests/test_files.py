@@ -263,8 +263,8 @@ async def test_parley_transcribe_in_process_and_against_a_server(
     fake, speech_wav, models_dir, tmp_path
 ):
     """`parley transcribe`: in-process with speakers (RTTM of sample.wav's two), and with
-    --url against a server (its key from $PARLEY_TOKEN); a server's error is its message
-    and exit status 1."""
+    --url against a server (its key from $PARLEY_TOKEN; --replace sent along); a server's
+    error is its message and exit status 1."""
     import os
     import sys
 
@@ -301,6 +301,19 @@ async def test_parley_transcribe_in_process_and_against_a_server(
         env=env,
     )
     assert remote.returncode == 0 and remote.stdout.startswith("1\n"), remote.stderr
+    # the decoding options travel as the endpoint's fields: every word the fake hears
+    # (w0 … w9) replaced
+    replacing = [arg for k in range(10) for arg in ("--replace", f"w{k}:heard")]
+    replaced = await asyncio.to_thread(
+        subprocess.run,
+        [*parley, "transcribe", str(path), "--url", url, "--format", "text", *replacing],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert replaced.returncode == 0, replaced.stderr
+    assert set(replaced.stdout.split()) == {"heard"}
     refused = await asyncio.to_thread(
         subprocess.run,
         [*parley, "transcribe", str(path), "--url", url],

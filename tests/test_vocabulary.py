@@ -351,7 +351,7 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
     """deepgram-sdk's transcribe_file with keyterm, redact=pci, numerals, replace and
     search: the term is written, the card redacted, the word replaced and another found
     where it was said, extra told back, the language reported as detected; openai's
-    verbose_json
+    transcriptions take the same options as extra fields, and its verbose_json
     segments carry their language."""
     from deepgram import DeepgramClient
     from openai import AsyncOpenAI
@@ -389,5 +389,14 @@ async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
     verbose = await openai.audio.transcriptions.create(
         model="whisper-1", file=path.open("rb"), response_format="verbose_json"
     )
+    # Parley's own fields, as an OpenAI client sends them (extra_body)
+    shaped = await openai.audio.transcriptions.create(
+        model="whisper-1",
+        file=path.open("rb"),
+        response_format="text",
+        extra_body={"redact": "pci", "replace": ["restart:reboot"], "keyterms": TERM},
+    )
+    assert "reboot" in shaped and "[redacted]" in shaped and not re.search(r"\d", shaped)
+    assert TERM in shaped
     assert verbose.language == "english"
     assert verbose.segments and all(s.model_extra.get("language") == "en" for s in verbose.segments)

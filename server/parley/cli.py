@@ -214,6 +214,11 @@ def _stream(args: argparse.Namespace) -> int:
 
 def _transcribe(args: argparse.Namespace) -> int:
     """Recordings, in-process (the server's own file pipeline), or sent to --url."""
+    try:
+        decoding = {**_decoding_args(args), "prompt": args.prompt or ""}
+    except ValueError as exc:
+        print(f"parley: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.url:
         from parley.client.files import transcribe_file
         from parley.client.live import Unreachable
@@ -228,6 +233,7 @@ def _transcribe(args: argparse.Namespace) -> int:
                     token,
                     args.language,
                     args.num_speakers is not None or args.diarize,
+                    decoding=decoding,
                 )
             except Unreachable as exc:
                 print(f"parley: {exc}", file=sys.stderr)
@@ -256,7 +262,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     try:
         outputs = asyncio.run(
             transcribe_locally(
-                settings, args.sources, args.format, args.language, args.num_speakers
+                settings, args.sources, args.format, args.language, args.num_speakers, decoding
             )
         )
     except (RuntimeError, ValueError, OSError) as exc:

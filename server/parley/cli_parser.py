@@ -186,6 +186,7 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
     )
     transcribe.add_argument("--diarize", action="store_true", help="with --url: ask for speakers")
     transcribe.add_argument("--num-speakers", type=int)
+    add_decoding_args(transcribe)
     transcribe.add_argument("--model", help="bundle name (tiny.en, base), path or hub id")
     add_compute_type(transcribe)
     transcribe.add_argument("--models-dir")

@@ -17,9 +17,15 @@ from parley.workers.threads import in_passing_thread
 
 
 async def transcribe_locally(
-    settings: Settings, sources: list[str], fmt: str, language: str | None, num_speakers: int | None
+    settings: Settings,
+    sources: list[str],
+    fmt: str,
+    language: str | None,
+    num_speakers: int | None,
+    decoding: dict | None = None,
 ) -> list[str]:
-    """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file."""
+    """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file;
+    ``decoding``: FileRequest's decoding fields (keyterms, prompt, task, redact, …)."""
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
     if fmt == "rttm" and diarization is None:
@@ -30,7 +36,9 @@ async def transcribe_locally(
     if diarization is not None:
         diarization.start()
     jobs = file_jobs(settings, worker, diarization)
-    request = FileRequest(language, diarization is not None, SpeakerCount(num_speakers))
+    request = FileRequest(
+        language, diarization is not None, SpeakerCount(num_speakers), **(decoding or {})
+    )
     outputs = []
     try:
         asr.check_language(language)

@@ -20,19 +20,34 @@ def transcribe_file(
     language: str | None = None,
     diarization: bool = False,
     timeout_s: float = 3600.0,
+    decoding: dict | None = None,
 ) -> str:
-    """POST ``path`` to ``base_url``/v1/audio/transcriptions; the answer's body (JSON
-    for ``json``: verbose_json with words). RuntimeError with the server's message on
-    an error answer."""
+    """POST ``path`` to ``base_url``/v1/audio/transcriptions (translations with
+    ``task=translate``); the answer's body (JSON for ``json``: verbose_json with words).
+    ``decoding``: ``parley stream``'s decoding options (keyterms, prompt, task, redact,
+    numerals, replace), sent as the endpoint's fields. RuntimeError with the server's
+    message on an error answer."""
     if fmt not in REMOTE_FORMATS:
         raise ValueError(f"--url formats are {', '.join(REMOTE_FORMATS)}")
-    data = {"response_format": REMOTE_FORMATS[fmt], "timestamp_granularities[]": "word"}
+    data: dict[str, str | list[str]] = {
+        "response_format": REMOTE_FORMATS[fmt],
+        "timestamp_granularities[]": "word",
+    }
     if language:
         data["language"] = language
     if diarization:
         data["diarize"] = "true"
+    decoding = decoding or {}
+    for name in ("keyterms", "redact", "replace"):  # repeated fields
+        if decoding.get(name):
+            data[name] = list(decoding[name])
+    if decoding.get("prompt"):
+        data["prompt"] = decoding["prompt"]
+    if decoding.get("numerals"):
+        data["numerals"] = "true"
+    endpoint = "translations" if decoding.get("task") == "translate" else "transcriptions"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = f"{base_url.rstrip('/')}/v1/audio/transcriptions"
+    url = f"{base_url.rstrip('/')}/v1/audio/{endpoint}"
     with Path(path).open("rb") as file:
         try:
             response = httpx.post(

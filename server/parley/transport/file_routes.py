@@ -36,7 +36,7 @@ from parley.transport.deepgram_query import (
     recording_language,
 )
 from parley.transport.predict_parameters import predict_decoding, predict_parameters
-from parley.transport.uploads import FileDoor, UploadCode, UploadError, speaker_count
+from parley.transport.uploads import FileDoor, Form, UploadCode, UploadError, speaker_count
 
 log = logging.getLogger(__name__)
 OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
@@ -44,6 +44,13 @@ OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 
 def _flag(value: str | None, default: bool = False) -> bool:
     return default if value is None else value.strip().lower() in TRUE
+
+
+def _listed(form: Form, name: str) -> tuple[str, ...]:
+    """A repeatable form field's values (``name`` or ``name[]``, as OpenAI's SDK sends a
+    list), each also comma-separated, as the stream's query takes them."""
+    values = form.all(name) + form.all(f"{name}[]")
+    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
 
 
 def _language_name(code: str | None) -> str:
@@ -112,6 +119,11 @@ class FileRoutes:
                     diarize=diarize,
                     prompt=form.get("prompt") or "",
                     task=task,
+                    # Parley's own fields (an OpenAI client's extra_body), as on the stream
+                    keyterms=_listed(form, "keyterms"),
+                    redact=_listed(form, "redact"),
+                    numerals=_flag(form.get("numerals")),
+                    replace=_listed(form, "replace"),
                 )
                 if _flag(form.get("stream")):
                     # the stream takes the upload over, and closes it when done
