@@ -71,24 +71,19 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft:
     )
     engines = {"plain": engine, "hypothesis": engine}
     if assistant:
-        assisted = WhisperEngine(
-            resolve_model(name, models_dir),
-            name,
-            plan_device(device),
-            max_draft=max_draft,
-            guards=None,
-            assistant_label=assistant,
-            assistant_source=resolve_model(assistant, models_dir),
-        )
-        own = WhisperEngine(
-            resolve_model(name, models_dir),
-            name,
-            plan_device(device),
-            max_draft=max_draft,
-            guards=None,
-            assistant_label=assistant,
-            assistant_source=resolve_model(assistant, models_dir),
-        )
+
+        def assisted_engine() -> WhisperEngine:
+            return WhisperEngine(
+                resolve_model(name, models_dir),
+                name,
+                plan_device(device),
+                max_draft=max_draft,
+                guards=None,
+                assistant_label=assistant,
+                assistant_source=resolve_model(assistant, models_dir),
+            )
+
+        assisted, own = assisted_engine(), assisted_engine()
         assert own.assistant is not None
         own.assistant.encoder = copy.deepcopy(own.model.model.encoder)
         engines.update({"assistant": assisted, "assistant, own encoder": own, "both": assisted})
