@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from rapidfuzz.fuzz import ratio
+from rapidfuzz.process import cdist
 
 from parley.core.keyterms import normalised
 
@@ -63,34 +65,44 @@ def _letters(text: str) -> str:
     return normalised(text).replace(" ", "")
 
 
-def search(words: Sequence[SearchWord], query: str) -> list[Hit]:
-    """The hits of ``query`` in ``words``, most alike first."""
-    wanted = _letters(query)
-    if not wanted or not words:
-        return []
-    size = len(query.split())
+def search(words: Sequence[SearchWord], queries: Sequence[str]) -> list[list[Hit]]:
+    """Each query's hits in ``words``, most alike first. Every run of words is scored
+    against every query in one rapidfuzz call: this runs on the event loop, for each
+    result, and 50 queries over a long final took 13 ms one query at a time (under 1 ms
+    so)."""
+    wanted = [_letters(q) for q in queries]
+    sizes = [len(q.split()) for q in queries]
+    found: list[list[Hit]] = [[] for _ in queries]
     letters = [_letters(w.text) for w in words]
-    candidates: list[tuple[float, int, int]] = []
-    for start in range(len(words)):
-        if not letters[start]:
-            continue
-        best: tuple[float, int] | None = None
-        for n in range(max(1, size - 1), size + 2):
-            end = start + n
-            if end > len(words):
-                break
-            score = ratio("".join(letters[start:end]), wanted) / 100
-            if score >= MIN_CONFIDENCE and (best is None or score > best[0]):
-                best = (score, end)
-        if best is not None:
-            candidates.append((best[0], start, best[1]))
-    taken: set[int] = set()
-    hits: list[Hit] = []
-    for score, start, end in sorted(candidates, key=lambda c: (-c[0], c[1])):
-        if taken.intersection(range(start, end)):
-            continue
-        taken.update(range(start, end))
-        run = words[start:end]
-        snippet = " ".join(w.text for w in run).rstrip(".,!?;:")
-        hits.append(Hit(round(score, 3), run[0].start, run[-1].end, snippet))
-    return hits
+    longest = max(sizes, default=0) + 1
+    runs = [
+        (start, end)
+        for start in range(len(words))
+        if letters[start]
+        for end in range(start + 1, min(start + longest, len(words)) + 1)
+    ]
+    if not runs or not any(wanted):
+        return found
+    scores = cdist(
+        ["".join(letters[a:b]) for a, b in runs],
+        wanted,
+        scorer=ratio,
+        score_cutoff=100 * MIN_CONFIDENCE,
+    )
+    for k, hits in enumerate(found):
+        low, high = max(1, sizes[k] - 1), sizes[k] + 1
+        best: dict[int, tuple[float, int]] = {}  # a run's start: its most alike length
+        for r in np.flatnonzero(scores[:, k]) if wanted[k] else ():
+            start, end = runs[r]
+            score = float(scores[r, k]) / 100
+            if low <= end - start <= high and (start not in best or score > best[start][0]):
+                best[start] = (score, end)
+        taken: set[int] = set()
+        for start, (score, end) in sorted(best.items(), key=lambda c: (-c[1][0], c[0])):
+            if taken.intersection(range(start, end)):
+                continue
+            taken.update(range(start, end))
+            run = words[start:end]
+            snippet = " ".join(w.text for w in run).rstrip(".,!?;:")
+            hits.append(Hit(round(score, 3), run[0].start, run[-1].end, snippet))
+    return found

@@ -89,10 +89,10 @@ def search_results(queries: tuple[str, ...], words: list[SearchWord]) -> list[di
                     "end": round(hit.end, 3),
                     "snippet": hit.snippet,
                 }
-                for hit in search(words, query)
+                for hit in hits
             ],
         }
-        for query in queries
+        for query, hits in zip(queries, search(words, queries))
     ]
 
 
