@@ -19,9 +19,16 @@ log = logging.getLogger(__name__)
 
 def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
     """Load the engine (slow, blocking: call it off the event loop)."""
+    from transformers.utils.logging import disable_progress_bar
+
     from parley.models.device import plan_device, set_threads
     from parley.models.whisper_engine import WhisperEngine
     from parley.weights.bundle import resolve_model
+
+    # transformers draws a bar per checkpoint loaded ("Loading weights: 167/167"), into
+    # the server's log and between `parley transcribe`'s own progress bars; the log line
+    # below says what is loading.
+    disable_progress_bar()
 
     plan = plan_device(settings.asr.device, settings.asr.compute_type)
     asr = settings.asr
