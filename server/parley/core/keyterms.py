@@ -123,7 +123,7 @@ class KeytermBias:
             sequence[:i]
             for sequence in sequences
             for i in range(1, len(sequence))
-            if len(_letters(decode(sequence[:i]))) < BEGUN_LETTERS
+            if len(letters_of(decode(sequence[:i]))) < BEGUN_LETTERS
         }
         return cls(tuple(sequences), weak_prefixes=frozenset(weak))
 
@@ -153,7 +153,8 @@ class KeytermBias:
         return out
 
 
-def _letters(text: str) -> str:
+def letters_of(text: str) -> str:
+    """A text's letters and digits, lower case: what respelling and search compare."""
     return re.sub(r"[^\w]|_", "", text.lower())
 
 
@@ -182,9 +183,9 @@ def respellings(
     most once: a term said twice in one final keeps the model's second spelling."""
     texts = [w for w, _ in words]
     sure = [p >= RESPELL_UNSURE for _, p in words]
-    spelled = [_letters(w) for w in texts]
+    spelled = [letters_of(w) for w in texts]
     text = normalised(" ".join(texts))  # once, not once a term
-    open_terms = [t for t in terms if _letters(t) and not _holds(text, t)]
+    open_terms = [t for t in terms if letters_of(t) and not _holds(text, t)]
     if not open_terms:
         return []
     longest = max(len(t.split()) for t in open_terms) + RESPELL_EXTRA_WORDS
@@ -196,7 +197,7 @@ def respellings(
     ]
     if not runs:
         return []
-    letters = [_letters(t) for t in open_terms]
+    letters = [letters_of(t) for t in open_terms]
     # Every run against every term in one call (rapidfuzz's C loop): a final of 80 words
     # and 100 terms is 24,000 pairs, and this runs on the event loop.
     alike = cdist(
