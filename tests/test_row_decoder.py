@@ -110,3 +110,29 @@ def test_the_captured_forward_is_one_graph(tiny_engine, rows, encoded):
         exact = rows.forward([first, second], [[400, 500], [500]])
     torch.testing.assert_close(padded[0, :2], exact[0], **CLOSE)
     torch.testing.assert_close(padded[1, :1], exact[1], **CLOSE)
+
+
+def test_a_short_window_row_computes_what_transformers_decoder_computes(tiny_engine, rows, encoded):
+    """A row over fewer encoder positions reads only its own, beside a whole window's row,
+    in one pass and after rows move: what transformers' decoder computes over them."""
+    short = encoded[:, :400]
+    ids = tiny_engine.sot_sequence("en") + [400, 500, 600]
+    with torch.inference_mode():
+        expected = {
+            n: tiny_engine.model.model.decoder(
+                input_ids=torch.tensor([ids]), encoder_hidden_states=hidden
+            ).last_hidden_state[0]
+            for n, hidden in ((400, short), (1500, encoded))
+        }
+        first, whole = rows.add(short.repeat(2, 1, 1))[0], rows.add(encoded)[0]
+        short_again = rows.add(short)[0]
+        got = rows.forward([first, whole, short_again], [ids, ids, ids])
+        torch.testing.assert_close(got[0], expected[400], **CLOSE)
+        torch.testing.assert_close(got[1], expected[1500], **CLOSE)
+        torch.testing.assert_close(got[2], expected[400], **CLOSE)
+        rows.release(first)  # the last row (over 400 positions) moves into its slot
+        (late,) = rows.add(encoded)  # a whole window where a short row's buffers were
+        more = rows.forward([late], [ids])[0]
+    torch.testing.assert_close(more, expected[1500], **CLOSE)
+    weights = rows.cross_attention(short_again, ids, [(1, 0)])
+    assert weights.shape[-1] == 400

@@ -323,6 +323,39 @@ async def test_a_biased_decode_that_loops_is_decoded_again_without_the_bias(spee
     assert scheduler.stats.second_attempts == 2 and engine.in_flight == []
 
 
+class RunsOnOverShortWindows(FakeEngine):
+    """A fake whose decodes over a short window run on past their audio (and read less
+    likely than what the same decode over the whole window gives)."""
+
+    def finish(self, decode) -> Transcription:
+        result = super().finish(decode)
+        if decode.request.whole_window:
+            return result
+        return replace(result, text="", words=(), window_too_short=True, avg_logprob=-0.1)
+
+
+async def test_a_decode_that_ran_on_over_a_short_window_is_decoded_over_the_whole(speech):
+    """A final, a recording's window and a partial alike: the whole window's decode is what
+    comes out, however likely the one that ran on read."""
+    engine = RunsOnOverShortWindows()
+    async with running(engine, 4) as scheduler:
+        final = await scheduler.submit_final(AsrRequest(speech[0], with_words=True))
+        window = scheduler.submit_background(AsrRequest(speech[1]), owner="file")
+        result, from_file = await results_of([final, window])
+        await until(lambda: scheduler.backlog == 0)
+        partial = await scheduler.try_submit_partial(AsrRequest(speech[2]))
+        (preview,) = await results_of([partial])
+    plain = FakeEngine()
+    assert (result.text, result.words) == (
+        plain.transcribe(speech[0], with_words=True).text,
+        plain.transcribe(speech[0], with_words=True).words,
+    )
+    assert from_file.text == plain.transcribe(speech[1]).text
+    assert preview.text == plain.transcribe(speech[2]).text and preview.text
+    assert not (result.window_too_short or from_file.window_too_short or preview.window_too_short)
+    assert scheduler.stats.second_attempts == 3 and engine.in_flight == []
+
+
 class UnsureOfItsLanguage(FakeEngine):
     """A multilingual fake that detects English at 0.4 with German the runner-up, and
     whose German decode of the same audio is the likelier."""

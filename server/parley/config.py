@@ -92,6 +92,14 @@ class AsrSettings(BaseModel):
     hypothesis_drafts: bool = Field(True, description="draft from the segment's last partial")
     max_draft: int = Field(MAX_DRAFT, ge=1, le=63, description="most draft tokens verified at once")
     cuda_graphs: bool = Field(True, description="replay decoder passes as CUDA graphs")
+    window_margin_s: float = Field(
+        3.0,
+        ge=0.5,
+        le=30.0,
+        description="encode a clip and this much padding, not a whole 30 s window (a "
+        "decode that runs on past its audio is decoded again over the whole window); "
+        "30: always the whole window. Not with CUDA graphs",
+    )
     max_batch: int = Field(
         MAX_ROWS,
         ge=1,

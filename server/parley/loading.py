@@ -51,6 +51,7 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
         max_draft=asr.max_draft,
         max_rows=asr.max_batch,
         cuda_graphs=asr.cuda_graphs,
+        window_margin_s=asr.window_margin_s,
     )
     threads = asr_threads(settings)
     scheduler = AsrScheduler(

@@ -87,6 +87,7 @@ class AsrRequest:
     languages: frozenset[str] = frozenset()  # detection restricted to these (empty: any)
     task: Task = Task.TRANSCRIBE
     bias: KeytermBias | None = None  # keyterms the decoder favours (lossless w.r.t. it)
+    whole_window: bool = False  # encode a full 30 s window, however short the audio
 
     @property
     def seconds(self) -> float:
@@ -125,6 +126,9 @@ class Transcription:
     # The decode looks like speech the model cannot read (protocol.md's
     # ``language_unsupported``): an English-only model hearing another language.
     foreign: bool = False
+    # Decoded over a window shorter than 30 s, it ran past its audio or repeated itself
+    # (models/encoder.py): to be decoded again over the whole window.
+    window_too_short: bool = False
 
     @property
     def confidence(self) -> float:
@@ -224,10 +228,13 @@ SECOND_LANGUAGE_BELOW = 0.7
 def second_attempt(request: AsrRequest, result: Transcription) -> AsrRequest | None:
     """What to decode again after ``result``, or None (``better_attempt`` then keeps one):
 
+    - a decode over a short window that ran on past its audio, over the whole window;
     - a keyterm-biased decode dropped as a repetition loop (the bias may have made it: a
       term written, then another, over and over), without the bias: a caller's keyterms
       never cost it a final;
     - a decode whose detected language was uncertain, in the runner-up language."""
+    if result.window_too_short and not request.whole_window:
+        return replace(request, whole_window=True)
     if request.bias is not None and result.rejected == "repetition":
         return replace(request, bias=None)
     uncertain = result.language_probability is not None and (
@@ -241,8 +248,11 @@ def second_attempt(request: AsrRequest, result: Transcription) -> AsrRequest | N
 def better_attempt(first: Transcription, second: Transcription) -> Transcription:
     """Of two decodes of the same audio, the one kept: text that was not dropped, else the
     likelier (higher mean log-probability); the second where both were dropped (a loop
-    is confident: the unbiased decode is what plain decoding gives). A second attempt in
-    the runner-up language keeps the probability detection gave that language."""
+    is confident: the unbiased decode is what plain decoding gives); the whole window's
+    over a short one that ran on. A second attempt in the runner-up language keeps the
+    probability detection gave that language."""
+    if first.window_too_short:
+        return second
     if first.rejected is None and second.rejected is None:
         chosen = second if second.avg_logprob > first.avg_logprob else first
     else:

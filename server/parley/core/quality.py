@@ -4,6 +4,8 @@ repetition loop, or an English-only model hearing another language."""
 from __future__ import annotations
 
 import gzip
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -67,3 +69,32 @@ def compression_ratio(text: str) -> float:
     """How much gzip shrinks ``text``: a repetition loop compresses far better than speech."""
     data = text.encode("utf-8")
     return len(data) / len(gzip.compress(data)) if data else 0.0
+
+
+def repeats_itself(text: str) -> bool:
+    """Whether ``text`` says a run of three words or more twice in a row, or any run three
+    times in a row ("Hello? Hello? Hello?"): how a decode that missed its end loops,
+    often before gzip would notice (``compression_ratio``)."""
+    return _repeats(re.sub(r"[^\w' ]", " ", text.lower()).split())
+
+
+def _repeats(words: Sequence[str]) -> bool:
+    for k in range(1, len(words) // 2 + 1):
+        run = 0  # words so far that equal the word k before them
+        for i in range(k, len(words)):
+            run = run + 1 if words[i] == words[i - k] else 0
+            if run >= 2 * k or (k >= 3 and run >= k):
+                return True
+    return False
+
+
+def ends_repeating(tokens: Sequence[int]) -> bool:
+    """Whether ``tokens`` end in a run of four or more said twice, or any run three times:
+    a decode looping, seen as it loops (``repeats_itself`` reads the finished text)."""
+    n = len(tokens)
+    for k in range(1, n // 2 + 1):
+        if tokens[n - k :] == tokens[n - 2 * k : n - k] and (
+            k >= 4 or (n >= 3 * k and tokens[n - k :] == tokens[n - 3 * k : n - 2 * k])
+        ):
+            return True
+    return False

@@ -8,6 +8,8 @@ into token start and end times, the way openai/whisper's ``find_alignment`` does
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
 import torch
 
@@ -15,6 +17,9 @@ import torch
 from transformers.models.whisper.generation_whisper import _median_filter
 
 from parley.core.dtw import dynamic_time_warping
+from parley.core.words import TimedWord, group_words, merge_partial_characters
+from parley.models.greedy import RowDecode
+from parley.models.row_decoder import RowDecoder
 
 SECONDS_PER_ENCODER_FRAME = 0.02
 MEDIAN_FILTER_WIDTH = 7
@@ -41,3 +46,28 @@ def token_times(
     jump_times = time_index[jumps] * SECONDS_PER_ENCODER_FRAME
     # DTW visits every row, so there is one jump per row: n text tokens, then end-of-text.
     return jump_times[:n], jump_times[1 : n + 1]
+
+
+def word_timings(
+    decoder: RowDecoder,
+    decode: RowDecode,
+    heads: Sequence[tuple[int, int]],
+    eot: int,
+    token_text: Callable[[int], str],
+    seconds: float,
+) -> tuple[TimedWord, ...]:
+    """A finished decode's words over its ``seconds`` of audio: each with its start, end
+    and probability."""
+    tokens, prompt = decode.tokens, decode.prompt
+    sequence = prompt + tokens + [eot]
+    if len(sequence) > decoder.max_positions:
+        return ()  # a decode that filled the decoder (a repetition loop): no timings
+    weights = decoder.cross_attention(decode.row, sequence, heads)
+    token_starts, token_ends = token_times(weights, len(prompt), len(tokens), seconds)
+    pieces, starts, ends, probs = merge_partial_characters(
+        [token_text(t) for t in tokens],
+        token_starts.tolist(),
+        token_ends.tolist(),
+        np.exp(decode.token_logprobs).tolist(),
+    )
+    return tuple(group_words(pieces, starts, ends, probs))

@@ -13,6 +13,7 @@ from transformers import (
 )
 
 from parley.models.device import DevicePlan
+from parley.models.encoder import encode
 
 
 class IncompatibleAssistant(ValueError):
@@ -34,9 +35,10 @@ class Assistant:
         return self.encoder is None
 
     def encode(self, features: torch.Tensor, main_hidden: torch.Tensor) -> torch.Tensor:
+        """Its encoder's output over as many positions as the main model's encoded."""
         if self.encoder is None:
             return main_hidden
-        return self.encoder(features).last_hidden_state
+        return encode(self.encoder, features, main_hidden.shape[1])
 
     def share_encoder(self, main_encoder: torch.nn.Module) -> bool:
         """Read the main model's encoder output, not its own, when its encoder holds the

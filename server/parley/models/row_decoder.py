@@ -1,23 +1,20 @@
 """Whisper's decoder over fixed key/value buffers, one row per decode in flight.
 
-On a GPU a decoding step costs kernel launches and Python, not arithmetic (README,
-"Decoder buffers and CUDA graphs"); on a CPU it costs reading the weights once per step. Either way
-the lever is to advance many decodes in one pass, and to make each pass cheap:
+A step costs kernel launches and Python on a GPU, reading the weights on a CPU: either
+way the lever is to advance many decodes in one pass, and to make each pass cheap:
 
 - every decode owns a *row* of preallocated buffers: self-attention keys and values
-  by position, and its cross-attention keys and values, projected once when it
-  joins. Rows in flight are kept packed at the front (a leaving row's place is taken
-  by the last one), so a pass over them reads views, never gathered copies;
-- a pass feeds each row its own tokens at its own positions: one batched forward,
-  whatever each row's width (shorter ones are padded; padding lands after the row's
-  sequence, where nothing reads it before it is overwritten). Each token attends to
-  its row's slots at or before its position, so rolling back rejected draft tokens
-  is setting the row's ``length``: free, and address-stable;
+  by position, and its cross-attention keys and values (as many encoder positions as
+  its window has), projected once when it joins. Rows in flight are kept packed at the
+  front (a leaving row's place is taken by the last one), so a pass reads views;
+- a pass feeds each row its own tokens at its own positions, in one batched forward
+  (shorter feeds are padded after the row's sequence, where nothing reads them before
+  they are overwritten). A token attends to its row's slots up to its position, so
+  rolling back rejected draft tokens is setting the row's ``length``;
 - on CUDA, one graph per (rows, width) bucket is captured at load time and replayed.
 
-The layers' weights and modules (projections, layer norms, MLP) are transformers';
-the cache handling and the attention calls are ours, because transformers' caches
-can neither be rolled back per row nor keep rows packed.
+The layers' modules are transformers'; the cache handling and the attention calls are
+ours: transformers' caches can neither be rolled back per row nor keep rows packed.
 """
 
 from __future__ import annotations
@@ -84,9 +81,13 @@ class RowDecoder:
         shape = (layers, capacity, self._heads, self._slots, self._head_dim)
         self._self_k = torch.zeros(shape, device=self._device, dtype=dtype)
         self._self_v = torch.zeros(shape, device=self._device, dtype=dtype)
+        self.frames = frames  # a whole window's encoder positions
+        self._frames = [frames] * capacity  # each slot's: a short window's row reads its own
+        self._frame_index = torch.arange(frames, device=self._device)
         cross = (layers, capacity, self._heads, frames, self._head_dim)
         self._cross_k = torch.zeros(cross, device=self._device, dtype=dtype)
         self._cross_v = torch.zeros(cross, device=self._device, dtype=dtype)
+        self._buffers = (self._self_k, self._self_v, self._cross_k, self._cross_v)
         self._slot_index = torch.arange(self._slots, device=self._device)
         self._row_index = torch.arange(capacity, device=self._device)
         self._head_index = torch.arange(self._heads, device=self._device)
@@ -107,14 +108,18 @@ class RowDecoder:
         count, first = encoder_hidden.shape[0], len(self._rows)
         if first + count > self.capacity:
             raise RuntimeError(f"the decoder holds {self.capacity} rows; {first} are in use")
+        frames = encoder_hidden.shape[1]
+        if frames < self.frames and self._graphs:
+            raise ValueError("a decoder replaying graphs reads whole 30 s windows only")
         for i, layer in enumerate(self._decoder.layers):
             attention = layer.encoder_attn
-            self._cross_k[i, first : first + count].copy_(
+            self._cross_k[i, first : first + count, :, :frames].copy_(
                 self._split_heads(attention.k_proj(encoder_hidden))
             )
-            self._cross_v[i, first : first + count].copy_(
+            self._cross_v[i, first : first + count, :, :frames].copy_(
                 self._split_heads(attention.v_proj(encoder_hidden))
             )
+        self._frames[first : first + count] = [frames] * count
         rows = [Row(self, first + i) for i in range(count)]
         self._rows.extend(rows)
         return rows
@@ -131,16 +136,13 @@ class RowDecoder:
 
     def _swap(self, a: Row, b: Row) -> None:
         used = min(max(a.length, b.length) + self.max_width, self._slots)
-        for buffers, length in (
-            (self._self_k, used),
-            (self._self_v, used),
-            (self._cross_k, None),
-            (self._cross_v, None),
-        ):
+        frames = max(self._frames[a.slot], self._frames[b.slot])
+        for buffers, length in zip(self._buffers, (used, used, frames, frames)):
             first, second = buffers[:, a.slot, :, :length], buffers[:, b.slot, :, :length]
             kept = first.clone()
             first.copy_(second)
             second.copy_(kept)
+        self._frames[a.slot], self._frames[b.slot] = self._frames[b.slot], self._frames[a.slot]
         a.slot, b.slot = b.slot, a.slot
         self._rows[a.slot], self._rows[b.slot] = a, b
 
@@ -152,10 +154,9 @@ class RowDecoder:
         slot, last = row.slot, self._rows[-1]
         if last is not row:
             used = min(last.length + self.max_width, self._slots)
-            for buffers in (self._self_k, self._self_v):
-                buffers[:, slot, :, :used].copy_(buffers[:, last.slot, :, :used])
-            for buffers in (self._cross_k, self._cross_v):
-                buffers[:, slot].copy_(buffers[:, last.slot])
+            frames = self._frames[slot] = self._frames[last.slot]
+            for buffers, length in zip(self._buffers, (used, used, frames, frames)):
+                buffers[:, slot, :, :length].copy_(buffers[:, last.slot, :, :length])
             last.slot = slot
             self._rows[slot] = last
         self._rows.pop()
@@ -203,7 +204,7 @@ class RowDecoder:
             starts = torch.tensor([r.length for r in rows], device=self._device)
             positions = starts[:, None] + torch.arange(width, device=self._device)
             visible = max(r.length for r in rows) + width
-            return self._forward(ids, positions, first, count, visible)[0]
+            return self._forward(ids, positions, first, count, visible, self._cross_mask(rows))[0]
         captured = self._graphs[bucket]
         bucket_rows, bucket_width = bucket
         ids = [list(f) + [f[-1]] * (bucket_width - len(f)) for f in feeds]
@@ -222,6 +223,15 @@ class RowDecoder:
         fits = [key for key in self._graphs if key[0] >= count and key[1] >= width]
         return min(fits, default=None)
 
+    def _cross_mask(self, rows: Sequence[Row]) -> tuple[int, torch.Tensor | None]:
+        """Encoder positions a pass over ``rows`` reads, and each row's (None: all)."""
+        frames = [self._frames[r.slot] for r in rows]
+        widest = max(frames)
+        if min(frames) == widest:
+            return widest, None
+        have = torch.tensor(frames, device=self._device)
+        return widest, (self._frame_index[:widest] < have[:, None])[:, None, None]
+
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(x.shape[0], x.shape[1], self._heads, self._head_dim).transpose(1, 2)
 
@@ -232,11 +242,13 @@ class RowDecoder:
         first: int,
         count: int,
         visible: int,
+        cross: tuple[int, torch.Tensor | None] | None = None,
         heads: dict[int, list[int]] | None = None,
     ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Hidden states of ``ids`` (rows, width) at ``positions`` for rows
-        ``[first, first + count)``, each attending to its own slots ``[0, visible)``;
-        and, for ``heads`` ({layer: [head, ...]}), those heads' cross-attention weights.
+        ``[first, first + count)``, each attending to its own slots ``[0, visible)`` and
+        to ``cross``'s encoder positions (``_cross_mask``; None: all of them); and, for
+        ``heads`` ({layer: [head, ...]}), those heads' cross-attention weights.
 
         Without ``heads`` it is pure tensor work with no data-dependent Python, so it can
         be captured as a graph. The arithmetic follows transformers' Whisper decoder layer
@@ -253,6 +265,7 @@ class RowDecoder:
             positions[:, None, :],
         )
         last = first + count
+        frames, cross_mask = cross if cross is not None else (self.frames, None)
         weights: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(decoder.layers):
             attention = layer.self_attn
@@ -268,14 +281,14 @@ class RowDecoder:
             attention = layer.encoder_attn
             h = layer.encoder_attn_layer_norm(x)
             q = self._split_heads(attention.q_proj(h) * attention.scaling)
-            cross_k = self._cross_k[i, first:last]
+            cross_k = self._cross_k[i, first:last, :, :frames]
             if heads is not None and i in heads:
                 chosen = heads[i]
                 weights[i] = (q[:, chosen] @ cross_k[:, chosen].transpose(-1, -2)).softmax(-1)
                 if i == max(heads):
                     return x, weights  # the layers above have no head to report
             out = F.scaled_dot_product_attention(
-                q, cross_k, self._cross_v[i, first:last], scale=1.0
+                q, cross_k, self._cross_v[i, first:last, :, :frames], cross_mask, scale=1.0
             )
             x = x + attention.out_proj(out.transpose(1, 2).reshape(count, width, self._d_model))
             h = layer.final_layer_norm(x)
@@ -302,7 +315,8 @@ class RowDecoder:
             by_layer.setdefault(layer, []).append(head)
         tokens = torch.tensor([list(ids)], device=self._device)
         positions = torch.arange(len(ids), device=self._device)[None]
-        _, weights = self._forward(tokens, positions, row.slot, 1, len(ids), by_layer)
+        cross = (self._frames[row.slot], None)
+        _, weights = self._forward(tokens, positions, row.slot, 1, len(ids), cross, by_layer)
         row.length = max(row.length, len(ids))
         return torch.stack(
             [weights[layer][0, by_layer[layer].index(head)] for layer, head in heads]

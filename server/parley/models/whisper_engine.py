@@ -32,12 +32,13 @@ from parley.core.asr import (
 )
 from parley.core.audio import SAMPLE_RATE, WHISPER_WINDOW_S
 from parley.core.keyterms import KeytermBias
-from parley.core.quality import QualityGuards, compression_ratio
-from parley.core.words import TimedWord, group_words, merge_partial_characters
-from parley.models.alignment import token_times
+from parley.core.quality import QualityGuards, compression_ratio, ends_repeating, repeats_itself
+from parley.core.words import TimedWord
+from parley.models.alignment import word_timings
 from parley.models.assistant import Assistant, load_assistant
 from parley.models.device import DevicePlan
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, Drafter, HypothesisDrafter
+from parley.models.encoder import encode, pass_frames, token_bound
 from parley.models.greedy import GreedyVerifier, RowDecode
 from parley.models.language_id import detect_languages
 from parley.models.output_head import OutputHead
@@ -57,6 +58,7 @@ class WhisperDecode:
     language: str = "en"
     language_probability: float | None = None  # when it was detected
     runner_up: tuple[str, float] | None = None  # the second language detection gave
+    short_window: bool = False  # its encoder pass read less than the whole 30 s window
 
     @property
     def finished(self) -> bool:
@@ -83,6 +85,7 @@ class WhisperEngine:
         max_draft: int = MAX_DRAFT,
         max_rows: int = MAX_ROWS,
         cuda_graphs: bool = True,
+        window_margin_s: float | None = None,
     ):
         hf_logging.set_verbosity_error()  # transformers' deprecation chatter is not ours to show
         self.label = label
@@ -93,6 +96,9 @@ class WhisperEngine:
         self.max_audio_s = WHISPER_WINDOW_S
         self.max_prompt_tokens = MAX_PROMPT_TOKENS
         self.graphs = cuda_graphs and plan.device.type == "cuda"
+        # Encoder passes over the audio and this much padding, not the whole window
+        # (models/encoder.py); captured graphs read whole windows only.
+        self.window_margin_s = None if self.graphs else window_margin_s
         self.processor = WhisperProcessor.from_pretrained(source)
         tokenizer = self.processor.tokenizer
         self.assistant: Assistant | None = None
@@ -135,6 +141,7 @@ class WhisperEngine:
             plan.device,
         )
         self._alignment_heads = [tuple(pair) for pair in generation.alignment_heads]
+        self._token_text = lambda token: tokenizer.decode([token])
         if self.assistant is not None:
             if self.assistant.share_encoder(self.model.model.encoder):
                 log.info("assistant %s reads the main model's encoder output", self.assistant.label)
@@ -195,8 +202,10 @@ class WhisperEngine:
         for request in requests:
             self.check_decoding(Decoding(request.language, request.languages, request.task))
         features = torch.cat([self.features(r.audio) for r in requests])
+        full = self.decoder.frames
+        frames = pass_frames(requests, self.window_margin_s, full)
         # The encoder runs once; language detection, decoding and alignment share it.
-        encoder_hidden = self.model.model.encoder(features).last_hidden_state
+        encoder_hidden = encode(self.model.model.encoder, features, frames)
         rows = self.decoder.add(encoder_hidden)
         decodes: list[WhisperDecode] = []
         assistant_rows: list[Row] = []
@@ -215,19 +224,12 @@ class WhisperEngine:
                 )
                 if assistant_row is not None:
                     assistant_rows.append(assistant_row)
-                main = RowDecode(
-                    row,
-                    prompt,
-                    len(prefix),
-                    self.decoder.max_positions - len(prompt),
-                    drafter,
-                    bias=request.bias,
-                )
-                decodes.append(
-                    WhisperDecode(
-                        request, main, assistant_row, language or "en", probability, runner_up
-                    )
-                )
+                room = self.decoder.max_positions - len(prompt)
+                if frames < full:
+                    room = min(room, token_bound(request.seconds))
+                main = RowDecode(row, prompt, len(prefix), room, drafter, bias=request.bias)
+                found = (language or "en", probability, runner_up, frames < full)
+                decodes.append(WhisperDecode(request, main, assistant_row, *found))
             self.verifier.prime([d.main for d in decodes])
         except BaseException:
             for row in rows:
@@ -238,7 +240,11 @@ class WhisperEngine:
         return decodes
 
     def step(self, decodes: Sequence[WhisperDecode], budgets: Sequence[int]) -> list[StepReport]:
-        return self.verifier.step([d.main for d in decodes], budgets)
+        reports = self.verifier.step([d.main for d in decodes], budgets)
+        for d in decodes:  # a short window's loop ends when it shows, not at its bound
+            if d.short_window and ends_repeating(d.main.tokens):
+                d.main.room = len(d.main.tokens)
+        return reports
 
     @torch.inference_mode()
     def finish(self, decode: WhisperDecode) -> Transcription:
@@ -252,12 +258,22 @@ class WhisperEngine:
             if self.guards
             else None
         )
+        ran_on = decode.short_window and (
+            rejected == "repetition" or len(tokens) >= main.room or repeats_itself(text)
+        )
         words: tuple[TimedWord, ...] = ()
         try:
-            if rejected:
+            if rejected or ran_on:
                 text = ""
             elif request.with_words and tokens:
-                words = tuple(self._words(main, request.seconds))
+                words = word_timings(
+                    self.decoder,
+                    main,
+                    self._alignment_heads,
+                    self._eot,
+                    self._token_text,
+                    request.seconds,
+                )
         finally:
             self.drop(decode)
         return Transcription(
@@ -278,6 +294,7 @@ class WhisperEngine:
                 and not self.multilingual
                 and self.guards.foreign(main.avg_logprob, main.no_speech_prob)
             ),
+            window_too_short=ran_on,
         )
 
     def drop(self, decode: WhisperDecode) -> None:
@@ -329,19 +346,3 @@ class WhisperEngine:
         if hypothesis and assistant:
             return ChainedDrafter(hypothesis, assistant), row
         return hypothesis or assistant, row
-
-    def _words(self, decode: RowDecode, seconds: float) -> list[TimedWord]:
-        tokens, prompt = decode.tokens, decode.prompt
-        sequence = prompt + tokens + [self._eot]
-        if len(sequence) > self.decoder.max_positions:
-            return []  # a decode that filled the decoder (a repetition loop): no timings
-        weights = self.decoder.cross_attention(decode.row, sequence, self._alignment_heads)
-        token_starts, token_ends = token_times(weights, len(prompt), len(tokens), seconds)
-        probabilities = np.exp(decode.token_logprobs)
-        pieces, starts, ends, probs = merge_partial_characters(
-            [self.processor.tokenizer.decode([t]) for t in tokens],
-            token_starts.tolist(),
-            token_ends.tolist(),
-            probabilities.tolist(),
-        )
-        return group_words(pieces, starts, ends, probs)

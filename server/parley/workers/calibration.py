@@ -35,7 +35,8 @@ def calibrate(
     step each) into ``encoder_cost`` and ``step_cost``; raises what the engine raises."""
     rng = np.random.default_rng(0)
     noise = (0.01 * rng.standard_normal(int(WARM_UP_SECONDS * SAMPLE_RATE))).astype(np.float32)
-    request = AsrRequest(noise)
+    # Whole windows: the capacity's first estimates count passes of a full window.
+    request = AsrRequest(noise, whole_window=True)
     transcribe(engine, request)  # lazy initialisation is not part of any cost
     clips = 1
     while clips <= engine.max_rows:

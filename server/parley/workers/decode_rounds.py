@@ -268,7 +268,8 @@ class DecodeRounds:
             )
             if job.first is not None:
                 result = better_attempt(job.first, result)
-            elif job.final or job.owner is not None:  # a partial is a preview: one look
+            # A partial is a preview: one look, unless its short window ran on.
+            elif job.final or job.owner is not None or result.window_too_short:
                 again = second_attempt(job.request, result)
                 if again is not None:
                     job.first = result
