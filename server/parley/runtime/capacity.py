@@ -11,13 +11,14 @@ from parley.workers.diarization import DiarizationWorker
 from parley.workers.scheduler import AsrScheduler
 
 # Before the first measurement: a final's cost per audio second is about this many
-# one-clip encoder passes (the warm-up times one). Measured on bench/load.py's
-# conversations, tiny.en, this 2-core CPU: 0.104 s per audio second, 0.376 s a pass.
-ENCODER_PASSES_PER_AUDIO_S = 0.28
+# one-clip encoder passes over a whole window (the warm-up times one). Measured on
+# bench/load.py's conversations, tiny.en, this 2-core CPU, encoder windows as long as
+# the clip (asr.window_margin_s 3): 0.13 (0.28 with whole windows).
+ENCODER_PASSES_PER_AUDIO_S = 0.13
 # With speaker labels the ASR thread has one core, and finals are cut at speaker changes
-# too (more, shorter segments): the same conversations, ten labelled streams offered,
-# measured 0.37 passes per audio second in float32 and 0.50 in bfloat16.
-LABELLED_ENCODER_PASSES_PER_AUDIO_S = 0.45
+# too (more, shorter segments): the same conversations measured 0.15 (0.37 to 0.50 with
+# whole windows).
+LABELLED_ENCODER_PASSES_PER_AUDIO_S = 0.15
 # A labelled stream steps its speaker window every diarization.step_s of audio, each
 # step costing about this much before one is measured: bench/load.py's labelled run
 # (four streams, two diarization threads) measured 0.141 s of steps per audio second
