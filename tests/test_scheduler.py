@@ -53,9 +53,9 @@ async def decoding(engine: FakeEngine, rows: int = 1) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running(engine, capacity: int):
+async def running(engine, capacity: int, **options):
     """A started scheduler over ``engine``, stopped afterwards."""
-    scheduler = AsrScheduler(engine, capacity=capacity)
+    scheduler = AsrScheduler(engine, capacity=capacity, **options)
     await scheduler.start()
     try:
         yield scheduler
@@ -334,11 +334,15 @@ class RunsOnOverShortWindows(FakeEngine):
         return replace(result, text="", words=(), window_too_short=True, avg_logprob=-0.1)
 
 
-async def test_a_decode_that_ran_on_over_a_short_window_is_decoded_over_the_whole(speech):
-    """A final, a recording's window and a partial alike: the whole window's decode is what
-    comes out, however likely the one that ran on read."""
+@pytest.mark.parametrize("short_finals", [False, True])
+async def test_a_decode_that_ran_on_over_a_short_window_is_decoded_over_the_whole(
+    speech, short_finals
+):
+    """A partial (and, with ``short_finals``, a final and a recording's window) that ran on
+    over a short window comes out as the whole window's decode, however likely the one
+    that ran on read; without ``short_finals`` finals and windows ask for whole ones."""
     engine = RunsOnOverShortWindows()
-    async with running(engine, 4) as scheduler:
+    async with running(engine, 4, short_finals=short_finals) as scheduler:
         final = await scheduler.submit_final(AsrRequest(speech[0], with_words=True))
         window = scheduler.submit_background(AsrRequest(speech[1]), owner="file")
         result, from_file = await results_of([final, window])
@@ -346,14 +350,13 @@ async def test_a_decode_that_ran_on_over_a_short_window_is_decoded_over_the_whol
         partial = await scheduler.try_submit_partial(AsrRequest(speech[2]))
         (preview,) = await results_of([partial])
     plain = FakeEngine()
-    assert (result.text, result.words) == (
-        plain.transcribe(speech[0], with_words=True).text,
-        plain.transcribe(speech[0], with_words=True).words,
-    )
+    whole = plain.transcribe(speech[0], with_words=True)
+    assert (result.text, result.words) == (whole.text, whole.words)
     assert from_file.text == plain.transcribe(speech[1]).text
     assert preview.text == plain.transcribe(speech[2]).text and preview.text
     assert not (result.window_too_short or from_file.window_too_short or preview.window_too_short)
-    assert scheduler.stats.second_attempts == 3 and engine.in_flight == []
+    assert scheduler.stats.second_attempts == (3 if short_finals else 1)
+    assert engine.in_flight == []
 
 
 class UnsureOfItsLanguage(FakeEngine):

@@ -96,9 +96,14 @@ class AsrSettings(BaseModel):
         3.0,
         ge=0.5,
         le=30.0,
-        description="encode a clip and this much padding, not a whole 30 s window (a "
-        "decode that runs on past its audio is decoded again over the whole window); "
-        "30: always the whole window. Not with CUDA graphs",
+        description="encode a partial's audio and this much padding, not a whole 30 s "
+        "window (a decode that runs on past its audio is decoded again over the whole "
+        "window); 30: always the whole window. Not with CUDA graphs",
+    )
+    short_final_windows: bool = Field(
+        False,
+        description="finals and recordings' windows over such short windows too: about "
+        "twice the streams on a CPU, but words move, some clips read worse (bench/README)",
     )
     max_batch: int = Field(
         MAX_ROWS,

@@ -58,6 +58,7 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
         engine,
         asr.queue_size,
         target_busy=asr.target_busy,
+        short_finals=asr.short_final_windows,
         on_thread_start=lambda: set_threads(threads),
     )
     return scheduler, AsrService(scheduler, settings.asr.model)

@@ -11,14 +11,17 @@ from parley.workers.diarization import DiarizationWorker
 from parley.workers.scheduler import AsrScheduler
 
 # Before the first measurement: a final's cost per audio second is about this many
-# one-clip encoder passes over a whole window (the warm-up times one). Measured on
-# bench/load.py's conversations, tiny.en, this 2-core CPU, encoder windows as long as
-# the clip (asr.window_margin_s 3): 0.13 (0.28 with whole windows).
-ENCODER_PASSES_PER_AUDIO_S = 0.13
-# With speaker labels the ASR thread has one core, and finals are cut at speaker changes
-# too (more, shorter segments): the same conversations measured 0.15 (0.37 to 0.50 with
-# whole windows).
-LABELLED_ENCODER_PASSES_PER_AUDIO_S = 0.15
+# one-clip encoder passes over a whole window (the warm-up times one), by (speaker labels,
+# finals over short windows). Measured on bench/load.py's conversations, tiny.en, this
+# 2-core CPU: 0.104 s per audio second at 0.376 s a pass; with labels the ASR thread has
+# one core, and finals are also cut at speaker changes (more, shorter segments): 0.37 to
+# 0.50; with asr.short_final_windows, 0.13 and 0.15.
+ENCODER_PASSES_PER_AUDIO_S = {
+    (False, False): 0.28,
+    (True, False): 0.45,
+    (False, True): 0.13,
+    (True, True): 0.15,
+}
 # A labelled stream steps its speaker window every diarization.step_s of audio, each
 # step costing about this much before one is measured: bench/load.py's labelled run
 # (four streams, two diarization threads) measured 0.141 s of steps per audio second
@@ -57,11 +60,7 @@ class LiveCapacity:
         self._audio_s = 0.0
         self._diarized_audio_s = 0.0
         encoder = asr.encoder_cost.known.get(1)
-        passes = (
-            ENCODER_PASSES_PER_AUDIO_S
-            if diarization is None
-            else LABELLED_ENCODER_PASSES_PER_AUDIO_S
-        )
+        passes = ENCODER_PASSES_PER_AUDIO_S[diarization is not None, asr.short_finals]
         self.asr_cost = StreamCost(None if encoder is None else encoder * passes)
         self.diarization_cost = StreamCost(
             None if not diarization_step_s else DIARIZATION_STEP_PRIOR_S / diarization_step_s,

@@ -36,6 +36,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from parley.core.asr import AsrRequest, Transcriber
 from parley.core.costs import EncoderCosts, StepCostModel
@@ -62,6 +63,7 @@ class AsrScheduler:
         capacity: int,
         *,
         target_busy: float = PartialPacing.target_busy,
+        short_finals: bool = False,
         on_thread_start: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ):
@@ -70,6 +72,9 @@ class AsrScheduler:
         self.engine = engine
         self.capacity = capacity
         self.pacing = PartialPacing(target_busy=target_busy)
+        # Finals and recordings' windows over the engine's short encoder windows too, not
+        # only partials (models/encoder.py): cheaper, and their words move (bench/README).
+        self.short_finals = short_finals
         self.stats = SchedulerStats()
         self._clock = clock
         self._on_thread_start = on_thread_start
@@ -161,7 +166,7 @@ class AsrScheduler:
         assert self._slots is not None, "start() the scheduler first"
         await self._slots.acquire()
         self._finals_submitted += 1
-        return self._enqueue(request, final=True)
+        return self._enqueue(self._windowed(request), final=True)
 
     async def try_submit_partial(self, request: AsrRequest) -> concurrent.futures.Future | None:
         """Queue a partial if it cannot delay a final: none waits, and half the room is
@@ -198,8 +203,12 @@ class AsrScheduler:
         """Queue a recording's window behind every live request (``owner``: its file, so
         that files take turns). Never waits: the caller bounds what it has in flight."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self._inbox.put(Job(request, future, False, self._clock(), owner=owner))
+        self._inbox.put(Job(self._windowed(request), future, False, self._clock(), owner=owner))
         return future
+
+    def _windowed(self, request: AsrRequest) -> AsrRequest:
+        """A final's or recording's request: over a whole window unless ``short_finals``."""
+        return request if self.short_finals else replace(request, whole_window=True)
 
     def _release_from_any_thread(self, _future: concurrent.futures.Future) -> None:
         assert self._loop is not None
