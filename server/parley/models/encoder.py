@@ -3,7 +3,9 @@
 Whisper's encoder reads 30 s (1,500 positions); a live segment is a few seconds, so most
 of a full pass encodes padding. ``encode`` runs transformers' own encoder modules over
 the first ``frames`` positions only (the clip and a margin of padding after it), as
-whisper.cpp's ``audio_ctx`` does, which costs about that share of a full pass.
+whisper.cpp's ``audio_ctx`` does, which costs about that share of a full pass. Partials
+take such windows; finals and recordings' windows only with ``asr.short_final_windows``
+(Whisper never trained on them, and some clips read worse: bench/README.md).
 
 Whisper learnt to end a transcript where the padding begins. With less padding after
 the speech it sometimes does not, and repeats itself: a decode over a short window is
