@@ -133,3 +133,16 @@ def test_decodes_that_run_on_over_short_windows_come_out_as_the_whole_windows(
             if first.text:  # (not dropped as no speech)
                 assert first.words and first.words[-1].end <= request.seconds + 0.02
     assert flagged >= 1  # the margin is short enough that the test sees one
+
+
+def test_the_settings_reach_the_engine_and_the_scheduler(models_dir):
+    """``asr.window_margin_s`` is the engine's margin; ``asr.short_final_windows`` the
+    scheduler's (off by default: finals ask for whole windows)."""
+    from parley.config import Settings
+    from parley.loading import load_asr
+
+    default, _ = load_asr(Settings(models_dir=models_dir))
+    assert (default.engine.window_margin_s, default.short_finals) == (3.0, False)
+    asked = Settings(models_dir=models_dir, asr={"window_margin_s": 5, "short_final_windows": True})
+    worker, _ = load_asr(asked)
+    assert (worker.engine.window_margin_s, worker.short_finals) == (5.0, True)
