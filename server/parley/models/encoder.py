@@ -22,8 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from parley.core.asr import AsrRequest
+from parley.core.audio import SAMPLE_RATE
 
 FRAMES_PER_SECOND = 50  # encoder positions per second of audio (two mel frames each)
+SAMPLES_PER_POSITION = SAMPLE_RATE // FRAMES_PER_SECOND
 # A short window's decode ends by this many tokens (ten a second of its audio, and a few
 # for punctuation), well past fast speech's five or six a second: past it, it repeats.
 TOKENS_PER_SECOND_BOUND = 10

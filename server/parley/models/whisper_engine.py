@@ -38,7 +38,7 @@ from parley.models.alignment import word_timings
 from parley.models.assistant import Assistant, load_assistant
 from parley.models.device import DevicePlan
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, Drafter, HypothesisDrafter
-from parley.models.encoder import encode, pass_frames, token_bound
+from parley.models.encoder import SAMPLES_PER_POSITION, encode, pass_frames, token_bound
 from parley.models.greedy import GreedyVerifier, RowDecode
 from parley.models.language_id import detect_languages
 from parley.models.output_head import OutputHead
@@ -186,12 +186,14 @@ class WhisperEngine:
         sequence.append(self.model.generation_config.no_timestamps_token_id)
         return sequence
 
-    def features(self, audio: np.ndarray) -> torch.Tensor:
+    def features(self, audio: np.ndarray, frames: int | None = None) -> torch.Tensor:
+        """The log-mel of the first ``frames`` encoder positions (None: a whole window)."""
         seconds = len(audio) / SAMPLE_RATE
         if seconds > WHISPER_WINDOW_S:
             raise ValueError(f"{seconds:.1f} s of audio; Whisper takes at most 30 s at once")
+        samples = (frames or self.decoder.frames) * SAMPLES_PER_POSITION
         return self.processor.feature_extractor(
-            audio, sampling_rate=SAMPLE_RATE, return_tensors="pt"
+            audio, sampling_rate=SAMPLE_RATE, return_tensors="pt", max_length=samples
         ).input_features.to(self.plan.device, self.plan.dtype)
 
     # ------------------------------------------------------------------ Transcriber
@@ -201,9 +203,9 @@ class WhisperEngine:
         """One encoder pass over the requests' audio, then their prompts in one pass."""
         for request in requests:
             self.check_decoding(Decoding(request.language, request.languages, request.task))
-        features = torch.cat([self.features(r.audio) for r in requests])
         full = self.decoder.frames
         frames = pass_frames(requests, self.window_margin_s, full)
+        features = torch.cat([self.features(r.audio, frames) for r in requests])
         # The encoder runs once; language detection, decoding and alignment share it.
         encoder_hidden = encode(self.model.model.encoder, features, frames)
         rows = self.decoder.add(encoder_hidden)
