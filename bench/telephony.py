@@ -21,7 +21,7 @@ from common import print_table, write_json
 
 from pyannote.database.util import load_rttm
 
-from audio_fixtures import sample_dir, wer
+from audio_fixtures import sample_dir, sample_turns, wer
 from parley.config import Settings
 from test_twilio import call_then_native, sample_call
 
@@ -37,15 +37,12 @@ def talked_over() -> dict[str, float]:
     out = {}
     for track, (_, name, label) in SPEAKERS.items():
         total = 0.0
-        for line in (sample_dir() / "sample.stm").read_text().splitlines():
-            _, _, who, start, end, _ = line.split(" ", 5)
-            if who != name:
+        for turn in sample_turns():
+            if turn.voice != name:
                 continue
             for segment, _, other in reference.itertracks(yield_label=True):
                 if other != label:
-                    total += max(
-                        0.0, min(float(end), segment.end) - max(float(start), segment.start)
-                    )
+                    total += max(0.0, min(turn.end, segment.end) - max(turn.start, segment.start))
         out[track] = total
     return out
 

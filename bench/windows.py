@@ -24,7 +24,7 @@ from common import print_table, write_json  # first: it puts tests/ on the path
 
 import numpy as np
 
-from audio_fixtures import SAMPLE_WAV, read_wav, sample_dir, speak, wer
+from audio_fixtures import SAMPLE_WAV, read_wav, sample_turns, speak, wer
 from devset import SENTENCES
 
 ESPEAK_VOICES = ("en-us", "en-us+f3", "en-gb", "en-us+m3")
@@ -53,10 +53,9 @@ def clips() -> list[tuple[str, np.ndarray, str]]:
         audio = np.concatenate([speak(first, "en-us"), pause, speak(second, "en-gb")])
         out.append(("two sentences", audio, f"{first} {second}"))
     wav = read_wav(SAMPLE_WAV)
-    for line in (sample_dir() / "sample.stm").read_text().splitlines():
-        fields = line.split(maxsplit=5)
-        start, end = float(fields[3]), float(fields[4])
-        out.append(("sample.wav turns", wav[int(start * 16000) : int(end * 16000)], fields[5]))
+    for turn in sample_turns():
+        span = wav[int(turn.start * 16000) : int(turn.end * 16000)]
+        out.append(("sample.wav turns", span, turn.text))
     words = sorted((recorded_voices.KTUBERLING / "en").glob("*.ogg"))
     rng = np.random.default_rng(1)
     for _ in range(30 if words else 0):

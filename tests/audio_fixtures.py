@@ -42,12 +42,6 @@ def write_wav(path: Path, audio: np.ndarray) -> Path:
     return path
 
 
-def sample_reference_text() -> str:
-    """The words of sample.stm, in order."""
-    lines = (sample_dir() / "sample.stm").read_text().splitlines()
-    return " ".join(line.split(None, 5)[5] for line in lines if line.strip())
-
-
 # Synthetic speakers for diarization: espeak-ng voices (and pitches) whose CAM++
 # embeddings are far apart (cosine distance 0.48 to 0.62 between them).
 SPEAKERS = {"A": "en-us+klatt:50", "B": "en+f5:90", "C": "en-gb-scotland+m7:20"}
@@ -118,6 +112,20 @@ DIALOGUE_LINES = [
     "Agreed. I will send you a proposal on Monday morning.",
     "Thank you. Let us talk again after you send it.",
 ]
+
+
+def sample_turns() -> list[Utterance]:
+    """sample.stm's turns, in order: what each speaker said, and when."""
+    lines = (sample_dir() / "sample.stm").read_text().splitlines()
+    fields = [line.split(None, 5) for line in lines if line.strip()]
+    return [
+        Utterance(text, float(start), float(end), who) for _, _, who, start, end, text in fields
+    ]
+
+
+def sample_reference_text() -> str:
+    """The words of sample.stm, in order."""
+    return " ".join(turn.text for turn in sample_turns())
 
 
 def dialogue(speakers: list[str], turns: int = 8, gap_s: float = 0.6):

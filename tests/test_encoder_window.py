@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from audio_fixtures import SAMPLE_WAV, read_wav, sample_dir
+from audio_fixtures import SAMPLE_WAV, read_wav, sample_turns
 from parley.core.asr import AsrRequest, Transcription, better_attempt, second_attempt, transcribe
 from parley.core.quality import repeats_itself
 from parley.models.encoder import encoder_layers, token_bound, window_frames
@@ -98,15 +98,6 @@ def short_window_engine(models_dir):
     )
 
 
-def sample_turns() -> list[np.ndarray]:
-    audio = read_wav(SAMPLE_WAV)
-    turns = []
-    for line in (sample_dir() / "sample.stm").read_text().splitlines():
-        start, end = map(float, line.split()[3:5])
-        turns.append(audio[int(start * 16000) : int(end * 16000)])
-    return turns
-
-
 def test_decodes_that_run_on_over_short_windows_come_out_as_the_whole_windows(
     short_window_engine,
 ):
@@ -115,8 +106,10 @@ def test_decodes_that_run_on_over_short_windows_come_out_as_the_whole_windows(
     ``transcribe`` gives what the whole window gives."""
     engine = short_window_engine
     flagged = 0
+    audio = read_wav(SAMPLE_WAV)
     for turn in sample_turns():
-        request = AsrRequest(turn, with_words=True)
+        clip = audio[int(turn.start * 16000) : int(turn.end * 16000)]
+        request = AsrRequest(clip, with_words=True)
         (decode,) = engine.start([request])
         assert decode.short_window
         while not decode.finished:

@@ -22,7 +22,7 @@ from audio_fixtures import (
     SAMPLE_WAV,
     conversation,
     read_wav,
-    sample_dir,
+    sample_turns,
     wer,
 )
 from conftest import as_received, heard_between, pcm16, refused, serve_real
@@ -240,12 +240,11 @@ def sample_call() -> tuple[dict[str, np.ndarray], dict[str, str]]:
     audio = read_wav(SAMPLE_WAV)
     tracks = {"inbound": np.zeros_like(audio), "outbound": np.zeros_like(audio)}
     said: dict[str, list[str]] = {"inbound": [], "outbound": []}
-    for line in (sample_dir() / "sample.stm").read_text().splitlines():
-        _, _, who, start, end, text = line.split(" ", 5)
-        track = "inbound" if who == "Diane" else "outbound"
-        span = slice(int(float(start) * 16000), int(float(end) * 16000))
+    for turn in sample_turns():
+        track = "inbound" if turn.voice == "Diane" else "outbound"
+        span = slice(int(turn.start * 16000), int(turn.end * 16000))
         tracks[track][span] = audio[span]
-        said[track].append(text)
+        said[track].append(turn.text)
     return tracks, {track: " ".join(lines) for track, lines in said.items()}
 
 
