@@ -111,15 +111,15 @@ def test_a_whisper_engine_in_lower_precision_transcribes_like_float32(
     # The decoder stays float32; the int8 head reads proj_out in int8.
     assert quantized == ({"encoder"} if compute == "int8" else set())
     sample = read_wav(SAMPLE_WAV)
-    lower, drafted = [], []  # texts of the clips
-    for start, end in CLIPS:
-        audio = sample[int(start * 16000) : int(end * 16000)]
-        plain = engine.transcribe(audio)
-        lower.append(plain.text)
-        drafted.append(engine.transcribe(audio, draft=plain.tokens[: len(plain.tokens) // 2]).text)
+    clips = [sample[int(start * 16000) : int(end * 16000)] for start, end in CLIPS]
+    plain = [engine.transcribe(audio) for audio in clips]
     said = sample_reference_text()
-    assert wer(said, " ".join(lower)) <= wer(said, " ".join(float32_texts)) + 0.05
-    assert drafted == lower
+    lower = " ".join(result.text for result in plain)
+    assert wer(said, lower) <= wer(said, " ".join(float32_texts)) + 0.05
+    # One clip drafted is enough to see a draft change nothing (each costs a decode).
+    first = plain[0]
+    drafted = engine.transcribe(clips[0], draft=first.tokens[: len(first.tokens) // 2])
+    assert drafted.text == first.text
     encoder = engine.model.model.encoder
     features = torch.randn(2, 80, 3000)  # two clips: a batch, at the least cost
     with torch.inference_mode():
