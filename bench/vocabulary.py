@@ -2,7 +2,7 @@
 
     python bench/vocabulary.py [--parts keyterms keyterms-festival languages
                                         languages-festival recorded-languages flag
-                                        translation redaction redaction-groups]
+                                        translation redaction redaction-groups fillers]
 
 Every decode goes through the server's own request building and result shaping
 (``runtime.decoding.StreamDecoding``: prompt, keyterm bias, language, task, redaction)
@@ -43,6 +43,8 @@ from parley.protocol.messages import Final, FinalReason, StreamConfig, Word
 from parley.weights.bundle import resolve_model
 from parley.workers.decoding import StreamDecoding
 from vocabulary_set import (
+    FILLER_SENTENCES,
+    FILLER_WORDS,
     FOREIGN_SENTENCES,
     KEYTERM_SENTENCES,
     KEYTERM_VOICES,
@@ -64,6 +66,7 @@ PARTS = (
     "translation",
     "redaction",
     "redaction-groups",
+    "fillers",
 )
 
 
@@ -418,6 +421,51 @@ def redaction_groups(tiny: WhisperEngine) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------- filler words
+
+
+def fillers(tiny: WhisperEngine) -> list[dict]:
+    """Without and with ``filler_words``: the fillers said that are written (per
+    sentence, at most as many as were said), the other words' WER, and the sentences
+    without fillers: their WER, and how many got one written."""
+    said = [(s, say(s, v)) for v in KEYTERM_VOICES for s in FILLER_SENTENCES]
+    plain = [(s, say(s, v)) for v in KEYTERM_VOICES for s in PLAIN_SENTENCES]
+
+    def split(text: str) -> tuple[int, str]:
+        words = normalised(text).split()
+        kept = [w for w in words if w not in FILLER_WORDS]
+        return len(words) - len(kept), " ".join(kept)
+
+    rows = []
+    for asked in (False, True):
+        config = StreamConfig(filler_words=asked)
+        written = spoken = 0
+        refs, hyps = [], []
+        for text, clip in said:
+            (count, ref), (got, hyp) = split(text), split(decode(tiny, clip, config)[0])
+            written, spoken = written + min(got, count), spoken + count
+            refs.append(ref)
+            hyps.append(hyp)
+        false = 0
+        plain_refs, plain_hyps = [], []
+        for text, clip in plain:
+            got, hyp = split(decode(tiny, clip, config)[0])
+            false += got > 0
+            plain_refs.append(normalised(text))
+            plain_hyps.append(hyp)
+        rows.append(
+            {
+                "filler_words": asked,
+                "sentences": f"{len(said)} + {len(plain)}",
+                "fillers written": round(written / spoken, 3),
+                "WER, other words": round(jiwer.wer(refs, hyps), 3),
+                "plain WER": round(jiwer.wer(plain_refs, plain_hyps), 3),
+                "plain with a filler": round(false / len(plain), 3),
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
@@ -461,6 +509,14 @@ def main() -> None:
         "flag": ["speech", "finals", "flagged language_unsupported"],
         "translation": ["source", "sentences", "chrF", "BLEU", "output in English"],
         "redaction": ["said", "category", "decoded", "redacted", "number gone", "rest kept"],
+        "fillers": [
+            "filler_words",
+            "sentences",
+            "fillers written",
+            "WER, other words",
+            "plain WER",
+            "plain with a filler",
+        ],
         "redaction-groups": [
             "said",
             "category",

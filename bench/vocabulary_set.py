@@ -77,6 +77,27 @@ PLAIN_SENTENCES: tuple[str, ...] = (
 
 KEYTERM_VOICES = ("en-us", "en-gb-x-rp", "en-us+f3")
 
+# Sentences with spoken fillers, which Whisper mostly leaves out (``filler_words``).
+FILLER_SENTENCES: tuple[str, ...] = (
+    "Um, the delivery should arrive on Tuesday.",
+    "I think, uh, the printer is out of paper.",
+    "We can, um, try again after lunch.",
+    "Uh, did anyone see my umbrella?",
+    "The numbers look, um, a little better this week.",
+    "So, uh, where do we start?",
+    "My flight was, um, delayed by two hours.",
+    "She said, uh, that the door was open.",
+    "Um, could you repeat the last part?",
+    "The train, uh, leaves at half past six.",
+    "I forgot the, um, password again.",
+    "Uh, the kitchen needs a new light.",
+    "We should, um, ask the neighbours first.",
+    "It was, uh, a very long day.",
+    "Um, let me find the file for you.",
+    "The dog, uh, ran across the garden.",
+)
+FILLER_WORDS = frozenset({"um", "umm", "uh", "uhm", "er", "erm", "hmm", "mm"})
+
 
 @dataclass(frozen=True)
 class Spoken:

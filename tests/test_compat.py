@@ -466,6 +466,17 @@ def test_deepgrams_redact_values_become_parleys_categories(values, categories):
     assert ListenVocabulary.of(query).redact == categories
 
 
+def test_deepgrams_filler_words_reaches_the_stream_and_is_off_by_default():
+    from starlette.datastructures import QueryParams
+
+    from parley.protocol.stream_config import StreamConfig
+    from parley.transport.deepgram_query import ListenVocabulary
+
+    asked = ListenVocabulary.of(QueryParams([("filler_words", "true")]))
+    assert asked.filler_words and StreamConfig.from_query(asked.query()).filler_words
+    assert "filler_words" not in ListenVocabulary.of(QueryParams([])).query()
+
+
 def test_an_unknown_redact_value_is_refused():
     from starlette.datastructures import QueryParams
 

@@ -345,6 +345,43 @@ async def test_openai_prompt_is_used_and_translations_refused_by_english_only(
     assert TERM in result.text
 
 
+FILLED = "I was, uh, going to call you, but, um, I forgot."
+
+
+async def test_filler_words_are_written_when_asked_for(hooked_server, tmp_path):
+    """deepgram-sdk's transcribe_file with filler_words=true writes the "um" and "uh"
+    that Whisper leaves out by default (tiny.en, the same words otherwise); the openai
+    package's transcriptions take it as an extra field."""
+    from deepgram import DeepgramClient
+    from openai import AsyncOpenAI
+
+    from conftest import deepgram_environment
+
+    server, _ = hooked_server
+    base = f"http://127.0.0.1:{server.port}"
+    path = write_wav(tmp_path / "filled.wav", speak(FILLED))
+    client = DeepgramClient(api_key="unused", environment=deepgram_environment(base))
+
+    async def words(**options) -> list[str]:
+        response = await asyncio.to_thread(
+            client.listen.v1.media.transcribe_file, request=path.read_bytes(), **options
+        )
+        return [w.word for w in response.results.channels[0].alternatives[0].words]
+
+    plain, filled = await words(), await words(filler_words=True)
+    fillers = {"um", "uh", "umm", "uhm", "er", "erm"}
+    assert not fillers & set(plain) and len(fillers & set(filled)) == 2, (plain, filled)
+    assert [w for w in filled if w not in fillers] == plain
+    openai = AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+    text = await openai.audio.transcriptions.create(
+        model="whisper-1",
+        file=path.open("rb"),
+        response_format="text",
+        extra_body={"filler_words": "true"},
+    )
+    assert re.search(r"\b(um|uh)\b", text.lower()), text
+
+
 async def test_recordings_take_keyterms_and_redaction_and_say_their_language(
     hooked_server, tmp_path
 ):

@@ -19,6 +19,7 @@ from parley.core.asr import (
     better_attempt,
     decoding_problem,
     second_attempt,
+    with_fillers,
 )
 from parley.core.keyterms import (
     CONTINUE_BONUS,
@@ -589,8 +590,8 @@ def test_a_stream_with_keyterms_gets_respelled_words_with_their_times():
 
 
 def test_decoding_settings_from_the_query():
-    """languages, task, keyterms, prompt, redact, numerals and replace parse as section 1
-    says and round-trip through the query; their errors are bad_config."""
+    """languages, task, keyterms, prompt, redact, numerals, replace and filler_words parse
+    as section 1 says and round-trip through the query; their errors are bad_config."""
     config = StreamConfig.from_query(
         {
             "languages": "en, ES,fr-FR",
@@ -601,12 +602,15 @@ def test_decoding_settings_from_the_query():
             "numerals": "true",
             "language": "auto",
             "replace": "Monika:Monica, new  year:Nguyen",
+            "filler_words": "true",
         }
     )
     assert config.replace == ("monika:Monica", "new year:Nguyen")
-    assert config.decoding == Decoding(
-        None, frozenset({"en", "es", "fr"}), Task.TRANSLATE, ("Kubernetes", "PostgreSQL"), "Hi."
-    )
+    languages, terms = frozenset({"en", "es", "fr"}), ("Kubernetes", "PostgreSQL")
+    # filler_words puts the filler prompt before the caller's own
+    assert config.decoding == Decoding(None, languages, Task.TRANSLATE, terms, with_fillers("Hi."))
+    assert with_fillers("Hi.").endswith(" Hi.") and "um" in with_fillers("").lower().split(", ")
+    assert replace(config, filler_words=False).decoding.prompt == "Hi."
     assert config.redaction == {Redact.PCI, Redact.SSN} and config.numerals
     assert StreamConfig.from_query(config.to_query()) == config
     # A default config's URL names none of them: servers that predate them accept it.
@@ -618,6 +622,7 @@ def test_decoding_settings_from_the_query():
         "redact",
         "numerals",
         "replace",
+        "filler_words",
     }
     for params, fragment in [
         ({"replace": "monika"}, "find:replacement"),

@@ -64,6 +64,7 @@ def _decoding_args(args: argparse.Namespace) -> dict:
         "redact": tuple(sorted(set(args.redact))),
         "numerals": args.numerals,
         "replace": check_replacements(args.replace),
+        "filler_words": args.filler_words,
     }
 
 

@@ -32,6 +32,7 @@ def add_decoding_args(parser: argparse.ArgumentParser) -> None:
         help="(repeatable)",
     )
     parser.add_argument("--numerals", action="store_true", help="number words as digits")
+    parser.add_argument("--filler-words", action="store_true", help='write "um" and "uh"')
     parser.add_argument(
         "--replace",
         action="append",

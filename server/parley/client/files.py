@@ -25,7 +25,7 @@ def transcribe_file(
     """POST ``path`` to ``base_url``/v1/audio/transcriptions (translations with
     ``task=translate``); the answer's body (JSON for ``json``: verbose_json with words).
     ``decoding``: ``parley stream``'s decoding options (keyterms, prompt, task, redact,
-    numerals, replace), sent as the endpoint's fields. RuntimeError with the server's
+    numerals, replace, filler_words), sent as the endpoint's fields. RuntimeError with the server's
     message on an error answer."""
     if fmt not in REMOTE_FORMATS:
         raise ValueError(f"--url formats are {', '.join(REMOTE_FORMATS)}")
@@ -43,8 +43,9 @@ def transcribe_file(
             data[name] = list(decoding[name])
     if decoding.get("prompt"):
         data["prompt"] = decoding["prompt"]
-    if decoding.get("numerals"):
-        data["numerals"] = "true"
+    for name in ("numerals", "filler_words"):
+        if decoding.get(name):
+            data[name] = "true"
     endpoint = "translations" if decoding.get("task") == "translate" else "transcriptions"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     url = f"{base_url.rstrip('/')}/v1/audio/{endpoint}"

@@ -37,6 +37,18 @@ class Task(str, Enum):
     TRANSLATE = "translate"
 
 
+# Whisper was trained on transcripts that mostly leave "um" and "uh" out, and writes
+# them when its prompt holds them (as OpenAI advises its Whisper API's callers). Of the
+# prompts tried, the bare fillers cost the other words least (bench/README.md, "Filler
+# words"). English fillers: other languages' differ.
+FILLER_PROMPT = "Um, uh, er, hmm."
+
+
+def with_fillers(prompt: str) -> str:
+    """A caller's prompt with ``FILLER_PROMPT`` before it: filler words written."""
+    return f"{FILLER_PROMPT} {prompt}".strip()
+
+
 @dataclass(frozen=True)
 class Decoding:
     """What a caller asks of the model besides its audio, for a whole stream or file.

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, overload
 
-from parley.core.asr import Decoding, Task
+from parley.core.asr import Decoding, Task, with_fillers
 from parley.core.keyterms import check_keyterms
 from parley.core.redaction import Redact, parse_redact
 from parley.core.replacements import check_replacements
@@ -47,6 +47,7 @@ class StreamConfig:
     redact: tuple[str, ...] = ()  # Redact categories, applied to every result
     numerals: bool = False  # number words written as digits
     replace: tuple[str, ...] = ()  # find:replacement, made in every result
+    filler_words: bool = False  # "um" and "uh" written (a prompt that holds them)
     # What the client knows of its speakers (diarization only; as recordings take them).
     num_speakers: int | None = None
     min_speakers: int | None = None
@@ -67,9 +68,8 @@ class StreamConfig:
     @property
     def decoding(self) -> Decoding:
         """What the stream asks of the model besides its audio."""
-        return Decoding(
-            self.language, frozenset(self.languages), self.task, self.keyterms, self.prompt or ""
-        )
+        prompt = with_fillers(self.prompt or "") if self.filler_words else self.prompt or ""
+        return Decoding(self.language, frozenset(self.languages), self.task, self.keyterms, prompt)
 
     @property
     def speaker_count(self) -> SpeakerCount:
@@ -131,6 +131,7 @@ class StreamConfig:
             "redact",
             "numerals",
             "replace",
+            "filler_words",
             *_SPEAKER_COUNTS,
         }
         unknown = sorted(set(params) - known)
@@ -190,6 +191,7 @@ class StreamConfig:
             redact=redact,
             numerals=bool_param(params, "numerals", cls.numerals),
             replace=replace,
+            filler_words=bool_param(params, "filler_words", cls.filler_words),
             **counts,
         )
         try:
@@ -262,6 +264,7 @@ _DECODING_DEFAULTS: dict[str, object] = {
     "redact": [],
     "numerals": False,
     "replace": [],
+    "filler_words": False,
 }
 # The query parameters that set the decoding (section 1), for wires that carry them
 # elsewhere (Twilio's <Parameter>s).

@@ -98,6 +98,7 @@ class FileRequest:
     redact: tuple[str, ...] = ()  # Redact categories
     numerals: bool = False
     replace: tuple[str, ...] = ()  # find:replacement, made in every result
+    filler_words: bool = False  # "um" and "uh" written
 
     @property
     def config(self) -> StreamConfig:
@@ -110,6 +111,7 @@ class FileRequest:
             redact=tuple(sorted(r.value for r in parse_redact(self.redact))),
             numerals=self.numerals,
             replace=check_replacements(self.replace),
+            filler_words=self.filler_words,
         )
 
 

@@ -123,13 +123,14 @@ REDACT = {
 @dataclass(frozen=True)
 class ListenVocabulary:
     """``keyterm`` and ``keywords`` (``word:boost``, the boost not used) as keyterms,
-    ``redact`` (repeatable) as categories, ``numerals``, and ``replace`` (repeatable,
-    ``find:replacement``): live and pre-recorded."""
+    ``redact`` (repeatable) as categories, ``numerals``, ``replace`` (repeatable,
+    ``find:replacement``) and ``filler_words``: live and pre-recorded."""
 
     keyterms: tuple[str, ...] = ()
     redact: tuple[str, ...] = ()
     numerals: bool = False
     replace: tuple[str, ...] = ()
+    filler_words: bool = False
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> ListenVocabulary:
@@ -150,6 +151,7 @@ class ListenVocabulary:
             tuple(dict.fromkeys(categories)),
             bool_param(params, "numerals"),
             tuple(every(params, "replace")),
+            bool_param(params, "filler_words"),
         )
 
     def query(self) -> dict[str, str]:
@@ -163,8 +165,9 @@ class ListenVocabulary:
             "redact": ",".join(self.redact),
             "replace": ",".join(self.replace),
         }
-        if self.numerals:
-            native["numerals"] = "true"
+        for name in ("numerals", "filler_words"):
+            if getattr(self, name):
+                native[name] = "true"
         return native
 
 

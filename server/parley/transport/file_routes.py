@@ -124,6 +124,7 @@ class FileRoutes:
                     redact=_listed(form, "redact"),
                     numerals=_flag(form.get("numerals")),
                     replace=_listed(form, "replace"),
+                    filler_words=_flag(form.get("filler_words")),
                 )
                 if _flag(form.get("stream")):
                     # the stream takes the upload over, and closes it when done
@@ -225,6 +226,7 @@ class FileRoutes:
                 redact=vocabulary.redact,
                 numerals=vocabulary.numerals,
                 replace=vocabulary.replace,
+                filler_words=vocabulary.filler_words,
             )
             result = await self._door.transcribe(path, job, key)
             return file_answers.deepgram_response(
