@@ -607,9 +607,9 @@ def test_decoding_settings_from_the_query():
     )
     assert config.replace == ("monika:Monica", "new year:Nguyen")
     languages, terms = frozenset({"en", "es", "fr"}), ("Kubernetes", "PostgreSQL")
-    # filler_words puts the filler prompt before the caller's own
+    # filler_words puts the filler prompt after the caller's own
     assert config.decoding == Decoding(None, languages, Task.TRANSLATE, terms, with_fillers("Hi."))
-    assert with_fillers("Hi.").endswith(" Hi.") and "um" in with_fillers("").lower().split(", ")
+    assert with_fillers("Hi.").startswith("Hi. ") and "um" in with_fillers("").lower().split(", ")
     assert replace(config, filler_words=False).decoding.prompt == "Hi."
     assert config.redaction == {Redact.PCI, Redact.SSN} and config.numerals
     assert StreamConfig.from_query(config.to_query()) == config

@@ -45,8 +45,9 @@ FILLER_PROMPT = "Um, uh, er, hmm."
 
 
 def with_fillers(prompt: str) -> str:
-    """A caller's prompt with ``FILLER_PROMPT`` before it: filler words written."""
-    return f"{FILLER_PROMPT} {prompt}".strip()
+    """A caller's prompt with ``FILLER_PROMPT`` after it: filler words written. Last,
+    because a prompt longer than Whisper's room keeps its end."""
+    return f"{prompt} {FILLER_PROMPT}".strip()
 
 
 @dataclass(frozen=True)
