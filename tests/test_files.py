@@ -212,6 +212,31 @@ async def test_a_full_server_answers_429_with_retry_after_and_a_drain_503(fake, 
     assert "parley_file_audio_seconds_total" in metrics
 
 
+async def test_the_model_listing_answers_openais_client(fake):
+    """`GET /v1/models` lists the one model that answers, as the openai package reads it;
+    another model's id is a 404 `model_not_found`, and a wrong key a 401, in OpenAI's
+    error shape."""
+    from openai import AsyncOpenAI, AuthenticationError, NotFoundError
+
+    from fake_engine import FakeEngine
+
+    url, _ = fake
+    client = AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
+    served = FakeEngine.label
+    listed = await client.models.list()
+    assert [model.id for model in listed.data] == [served]
+    assert listed.data[0].object == "model" and listed.data[0].owned_by == "parley"
+    assert (await client.models.retrieve(served)).id == served
+    with pytest.raises(NotFoundError) as missing:
+        await client.models.retrieve("whisper-1")
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(AuthenticationError):
+        await AsyncOpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).models.list()
+    # A path of the listing with another method is no route of it: the documented 404.
+    other = await _post(f"{url}/v1/models")
+    assert other.status_code == 404 and other.json()["error"] == "not_found"
+
+
 def _long_wav(tmp_path) -> bytes:
     """25 s of 8 kHz mu-law (small, past the 20 s limit), made by ffmpeg."""
     path = tmp_path / "long.wav"

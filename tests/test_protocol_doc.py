@@ -30,7 +30,7 @@ NATIVE = DOC.split("\n## 9.")[0]  # sections 1-8: the native wire; 9 on are othe
 
 def section(number: str) -> str:
     """The text of ``## <number>.`` up to the next section of that level."""
-    match = re.search(rf"^## {re.escape(number)}\. .*?(?=^## )", DOC, re.S | re.M)
+    match = re.search(rf"^## {re.escape(number)}\. .*?(?=^## |\Z)", DOC, re.S | re.M)
     assert match, f"protocol.md has no section {number}"
     return match.group(0)
 
@@ -132,3 +132,13 @@ def test_every_path_the_server_answers_on_is_in_protocol_md():
     for name, path in named.items():
         literal = path if not path.startswith("^") else "/v1/sessions/"
         assert literal in DOC, f"protocol.md never names {name} ({literal})"
+
+
+def test_recording_error_codes_and_statuses():
+    """Section 16's table of HTTP errors is the recordings' (and model listing's) codes,
+    each with its status."""
+    from parley.transport.uploads import STATUS, UploadCode
+
+    errors = section("16").split("### Limits and errors")[1]
+    documented = {ticked(code): int(status) for status, code, _ in table_rows(errors)}
+    assert documented == {code.value: STATUS[code] for code in UploadCode}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -34,6 +35,7 @@ from parley.transport.file_routes import FileRoutes
 from parley.transport.followers import Followers
 from parley.transport.front_door import FrontDoor
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
+from parley.transport.model_routes import ModelRoutes
 from parley.transport.sinks import FollowerSinks, MetricsSinks, SinkFactory, WebhookSinks
 from parley.transport.uploads import FileDoor
 from parley.transport.ws_server import StreamEndpoint
@@ -190,10 +192,16 @@ class Service:
     webhook_grace_s: float = 10.0  # for deliveries still pending at the stop
     file_jobs: FileJobs | None = None
     file_routes: FileRoutes | None = None
+    model_routes: ModelRoutes | None = None
 
     def front_door(self) -> FrontDoor:
-        """The one ASGI application serving this pipeline (recordings' routes, and the rest)."""
-        return FrontDoor(self, self.file_routes.routes() if self.file_routes is not None else None)
+        """The one ASGI application serving this pipeline (recordings' and the model
+        listing's routes, and the rest)."""
+        routes = [
+            *(self.file_routes.routes() if self.file_routes is not None else ()),
+            *(self.model_routes.routes() if self.model_routes is not None else ()),
+        ]
+        return FrontDoor(self, routes)
 
     async def drain(self, timeout_s: float) -> None:
         """Admit nothing new; let live sessions and recordings finish (``timeout_s``)."""
@@ -304,6 +312,7 @@ async def start_service(
         webhooks,
         file_jobs=jobs,
         file_routes=FileRoutes(door, asr.model_label, webhooks),
+        model_routes=ModelRoutes(door, asr.model_label, created=int(time.time())),
     )
 
 

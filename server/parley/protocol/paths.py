@@ -19,6 +19,8 @@ FOLLOW_PATH = re.compile(r"^/v1/sessions/([0-9a-f]{32})/events$")
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"  # OpenAI's file API
 TRANSLATIONS_PATH = "/v1/audio/translations"  # OpenAI's, into English
 PREDICT_PATH = "/predict"  # the reference handler's
+# OpenAI's model listing (HTTP GET; /v1/models/{model}: one model)
+MODELS_PATH = "/v1/models"
 
 # Probes and metrics (HTTP GET)
 HEALTH_PATH = "/healthz"

@@ -2,39 +2,37 @@
 application under uvicorn.
 
 Recordings are plain HTTP requests with bodies, served by Starlette routes
-(``file_routes``); everything else (every WebSocket wire, the probes, metrics, the
-browser page, 404s) goes to the pipeline's own adapter (``asgi.AsgiApp``), so
-each keeps the answers, errors and close codes protocol.md gives it.
+(``file_routes``), as is OpenAI's model listing (``model_routes``); everything else
+(every WebSocket wire, the probes, metrics, the browser page, 404s) goes to the
+pipeline's own adapter (``asgi.AsgiApp``), so each keeps the answers, errors and close
+codes protocol.md gives it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from starlette.routing import BaseRoute, Route, Router
+from starlette.routing import BaseRoute, Match, Router
 
 from parley.transport.asgi import AsgiApp, Receive, Scope, Send, ServedPipeline
 
 
 class FrontDoor:
-    """The one ASGI application: recordings' HTTP routes, else the streams' endpoint."""
+    """The one ASGI application: the HTTP routes, else the streams' endpoint."""
 
-    def __init__(self, service: ServedPipeline, file_routes: Sequence[BaseRoute] | None):
+    def __init__(self, service: ServedPipeline, routes: Sequence[BaseRoute]):
         self._streams = AsgiApp(service)
-        self._files = Router(routes=list(file_routes)) if file_routes is not None else None
-        self._file_paths = (
-            frozenset(route.path for route in self._files.routes if isinstance(route, Route))
-            if self._files is not None
-            else frozenset()
+        self._routes = Router(routes=list(routes))
+
+    def _routed(self, scope: Scope) -> bool:
+        """Whether a route takes this request, path and method both (a path of one with
+        another method is the streams' adapter's, as any unknown request is)."""
+        return scope["type"] == "http" and any(
+            route.matches(scope)[0] is Match.FULL for route in self._routes.routes
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self._files is not None
-            and scope["type"] == "http"
-            and scope.get("method") == "POST"
-            and scope["path"] in self._file_paths
-        ):
-            await self._files(scope, receive, send)
+        if self._routed(scope):
+            await self._routes(scope, receive, send)
         else:
             await self._streams(scope, receive, send)

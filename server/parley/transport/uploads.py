@@ -42,10 +42,11 @@ MAX_FIELDS = 64
 
 
 class UploadCode(str, Enum):
-    """The errors an upload may get (protocol.md section 16)."""
+    """The errors an upload (or a model lookup) may get (protocol.md section 16)."""
 
     UNAUTHORIZED = "unauthorized"  # 401
     FORBIDDEN_ORIGIN = "forbidden_origin"  # 403
+    MODEL_NOT_FOUND = "model_not_found"  # 404: GET /v1/models/{model} of another model
     BAD_REQUEST = "bad_request"  # 400: a missing or malformed field
     BAD_AUDIO = "bad_audio"  # 400: undecodable or empty audio
     TOO_LARGE = "too_large"  # 413: over files.max_upload_mb
@@ -59,6 +60,7 @@ class UploadCode(str, Enum):
 STATUS = {
     UploadCode.UNAUTHORIZED: 401,
     UploadCode.FORBIDDEN_ORIGIN: 403,
+    UploadCode.MODEL_NOT_FOUND: 404,
     UploadCode.BAD_REQUEST: 400,
     UploadCode.BAD_AUDIO: 400,
     UploadCode.TOO_LARGE: 413,
