@@ -20,6 +20,7 @@ from audio_fixtures import (
     der,
     dialogue,
     sample_dir,
+    speak,
     wer,
     word_turns,
     write_wav,
@@ -121,3 +122,60 @@ async def test_whole_file_speaker_counts(diarized_base, count, tmp_path):
         )
         assert response.status_code == 200
         assert len({s["speaker"] for s in response.json()["speakers"]}) == len(voices)
+
+
+async def test_known_speakers_name_their_voices(diarized_base, tmp_path):
+    """OpenAI's known_speaker_names[] and known_speaker_references[] (data URLs of 2 to
+    10 s clips; here other sentences than the meeting's), through the openai package: in
+    a meeting of three espeak voices, two of them known, their segments carry the names
+    and the third voice an S label; a reference of a voice not in the meeting names
+    nobody. Names that do not pair with references, and a clip under 2 s, are refused."""
+    import base64
+
+    from openai import BadRequestError, OpenAI
+
+    audio, truth = conversation(
+        [(VOICES[i % 3], DIALOGUE_LINES[i % len(DIALOGUE_LINES)]) for i in range(6)], gap_s=0.6
+    )
+    path = write_wav(tmp_path / "three.wav", audio)
+
+    def reference(voice: str, text: str) -> str:
+        clip = write_wav(tmp_path / "reference.wav", speak(text, voice)).read_bytes()
+        return "data:audio/wav;base64," + base64.b64encode(clip).decode()
+
+    sentence = "The quick brown fox jumps over the lazy dog near the river bank."
+    client = OpenAI(base_url=f"{diarized_base}/v1", api_key="unused", max_retries=0)
+
+    def transcribe(names: list[str], references: list[str]):
+        return client.audio.transcriptions.create(
+            model="gpt-4o-transcribe-diarize",
+            file=path.open("rb"),
+            response_format="diarized_json",
+            known_speaker_names=names,
+            known_speaker_references=references,
+        )
+
+    diarized = await asyncio.to_thread(
+        transcribe,
+        ["agent", "customer", "absent"],
+        [
+            reference(VOICES[0], sentence),
+            reference(VOICES[1], sentence),
+            reference(VOICES[3], sentence),
+        ],
+    )
+    names = {VOICES[0]: "agent", VOICES[1]: "customer"}
+    for segment in diarized.segments:
+        said_by = max(
+            truth, key=lambda u: min(u.end, segment.end) - max(u.start, segment.start)
+        ).voice
+        assert segment.speaker == names.get(said_by, segment.speaker), segment
+        if said_by not in names:
+            assert segment.speaker.startswith("S"), segment
+    assert {s.speaker for s in diarized.segments} >= {"agent", "customer"}
+    for names_given, references in (
+        (["agent", "customer"], [reference(VOICES[0], sentence)]),
+        (["agent"], [reference(VOICES[0], "Yes.")]),
+    ):
+        with pytest.raises(BadRequestError):
+            await asyncio.to_thread(transcribe, names_given, references)

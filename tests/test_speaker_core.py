@@ -239,3 +239,18 @@ def test_one_voice_is_never_split_whatever_its_spread(spread):
     for _ in range(200):
         clustering.assign(local(sample(0), alone_s=2.0, fresh_s=0.5))
     assert clustering.speaker_count == 1 and set(clustering.aliases()) == {0}
+
+
+def test_known_speakers_name_voices_one_to_one_and_only_when_alike():
+    """Each name goes to at most one voice, by the pairing of highest total similarity,
+    and only past the bar: two references nearest one voice do not both take it, and a
+    reference unlike every voice names nobody."""
+    from parley.core.speaker_names import named_voices
+
+    rng = np.random.default_rng(0)
+    a, b, c = (v / np.linalg.norm(v) for v in rng.normal(size=(3, 192)))
+    voices = {0: a, 1: b, 2: np.full(192, np.nan)}  # speaker 2: too little audio to embed
+    # both nearest voice 0: the more alike takes it; the other is unlike voice 1 (0.29)
+    assert named_voices(voices, [("x", a + 0.1 * b), ("y", a + 0.3 * b)]) == {0: "x"}
+    assert named_voices(voices, [("x", b), ("y", a)]) == {0: "y", 1: "x"}
+    assert named_voices(voices, [("stranger", c)]) == {}

@@ -14,6 +14,7 @@ import importlib.util
 import logging
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -25,6 +26,8 @@ import torch
 
 from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_masks import FrameGrid
+from parley.core.speaker_names import KnownSpeaker, named_voices, voice_audio
+from parley.core.speaker_timeline import Turn
 
 log = logging.getLogger(__name__)
 MIN_EMBEDDING_SECONDS = 0.3
@@ -186,6 +189,21 @@ class SpeakerModels:
         """(local, dim) embeddings of ``window`` under each (samples,) mask; NaN rows for
         speakers with too little audio."""
         return self.embedder(torch.from_numpy(window), torch.from_numpy(masks))
+
+    def name_voices(
+        self, audio: np.ndarray, turns: Sequence[Turn], known: Sequence[KnownSpeaker]
+    ) -> dict[int, str]:
+        """Speaker → name, for the recording's voices that match a known speaker's clip
+        (``core.speaker_names``): each voice embedded from its own turns."""
+
+        def embedded(clip: np.ndarray) -> np.ndarray:
+            clip = clip.astype(np.float32)
+            return self.embed(clip, np.ones((1, len(clip)), bool))[0]
+
+        references = [(k.name, embedded(k.audio)) for k in known]
+        speakers = sorted({t.speaker for t in turns})
+        voices = {s: embedded(voice_audio(audio, turns, s)) for s in speakers}
+        return named_voices(voices, references)
 
     def diarize_recording(self, audio: np.ndarray, config, clustering, count, step_s: float):
         """Who spoke when in a whole recording (a ``TimelineSnapshot``): a pyannote

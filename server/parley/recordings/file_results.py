@@ -3,6 +3,7 @@ and words, and what the scheduler chose for it (pure: no threads, no I/O)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,7 @@ def finals_of(
     speakers: TimelineSnapshot | None,
     timing: WordTimingConfig,
     decoding: StreamDecoding,
+    names: Mapping[int, str] | None = None,
 ) -> list[Final]:
     """One final per speaker's run of words in each segment: the segment's own text when
     it had a window to itself and one speaker, else its words joined; each with its
@@ -97,7 +99,7 @@ def finals_of(
                 speech = speakers.speech(piece.start, piece.end)
                 spans = trim_to_speech([(w.start, w.end) for w in words], speech, timing)
                 words = [TimedWord(w.word, a, b, w.probability) for w, (a, b) in zip(words, spans)]
-            runs = _speaker_runs(words, speakers)
+            runs = _speaker_runs(words, speakers, names or {})
             for i, (run, label) in enumerate(runs):
                 first, last = i == 0, i == len(runs) - 1
                 alone = len(window.pieces) == 1 and len(runs) == 1
@@ -133,10 +135,11 @@ def finals_of(
 
 
 def _speaker_runs(
-    words: list[TimedWord], speakers: TimelineSnapshot | None
+    words: list[TimedWord], speakers: TimelineSnapshot | None, names: Mapping[int, str]
 ) -> list[tuple[list[TimedWord], str | None]]:
     """The segment's words in runs of one speaker (one run without speakers; a word
-    nobody overlaps takes its neighbour's speaker)."""
+    nobody overlaps takes its neighbour's speaker), each labelled with its name where it
+    is a known speaker's, else S1, S2..."""
     if not words:
         return []
     if speakers is None:
@@ -144,7 +147,7 @@ def _speaker_runs(
     labels: list[str | None] = []
     for word in words:
         k = speakers.speaker_of(word.start, word.end)
-        labels.append(None if k is None else f"S{k + 1}")
+        labels.append(None if k is None else names.get(k, f"S{k + 1}"))
     for i, label in enumerate(labels):
         if label is None:
             labels[i] = next((x for x in labels[i::-1] if x), None) or next(

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -37,7 +37,8 @@ from parley.core.recording_speakers import RecordingClustering
 from parley.core.redaction import parse_redact
 from parley.core.replacements import check_replacements
 from parley.core.speaker_count import SpeakerCount
-from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.speaker_names import KnownSpeaker
+from parley.core.speaker_timeline import TimelineSnapshot, Turn
 from parley.core.stream_diarizer import WHOLE_STEP_S
 from parley.core.vad import VadConfig
 from parley.core.word_timing import WordTimingConfig
@@ -67,6 +68,10 @@ class RecordingSpeakers(Protocol):
         count: SpeakerCount,
         step_s: float,
     ) -> TimelineSnapshot: ...
+
+    def name_voices(
+        self, audio: np.ndarray, turns: Sequence[Turn], known: Sequence[KnownSpeaker]
+    ) -> dict[int, str]: ...
 
 
 log = logging.getLogger(__name__)
@@ -99,6 +104,7 @@ class FileRequest:
     numerals: bool = False
     replace: tuple[str, ...] = ()  # find:replacement, made in every result
     filler_words: bool = False  # "um" and "uh" written
+    known_speakers: tuple[KnownSpeaker, ...] = ()  # their voices labelled with their names
 
     @property
     def config(self) -> StreamConfig:
@@ -225,13 +231,13 @@ class FileJobs:
             if self.speaker_models is None:
                 raise RuntimeError("this server has diarization off")
             speakers = asyncio.ensure_future(
-                in_passing_thread(self._diarize, audio, request.speakers)
+                in_passing_thread(self._diarize, audio, request.speakers, request.known_speakers)
             )
         decoding = StreamDecoding.of(request.config, self.worker.engine)
         try:
             progress = _Progress(len(windows), on_change=on_progress)
             results, waited = await self._decode(audio, windows, decoding, progress, on_text)
-            snapshot = await speakers if speakers is not None else None
+            snapshot, names = await speakers if speakers is not None else (None, {})
         finally:
             if speakers is not None and not speakers.done():
                 speakers.cancel()
@@ -243,7 +249,7 @@ class FileJobs:
             sum(r.stats.drafted for _, r in results),
             sum(r.stats.accepted for _, r in results),
         )
-        finals = finals_of(results, reasons, snapshot, self.word_timing, decoding)
+        finals = finals_of(results, reasons, snapshot, self.word_timing, decoding, names)
         labels = tuple(dict.fromkeys(f.speaker for f in finals if f.speaker))
         heard = Counter(f.language for f in finals if f.language)
         language = request.language or (heard.most_common(1)[0][0] if heard else None)
@@ -321,8 +327,11 @@ class FileJobs:
         done = [pair for window_parts in parts for pair in window_parts]
         return sorted(done, key=lambda pair: pair[0].pieces[0].start), waited
 
-    def _diarize(self, audio: np.ndarray, count: SpeakerCount) -> TimelineSnapshot:
-        """On a passing thread at the lowest CPU priority: live diarization comes first."""
+    def _diarize(
+        self, audio: np.ndarray, count: SpeakerCount, known: Sequence[KnownSpeaker]
+    ) -> tuple[TimelineSnapshot, dict[int, str]]:
+        """Who spoke when, and the names of the known speakers' voices; on a passing
+        thread at the lowest CPU priority: live diarization comes first."""
         from parley.models.device import set_threads
 
         with contextlib.suppress(OSError):  # not permitted everywhere; then at par
@@ -330,6 +339,8 @@ class FileJobs:
         set_threads(1)
         # Only asked of a server with speakers, which has both.
         assert self.speaker_models is not None and self.diarization_config is not None
-        return self.speaker_models.diarize_recording(
+        snapshot = self.speaker_models.diarize_recording(
             audio, self.diarization_config, self.clustering, count, self.limits.diarization_step_s
         )
+        names = self.speaker_models.name_voices(audio, snapshot.turns, known) if known else {}
+        return snapshot, names

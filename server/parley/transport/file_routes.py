@@ -35,6 +35,7 @@ from parley.transport.deepgram_query import (
     listen_searches,
     recording_language,
 )
+from parley.transport.known_speakers import known_speakers
 from parley.transport.predict_parameters import predict_decoding, predict_parameters
 from parley.transport.uploads import FileDoor, Form, UploadCode, UploadError, speaker_count
 
@@ -108,6 +109,13 @@ class FileRoutes:
                         "timestamp_granularities",
                     )
                 diarize = fmt == "diarized_json" or _flag(form.get("diarize"))
+                known = await known_speakers(form)
+                if known and not diarize:
+                    raise UploadError(
+                        UploadCode.BAD_REQUEST,
+                        "known speakers name the voices of a diarized transcript",
+                        "known_speaker_names",
+                    )
                 if task is Task.TRANSLATE and (diarize or _flag(form.get("stream"))):
                     raise UploadError(
                         UploadCode.BAD_REQUEST,
@@ -125,6 +133,7 @@ class FileRoutes:
                     numerals=_flag(form.get("numerals")),
                     replace=_listed(form, "replace"),
                     filler_words=_flag(form.get("filler_words")),
+                    known_speakers=known,
                 )
                 if _flag(form.get("stream")):
                     # the stream takes the upload over, and closes it when done

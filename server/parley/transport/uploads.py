@@ -37,8 +37,11 @@ from parley.transport.dialect import ANONYMOUS, by_key
 from parley.transport.native import bearer_or_token
 
 log = logging.getLogger(__name__)
-MAX_FIELD_BYTES = 64 * 1024  # a form field that is not the file
-MAX_FIELDS = 64
+# A form field that is not the file: the largest is a known speaker's reference clip, a
+# data URL (10 s of 16 kHz PCM16 WAV is 427 kB in base64). Fields are held in memory
+# while the form is read, so their number is bounded too (32 MiB at most a request).
+MAX_FIELD_BYTES = 1024 * 1024
+MAX_FIELDS = 32
 
 
 class UploadCode(str, Enum):
