@@ -287,13 +287,17 @@ async def test_decode_file_reads_any_container(tmp_path):
 async def test_parley_transcribe_in_process_and_against_a_server(
     fake, speech_wav, models_dir, tmp_path
 ):
-    """`parley transcribe`: in-process with speakers (RTTM of sample.wav's two), and with
-    --url against a server (its key from $PARLEY_TOKEN; --replace sent along); a server's
-    error is its message and exit status 1."""
+    """`parley transcribe`: in-process with speakers (RTTM of sample.wav's two, one of them
+    named from a clip of its voice by --speaker), and with --url against a server (its key
+    from $PARLEY_TOKEN; --replace and --speaker sent along); a server's error is its
+    message and exit status 1."""
     import os
     import sys
 
+    from audio_fixtures import read_wav
+
     parley = [sys.executable, "-m", "parley"]
+    host = write_wav(tmp_path / "host.wav", read_wav(SAMPLE_WAV)[22 * 16000 : 27 * 16000 + 12800])
     rttm = await asyncio.to_thread(
         subprocess.run,
         [
@@ -304,6 +308,8 @@ async def test_parley_transcribe_in_process_and_against_a_server(
             "bundle",
             "--format",
             "rttm",
+            "--speaker",
+            f"host={host}",
             "--models-dir",
             str(models_dir),
         ],
@@ -312,7 +318,12 @@ async def test_parley_transcribe_in_process_and_against_a_server(
         timeout=300,
     )
     assert rttm.returncode == 0, rttm.stderr
-    assert {line.split()[7] for line in rttm.stdout.splitlines()} == {"S1", "S2"}
+    turns = [line.split() for line in rttm.stdout.splitlines()]
+    labels = {turn[7] for turn in turns}
+    assert len(labels) == 2 and "host" in labels, labels
+    # the named voice is the one the clip was cut from (sample.wav's 21.8 to 28.5 s)
+    at_24 = [t for t in turns if float(t[3]) <= 24.0 <= float(t[3]) + float(t[4])]
+    assert at_24 and {t[7] for t in at_24} == {"host"}, turns
     url, _ = fake
     path = tmp_path / "short.wav"
     path.write_bytes(speech_wav)
@@ -339,6 +350,16 @@ async def test_parley_transcribe_in_process_and_against_a_server(
     )
     assert replaced.returncode == 0, replaced.stderr
     assert set(replaced.stdout.split()) == {"heard"}
+    short = write_wav(tmp_path / "short-clip.wav", read_wav(SAMPLE_WAV)[:16000])
+    named = await asyncio.to_thread(
+        subprocess.run,
+        [*parley, "transcribe", str(path), "--url", url, "--speaker", f"host={short}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert named.returncode == 1 and "must be 2 to 10 s" in named.stderr, named.stderr
     refused = await asyncio.to_thread(
         subprocess.run,
         [*parley, "transcribe", str(path), "--url", url],

@@ -213,10 +213,25 @@ def _stream(args: argparse.Namespace) -> int:
     return EXIT_OK if whole and not fatal else EXIT_FAILED
 
 
+def _known_speakers(given: list[str]) -> list[tuple[str, Path]]:
+    """``--speaker NAME=CLIP`` values as (name, clip) pairs; ValueError when malformed."""
+    from parley.core.speaker_names import check_known_speakers
+
+    pairs = []
+    for item in given:
+        name, equals, clip = item.partition("=")
+        if not equals or not clip:
+            raise ValueError(f"--speaker takes NAME=CLIP, not {item!r}")
+        pairs.append((name, Path(clip)))
+    check_known_speakers([name for name, _ in pairs], len(pairs))
+    return pairs
+
+
 def _transcribe(args: argparse.Namespace) -> int:
     """Recordings, in-process (the server's own file pipeline), or sent to --url."""
     try:
         decoding = {**_decoding_args(args), "prompt": args.prompt or ""}
+        known = _known_speakers(args.speaker)
     except ValueError as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -233,8 +248,9 @@ def _transcribe(args: argparse.Namespace) -> int:
                     args.format,
                     token,
                     args.language,
-                    args.num_speakers is not None or args.diarize,
+                    args.num_speakers is not None or args.diarize or bool(known),
                     decoding=decoding,
+                    known_speakers=known,
                 )
             except Unreachable as exc:
                 print(f"parley: {exc}", file=sys.stderr)
@@ -263,7 +279,13 @@ def _transcribe(args: argparse.Namespace) -> int:
     try:
         outputs = asyncio.run(
             transcribe_locally(
-                settings, args.sources, args.format, args.language, args.num_speakers, decoding
+                settings,
+                args.sources,
+                args.format,
+                args.language,
+                args.num_speakers,
+                decoding,
+                known,
             )
         )
     except (RuntimeError, ValueError, OSError) as exc:

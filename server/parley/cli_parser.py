@@ -187,6 +187,13 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
     )
     transcribe.add_argument("--diarize", action="store_true", help="with --url: ask for speakers")
     transcribe.add_argument("--num-speakers", type=int)
+    transcribe.add_argument(
+        "--speaker",
+        action="append",
+        default=[],
+        metavar="NAME=CLIP",
+        help="a voice you know: its turns are labelled NAME (CLIP: 2 to 10 s of it; repeatable)",
+    )
     add_decoding_args(transcribe)
     transcribe.add_argument("--model", help="bundle name (tiny.en, base), path or hub id")
     add_compute_type(transcribe)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from parley.config import Settings
 from parley.core.speaker_count import SpeakerCount
+from parley.core.speaker_names import REFERENCE_SECONDS, KnownSpeaker, check_reference
 from parley.loading import load_asr, load_diarization
 from parley.recordings.files import FileRequest
 from parley.recordings.media import decode_file
@@ -23,9 +26,16 @@ async def transcribe_locally(
     language: str | None,
     num_speakers: int | None,
     decoding: dict | None = None,
+    known: Sequence[tuple[str, Path]] = (),
 ) -> list[str]:
     """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file;
-    ``decoding``: FileRequest's decoding fields (keyterms, prompt, task, redact, …)."""
+    ``decoding``: FileRequest's decoding fields (keyterms, prompt, task, redact, …);
+    ``known``: (name, clip) of voices to label by name."""
+    if known and settings.diarization.source == "off":
+        raise ValueError("known speakers name speakers: add --diarization bundle")
+    known_speakers = tuple(
+        [KnownSpeaker(name, await _reference(name, clip)) for name, clip in known]
+    )
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
     if fmt == "rttm" and diarization is None:
@@ -37,7 +47,11 @@ async def transcribe_locally(
         diarization.start()
     jobs = file_jobs(settings, worker, diarization)
     request = FileRequest(
-        language, diarization is not None, SpeakerCount(num_speakers), **(decoding or {})
+        language,
+        diarization is not None,
+        SpeakerCount(num_speakers),
+        known_speakers=known_speakers,
+        **(decoding or {}),
     )
     outputs = []
     try:
@@ -57,3 +71,10 @@ async def transcribe_locally(
         if diarization is not None:
             await diarization.stop()
     return outputs
+
+
+async def _reference(name: str, clip: Path) -> np.ndarray:
+    """A known speaker's clip, decoded and within its bounds (ValueError)."""
+    audio = await decode_file(clip, REFERENCE_SECONDS[1] + 1.0)
+    check_reference(name, audio)
+    return audio

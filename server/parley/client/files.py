@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -21,12 +23,14 @@ def transcribe_file(
     diarization: bool = False,
     timeout_s: float = 3600.0,
     decoding: dict | None = None,
+    known_speakers: Sequence[tuple[str, Path]] = (),
 ) -> str:
     """POST ``path`` to ``base_url``/v1/audio/transcriptions (translations with
     ``task=translate``); the answer's body (JSON for ``json``: verbose_json with words).
     ``decoding``: ``parley stream``'s decoding options (keyterms, prompt, task, redact,
-    numerals, replace, filler_words), sent as the endpoint's fields. RuntimeError with the server's
-    message on an error answer."""
+    numerals, replace, filler_words), sent as the endpoint's fields; ``known_speakers``:
+    (name, clip) of voices to label by name, sent as OpenAI's known speakers (the clips as
+    data URLs). RuntimeError with the server's message on an error answer."""
     if fmt not in REMOTE_FORMATS:
         raise ValueError(f"--url formats are {', '.join(REMOTE_FORMATS)}")
     data: dict[str, str | list[str]] = {
@@ -46,6 +50,12 @@ def transcribe_file(
     for name in ("numerals", "filler_words"):
         if decoding.get(name):
             data[name] = "true"
+    if known_speakers:
+        data["known_speaker_names[]"] = [name for name, _ in known_speakers]
+        data["known_speaker_references[]"] = [
+            "data:application/octet-stream;base64," + base64.b64encode(clip.read_bytes()).decode()
+            for _, clip in known_speakers
+        ]
     endpoint = "translations" if decoding.get("task") == "translate" else "transcriptions"
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     url = f"{base_url.rstrip('/')}/v1/audio/{endpoint}"
