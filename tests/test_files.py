@@ -212,6 +212,33 @@ async def test_a_full_server_answers_429_with_retry_after_and_a_drain_503(fake, 
     assert "parley_file_audio_seconds_total" in metrics
 
 
+async def test_a_form_holds_every_field_protocol_md_allows_and_no_more(speech_wav):
+    """100 keyterms, sent as OpenAI's SDK sends a list (a field each), are taken; fields
+    past 8 MiB together are refused with 400, each under its own 1 MiB bound."""
+    from openai import AsyncOpenAI
+
+    server = await serve_fake(token=KEY)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        client = AsyncOpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0)
+        text = await client.audio.transcriptions.create(
+            model="whisper-1",
+            file=("a.wav", speech_wav),
+            response_format="text",
+            extra_body={"keyterms": [f"term{k}" for k in range(100)]},
+        )
+        assert "w" in text
+        large = await _post(
+            f"{base}/v1/audio/transcriptions",
+            files={"file": ("a.wav", speech_wav)},
+            data={f"field{k}": "a" * 1_000_000 for k in range(9)},
+        )
+        assert large.status_code == 400, large.text
+        assert "8 MiB" in large.json()["error"]["message"]
+    finally:
+        await server.stop()
+
+
 async def test_the_model_listing_answers_openais_client(fake):
     """`GET /v1/models` lists the one model that answers, as the openai package reads it;
     another model's id is a 404 `model_not_found`, and a wrong key a 401, in OpenAI's

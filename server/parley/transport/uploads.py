@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 
 from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from websockets.datastructures import Headers
 
@@ -34,14 +34,10 @@ from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_file
 from parley.runtime.metrics import Metrics
 from parley.transport.admission import Access
 from parley.transport.dialect import ANONYMOUS, by_key
+from parley.transport.form_parser import BoundedFormParser
 from parley.transport.native import bearer_or_token
 
 log = logging.getLogger(__name__)
-# A form field that is not the file: the largest is a known speaker's reference clip, a
-# data URL (10 s of 16 kHz PCM16 WAV is 427 kB in base64). Fields are held in memory
-# while the form is read, so their number is bounded too (32 MiB at most a request).
-MAX_FIELD_BYTES = 1024 * 1024
-MAX_FIELDS = 32
 
 
 class UploadCode(str, Enum):
@@ -175,13 +171,7 @@ class FileDoor:
                 f"{file_field!r}",
                 param=file_field,
             )
-        parser = MultiPartParser(
-            request.headers,
-            self._counted(request),
-            max_files=4,
-            max_fields=MAX_FIELDS,
-            max_part_size=MAX_FIELD_BYTES,
-        )
+        parser = BoundedFormParser(request.headers, self._counted(request), max_files=4)
         try:
             data = await parser.parse()
         except MultiPartException as exc:
