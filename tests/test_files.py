@@ -80,14 +80,23 @@ async def test_openai_srt_stream_and_diarized_json(openai_client):
     assert srt.startswith("1\n00:00:") and " --> " in srt
     stream = await asyncio.to_thread(
         openai_client.audio.transcriptions.create,
-        model="whisper-1",
+        model="gpt-4o-transcribe-diarize",
         file=SAMPLE_WAV.open("rb"),
+        response_format="diarized_json",
         stream=True,
     )
     events = await asyncio.to_thread(list, stream)
     kinds = [e.type for e in events]
     assert kinds[-1] == "transcript.text.done" and "transcript.text.delta" in kinds
-    assert "".join(e.delta for e in events[:-1]).split() == events[-1].text.split()
+    deltas = [e for e in events if e.type == "transcript.text.delta"]
+    segments = [e for e in events if e.type == "transcript.text.segment"]
+    assert "".join(e.delta for e in deltas).split() == events[-1].text.split()
+    # the segments with their speakers come once the whole recording is diarized
+    assert kinds.index("transcript.text.segment") > max(
+        i for i, k in enumerate(kinds) if k.endswith("delta")
+    )
+    assert {s.speaker for s in segments} == {"S1", "S2"}
+    assert " ".join(s.text for s in segments).split() == events[-1].text.split()
     diarized = await asyncio.to_thread(
         openai_client.audio.transcriptions.create,
         model="gpt-4o-transcribe-diarize",

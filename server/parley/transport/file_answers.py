@@ -117,6 +117,15 @@ def openai_diarized(result: FileTranscript) -> dict:
     }
 
 
+def openai_stream_end(result: FileTranscript, diarized: bool) -> list[dict]:
+    """The events that end a streamed transcription: with ``diarized_json``, each segment
+    with its speaker (``transcript.text.segment``: speakers are known only once the whole
+    recording is), then ``transcript.text.done``."""
+    segments = openai_diarized(result)["segments"] if diarized else []
+    usage = {"type": "duration", "seconds": round(result.duration, 3)}
+    return [*segments, {"type": "transcript.text.done", "text": result.text, "usage": usage}]
+
+
 # ------------------------------------------------------------------ Deepgram
 
 

@@ -137,7 +137,7 @@ class FileRoutes:
                 )
                 if _flag(form.get("stream")):
                     # the stream takes the upload over, and closes it when done
-                    return await self._openai_stream(form.path, job, key, stack)
+                    return await self._openai_stream(form.path, job, key, stack, diarize)
                 result = await self._door.transcribe(form.path, job, key)
             except UploadError as error:
                 return file_answers.openai_error(error)
@@ -164,10 +164,11 @@ class FileRoutes:
         return JSONResponse(file_answers.openai_json(result))
 
     async def _openai_stream(
-        self, path, job: FileRequest, key: str, stack: contextlib.AsyncExitStack
+        self, path, job: FileRequest, key: str, stack: contextlib.AsyncExitStack, diarized: bool
     ) -> Response:
         """Server-sent events: a ``transcript.text.delta`` per window as its text and those
-        before it are done, then ``transcript.text.done`` (errors: an ``error`` event)."""
+        before it are done, then (``diarized``) each segment with its speaker, then
+        ``transcript.text.done`` (errors: an ``error`` event)."""
         deltas: asyncio.Queue[str | None] = asyncio.Queue()
 
         async def run() -> FileTranscript:
@@ -193,13 +194,8 @@ class FileRoutes:
                 except UploadError as error:
                     yield _sse({"type": "error", "error": file_answers.openai_error_body(error)})
                     return
-                yield _sse(
-                    {
-                        "type": "transcript.text.done",
-                        "text": result.text,
-                        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
-                    }
-                )
+                for event in file_answers.openai_stream_end(result, diarized):
+                    yield _sse(event)
             finally:
                 if not task.done():
                     task.cancel()
