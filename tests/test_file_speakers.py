@@ -66,7 +66,8 @@ async def test_predict_as_the_reference_readme_sends_it(diarized_base):
 
 async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarized_base, tmp_path):
     """deepgram-sdk's pre-recorded transcribe_file: an espeak meeting of three voices with
-    known text and turns; three speakers, utterances, words in order."""
+    known text and turns; three speakers, utterances, words in order, and paragraphs (one
+    per turn here: each turn is another speaker's) with their sentences."""
     from deepgram import DeepgramClient
 
     audio, truth = dialogue(["A", "B", "C"], turns=6)
@@ -78,6 +79,7 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarize
         diarize=True,
         utterances=True,
         punctuate=True,
+        paragraphs=True,
         model="nova-3",
     )
     alternative = response.results.channels[0].alternatives[0]
@@ -93,6 +95,20 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarize
     )  # here 0.22 against 0.35
     assert len({w.speaker for w in alternative.words}) == 3
     assert response.results.utterances and response.metadata.duration > 10
+    paragraphs = alternative.paragraphs
+    said_by = [SPEAKERS[v] for v in ["A", "B", "C"] * 2]
+    assert len(paragraphs.paragraphs) == len(truth) == len(said_by)
+    assert len({p.speaker for p in paragraphs.paragraphs}) == 3
+    assert sum(p.num_words for p in paragraphs.paragraphs) == len(alternative.words)
+    for paragraph, turn in zip(paragraphs.paragraphs, truth):
+        # cut at . ? ! only (the model may leave a turn's last sentence open)
+        assert paragraph.sentences
+        assert all(x.text.endswith((".", "?", "!")) for x in paragraph.sentences[:-1])
+        assert not any(c in x.text[:-1] for x in paragraph.sentences for c in ".?!")
+        assert abs(paragraph.start - turn.start) < 1.0, (paragraph, turn)
+    assert (
+        paragraphs.transcript.startswith("\nSpeaker ") and "\n\nSpeaker " in paragraphs.transcript
+    )
     reference = Annotation()
     for k, u in enumerate(truth):
         reference[Segment(u.start, u.end), k] = u.voice

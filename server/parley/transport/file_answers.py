@@ -22,6 +22,7 @@ from parley.core.asr import Task
 from parley.core.search import SearchWord
 from parley.protocol.messages import Final
 from parley.recordings.file_results import FileTranscript
+from parley.transport.deepgram_paragraphs import deepgram_paragraphs, speaker_number
 from parley.transport.deepgram_query import search_results
 from parley.transport.uploads import UploadError
 
@@ -133,10 +134,6 @@ def _bare(word: str) -> str:
     return _PUNCTUATION.sub("", word).lower() or word.lower()
 
 
-def _speaker_number(label: str | None) -> int | None:
-    return int(label[1:]) - 1 if label and label[1:].isdigit() else None
-
-
 def deepgram_response(
     result: FileTranscript,
     request_id: str,
@@ -146,12 +143,14 @@ def deepgram_response(
     punctuate: bool,
     utterances: bool,
     audio_sha256: str,
+    paragraphs: bool = False,
     detected: bool = False,
     search: tuple[str, ...] = (),
     extra: tuple[tuple[str, str], ...] = (),
 ) -> dict:
-    """Deepgram's pre-recorded response: one channel, one alternative; ``search``: the
-    queries looked for in its words; ``extra``: pairs told back in the metadata."""
+    """Deepgram's pre-recorded response: one channel, one alternative (``paragraphs``:
+    with its words in paragraphs); ``search``: the queries looked for in its words;
+    ``extra``: pairs told back in the metadata."""
     finals = _spoken(result)
 
     def word(w) -> dict:
@@ -159,7 +158,7 @@ def deepgram_response(
         if punctuate:
             entry["punctuated_word"] = w.word
         if diarize:
-            entry["speaker"] = _speaker_number(w.speaker) or 0
+            entry["speaker"] = speaker_number(w.speaker) or 0
             entry["speaker_confidence"] = 1.0
         return entry
 
@@ -173,6 +172,8 @@ def deepgram_response(
         "confidence": round(sum(confidences) / len(confidences), 3) if confidences else 0.0,
         "words": words,
     }
+    if paragraphs:
+        alternative["paragraphs"] = deepgram_paragraphs(finals, diarize)
     model_id = hashlib.sha1(model.encode()).hexdigest()[:8]
     metadata = {
         "request_id": request_id,
@@ -210,7 +211,7 @@ def deepgram_response(
                 "confidence": _confidence(f),
                 "transcript": text(f),
                 "words": [word(w) for w in f.words],
-                **({"speaker": _speaker_number(f.speaker) or 0} if diarize else {}),
+                **({"speaker": speaker_number(f.speaker) or 0} if diarize else {}),
             }
             for i, f in enumerate(finals)
         ]
@@ -222,7 +223,7 @@ def deepgram_response(
 
 def pyannote_label(label: str | None) -> str:
     """S1 → SPEAKER_00, the labels pyannote (and so the reference handler) gives."""
-    number = _speaker_number(label)
+    number = speaker_number(label)
     return f"SPEAKER_{number or 0:02d}"
 
 

@@ -212,7 +212,10 @@ class FileRoutes:
         request_id = str(uuid.uuid4())
         params = request.query_params
         diarize = _flag(params.get("diarize"))
-        punctuate = _flag(params.get("punctuate")) or _flag(params.get("smart_format"))
+        paragraphs = _flag(params.get("paragraphs"))  # punctuated, as Deepgram's are
+        punctuate = (
+            paragraphs or _flag(params.get("punctuate")) or _flag(params.get("smart_format"))
+        )
         utterances = _flag(params.get("utterances"))
 
         async def run(path, key) -> dict:
@@ -241,6 +244,7 @@ class FileRoutes:
                 diarize=diarize,
                 punctuate=punctuate,
                 utterances=utterances,
+                paragraphs=paragraphs,
                 audio_sha256=digest,
                 detected=job.language is None,
                 search=searches,

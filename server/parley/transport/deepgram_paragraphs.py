@@ -1,0 +1,63 @@
+"""Deepgram's ``paragraphs`` of a recording's finals, and the speaker numbers its
+answers give (S1 is 0)."""
+
+from __future__ import annotations
+
+from parley.protocol.messages import Final, Word
+
+PARAGRAPH_PAUSE_S = 2.0  # silence after a sentence that ends a paragraph
+
+
+def speaker_number(label: str | None) -> int | None:
+    """S1 → 0, S2 → 1, …; None for no label, or one that is a name."""
+    return int(label[1:]) - 1 if label and label[1:].isdigit() else None
+
+
+def deepgram_paragraphs(finals: list[Final], diarize: bool) -> dict:
+    """Deepgram's ``paragraphs``: finals joined into paragraphs, a new one at a change of
+    speaker (with ``diarize``) or after a sentence followed by ``PARAGRAPH_PAUSE_S`` of
+    silence; each paragraph's punctuated words cut into sentences at . ? !"""
+    groups: list[list[Final]] = []
+    for final in (f for f in finals if f.words):
+        last = groups[-1][-1] if groups else None
+        if (
+            last is None
+            or (diarize and last.speaker != final.speaker)
+            or (final.start - last.end >= PARAGRAPH_PAUSE_S and _ends_sentence(last.words[-1].word))
+        ):
+            groups.append([final])
+        else:
+            groups[-1].append(final)
+    paragraphs = []
+    for group in groups:
+        words = [w for f in group for w in f.words]
+        sentences: list[list[Word]] = [[]]
+        for w in words:
+            sentences[-1].append(w)
+            if _ends_sentence(w.word):
+                sentences.append([])
+        paragraph: dict = {
+            "sentences": [
+                {"text": " ".join(w.word for w in s), "start": s[0].start, "end": s[-1].end}
+                for s in sentences
+                if s
+            ],
+            "num_words": len(words),
+            "start": words[0].start,
+            "end": words[-1].end,
+        }
+        if diarize:
+            paragraph["speaker"] = speaker_number(group[0].speaker) or 0
+        paragraphs.append(paragraph)
+    transcript = "".join(
+        "\n"
+        + (f"Speaker {p['speaker']}: " if diarize else "")
+        + " ".join(s["text"] for s in p["sentences"])
+        + "\n"
+        for p in paragraphs
+    )
+    return {"transcript": transcript, "paragraphs": paragraphs}
+
+
+def _ends_sentence(word: str) -> bool:
+    return word.rstrip("\"')»”").endswith((".", "?", "!"))
