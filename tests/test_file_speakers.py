@@ -109,6 +109,26 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarize
     assert (
         paragraphs.transcript.startswith("\nSpeaker ") and "\n\nSpeaker " in paragraphs.transcript
     )
+    # utterances: one per speaker's run here (the turns' 0.6 s gaps are under utt_split's
+    # 0.8); without speakers and with utt_split=2, the whole meeting is one
+    utterances = response.results.utterances
+    assert [u.speaker for u in utterances] == [p.speaker for p in paragraphs.paragraphs]
+    whole = await asyncio.to_thread(
+        client.listen.v1.media.transcribe_file,
+        request=path.read_bytes(),
+        utterances=True,
+        utt_split=2.0,
+        model="nova-3",
+    )
+    (one,) = whole.results.utterances
+    assert len(one.words) == len(whole.results.channels[0].alternatives[0].words)
+    refused = await asyncio.to_thread(
+        requests.post,
+        f"{diarized_base}/v1/listen?utterances=true&utt_split=soon",
+        data=path.read_bytes(),
+        timeout=60,
+    )
+    assert refused.status_code == 400 and "utt_split" in refused.json()["err_msg"]
     reference = Annotation()
     for k, u in enumerate(truth):
         reference[Segment(u.start, u.end), k] = u.voice

@@ -10,6 +10,7 @@ from parley.core.search import SearchWord, check_searches, search
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
 from parley.protocol.stream_config import bool_param, language_tag
+from parley.transport.deepgram_groups import MAX_UTT_SPLIT_S, UTT_SPLIT_S
 from parley.transport.dialect import every, turn_detection
 
 # The recordings' form and query flags, read leniently (anything else is false), as the
@@ -235,3 +236,17 @@ def recording_language(params: Mapping[str, str]) -> str | None:
         return None
     raw = listen_language(params.get("language"))
     return language_tag(raw, "language") if raw else None
+
+
+def listen_utt_split(params: Mapping[str, str]) -> float:
+    """``utt_split``: the pause between words, in seconds, that starts a new utterance."""
+    given = params.get("utt_split")
+    try:
+        seconds = UTT_SPLIT_S if given is None else float(given)
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 < seconds <= MAX_UTT_SPLIT_S:
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG, f"utt_split is seconds, above 0 and at most {MAX_UTT_SPLIT_S:g}"
+        )
+    return seconds

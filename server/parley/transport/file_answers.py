@@ -22,7 +22,12 @@ from parley.core.asr import Task
 from parley.core.search import SearchWord
 from parley.protocol.messages import Final
 from parley.recordings.file_results import FileTranscript
-from parley.transport.deepgram_paragraphs import deepgram_paragraphs, speaker_number
+from parley.transport.deepgram_groups import (
+    UTT_SPLIT_S,
+    deepgram_paragraphs,
+    speaker_number,
+    utterance_words,
+)
 from parley.transport.deepgram_query import search_results
 from parley.transport.uploads import UploadError
 
@@ -41,11 +46,6 @@ def rendered(result: FileTranscript, fmt: str, uri: str = "recording") -> str:
     """``text`` (timed lines), ``json``, ``srt``, ``vtt`` or ``rttm``, as `parley stream`
     writes them."""
     return render(transcript_of(result), fmt, uri)
-
-
-def _confidence(final: Final) -> float:
-    words = final.words
-    return round(sum(w.probability for w in words) / len(words), 3) if words else 0.0
 
 
 def _spoken(result: FileTranscript) -> list[Final]:
@@ -144,6 +144,7 @@ def deepgram_response(
     utterances: bool,
     audio_sha256: str,
     paragraphs: bool = False,
+    utt_split: float = UTT_SPLIT_S,
     detected: bool = False,
     search: tuple[str, ...] = (),
     extra: tuple[tuple[str, str], ...] = (),
@@ -205,15 +206,15 @@ def deepgram_response(
         results["utterances"] = [
             {
                 "id": f"{request_id}-{i}",
-                "start": f.start,
-                "end": f.end,
+                "start": run[0].start,
+                "end": run[-1].end,
                 "channel": 0,
-                "confidence": _confidence(f),
-                "transcript": text(f),
-                "words": [word(w) for w in f.words],
-                **({"speaker": speaker_number(f.speaker) or 0} if diarize else {}),
+                "confidence": round(sum(w.probability for w in run) / len(run), 3),
+                "transcript": " ".join(w.word if punctuate else _bare(w.word) for w in run),
+                "words": [word(w) for w in run],
+                **({"speaker": speaker_number(run[0].speaker) or 0} if diarize else {}),
             }
-            for i, f in enumerate(finals)
+            for i, run in enumerate(utterance_words(finals, diarize, utt_split))
         ]
     return {"metadata": metadata, "results": results}
 

@@ -33,6 +33,7 @@ from parley.transport.deepgram_query import (
     ListenVocabulary,
     listen_extra,
     listen_searches,
+    listen_utt_split,
     recording_language,
 )
 from parley.transport.known_speakers import known_speakers
@@ -225,6 +226,7 @@ class FileRoutes:
                 language = recording_language(params)
                 searches = listen_searches(params)
                 extra = listen_extra(params)
+                utt_split = listen_utt_split(params)
             except ProtocolError as exc:
                 raise UploadError(UploadCode.BAD_REQUEST, exc.message) from None
             job = FileRequest(
@@ -245,6 +247,7 @@ class FileRoutes:
                 punctuate=punctuate,
                 utterances=utterances,
                 paragraphs=paragraphs,
+                utt_split=utt_split,
                 audio_sha256=digest,
                 detected=job.language is None,
                 search=searches,

@@ -1,11 +1,13 @@
-"""Deepgram's ``paragraphs`` of a recording's finals, and the speaker numbers its
-answers give (S1 is 0)."""
+"""How Deepgram's pre-recorded answers group a recording's words: utterances (split at
+pauses of ``utt_split``) and paragraphs; and the speaker numbers they give (S1 is 0)."""
 
 from __future__ import annotations
 
 from parley.protocol.messages import Final, Word
 
 PARAGRAPH_PAUSE_S = 2.0  # silence after a sentence that ends a paragraph
+UTT_SPLIT_S = 0.8  # Deepgram's default pause between words that starts a new utterance
+MAX_UTT_SPLIT_S = 60.0
 
 
 def speaker_number(label: str | None) -> int | None:
@@ -61,3 +63,19 @@ def deepgram_paragraphs(finals: list[Final], diarize: bool) -> dict:
 
 def _ends_sentence(word: str) -> bool:
     return word.rstrip("\"')»”").endswith((".", "?", "!"))
+
+
+def utterance_words(finals: list[Final], diarize: bool, split_s: float) -> list[list[Word]]:
+    """The words in Deepgram's utterances: a new one after a pause of ``split_s`` or more
+    between two words, or (with ``diarize``) at a change of speaker."""
+    runs: list[list[Word]] = []
+    for word in (w for f in finals for w in f.words):
+        last = runs[-1][-1] if runs else None
+        if (
+            last is None
+            or word.start - last.end >= split_s
+            or (diarize and word.speaker != last.speaker)
+        ):
+            runs.append([])
+        runs[-1].append(word)
+    return runs
