@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from parley.config import Settings
 from parley.core.speaker_count import SpeakerCount
-from parley.core.speaker_names import REFERENCE_SECONDS, KnownSpeaker, check_reference
+from parley.core.speaker_names import KnownSpeaker
 from parley.loading import load_asr, load_diarization
 from parley.recordings.files import FileRequest
-from parley.recordings.media import decode_file
+from parley.recordings.media import decode_file, decode_reference
 from parley.service import file_jobs
 from parley.transport.file_answers import rendered
 from parley.workers.threads import in_passing_thread
@@ -34,7 +33,7 @@ async def transcribe_locally(
     if known and settings.diarization.source == "off":
         raise ValueError("known speakers name speakers: add --diarization bundle")
     known_speakers = tuple(
-        [KnownSpeaker(name, await _reference(name, clip)) for name, clip in known]
+        [KnownSpeaker(name, await decode_reference(clip, name)) for name, clip in known]
     )
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
@@ -71,10 +70,3 @@ async def transcribe_locally(
         if diarization is not None:
             await diarization.stop()
     return outputs
-
-
-async def _reference(name: str, clip: Path) -> np.ndarray:
-    """A known speaker's clip, decoded and within its bounds (ValueError)."""
-    audio = await decode_file(clip, REFERENCE_SECONDS[1] + 1.0)
-    check_reference(name, audio)
-    return audio

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from parley.core.audio import SAMPLE_RATE, ffmpeg_pcm16_command
+from parley.core.speaker_names import REFERENCE_SECONDS, check_reference
 
 READ_BYTES = 1 << 16
 
@@ -64,3 +65,11 @@ async def decode_file(path: Path, max_s: float) -> np.ndarray:
     if len(pcm) < 2:
         raise UndecodableAudio("the file holds no audio")
     return np.frombuffer(pcm[: len(pcm) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
+
+
+async def decode_reference(path: Path, name: str) -> np.ndarray:
+    """A known speaker's clip: decoded as a recording is (UndecodableAudio, AudioTooLong),
+    then held to its 2 to 10 s (ValueError)."""
+    audio = await decode_file(path, REFERENCE_SECONDS[1] + 1.0)
+    check_reference(name, audio)
+    return audio

@@ -110,13 +110,7 @@ class FileRoutes:
                         "timestamp_granularities",
                     )
                 diarize = fmt == "diarized_json" or _flag(form.get("diarize"))
-                known = await known_speakers(form)
-                if known and not diarize:
-                    raise UploadError(
-                        UploadCode.BAD_REQUEST,
-                        "known speakers name the voices of a diarized transcript",
-                        "known_speaker_names",
-                    )
+                known = await known_speakers(form, diarize)
                 if task is Task.TRANSLATE and (diarize or _flag(form.get("stream"))):
                     raise UploadError(
                         UploadCode.BAD_REQUEST,

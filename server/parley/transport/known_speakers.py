@@ -12,13 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from parley.core.speaker_names import (
-    REFERENCE_SECONDS,
-    KnownSpeaker,
-    check_known_speakers,
-    check_reference,
-)
-from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_file
+from parley.core.speaker_names import KnownSpeaker, check_known_speakers
+from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_reference
 from parley.transport.uploads import Form, UploadCode, UploadError
 
 NAMES = "known_speaker_names"
@@ -29,13 +24,18 @@ def _listed(form: Form, name: str) -> list[str]:
     return form.all(f"{name}[]") + form.all(name)  # as OpenAI's SDK sends a list, or bare
 
 
-async def known_speakers(form: Form) -> tuple[KnownSpeaker, ...]:
-    """The form's known speakers (none when it names none); UploadError for names and
+async def known_speakers(form: Form, diarize: bool) -> tuple[KnownSpeaker, ...]:
+    """The form's known speakers (none when it names none); UploadError for known
+    speakers without speakers asked for (before any clip is decoded), names and
     references that do not pair, a reference that is no data URL, or a clip that cannot
     be decoded or lasts outside 2 to 10 s."""
     names, references = _listed(form, NAMES), _listed(form, REFERENCES)
     if not names and not references:
         return ()
+    if not diarize:
+        raise UploadError(
+            UploadCode.BAD_REQUEST, "known speakers name the voices of a diarized transcript", NAMES
+        )
     try:
         check_known_speakers(names, len(references))
     except ValueError as error:
@@ -63,13 +63,10 @@ async def _clip(name: str, url: str) -> np.ndarray:
         copy.write(clip)
         copy.flush()
         try:
-            audio = await decode_file(Path(copy.name), REFERENCE_SECONDS[1] + 1.0)
+            return await decode_reference(Path(copy.name), name)
         except (UndecodableAudio, AudioTooLong) as error:
             raise UploadError(
                 UploadCode.BAD_AUDIO, f"the reference of {name!r}: {error}", REFERENCES
             ) from None
-    try:
-        check_reference(name, audio)
-    except ValueError as error:
-        raise UploadError(UploadCode.BAD_REQUEST, str(error), REFERENCES) from None
-    return audio
+        except ValueError as error:  # decoded, outside 2 to 10 s
+            raise UploadError(UploadCode.BAD_REQUEST, str(error), REFERENCES) from None
