@@ -48,6 +48,12 @@ class DevicePlan:
             quantize_linears(encoder)
         if self.bfloat16_encoder and encoder is not None:
             _in_bfloat16(encoder)
+        if self.device.type == "cpu":
+            from parley.models.onednn import faster_decoder_linears
+
+            # The same float32 products, through whichever library is faster here.
+            inner = getattr(model, "model", model)
+            faster_decoder_linears(getattr(inner, "decoder", inner))
         return model
 
 

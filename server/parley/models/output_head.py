@@ -4,12 +4,12 @@ On a GPU this is transformers' module. On a CPU, projecting a few rows is bound 
 reading the whole vocabulary matrix (80 MB of float32 for tiny.en), and how fast a
 BLAS library streams it depends erratically on the number of rows, and on which
 layout of the matrix it reads (docs/architecture.md, "Decoder buffers", has what was
-measured here). So the head times both layouts the first time it projects a row
-count, and keeps the faster for every later call. Both are the same float32 product;
-only the order of the additions inside differs. Timing at first use, not at load,
-spends the six timed projections only on the row counts a server decodes, not on all
-fourteen at every start. (numpy's OpenBLAS was faster alone, but its spinning threads
-slowed torch's next operations down.)
+measured here), or whether oneDNN reads it (``models/onednn.py``). So the head times
+each the first time it projects a row count, and keeps the fastest for every later
+call. All are the same float32 product; only the order of the additions inside
+differs. Timing at first use, not at load, spends the nine timed projections only on
+the row counts a server decodes, not on all fourteen at every start. (numpy's
+OpenBLAS was faster alone, but its spinning threads slowed torch's next operations.)
 
 With ``int8`` (a CPU plan's compute type int8) the head reads the matrix in int8
 (``models/int8.py``), a quarter of the bytes, and then computes in float32 the logits
@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 
 import torch
+
+from parley.models import onednn
 
 # Row counts timed (each at its first use); a count between two uses the larger one's.
 CALIBRATED_ROWS = (*range(1, 9), 12, 16, 32, 64, 128)
@@ -57,6 +59,9 @@ class OutputHead:
             "rows @ transposed": lambda h: h @ transposed,
             "weight @ rows.T": lambda h: (weight @ h.t()).t(),
         }
+        if onednn.available() and weight.dtype == torch.float32:
+            packed = onednn.reordered(weight)
+            self._candidates["oneDNN, reordered"] = lambda h: onednn.product(h, packed, None)
 
     def _chosen(self, bucket: int, width: int) -> Callable[[torch.Tensor], torch.Tensor]:
         """The faster layout for ``bucket`` rows, timed on the first call for it."""

@@ -1,0 +1,61 @@
+"""oneDNN's linear layers: the same float32 product as torch's, chosen by timing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from parley.models import onednn
+
+pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch has no oneDNN")
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 40])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_onednn_linear_computes_what_torch_does(rows, bias):
+    torch.manual_seed(rows)
+    linear = torch.nn.Linear(96, 160, bias=bias)
+    x = torch.randn(2, rows, 96)  # any leading shape, as the decoder's (rows, width, d)
+    with torch.inference_mode():
+        expected = linear(x)
+        got = onednn.OneDnnLinear(linear)(x)
+    assert got.shape == expected.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class _Decoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Layer() for _ in range(3)])
+
+
+@pytest.mark.parametrize("faster", ["onednn", "torch"])
+def test_the_decoder_keeps_the_faster_library_and_its_outputs(monkeypatch, faster):
+    """Whichever times faster here is kept; either way the layers compute the same."""
+    decoder = _Decoder()
+    x = torch.randn(5, 64)
+    with torch.inference_mode():
+        before = [layer(x) for layer in decoder.layers]
+    timed = iter([1.0, 2.0] if faster == "torch" else [2.0, 1.0])
+    monkeypatch.setattr(onednn, "_seconds", lambda layers: next(timed))
+    assert onednn.faster_decoder_linears(decoder) == (faster == "onednn")
+    kinds = {type(m) for m in decoder.modules() if hasattr(m, "in_features")}
+    assert kinds == ({onednn.OneDnnLinear} if faster == "onednn" else {torch.nn.Linear})
+    with torch.inference_mode():
+        for layer, was in zip(decoder.layers, before):
+            torch.testing.assert_close(layer(x), was, rtol=1e-5, atol=1e-5)
+
+
+def test_only_float32_layers_on_the_cpu_are_timed():
+    decoder = _Decoder().to(torch.bfloat16)
+    assert onednn.faster_decoder_linears(decoder) is False
+    assert onednn.faster_decoder_linears(torch.nn.Linear(4, 4)) is False  # no layers
