@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parley.core import recording_speakers
-from parley.core.packing import Piece, pack
+from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering, cluster
 from parley.core.speaker_count import SpeakerCount
 from parley.core.words import TimedWord
@@ -56,14 +56,29 @@ def test_a_word_goes_back_to_its_piece_at_its_own_time(pieces, data):
     assert piece.start <= back.start <= back.end <= piece.end + 1e-9
 
 
-def test_the_pieces_a_decoder_stopped_short_of_are_a_window_again():
-    pieces = [Piece(i, 10.0 * i, 10.0 * i + 8.0) for i in range(3)]
+def test_the_pieces_a_decoder_skipped_are_decoded_again_each_alone():
+    """A piece with fewer words than one per 2 s of its speech was skipped (an early stop,
+    or a jump to the window's last sentence); its words in the window are left out."""
+    pieces = [Piece(i, 10.0 * i, 10.0 * i + 8.0, ((0.5, 7.5),)) for i in range(3)]
     (window,) = pack(pieces, 29.0)
-    early = [TimedWord("a", 1.0, 2.0, 1.0), TimedWord("b", 9.0, 10.0, 1.0)]  # pieces 0, 1
-    tail = window.unheard_tail(early)
-    assert tail is not None and tail.pieces == (pieces[2],) and tail.offsets == (0.0,)
-    assert window.unheard_tail([*early, TimedWord("c", 17.0, 18.0, 1.0)]) is None
-    assert window.unheard_tail([]) is None  # silence, not an early stop
+    said = [TimedWord(w, t, t + 0.4, 1.0) for w, t in zip("abc", (1.0, 2.0, 3.0, 4.0))]
+    said += [TimedWord("d", 9.0, 9.4, 1.0)] + [  # one word in piece 1's 7 s of speech
+        TimedWord(w, 17.0 + k / 2, 17.3 + k / 2, 1.0) for k, w in enumerate("efghij")
+    ]
+    assert window.unheard(said) == (pieces[0], pieces[1])  # 3 words in 7 s: skipped too
+    said.insert(3, TimedWord("c2", 4.0, 4.4, 1.0))
+    assert window.unheard(said) == (pieces[1],)
+    kept = ["a", "b", "c", "c2", *"efghij"]
+    assert [w.word for w in window.words_outside(said, (pieces[1],))] == kept
+    early = said[:5]  # the decoder stopped in piece 1: pieces 1 and 2 again
+    assert window.unheard(early) == (pieces[1], pieces[2])
+    assert window.unheard([]) == ()  # silence, not a skip
+    short = Piece(3, 30.0, 31.0, ((0.2, 0.9),))  # a word, most likely placed beside it
+    (packed,) = pack([*pieces[:2], short], 29.0)
+    heard = said[:4] + [TimedWord("k", 9.0 + k, 9.4 + k, 1.0) for k in range(4)]
+    assert packed.unheard(heard) == ()
+    alone = Window((pieces[0],), (0.0,))
+    assert alone.unheard(said[:1]) == ()  # decoded alone already
 
 
 def voices(counts: list[int], spread: float = 0.15, seed: int = 0) -> np.ndarray:

@@ -18,6 +18,13 @@ import numpy as np
 from parley.core.audio import SAMPLE_RATE
 from parley.core.words import TimedWord
 
+# Fewer words than this a second of a packed piece's speech: the decoder skipped it
+# (people say 2 to 3 words a second), where it holds at least MIN_SKIPPED_S of speech.
+# A shorter piece without words is mostly a word the decoder heard and placed in the
+# piece beside it: decoded again, it would be written twice.
+MIN_WORDS_PER_S = 0.5
+MIN_SKIPPED_S = 1.0
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -32,6 +39,11 @@ class Piece:
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+    @property
+    def speech_seconds(self) -> float:
+        """Seconds of its voiced regions (all of it, where none are known)."""
+        return sum(b - a for a, b in self.voiced) if self.voiced else self.seconds
 
 
 @dataclass(frozen=True)
@@ -67,26 +79,42 @@ class Window:
         into the piece."""
         placed: list[list[TimedWord]] = [[] for _ in self.pieces]
         for word in words:
-            middle = (word.start + word.end) / 2
-            index = max(0, int(np.searchsorted(self.offsets, middle, side="right")) - 1)
+            index = self._piece_of(word)
             piece, offset = self.pieces[index], self.offsets[index]
             start = min(max(piece.start + word.start - offset, piece.start), piece.end)
             end = min(max(piece.start + word.end - offset, start), piece.end)
             placed[index].append(TimedWord(word.word, start, end, word.probability))
         return placed
 
-    def unheard_tail(self, words: Sequence[TimedWord]) -> Window | None:
-        """The pieces after the last that ``words`` (window time) reached, as a window of
-        their own; None when the words reach the last piece (or reach none: a window
-        with no words is silence, not a decoder that stopped early).
+    def _piece_of(self, word: TimedWord) -> int:
+        middle = (word.start + word.end) / 2
+        return max(0, int(np.searchsorted(self.offsets, middle, side="right")) - 1)
 
-        Whisper sometimes ends a full window early, after the first sentences of a
-        dense 30 s: the pieces it never reached are decoded again on their own."""
-        placed = self.place(words)
-        reached = [i for i, piece_words in enumerate(placed) if piece_words]
-        if not reached or reached[-1] == len(self.pieces) - 1:
-            return None
-        return pack(self.pieces[reached[-1] + 1 :], float("inf"))[0]
+    def unheard(self, words: Sequence[TimedWord]) -> tuple[Piece, ...]:
+        """The pieces that ``words`` (window time) barely reached: fewer words than
+        ``MIN_WORDS_PER_S`` for each second of the piece's speech (``MIN_SKIPPED_S`` of
+        it at least). None when the words
+        reach no piece (a window with no words is silence, not a decoder that skipped)
+        or the window is one piece (it was decoded alone).
+
+        Whisper sometimes ends a dense 30 s window early, or jumps from its first words
+        to its last sentence: the pieces it skipped are decoded again, each alone."""
+        if len(self.pieces) == 1 or not words:
+            return ()
+        counts = [len(piece_words) for piece_words in self.place(words)]
+        return tuple(
+            piece
+            for piece, count in zip(self.pieces, counts)
+            if piece.speech_seconds >= MIN_SKIPPED_S
+            and count < MIN_WORDS_PER_S * piece.speech_seconds
+        )
+
+    def words_outside(
+        self, words: Sequence[TimedWord], pieces: Sequence[Piece]
+    ) -> tuple[TimedWord, ...]:
+        """``words`` (window time) but those that fall in ``pieces``."""
+        left_out = set(pieces)
+        return tuple(w for w in words if self.pieces[self._piece_of(w)] not in left_out)
 
 
 def pack(pieces: Sequence[Piece], max_s: float) -> list[Window]:

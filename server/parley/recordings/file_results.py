@@ -10,7 +10,7 @@ import numpy as np
 
 from parley.core.asr import Transcription
 from parley.core.audio import SAMPLE_RATE
-from parley.core.packing import Window
+from parley.core.packing import Piece, Window
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
 from parley.core.word_timing import WordTimingConfig, fit_words, trim_to_speech
@@ -80,7 +80,7 @@ def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
 
 def finals_of(
     results: list[tuple[Window, Transcription]],
-    reasons: dict[int, CloseReason],
+    segments: Mapping[int, SegmentClosed],
     speakers: TimelineSnapshot | None,
     timing: WordTimingConfig,
     decoding: StreamDecoding,
@@ -89,48 +89,52 @@ def finals_of(
     """One final per speaker's run of words in each segment: the segment's own text when
     it had a window to itself and one speaker, else its words joined; each with its
     window's language, redacted as asked (a number read on across finals judged whole)."""
-    finals: list[Final] = []
+    heard: list[tuple[Piece, list[TimedWord], Window, Transcription]] = []
     for window, result in results:
         if result.rejected:
             continue
         fitted = fit_words(result.words, window.voiced_regions(), timing)
         for piece, words in zip(window.pieces, window.place(fitted)):
-            if speakers is not None:  # as a live final's words: cut back to speech
-                speech = speakers.speech(piece.start, piece.end)
-                spans = trim_to_speech([(w.start, w.end) for w in words], speech, timing)
-                words = [TimedWord(w.word, a, b, w.probability) for w, (a, b) in zip(words, spans)]
-            runs = _speaker_runs(words, speakers, names or {})
-            for i, (run, label) in enumerate(runs):
-                first, last = i == 0, i == len(runs) - 1
-                alone = len(window.pieces) == 1 and len(runs) == 1
-                labelled = decoding.respelled(
-                    [
-                        Word(
-                            w.word,
-                            round(w.start, 3),
-                            round(w.end, 3),
-                            round(w.probability, 3),
-                            label,
-                        )
-                        for w in run
-                    ]
-                )
-                finals.append(
-                    Final(
-                        len(finals),
-                        piece.start if first else run[0].start,
-                        piece.end if last else run[-1].end,
-                        decoding.text(result.text, labelled)
-                        if alone
-                        else " ".join(w.word for w in labelled),
-                        FinalReason(reasons[piece.segment_id].value)
-                        if last
-                        else FinalReason.SPEAKER_CHANGE,
-                        labelled,
+            if words:
+                heard.append((piece, words, window, result))
+    finals: list[Final] = []
+    # A piece decoded again (``Window.unheard``) has its words from its own decode.
+    for piece, words, window, result in sorted(heard, key=lambda h: h[0].start):
+        if speakers is not None:  # as a live final's words: cut back to speech
+            speech = speakers.speech(piece.start, piece.end)
+            spans = trim_to_speech([(w.start, w.end) for w in words], speech, timing)
+            words = [TimedWord(w.word, a, b, w.probability) for w, (a, b) in zip(words, spans)]
+        runs = _speaker_runs(words, speakers, names or {})
+        segment = segments[piece.segment_id]
+        for i, (run, label) in enumerate(runs):
+            first, last = i == 0, i == len(runs) - 1
+            alone = len(window.pieces) == 1 and len(runs) == 1
+            labelled = decoding.respelled(
+                [
+                    Word(
+                        w.word,
+                        round(w.start, 3),
+                        round(w.end, 3),
+                        round(w.probability, 3),
                         label,
-                        **decoding.language_fields(result),
                     )
+                    for w in run
+                ]
+            )
+            finals.append(
+                Final(
+                    len(finals),
+                    segment.start if first else run[0].start,
+                    segment.end if last else run[-1].end,
+                    decoding.text(result.text, labelled)
+                    if alone
+                    else " ".join(w.word for w in labelled),
+                    FinalReason(segment.reason.value) if last else FinalReason.SPEAKER_CHANGE,
+                    labelled,
+                    label,
+                    **decoding.language_fields(result),
                 )
+            )
     return decoding.finals(finals)
 
 

@@ -2,12 +2,13 @@
 
 A job runs the same VAD over the whole recording, packs its segments into full
 decoder windows (``core.packing``) and hands them all to the step scheduler as
-background work: they become rows of the same continuous batch as the live streams,
-behind every live final and partial, with speculation or batching chosen per step by
-measured cost as for streams. Meanwhile, with speakers asked for, the whole
-recording's speakers are clustered at once (``core.recording_speakers``) on a thread
-of the lowest CPU priority, so live diarization steps go first. Words keep their own
-times, and each final is one speaker's part of one speech segment.
+background work (``recordings.window_decodes``): they become rows of the same
+continuous batch as the live streams, behind every live final and partial, with
+speculation or batching chosen per step by measured cost as for streams. Meanwhile,
+with speakers asked for, the whole recording's speakers are clustered at once
+(``core.recording_speakers``) on a thread of the lowest CPU priority, so live
+diarization steps go first. Words keep their own times, and each final is one
+speaker's part of one speech segment.
 
 Jobs are bounded (``FileLimits.max_jobs``): one more is refused with ``Busy``, never
 queued without bound.
@@ -16,7 +17,6 @@ queued without bound.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from parley.core.asr import Task, Transcription
+from parley.core.asr import Task
 from parley.core.audio import SAMPLE_RATE, WHISPER_WINDOW_S
 from parley.core.keyterms import check_keyterms
-from parley.core.packing import Piece, Window, pack
+from parley.core.packing import Piece, pack
 from parley.core.recording_speakers import RecordingClustering
 from parley.core.redaction import parse_redact
 from parley.core.replacements import check_replacements
@@ -49,6 +49,7 @@ from parley.recordings.file_results import (
     finals_of,
     segment_recording,
 )
+from parley.recordings.window_decodes import Progress, decode_windows
 from parley.workers.decoding import StreamDecoding
 from parley.workers.scheduler import AsrScheduler
 from parley.workers.threads import in_passing_thread
@@ -134,18 +135,6 @@ class Draining(Exception):
 
 
 @dataclass
-class _Progress:
-    total: int
-    done: int = 0
-    on_change: Callable[[float], None] | None = None
-
-    def advance(self) -> None:
-        self.done += 1
-        if self.on_change is not None:
-            self.on_change(self.done / max(self.total, 1))
-
-
-@dataclass
 class FileJobs:
     """The recordings being transcribed now (at most ``limits.max_jobs``)."""
 
@@ -223,7 +212,6 @@ class FileJobs:
             for s in segments
         ]
         windows = pack(pieces, self.max_window_s - WINDOW_MARGIN_S)
-        reasons = {s.segment_id: s.reason for s in segments}
         stats = self.worker.stats
         steps_before, rows_before = stats.steps, stats.rows_stepped
         speakers = None
@@ -235,8 +223,16 @@ class FileJobs:
             )
         decoding = StreamDecoding.of(request.config, self.worker.engine)
         try:
-            progress = _Progress(len(windows), on_change=on_progress)
-            results, waited = await self._decode(audio, windows, decoding, progress, on_text)
+            progress = Progress(len(windows), on_change=on_progress)
+            results, waited = await decode_windows(
+                self.worker,
+                self.limits.windows_in_flight,
+                audio,
+                windows,
+                decoding,
+                progress,
+                on_text,
+            )
             snapshot, names = await speakers if speakers is not None else (None, {})
         finally:
             if speakers is not None and not speakers.done():
@@ -249,7 +245,14 @@ class FileJobs:
             sum(r.stats.drafted for _, r in results),
             sum(r.stats.accepted for _, r in results),
         )
-        finals = finals_of(results, reasons, snapshot, self.word_timing, decoding, names)
+        finals = finals_of(
+            results,
+            {s.segment_id: s for s in segments},
+            snapshot,
+            self.word_timing,
+            decoding,
+            names,
+        )
         labels = tuple(dict.fromkeys(f.speaker for f in finals if f.speaker))
         heard = Counter(f.language for f in finals if f.language)
         language = request.language or (heard.most_common(1)[0][0] if heard else None)
@@ -271,61 +274,6 @@ class FileJobs:
             len(labels),
         )
         return transcript
-
-    async def _decode(
-        self,
-        audio: np.ndarray,
-        windows: list[Window],
-        decoding: StreamDecoding,
-        progress: _Progress,
-        on_text: Callable[[str], None] | None,
-    ) -> tuple[list[tuple[Window, Transcription]], float]:
-        """Every window through the scheduler, at most ``windows_in_flight`` at once, and
-        once more the pieces of a window the decoder stopped short of; (window, result)
-        pairs in recording order, and the seconds until the first result came."""
-        owner = object()  # this job, for the scheduler's turn-taking between files
-        parts: list[list[tuple[Window, Transcription]]] = [[] for _ in windows]
-        waiting = [1] * len(windows)  # decodes still due for each window (a retry adds one)
-        pending: dict[concurrent.futures.Future, tuple[int, Window, bool]] = {}
-        queued = [(index, window, False) for index, window in reversed(list(enumerate(windows)))]
-        began, waited, told = time.perf_counter(), 0.0, 0
-        try:
-            while True:
-                while len(pending) < self.limits.windows_in_flight and queued:
-                    index, window, retry = queued.pop()
-                    request = decoding.request(
-                        window.audio(audio), with_words=True, draft=None, context=()
-                    )
-                    pending[self.worker.submit_background(request, owner)] = (index, window, retry)
-                if not pending:
-                    break
-                await asyncio.wait(
-                    [asyncio.wrap_future(f) for f in pending], return_when=asyncio.FIRST_COMPLETED
-                )
-                for future in [f for f in pending if f.done()]:
-                    if future.cancelled():  # the scheduler stopped
-                        raise RuntimeError("the ASR worker stopped before the recording was done")
-                    index, window, retry = pending.pop(future)
-                    result = future.result()  # raises its failure
-                    waited = waited or time.perf_counter() - began
-                    parts[index].append((window, result))
-                    waiting[index] -= 1
-                    tail = None if retry or result.rejected else window.unheard_tail(result.words)
-                    if tail is not None:
-                        waiting[index] += 1
-                        queued.append((index, tail, True))  # next: its words come first
-                    else:
-                        progress.advance()
-                while told < len(windows) and not waiting[told]:
-                    for _, result in sorted(parts[told], key=lambda p: p[0].pieces[0].start):
-                        if on_text is not None and result.text and not result.rejected:
-                            on_text(decoding.partial_text(result.text))
-                    told += 1
-        finally:
-            for future in pending:
-                future.cancel()
-        done = [pair for window_parts in parts for pair in window_parts]
-        return sorted(done, key=lambda pair: pair[0].pieces[0].start), waited
 
     def _diarize(
         self, audio: np.ndarray, count: SpeakerCount, known: Sequence[KnownSpeaker]
