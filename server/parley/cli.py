@@ -213,25 +213,14 @@ def _stream(args: argparse.Namespace) -> int:
     return EXIT_OK if whole and not fatal else EXIT_FAILED
 
 
-def _known_speakers(given: list[str]) -> list[tuple[str, Path]]:
-    """``--speaker NAME=CLIP`` values as (name, clip) pairs; ValueError when malformed."""
-    from parley.core.speaker_names import check_known_speakers
-
-    pairs = []
-    for item in given:
-        name, equals, clip = item.partition("=")
-        if not equals or not clip:
-            raise ValueError(f"--speaker takes NAME=CLIP, not {item!r}")
-        pairs.append((name, Path(clip)))
-    check_known_speakers([name for name, _ in pairs], len(pairs))
-    return pairs
-
-
 def _transcribe(args: argparse.Namespace) -> int:
     """Recordings, in-process (the server's own file pipeline), or sent to --url."""
+    from parley.core.speaker_names import check_known_speakers
+
     try:
         decoding = {**_decoding_args(args), "prompt": args.prompt or ""}
-        known = _known_speakers(args.speaker)
+        known = args.speaker  # (name, clip) pairs
+        check_known_speakers([name for name, _ in known], len(known))
     except ValueError as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

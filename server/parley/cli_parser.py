@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from parley.client.formats import FORMATS
 from parley.core.asr import COMPUTE_TYPES
+
+
+def known_voice(value: str) -> tuple[str, Path]:
+    """``--speaker NAME=CLIP`` as (name, clip)."""
+    name, equals, clip = value.partition("=")
+    if not equals or not clip:
+        raise argparse.ArgumentTypeError(f"--speaker takes NAME=CLIP, not {value!r}")
+    return name, Path(clip)
 
 
 def add_decoding_args(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +57,7 @@ def add_compute_type(parser: argparse.ArgumentParser) -> None:
         "--compute-type",
         choices=COMPUTE_TYPES,
         help="auto: fp16 on CUDA, float32 on a CPU; int8: faster on a CPU; "
-        "bfloat16: the encoder in bfloat16, faster on a CPU with AMX",
+        "bfloat16: the encoder in bfloat16, faster on a CPU with AMX or AVX-512 BF16",
     )
 
 
@@ -191,6 +200,7 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
         "--speaker",
         action="append",
         default=[],
+        type=known_voice,
         metavar="NAME=CLIP",
         help="a voice you know: its turns are labelled NAME (CLIP: 2 to 10 s of it; repeatable)",
     )
