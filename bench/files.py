@@ -8,7 +8,8 @@ transcribes each recording, English, greedy, all cores:
 
 - **parley**: ``FileJobs`` in-process, the server's own pipeline (VAD, 29 s windows,
   the step scheduler; speakers off, as for the others), in float32 (the default), with
-  ``asr.compute_type`` int8, and bfloat16 where the CPU has AMX (``amx_bf16``);
+  ``asr.compute_type`` int8, and bfloat16 where the CPU has bfloat16 matrix
+  instructions (``amx_bf16`` or ``avx512_bf16``);
 - **(a) transformers**: ``pipeline("automatic-speech-recognition", chunk_length_s=30,
   batch_size=8)`` on the same imported weights, the reference handler's way;
 - **(b) faster-whisper**: ``WhisperModel`` (sequential, no VAD) and
@@ -91,10 +92,12 @@ async def parley_run(
     return out
 
 
-def has_amx() -> bool:
-    """Whether this CPU has AMX's bfloat16 tiles (where bfloat16 pays)."""
+def has_bfloat16_matrices() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively (AMX's tiles or AVX-512's
+    BF16 dot products), where bfloat16 pays."""
     cpuinfo = Path("/proc/cpuinfo")
-    return cpuinfo.exists() and "amx_bf16" in cpuinfo.read_text()
+    flags = cpuinfo.read_text().split() if cpuinfo.exists() else []
+    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def transformers_run(model_dir: Path, audio: np.ndarray, multilingual: bool) -> tuple:
@@ -185,7 +188,7 @@ def main() -> None:
         more = {
             f"parley {compute}": asyncio.run(parley_run(model, audios, compute_type=compute))
             for compute in ("int8", "bfloat16")
-            if compute != "bfloat16" or has_amx()
+            if compute != "bfloat16" or has_bfloat16_matrices()
         }
         for minutes, (audio, said) in made.items():
             seconds = len(audio) / SAMPLE_RATE

@@ -74,7 +74,7 @@ class AsrSettings(BaseModel):
         "auto",
         description="auto: fp16 on CUDA, float32 on a CPU; int8: the encoder and output "
         "head in int8 (CPU only: faster, a word here and there differs); bfloat16: the "
-        "encoder in bfloat16 (CPU only; pays on CPUs with AMX)",
+        "encoder in bfloat16 (CPU only; pays on CPUs with AMX or AVX-512 BF16)",
     )
     threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
     partial_interval_s: float = Field(

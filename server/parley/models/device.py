@@ -1,7 +1,8 @@
 """Where models run: CUDA with fp16 when asked for or available, else the CPU in float32,
 or, when asked for, with the speech models' encoder and output head in int8
-(``models/int8.py``), or the encoder in bfloat16 (on a CPU with AMX, Intel's matrix
-units, several times faster than float32) with the output head in int8."""
+(``models/int8.py``), or the encoder in bfloat16 (on a CPU with bfloat16 matrix
+instructions, Intel's AMX or AVX-512's BF16, faster than float32) with the output
+head in int8."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
     linear layers and the output head in int8, CPU only: faster, and a word here and
     there differs (bench/README.md, "int8 on a CPU"; on a GPU fp16 is faster still);
     bfloat16: the encoder in bfloat16 and the output head in int8, CPU only, for CPUs
-    with AMX."""
+    with bfloat16 matrix instructions (AMX, AVX-512 BF16)."""
     if choice not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, not {choice!r}")
     if compute not in COMPUTE_TYPES:
