@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
 from parley.models.device import plan_device
+from parley.models.encoder import encoder_layers
 from parley.models.int8 import RowwiseInt8Linear, quantize_linears
 from parley.models.whisper_engine import WhisperEngine
 from parley.weights.bundle import resolve_model
@@ -126,3 +127,9 @@ def test_a_whisper_engine_in_lower_precision_transcribes_like_float32(
         together = encoder(features).last_hidden_state
         alone = encoder(features[1:2]).last_hidden_state
     assert together.dtype == torch.float32 and torch.equal(together[1:2], alone)
+    # Partials encode a short window through the same modules, in the same precision.
+    with torch.inference_mode():
+        short = encoder_layers(encoder, features[1:2], 250)
+        whole = encoder_layers(encoder, features[1:2], encoder.config.max_source_positions)
+    assert short.dtype == torch.float32 and short.shape[:2] == (1, 250)
+    assert torch.equal(whole, alone)

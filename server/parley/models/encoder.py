@@ -63,10 +63,12 @@ def encode(encoder: torch.nn.Module, features: torch.Tensor, frames: int) -> tor
 
 
 def encoder_layers(encoder: torch.nn.Module, features: torch.Tensor, frames: int) -> torch.Tensor:
-    """``encode``'s short path, at any length (over the whole window it equals the forward)."""
-    x = F.gelu(encoder.conv1(features[..., : 2 * frames]))
+    """``encode``'s short path, at any length (over the whole window it equals the forward).
+    It computes in the encoder's own precision and answers in the features' (a bfloat16
+    encoder on a float32 plan, ``models/device.py``, does the same around its forward)."""
+    x = F.gelu(encoder.conv1(features[..., : 2 * frames].to(encoder.conv1.weight.dtype)))
     x = F.gelu(encoder.conv2(x)).permute(0, 2, 1)
     hidden = x + encoder.embed_positions.weight[:frames]
     for layer in encoder.layers:
         hidden = layer(hidden, None)
-    return encoder.layer_norm(hidden)
+    return encoder.layer_norm(hidden).to(features.dtype)
