@@ -46,8 +46,8 @@ def test_the_decoder_keeps_the_faster_library_and_its_outputs(monkeypatch, faste
     with torch.inference_mode():
         before = [layer(x) for layer in decoder.layers]
     timed = iter([1.0, 2.0] if faster == "torch" else [2.0, 1.0])
-    monkeypatch.setattr(onednn, "_seconds", lambda layers: next(timed))
-    assert onednn.faster_decoder_linears(decoder) == (faster == "onednn")
+    monkeypatch.setattr(onednn, "_seconds", lambda layers, rows: next(timed))
+    assert onednn.faster_linears(decoder, 8) == (faster == "onednn")
     kinds = {type(m) for m in decoder.modules() if hasattr(m, "in_features")}
     assert kinds == ({onednn.OneDnnLinear} if faster == "onednn" else {torch.nn.Linear})
     with torch.inference_mode():
@@ -57,5 +57,18 @@ def test_the_decoder_keeps_the_faster_library_and_its_outputs(monkeypatch, faste
 
 def test_only_float32_layers_on_the_cpu_are_timed():
     decoder = _Decoder().to(torch.bfloat16)
-    assert onednn.faster_decoder_linears(decoder) is False
-    assert onednn.faster_decoder_linears(torch.nn.Linear(4, 4)) is False  # no layers
+    assert onednn.faster_linears(decoder, 8) is False
+    assert onednn.faster_linears(torch.nn.Linear(4, 4), 8) is False  # no layers
+
+
+def test_the_loaded_engine_gives_a_clip_the_same_encoding_alone_and_batched(tiny_engine):
+    """Whichever library the load chose (oneDNN where it timed faster), a clip's encoder
+    output is its own, whatever it is batched with."""
+    encoder = tiny_engine.model.model.encoder
+    features = torch.randn(3, 80, 3000)
+    with torch.inference_mode():
+        together = encoder(features).last_hidden_state
+        alone = encoder(features[1:2]).last_hidden_state
+    assert torch.equal(together[1:2], alone)
+    linears = {type(m) for m in tiny_engine.model.model.modules() if hasattr(m, "in_features")}
+    assert linears <= {torch.nn.Linear, onednn.OneDnnLinear}

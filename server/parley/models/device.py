@@ -50,11 +50,14 @@ class DevicePlan:
         if self.bfloat16_encoder and encoder is not None:
             _in_bfloat16(encoder)
         if self.device.type == "cpu":
-            from parley.models.onednn import faster_decoder_linears
+            from parley.models.onednn import STEP_ROWS, WINDOW_ROWS, faster_linears
 
-            # The same float32 products, through whichever library is faster here.
+            # The same float32 products, through whichever library is faster here (an
+            # int8 or bfloat16 encoder has none left to time).
             inner = getattr(model, "model", model)
-            faster_decoder_linears(getattr(inner, "decoder", inner))
+            faster_linears(getattr(inner, "decoder", inner), STEP_ROWS)
+            if encoder is not None:
+                faster_linears(encoder, WINDOW_ROWS)
         return model
 
 

@@ -1,13 +1,13 @@
 """Float32 linear layers on a CPU through oneDNN, over weights reordered once.
 
-A decoder step multiplies a few rows by every weight matrix of the decoder. torch's
-default path for that (MKL's sgemm) streams a matrix for a few rows far slower on some
-CPUs than oneDNN does over the same matrix reordered once into oneDNN's blocked layout:
-on a 2-core AMD EPYC, 6 rows through base's fc2 took 0.36 ms against 0.12 ms, and its
-output head 8.6 ms (the faster of MKL's two layouts) against 6.7 ms. Both are the same
-float32 product; only the order of the additions inside differs, as between any two
-row counts. On another CPU MKL may be the faster, so ``faster_decoder_linears`` times
-both on the decoder's own matrices when the model loads and keeps the faster.
+torch's default path for a float32 ``nn.Linear`` on a CPU is MKL's sgemm, which on some
+CPUs (AMD's, where MKL does not pick its fastest kernels) is far slower than oneDNN
+over the same matrix reordered once into oneDNN's blocked layout: on a 2-core AMD EPYC,
+a decoder step of 8 rows through base's decoder layers took 8.3 ms against 3.7 ms, and
+a 30 s encoder pass 0.58 s against 0.40 s (``bench/decoder_linears.py``). Both are the
+same float32 product; only the order of the additions inside differs, as between any
+two row counts. On another CPU MKL may be the faster, so ``faster_linears`` times both
+on the model's own matrices when it loads and keeps the faster.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import time
 import torch
 
 log = logging.getLogger(__name__)
-ROWS_TIMED = 8  # a decode step's rows when several decodes are in flight
+STEP_ROWS = 8  # a decoder step's rows when several decodes are in flight
+WINDOW_ROWS = 1500  # an encoder pass's rows: one clip's 30 s window
 REPEATS = 5
 
 
@@ -27,7 +28,7 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def reordered(weight: torch.Tensor, rows: int = ROWS_TIMED) -> torch.Tensor:
+def reordered(weight: torch.Tensor, rows: int = STEP_ROWS) -> torch.Tensor:
     """``weight`` (out, in) in oneDNN's own layout, for products of about ``rows`` rows."""
     with torch.no_grad():
         return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows)
@@ -40,13 +41,13 @@ def product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) ->
 
 class OneDnnLinear(torch.nn.Module):
     """A float32 ``nn.Linear`` computed by oneDNN. It holds the weight in oneDNN's layout
-    only (nothing reads a decoder layer's weights but its forward), so the model takes
+    only (nothing reads a Whisper layer's weights but its forward), so the model takes
     no more memory than before."""
 
-    def __init__(self, linear: torch.nn.Linear):
+    def __init__(self, linear: torch.nn.Linear, rows: int = STEP_ROWS):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self._packed = reordered(linear.weight)
+        self._packed = reordered(linear.weight, rows)
         self._bias = None if linear.bias is None else linear.bias.detach()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -54,11 +55,12 @@ class OneDnnLinear(torch.nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def faster_decoder_linears(decoder: torch.nn.Module) -> bool:
-    """Replace the float32 ``nn.Linear`` layers of ``decoder``'s layers (on the CPU) by
-    ``OneDnnLinear`` where a step of ``ROWS_TIMED`` rows through all of them is faster
-    so here; whether they were replaced."""
-    layers = getattr(decoder, "layers", None)
+def faster_linears(stack: torch.nn.Module, rows: int) -> bool:
+    """Replace the float32 ``nn.Linear`` layers of ``stack``'s layers (on the CPU) by
+    ``OneDnnLinear`` where ``rows`` rows through the first layer's are faster so here;
+    whether they were replaced. (The layers are alike: one is timed, so that a start
+    spends a fraction of a second on it, not a full encoder pass per try.)"""
+    layers = getattr(stack, "layers", None)
     if not available() or layers is None:
         return False
     places = [
@@ -71,12 +73,15 @@ def faster_decoder_linears(decoder: torch.nn.Module) -> bool:
     ]
     if not places:
         return False
-    replacements = [OneDnnLinear(child) for _, _, child in places]
-    mkl = _seconds([child for _, _, child in places])
-    onednn = _seconds(replacements)
+    replacements = [OneDnnLinear(child, rows) for _, _, child in places]
+    first = set(layers[0].modules())
+    timed = [i for i, (parent, _, _) in enumerate(places) if parent in first] or [0]
+    mkl = _seconds([places[i][2] for i in timed], rows)
+    onednn = _seconds([replacements[i] for i in timed], rows)
     log.debug(
-        "decoder linears, %d rows: torch %.2f ms, oneDNN %.2f ms",
-        ROWS_TIMED,
+        "%s linears, %d rows: torch %.2f ms, oneDNN %.2f ms",
+        type(stack).__name__,
+        rows,
         mkl * 1e3,
         onednn * 1e3,
     )
@@ -88,10 +93,10 @@ def faster_decoder_linears(decoder: torch.nn.Module) -> bool:
 
 
 @torch.inference_mode()
-def _seconds(layers: list[torch.nn.Module]) -> float:
-    """The median time of a pass of ``ROWS_TIMED`` rows through each of ``layers``,
-    after one pass to warm up."""
-    inputs = [torch.randn(ROWS_TIMED, int(layer.in_features)) for layer in layers]
+def _seconds(layers: list[torch.nn.Module], rows: int) -> float:
+    """The median time of a pass of ``rows`` rows through each of ``layers``, after one
+    pass to warm up."""
+    inputs = [torch.randn(rows, int(layer.in_features)) for layer in layers]
     for layer, x in zip(layers, inputs):
         layer(x)
     runs = []
