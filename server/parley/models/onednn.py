@@ -1,13 +1,13 @@
 """Float32 linear layers on a CPU through oneDNN, over weights reordered once.
 
 torch's default path for a float32 ``nn.Linear`` on a CPU is MKL's sgemm, which on some
-CPUs (AMD's, where MKL does not pick its fastest kernels) is far slower than oneDNN
-over the same matrix reordered once into oneDNN's blocked layout: on a 2-core AMD EPYC,
-a decoder step of 8 rows through base's decoder layers took 8.3 ms against 3.7 ms, and
-a 30 s encoder pass 0.58 s against 0.40 s (``bench/decoder_linears.py``). Both are the
-same float32 product; only the order of the additions inside differs, as between any
-two row counts. On another CPU MKL may be the faster, so ``faster_linears`` times both
-on the model's own matrices when it loads and keeps the faster.
+CPUs (the AMD EPYCs measured here) is far slower than oneDNN over the same matrix
+reordered once into oneDNN's blocked layout: on a 2-core AMD EPYC, a decoder step of 8
+rows through base's decoder layers took 8.3 ms against 3.7 ms, and a 30 s encoder pass
+0.58 s against 0.40 s (``bench/linears.py``). Both are the same float32 product; only
+the order of the additions inside differs, as between any two row counts. On another
+CPU MKL may be the faster, so ``faster_linears`` times both on the model's own matrices
+when it loads and keeps the faster.
 """
 
 from __future__ import annotations

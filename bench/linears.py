@@ -1,6 +1,7 @@
-"""A decoder step's linear layers and output head on a CPU: torch's default path against
-oneDNN over weights reordered once (``server/parley/models/onednn.py``), on the bundled
-models' own weights, as ratios in one run.
+"""Whisper's linear layers on a CPU: torch's default path against oneDNN over weights
+reordered once (``server/parley/models/onednn.py``), on the bundled models' own
+weights, as ratios in one run: a decoder step's layers and output head, and an encoder
+pass.
 
 For each row count (the rows of one decoder step: 1 for a lone stream, up to 16 when
 many decodes are batched) it times a pass of that many rows through every float32
@@ -10,13 +11,15 @@ The server makes the same comparison at load (8 rows) and keeps the faster; the 
 times each row count at its first use. The layers include the cross-attention's key
 and value projections, which a step does not run: they project each decode's encoder
 output once, when it joins, so they are also timed apart over 8 windows' 1,500
-positions. Usage:
-python bench/decoder_linears.py [--models tiny.en base] [--rows 1 2 4 8 16]
+positions. Last, one 30 s window through the whole encoder, its linear layers each way
+(attention's products and the convolutions are the same in both). Usage:
+python bench/linears.py [--models tiny.en base] [--rows 1 2 4 8 16]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 
 from common import print_table, write_json
@@ -108,18 +111,31 @@ def main() -> None:
         with torch.inference_mode():
             cross_torch = timed(cross, windows, 5)
             cross_onednn = timed([onednn.OneDnnLinear(m) for m in cross], windows, 5)
+        encoder = model.model.encoder
+        packed_encoder = copy.deepcopy(encoder)
+        for parent in list(packed_encoder.modules()):
+            for child_name, child in list(parent.named_children()):
+                if type(child) is torch.nn.Linear:
+                    setattr(parent, child_name, onednn.OneDnnLinear(child, onednn.WINDOW_ROWS))
+        features = [torch.randn(1, 80, 3000)]
+        with torch.inference_mode():
+            encoder_torch = timed([encoder], features, 5)
+            encoder_onednn = timed([packed_encoder], features, 5)
         joins.append(
             {
                 "model": name,
                 "cross_kv_torch_ms": cross_torch * 1e3,
                 "cross_kv_onednn_ms": cross_onednn * 1e3,
-                "speedup": cross_torch / cross_onednn,
+                "cross_kv_speedup": cross_torch / cross_onednn,
+                "encoder_torch_ms": encoder_torch * 1e3,
+                "encoder_onednn_ms": encoder_onednn * 1e3,
+                "encoder_speedup": encoder_torch / encoder_onednn,
             }
         )
     print_table(rows_out, list(rows_out[0]))
     print()
     print_table(joins, list(joins[0]))
-    print(f"wrote {write_json('decoder-linears', {'rows': rows_out, 'joins': joins})}")
+    print(f"wrote {write_json('linears', {'rows': rows_out, 'joins': joins})}")
 
 
 if __name__ == "__main__":
