@@ -20,31 +20,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-import time
 
 from common import print_table, write_json
 
 import torch
 
-
-def timed(layers: list, inputs: list, repeats: int) -> float:
-    """Median seconds of one pass of ``inputs`` through ``layers``, after a warm-up pass."""
-    for layer, x in zip(layers, inputs):
-        layer(x)
-    runs = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        for layer, x in zip(layers, inputs):
-            layer(x)
-        runs.append(time.perf_counter() - began)
-    return sorted(runs)[len(runs) // 2]
+from parley.models import onednn
 
 
 def head_ways(head: torch.Tensor) -> dict:
     """The output projection of rows onto the vocabulary matrix ``head`` (vocabulary,
     width): torch's two layouts (``models/output_head.py`` keeps the faster) and oneDNN's."""
-    from parley.models import onednn
-
     transposed = head.t().contiguous()
     packed = onednn.reordered(head)
     return {
@@ -63,7 +49,6 @@ def main() -> None:
     from transformers import WhisperForConditionalGeneration
 
     from parley.config import Settings
-    from parley.models import onednn
     from parley.models.device import set_threads
     from parley.weights.bundle import resolve_model
 
@@ -83,13 +68,13 @@ def main() -> None:
             for rows in args.rows:
                 xs = [torch.randn(rows, m.in_features) for m in linears]
                 h = [torch.randn(rows, head.shape[1])]
-                layers_torch = timed(linears, xs, args.repeats)
-                layers_onednn = timed(packed, xs, args.repeats)
+                layers_torch = onednn.pass_seconds(linears, xs, args.repeats)
+                layers_onednn = onednn.pass_seconds(packed, xs, args.repeats)
                 head_torch = min(
-                    timed([ways["rows @ transposed"]], h, args.repeats),
-                    timed([ways["weight @ rows.T"]], h, args.repeats),
+                    onednn.pass_seconds([ways["rows @ transposed"]], h, args.repeats),
+                    onednn.pass_seconds([ways["weight @ rows.T"]], h, args.repeats),
                 )
-                head_onednn = timed([ways["oneDNN"]], h, args.repeats)
+                head_onednn = onednn.pass_seconds([ways["oneDNN"]], h, args.repeats)
                 rows_out.append(
                     {
                         "model": name,
@@ -109,8 +94,8 @@ def main() -> None:
         ]
         windows = [torch.randn(8, 1500, m.in_features) for m in cross]
         with torch.inference_mode():
-            cross_torch = timed(cross, windows, 5)
-            cross_onednn = timed([onednn.OneDnnLinear(m) for m in cross], windows, 5)
+            cross_torch = onednn.pass_seconds(cross, windows, 5)
+            cross_onednn = onednn.pass_seconds([onednn.OneDnnLinear(m) for m in cross], windows, 5)
         encoder = model.model.encoder
         packed_encoder = copy.deepcopy(encoder)
         for parent in list(packed_encoder.modules()):
@@ -119,8 +104,8 @@ def main() -> None:
                     setattr(parent, child_name, onednn.OneDnnLinear(child, onednn.WINDOW_ROWS))
         features = [torch.randn(1, 80, 3000)]
         with torch.inference_mode():
-            encoder_torch = timed([encoder], features, 5)
-            encoder_onednn = timed([packed_encoder], features, 5)
+            encoder_torch = onednn.pass_seconds([encoder], features, 5)
+            encoder_onednn = onednn.pass_seconds([packed_encoder], features, 5)
         joins.append(
             {
                 "model": name,

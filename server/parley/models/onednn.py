@@ -92,15 +92,19 @@ def faster_linears(stack: torch.nn.Module, rows: int) -> bool:
     return True
 
 
-@torch.inference_mode()
 def _seconds(layers: list[torch.nn.Module], rows: int) -> float:
-    """The median time of a pass of ``rows`` rows through each of ``layers``, after one
-    pass to warm up."""
-    inputs = [torch.randn(rows, int(layer.in_features)) for layer in layers]
+    """``pass_seconds`` of ``rows`` random rows through each of ``layers``."""
+    return pass_seconds(layers, [torch.randn(rows, int(layer.in_features)) for layer in layers])
+
+
+@torch.inference_mode()
+def pass_seconds(layers: list, inputs: list[torch.Tensor], repeats: int = REPEATS) -> float:
+    """The median time of a pass of ``inputs`` through ``layers`` (one input each), after
+    one pass to warm up."""
     for layer, x in zip(layers, inputs):
         layer(x)
     runs = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         began = time.perf_counter()
         for layer, x in zip(layers, inputs):
             layer(x)
