@@ -93,9 +93,9 @@ class Window:
     def unheard(self, words: Sequence[TimedWord]) -> tuple[Piece, ...]:
         """The pieces that ``words`` (window time) barely reached: fewer words than
         ``MIN_WORDS_PER_S`` for each second of the piece's speech (``MIN_SKIPPED_S`` of
-        it at least). None when the words
-        reach no piece (a window with no words is silence, not a decoder that skipped)
-        or the window is one piece (it was decoded alone).
+        it at least). None when the words reach no piece (a window with no words is
+        silence, not a decoder that skipped) or the window is one piece (it was decoded
+        alone).
 
         Whisper sometimes ends a dense 30 s window early, or jumps from its first words
         to its last sentence: the pieces it skipped are decoded again, each alone."""

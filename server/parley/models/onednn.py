@@ -73,11 +73,10 @@ def faster_linears(stack: torch.nn.Module, rows: int) -> bool:
     ]
     if not places:
         return False
-    replacements = [OneDnnLinear(child, rows) for _, _, child in places]
     first = set(layers[0].modules())
-    timed = [i for i, (parent, _, _) in enumerate(places) if parent in first] or [0]
-    mkl = _seconds([places[i][2] for i in timed], rows)
-    onednn = _seconds([replacements[i] for i in timed], rows)
+    timed = [child for parent, _, child in places if parent in first] or [places[0][2]]
+    mkl = _seconds(timed, rows)
+    onednn = _seconds([OneDnnLinear(child, rows) for child in timed], rows)
     log.debug(
         "%s linears, %d rows: torch %.2f ms, oneDNN %.2f ms",
         type(stack).__name__,
@@ -87,8 +86,9 @@ def faster_linears(stack: torch.nn.Module, rows: int) -> bool:
     )
     if onednn >= mkl:
         return False
-    for (parent, name, _), replacement in zip(places, replacements):
-        setattr(parent, name, replacement)
+    # Reordered only now: where torch is kept, the weights are not copied at all.
+    for parent, name, child in places:
+        setattr(parent, name, OneDnnLinear(child, rows))
     return True
 
 

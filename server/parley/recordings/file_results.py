@@ -80,7 +80,7 @@ def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
 
 def finals_of(
     results: list[tuple[Window, Transcription]],
-    segments: Mapping[int, SegmentClosed],
+    reasons: dict[int, CloseReason],
     speakers: TimelineSnapshot | None,
     timing: WordTimingConfig,
     decoding: StreamDecoding,
@@ -105,7 +105,6 @@ def finals_of(
             spans = trim_to_speech([(w.start, w.end) for w in words], speech, timing)
             words = [TimedWord(w.word, a, b, w.probability) for w, (a, b) in zip(words, spans)]
         runs = _speaker_runs(words, speakers, names or {})
-        segment = segments[piece.segment_id]
         for i, (run, label) in enumerate(runs):
             first, last = i == 0, i == len(runs) - 1
             alone = len(window.pieces) == 1 and len(runs) == 1
@@ -124,12 +123,14 @@ def finals_of(
             finals.append(
                 Final(
                     len(finals),
-                    segment.start if first else run[0].start,
-                    segment.end if last else run[-1].end,
+                    piece.start if first else run[0].start,
+                    piece.end if last else run[-1].end,
                     decoding.text(result.text, labelled)
                     if alone
                     else " ".join(w.word for w in labelled),
-                    FinalReason(segment.reason.value) if last else FinalReason.SPEAKER_CHANGE,
+                    FinalReason(reasons[piece.segment_id].value)
+                    if last
+                    else FinalReason.SPEAKER_CHANGE,
                     labelled,
                     label,
                     **decoding.language_fields(result),

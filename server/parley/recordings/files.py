@@ -247,7 +247,7 @@ class FileJobs:
         )
         finals = finals_of(
             results,
-            {s.segment_id: s for s in segments},
+            {s.segment_id: s.reason for s in segments},
             snapshot,
             self.word_timing,
             decoding,
