@@ -49,7 +49,7 @@ def diarize(models, audio, config=None, spy=None, phase_s=0.0):
     diarizer = StreamDiarizer(models, config or DiarizationConfig())
     if spy is not None:
         assign = diarizer.clustering.assign
-        diarizer.clustering.assign = lambda local: spy(assign(local)) or spy.last
+        diarizer.clustering.assign = lambda local, held=None: spy(assign(local, held)) or spy.last
     diarizer.replay(audio, phase_s)
     snapshot = diarizer.timeline.snapshot(diarizer.clustering.aliases())
     hypothesis = Annotation()

@@ -158,6 +158,13 @@ class DiarizationSettings(BaseModel):
         description="a younger speaker change, at least this old, cuts a final when two "
         "diarization steps in a row read it at the same place (0: never)",
     )
+    busy_reembed_s: float = Field(
+        _DIARIZATION.busy_reembed_s,
+        ge=0.0,
+        le=10.0,
+        description="after a skipped step, a speaker continuing from the window before is "
+        "embedded again only once heard alone this long since its last embedding (0: always)",
+    )
     max_speakers: int = Field(_CLUSTERING.max_speakers, ge=1, le=64)
     new_speaker_distance: float = Field(
         _CLUSTERING.new_speaker_distance,
@@ -221,6 +228,7 @@ class DiarizationSettings(BaseModel):
             step_s=self.step_s,
             latency_s=self.latency_s,
             closing_s=self.closing_s,
+            busy_reembed_s=self.busy_reembed_s,
             clustering=ClusteringConfig(
                 max_speakers=self.max_speakers,
                 new_speaker_distance=self.new_speaker_distance,

@@ -26,6 +26,7 @@ first half second, a noisy recording, steps skipped under load):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,24 +145,37 @@ class OnlineClustering:
     def centroids(self, speakers: list[int]) -> np.ndarray:
         return _normalise(np.stack([self._sums[i] for i in speakers]))
 
-    def assign(self, local: LocalSpeakers) -> list[int | None]:
+    def assign(
+        self, local: LocalSpeakers, carried: Mapping[int, int] | None = None
+    ) -> list[int | None]:
         """Global speaker index for each local speaker (None: inactive, no embedding, or too
-        little evidence to found a speaker)."""
+        little evidence to found a speaker). ``carried``: local speakers that keep a global
+        speaker from the window before, unembedded (``speaker_carry``): they are heard,
+        and nobody else here is linked to their speakers."""
         config = self.config
+        kept = {s: self._root(g) for s, g in (carried or {}).items()}
         usable = [
             i
             for i in range(len(local.embeddings))
-            if local.peak_activity[i] >= config.active_threshold
+            if i not in kept
+            and local.peak_activity[i] >= config.active_threshold
             and not np.isnan(local.embeddings[i]).any()
         ]
-        result: list[int | None] = [None] * len(local.embeddings)
-        if not usable:
+        result: list[int | None] = [kept.get(i) for i in range(len(local.embeddings))]
+        if not usable and not kept:
             return result
-        vectors = _normalise(local.embeddings[usable])
-        live = self._live()
+        for index, heard in kept.items():  # heard, so counted toward its next sample too
+            self._evidence[heard] += float(local.fresh_alone_s[index])
+            self._since_sample[heard] += float(local.fresh_alone_s[index])
+            self._last_heard[heard] = self._windows
+            vector = local.embeddings[index]
+            if local.alone_s[index] >= config.min_update_s and not np.isnan(vector).any():
+                self._sums[heard] = self._sums[heard] + _normalise(vector)
+        vectors = _normalise(local.embeddings[usable]) if usable else np.zeros((0, 0))
+        live = [g for g in self._live() if g not in kept.values()]
         matched: dict[int, int] = {}
         distances = None
-        if live:
+        if live and usable:
             distances = 1.0 - vectors @ self.centroids(live).T
             rows, cols = linear_sum_assignment(distances)
             matched = {
@@ -169,7 +183,7 @@ class OnlineClustering:
                 for r, c in zip(rows, cols)
                 if distances[r, c] <= config.new_speaker_distance
             }
-        room = config.max_speakers - len(live)
+        room = config.max_speakers - len(self._live())
         for row, index in enumerate(usable):
             strong = local.alone_s[index] >= config.min_new_speaker_s
             if row in matched:
@@ -289,17 +303,16 @@ class OnlineClustering:
             self._voices[newer] = []  # the older's own samples stay its voice's
             self._merged_into[newer] = older
 
+    def _root(self, speaker: int) -> int:
+        while (into := self._merged_into[speaker]) is not None:
+            speaker = into
+        return speaker
+
     def voices(self) -> tuple[int, ...]:
         """Who each global speaker is, as far as the linking knows: the speaker it was
         merged into, else itself, confirmed or not (a newcomer is a voice of its own
         before it has been heard long enough to be shown)."""
-        out: list[int] = []
-        for speaker in range(len(self._sums)):
-            root = speaker
-            while (into := self._merged_into[root]) is not None:
-                root = into
-            out.append(root)
-        return tuple(out)
+        return tuple(self._root(speaker) for speaker in range(len(self._sums)))
 
     def aliases(self) -> tuple[int, ...]:
         """Who each global speaker is shown as: itself once confirmed; the speaker it was

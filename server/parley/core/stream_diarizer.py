@@ -3,8 +3,10 @@
 Each step takes the latest window of audio and runs: segmentation (local speaker
 activity, from the models) → embedding selection (``speaker_masks``) → embeddings
 (the models) → assignment and clustering (``speakers``) → aggregation into the
-rolling timeline (``speaker_timeline``). Thresholds live in the configs here; the
-tensor work lives behind the ``SpeakerModel`` protocol in ``parley.models``.
+rolling timeline (``speaker_timeline``). A thinned step (under load) embeds only the
+local speakers that do not continue one of the window before (``speaker_carry``).
+Thresholds live in the configs here; the tensor work lives behind the ``SpeakerModel``
+protocol in ``parley.models``.
 ``observe_recording`` takes the same windows over a whole recording, for
 ``recording_speakers`` to cluster at once.
 """
@@ -19,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
+from parley.core.speaker_carry import LinkedWindow, carried
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_masks import FrameGrid, SpeakerFrames
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
@@ -51,6 +54,10 @@ class DiarizationConfig:
     active_probability: float = 0.5  # segmentation probability of a local speaker speaking
     min_alone_s: float = 0.5  # seconds alone to embed a speaker from those frames only
     min_window_s: float = 0.5  # shorter windows are not segmented
+    # In a thinned step (a session's next after one skipped under load), a local speaker
+    # that continues one of the window before keeps its link unembedded until heard
+    # alone this long since its last embedding (speaker_carry; 0: never thinned).
+    busy_reembed_s: float = 1.0
     clustering: ClusteringConfig = field(default_factory=ClusteringConfig)
     turns: TurnConfig = field(default_factory=TurnConfig)
 
@@ -104,6 +111,7 @@ class StreamDiarizer:
         self.timeline = SpeakerTimeline(models.grid.step, config.latency_s)
         self._seen_until = 0.0  # stream time up to which earlier windows heard the audio
         self._kept: deque[WindowSpeakers] = deque()  # for the closing relabel, oldest first
+        self._linked: LinkedWindow | None = None  # the last window linked, for the carry
 
     def step(
         self,
@@ -112,22 +120,29 @@ class StreamDiarizer:
         now: float,
         final: bool = False,
         activity: np.ndarray | None = None,
+        thin: bool = False,
     ) -> TimelineSnapshot:
         """Add the window that ends at ``now`` (if long enough), settle what is older than
         the latency (everything, if ``final``), and return the timeline as it stands.
         ``activity``: the window's segmentation, where it was already computed (the
-        diarization thread segments the due windows of all sessions in one pass)."""
+        diarization thread segments the due windows of all sessions in one pass).
+        ``thin``: embed only the local speakers not carried over (``speaker_carry``), as
+        a busy server does."""
         if self.segments(window):
-            observed = self.observe(window, window_start, activity)
-            self.link(observed)
-            self._keep(observed)
+            self.link(self.observe(window, window_start, activity, thin), thin)
         self.timeline.advance(now, final=final)
         return self.timeline.snapshot(self.clustering.aliases(), self.clustering.voices())
+
+    def _keeps(self, start: float) -> bool:
+        """Whether the window starting at ``start`` will be kept for the closing relabel."""
+        return self.config.closing_s > 0 and (
+            not self._kept or start >= self._kept[-1].start + CLOSING_STEP_S
+        )
 
     def _keep(self, window: WindowSpeakers) -> None:
         """Keep one window every CLOSING_STEP_S, of the last ``closing_s``."""
         span = self.config.closing_s
-        if span <= 0 or (self._kept and window.start < self._kept[-1].start + CLOSING_STEP_S):
+        if not self._keeps(window.start):
             return
         compact = WindowSpeakers(  # half the memory: about 10 MB a stream-hour
             window.start,
@@ -169,10 +184,15 @@ class StreamDiarizer:
         return len(window) >= self.config.min_window_s * SAMPLE_RATE
 
     def observe(
-        self, window: np.ndarray, window_start: float, activity: np.ndarray | None = None
+        self,
+        window: np.ndarray,
+        window_start: float,
+        activity: np.ndarray | None = None,
+        thin: bool = False,
     ) -> WindowSpeakers:
         """The models' part of a step: the window's local speakers (segmentation, unless
-        given, then embeddings from the frames each speaks alone)."""
+        given, then embeddings from the frames each speaks alone; ``thin``: not of
+        those carried over, whose rows are NaN)."""
         config, grid = self.config, self._models.grid
         if activity is None:
             activity = self._models.segment([window])[0]
@@ -181,24 +201,66 @@ class StreamDiarizer:
         window_end = window_start + len(window) / SAMPLE_RATE
         fresh_from = max(0, int((self._seen_until - window_start - grid.start) / grid.step))
         self._seen_until = max(self._seen_until, window_end)
+        fresh_alone_s = frames.alone_seconds(grid, fresh_from)
+        for s in self._carried(window_start + grid.start, activity, fresh_alone_s, thin):
+            masks[s] = False  # linked as before: not embedded
         local = LocalSpeakers(
             self._models.embed(window, masks),
             activity.max(axis=0),
             frames.alone_seconds(grid),
-            frames.alone_seconds(grid, fresh_from),
+            fresh_alone_s,
         )
         return WindowSpeakers(window_start + grid.start, activity, local)
 
-    def link(self, window: WindowSpeakers) -> None:
-        """The numbers' part of a step: link the window's speakers to the stream's, and
-        add their activity to the timeline."""
-        mapping = self.clustering.assign(window.local)
+    def _carried(
+        self, start: float, activity: np.ndarray, fresh_alone_s: np.ndarray, thin: bool
+    ) -> dict[int, int]:
+        """The local speakers that keep the last window's link (``speaker_carry``): none in
+        a step not thinned, nor in a window kept for the closing relabel, which clusters
+        the embeddings of its own audio."""
+        if not thin or self._keeps(start):
+            return {}
+        return carried(
+            self._linked,
+            start,
+            activity > self.config.active_probability,
+            fresh_alone_s,
+            self._models.grid.step,
+            self.config.busy_reembed_s,
+        )
+
+    def link(self, window: WindowSpeakers, thin: bool = False) -> None:
+        """The numbers' part of a step: link the window's speakers to the stream's, add
+        their activity to the timeline, and keep the window if the closing relabel is due
+        one (``thin``: as ``observe`` was)."""
+        local, previous = window.local, self._linked
+        carry = self._carried(window.start, window.activity, local.fresh_alone_s, thin)
+        embeddings = local.embeddings.copy()
+        unembedded = np.zeros(len(embeddings))
+        if previous is not None:
+            for s, p in carry.items():
+                embeddings[s] = previous.embeddings[p]
+                unembedded[s] = previous.unembedded_s[p] + local.fresh_alone_s[s]
+        held = {
+            s: speaker
+            for s, p in carry.items()
+            if previous is not None and (speaker := previous.speakers[p]) is not None
+        }
+        mapping = self.clustering.assign(replace(local, embeddings=embeddings), held)
+        self._linked = LinkedWindow(
+            window.start,
+            window.activity > self.config.active_probability,
+            tuple(mapping),
+            tuple(unembedded),
+            embeddings,
+        )
         activity = window.activity
         global_activity = np.zeros((len(activity), self.clustering.size))
         for s, g in enumerate(mapping):
             if g is not None:
                 global_activity[:, g] = np.maximum(global_activity[:, g], activity[:, s])
         self.timeline.add_window(window.start, global_activity)
+        self._keep(window)  # never a thinned one (_carried)
 
 
 def observe_recording(

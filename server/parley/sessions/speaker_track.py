@@ -45,6 +45,7 @@ class SpeakerTrack:
         self._ring = AudioRing(self._window)
         self._since_step = 0
         self._pending: concurrent.futures.Future | None = None
+        self._skipped = False  # a step was skipped since the last one started: thin the next
         self._snapshot = TimelineSnapshot((), 0.0, 0)  # as applied to the messages sent
         self._newest = self._snapshot  # the newest finished step's, for cutting at a turn
         self._no_change_in: tuple[TimelineSnapshot, float] | None = None  # checked, none
@@ -64,6 +65,8 @@ class SpeakerTrack:
         A step may be skipped while the previous one runs, because the next window still
         covers its audio; once skipping would leave audio that no window sees, this waits
         for the running step instead (back-pressure, as for ASR), so nothing goes unseen.
+        The step after a skipped one is thinned (``StreamDiarizer.step``): a session
+        whose steps fall behind embeds only what the window before did not cover.
         """
         started = []
         for offset in range(0, len(samples), self._step):
@@ -74,6 +77,7 @@ class SpeakerTrack:
                 continue
             if self._pending is not None and not self._pending.done():
                 if self._since_step + self._step <= self._window:
+                    self._skipped = True
                     continue  # the next window still covers this audio
             started.append(await self._step_now())
         return started
@@ -94,9 +98,14 @@ class SpeakerTrack:
         unseen = self._since_step > 0 or not final
         window = self._ring.latest(self._window) if unseen else np.zeros(0, np.float32)
         future = await self._worker.submit(
-            self._diarizer, window, now - len(window) / SAMPLE_RATE, now, final=final
+            self._diarizer,
+            window,
+            now - len(window) / SAMPLE_RATE,
+            now,
+            final=final,
+            thin=self._skipped,
         )
-        self._since_step = 0
+        self._since_step, self._skipped = 0, False
         self._pending = future
         return future
 

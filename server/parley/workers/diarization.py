@@ -52,6 +52,7 @@ class _Job:
     window_start: float
     now: float
     final: bool
+    thin: bool
     future: concurrent.futures.Future
 
 
@@ -110,11 +111,12 @@ class DiarizationWorker:
         window_start: float,
         now: float,
         final: bool = False,
+        thin: bool = False,
     ) -> concurrent.futures.Future:
-        """Queue one step; waits while the queue is full (each session has at most one
-        step queued, so the wait is short)."""
+        """Queue one step (``thin``: see ``StreamDiarizer.step``); waits while the queue is
+        full (each session has at most one step queued, so the wait is short)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        job = _Job(diarizer, window, window_start, now, final, future)
+        job = _Job(diarizer, window, window_start, now, final, thin, future)
         try:
             self._queue.put_nowait(job)
         except queue.Full:
@@ -172,7 +174,12 @@ class DiarizationWorker:
             began = time.perf_counter()
             try:
                 snapshot = job.diarizer.step(
-                    job.window, job.window_start, job.now, job.final, activity_of.get(id(job))
+                    job.window,
+                    job.window_start,
+                    job.now,
+                    job.final,
+                    activity_of.get(id(job)),
+                    job.thin,
                 )
                 if job.final and job.diarizer.config.closing_s > 0:
                     closing = closing_timeline(job.diarizer)
