@@ -14,6 +14,8 @@ against the known turns with pyannote.metrics (0.25 s collar, overlap scored):
 ``--closing`` what a client keeps once a stream has ended (its closing relabel, or the
 live labels of a stream too short for one). ``--cuts 2 2+1`` scores where and how soon
 finals are cut at speaker changes instead, under each cut rule given (``cut_rule``).
+``--set thin=1`` thins every step, as a server behind on every step would
+(``core/speaker_carry.py``).
 
 This scores the speaker timeline itself (who spoke when, frame by frame), which the
 finals' word labels are read from; ``bench/diarization.py --devset`` scores the words
@@ -58,13 +60,23 @@ def _load(threads: int) -> None:
     _MODELS = load_speaker_models("bundle", Settings().models_dir, torch.device("cpu"))
 
 
+# Fields of the diarization config itself that --set may override; every other key is
+# a field of its ``clustering`` (or, with --recording and --closing, of the recording's),
+# but for ``thin=1``: every step thinned, as a server behind on every step thins them.
+STREAM_FIELDS = ("busy_reembed_s",)
+
+
 def config_with(overrides: dict[str, str]):
-    """The server's default diarization config, with ``clustering`` fields overridden."""
+    """The server's default diarization config, with ``clustering`` fields (and
+    STREAM_FIELDS) overridden."""
     from parley.config import DiarizationSettings
 
     config = DiarizationSettings().to_config()
     clustering = config.clustering
     for key, value in overrides.items():
+        if key in STREAM_FIELDS:
+            config = replace(config, **{key: type(getattr(config, key))(value)})
+            continue
         kind = type(getattr(clustering, key))
         clustering = replace(clustering, **{key: kind(value)})
     return replace(config, clustering=clustering)
@@ -182,6 +194,8 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
     from parley.core.stream_diarizer import StreamDiarizer
 
     split, kind, speakers, index, overrides = job
+    overrides = dict(overrides)
+    thin = overrides.pop("thin", "0") == "1"
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
     diarizer = StreamDiarizer(_MODELS, config_with(overrides))
@@ -190,7 +204,7 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
     shown: dict[tuple[float, float, int], int] = {}  # settled turn → speaker shown then
     for window, _, now in diarizer.windows(recording.audio):
         if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
-            diarizer.link(next(windows))
+            diarizer.link(next(windows), thin)
         diarizer.timeline.advance(now)
         _label_settled(diarizer, shown)
     diarizer.timeline.advance(recording.duration, final=True)
@@ -203,7 +217,7 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
     return row
 
 
-def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
+def _score_recording(job: tuple[str, str, int, int, dict], windows: list | None = None) -> dict:
     """Whole-recording clustering (what a file upload gets) over the cached windows, one
     in every ``RECORDING_STRIDE`` (the file pipeline's step); ``overrides``: fields of
     ``RecordingClustering``, ``stride=N`` (``neighbours`` scaled to it, as the server
@@ -215,14 +229,16 @@ def _score_recording(job: tuple[str, str, int, int, dict]) -> dict:
     overrides = dict(overrides)
     oracle = overrides.pop("oracle_count", "") == "1"
     stride = int(overrides.pop("stride", RECORDING_STRIDE))
+    step_s = float(overrides.pop("step_s", stride * LIVE_STEP_S))  # between the windows
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
+    windows = cached["windows"] if windows is None else windows
     count = SpeakerCount(exactly=speakers) if oracle else SpeakerCount()
     defaults = RecordingClustering()
     config = RecordingClustering(**{k: type(getattr(defaults, k))(v) for k, v in overrides.items()})
     if "neighbours" not in overrides:
-        config = config.for_step(stride * LIVE_STEP_S)
-    snapshot = diarize_windows(cached["windows"][::stride], _MODELS.grid.step, config, count)
+        config = config.for_step(step_s)
+    snapshot = diarize_windows(windows[::stride], _MODELS.grid.step, config, count)
     turns = [(t.start, t.end, t.speaker) for t in snapshot.turns]
     return _scored(
         recording,
@@ -238,19 +254,29 @@ def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
     windows a stream keeps, one every ``CLOSING_STEP_S``, clustered at once), or the live
     labels where the stream was too short for one."""
     from parley.core.recording_speakers import CLOSING_MIN_S
-    from parley.core.stream_diarizer import CLOSING_STEP_S
+    from parley.core.stream_diarizer import CLOSING_STEP_S, StreamDiarizer
 
     split, kind, speakers, index, overrides = job
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
     overrides = {"stride": str(round(CLOSING_STEP_S / LIVE_STEP_S)), **overrides}
     stride = int(overrides["stride"])
+    live = {k: overrides.pop(k) for k in (*STREAM_FIELDS, "thin") if k in overrides}
     if len(cached["windows"][::stride]) * stride * LIVE_STEP_S >= CLOSING_MIN_S:
-        return _score_recording((split, kind, speakers, index, overrides))
+        if stride != round(CLOSING_STEP_S / LIVE_STEP_S):
+            return _score_recording((split, kind, speakers, index, overrides))
+        # The windows the live linking keeps for the relabel, as a server keeps them.
+        thin = live.pop("thin", "0") == "1"
+        diarizer = StreamDiarizer(_MODELS, config_with(live))
+        for window in cached["windows"]:
+            diarizer.link(window, thin)
+        kept = diarizer.kept_windows
+        overrides = {**overrides, "stride": "1", "step_s": str(CLOSING_STEP_S)}
+        return _score_recording((split, kind, speakers, index, overrides), kept)
     # Too short: the live labels (the overrides are the closing clustering's, not theirs).
     if overrides.get("oracle_count") == "1":  # the count given caps the live linking
-        return _score((split, kind, speakers, index, {"max_speakers": str(speakers)}))
-    return _score((split, kind, speakers, index, {}))
+        return _score((split, kind, speakers, index, {"max_speakers": str(speakers), **live}))
+    return _score((split, kind, speakers, index, live))
 
 
 # A pause this long ends the VAD's segment: no change cut is needed there.
@@ -401,12 +427,13 @@ def report_cuts(rows: list[dict], splits: list[str], rules: list[str], label: st
     print(f"wrote {write_json('speaker-cuts', {'label': label, 'summary': summary, 'rows': rows})}")
 
 
-# (name, threads, segmentation batch): one step at a time on one thread (the server
-# before), then each change added in turn.
+# (name, threads, segmentation batch, every step thinned as after a skipped one): one
+# step at a time on one thread (the server before), then each change added in turn.
 SPEED_VARIANTS = (
-    ("one thread, one step at a time", 1, 1),
-    ("+ due steps segmented together (up to 4)", 1, 4),
-    ("+ two threads", 2, 4),
+    ("one thread, one step at a time", 1, 1, False),
+    ("+ due steps segmented together (up to 4)", 1, 4, False),
+    ("+ two threads", 2, 4, False),
+    ("+ every step thinned", 2, 4, True),
 )
 
 
@@ -425,7 +452,7 @@ def speed(jobs: list[tuple], label: str) -> list[dict]:
     audios = [make(*job[:4]).audio[: 40 * SAMPLE_RATE] for job in jobs]
     counter = _EmbeddingCounter(_MODELS)
 
-    async def run(threads: int, batch: int) -> dict:
+    async def run(threads: int, batch: int, thin: bool) -> dict:
         config = DiarizationSettings().to_config()
         worker = DiarizationWorker(
             counter,
@@ -439,7 +466,8 @@ def speed(jobs: list[tuple], label: str) -> list[dict]:
         async def session(audio: np.ndarray) -> None:
             diarizer = worker.new_stream()
             for window, start, now in diarizer.windows(audio):
-                await asyncio.wrap_future(await worker.submit(diarizer, window, start, now))
+                step = await worker.submit(diarizer, window, start, now, thin=thin)
+                await asyncio.wrap_future(step)
 
         counter.embedded = 0
         began = time.perf_counter()
@@ -450,8 +478,8 @@ def speed(jobs: list[tuple], label: str) -> list[dict]:
         return {"steps": steps, "seconds": spent, "embeddings_per_step": counter.embedded / steps}
 
     rows = []
-    for name, threads, batch in SPEED_VARIANTS:
-        measured = asyncio.run(run(threads, batch))
+    for name, threads, batch, thin in SPEED_VARIANTS:
+        measured = asyncio.run(run(threads, batch, thin))
         per_second = measured["steps"] / measured["seconds"]
         rows.append(
             {
