@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parley.core.asr import MAX_DRAFT, MAX_ROWS, ComputeType
 from parley.core.audio import MAX_SEGMENT_S
-from parley.core.policy import PARTIAL_INTERVAL_S, PartialPacing
+from parley.core.policy import PARTIAL_INTERVAL_S, SHORT_FINALS_BUSY, PartialPacing
 from parley.core.speakers import ClusteringConfig
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.core.turns import TurnConfig
@@ -104,6 +104,13 @@ class AsrSettings(BaseModel):
         False,
         description="finals and recordings' windows over such short windows too: about "
         "twice the streams on a CPU, but words move, some clips read worse (bench/README)",
+    )
+    short_finals_busy: float = Field(
+        SHORT_FINALS_BUSY,
+        ge=0.0,
+        le=1.0,
+        description="live finals take short windows too once finals alone have kept the "
+        "ASR thread this busy over the last 10 s (1: never)",
     )
     max_batch: int = Field(
         MAX_ROWS,

@@ -59,6 +59,7 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
         asr.queue_size,
         target_busy=asr.target_busy,
         short_finals=asr.short_final_windows,
+        short_finals_busy=asr.short_finals_busy,
         on_thread_start=lambda: set_threads(threads),
     )
     return scheduler, AsrService(scheduler, settings.asr.model)

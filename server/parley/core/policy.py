@@ -9,6 +9,8 @@
   final's encoder pass holds them up.
 - ``PartialPacing``: how often each stream may have a partial, so that partials use
   only the time finals leave over, shared evenly among the streams that want them.
+- ``SHORT_FINALS_BUSY``: when live finals too take encoder windows as long as their
+  clip, not whole 30 s ones (never, unless a server is told a busy fraction).
 """
 
 from __future__ import annotations
@@ -93,6 +95,15 @@ def finish_decoding_first(remaining_seconds: Sequence[float], encoder_seconds: f
     pass would hold each of them up (shortest remaining work first, by Smith's rule)."""
     return bool(remaining_seconds) and max(remaining_seconds) <= encoder_seconds
 
+
+# Live finals may take short encoder windows once finals alone have kept the ASR thread
+# this busy over the last load window (asr.short_finals_busy; 1.0: never, the default).
+# Not by default: one client streaming faster than real time keeps the thread as busy as
+# many real-time streams, and its finals would read worse for no one's sake. Servers of
+# many real-time streams set about 0.3, well under partials' 0.8: finals that switch
+# back to whole windows at once fall behind again before the load window sees it
+# (bench/README.md, "Serving capacity with speaker labels").
+SHORT_FINALS_BUSY = 1.0
 
 # Seconds between a stream's partials while the worker has time (the configured pace;
 # PartialPacing stretches it under load).

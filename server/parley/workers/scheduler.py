@@ -41,7 +41,7 @@ from dataclasses import replace
 from parley.core.asr import AsrRequest, Transcriber
 from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.load import LoadLedger
-from parley.core.policy import PartialPacing
+from parley.core.policy import SHORT_FINALS_BUSY, PartialPacing
 from parley.workers.calibration import calibrate
 from parley.workers.decode_job import Job
 from parley.workers.decode_rounds import STOP, DecodeRounds
@@ -64,6 +64,7 @@ class AsrScheduler:
         *,
         target_busy: float = PartialPacing.target_busy,
         short_finals: bool = False,
+        short_finals_busy: float = SHORT_FINALS_BUSY,
         on_thread_start: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ):
@@ -75,6 +76,10 @@ class AsrScheduler:
         # Finals and recordings' windows over the engine's short encoder windows too, not
         # only partials (models/encoder.py): cheaper, and their words move (bench/README).
         self.short_finals = short_finals
+        # Live finals over short windows once finals alone keep the thread this busy (of
+        # the last LOAD_WINDOW_S): under load they would fall behind over whole windows.
+        # 1.0: never (a fraction of one thread's time reaches it only when always busy).
+        self.short_finals_busy = short_finals_busy
         self.stats = SchedulerStats()
         self._clock = clock
         self._on_thread_start = on_thread_start
@@ -162,10 +167,14 @@ class AsrScheduler:
         return self._rounds.ledger.load.busy.rate(self._clock())
 
     async def submit_final(self, request: AsrRequest) -> concurrent.futures.Future:
-        """Queue a final; waits while ``capacity`` requests are in flight."""
+        """Queue a final (over a short window when ``short_finals`` or finals keep the
+        thread ``short_finals_busy``); waits while ``capacity`` requests are in flight."""
         assert self._slots is not None, "start() the scheduler first"
         await self._slots.acquire()
         self._finals_submitted += 1
+        finals_busy = self._rounds.ledger.load.finals.rate(self._clock())
+        if self.short_finals_busy < 1.0 and finals_busy >= self.short_finals_busy:
+            return self._enqueue(request, final=True)
         return self._enqueue(self._windowed(request), final=True)
 
     async def try_submit_partial(self, request: AsrRequest) -> concurrent.futures.Future | None:
