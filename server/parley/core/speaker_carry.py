@@ -2,8 +2,8 @@
 
 A stream's windows are 5 s long and 0.5 s apart, so most of a window's local speaker
 is the same speech as one of the window before, and embedding it again hardly moves
-its embedding, yet embedding is most of a step's cost (CAM++: 44 of 61 ms a step on
-bench/devset.py's meetings, one core). A local speaker keeps the previous window's
+its embedding, yet embedding is most of a step's cost (bench/README.md, "Thinned
+steps under load"). A local speaker keeps the previous window's
 link, unembedded, when its active frames over the two windows' shared stretch match
 one linked local speaker's there, and it has been heard alone for less than
 ``reembed_s`` of new audio since it was last embedded; otherwise it is embedded and
