@@ -235,24 +235,23 @@ class StreamDiarizer:
         one (``thin``: as ``observe`` was)."""
         local, previous = window.local, self._linked
         carry = self._carried(window.start, window.activity, local.fresh_alone_s, thin)
-        embeddings = local.embeddings.copy()
-        unembedded = np.zeros(len(embeddings))
-        if previous is not None:
+        unembedded = np.zeros(len(local.embeddings))
+        held: dict[int, int] = {}  # carried local speaker → the global speaker it keeps
+        if carry and previous is not None:  # a step not thinned copies nothing
+            embeddings = local.embeddings.copy()
             for s, p in carry.items():
                 embeddings[s] = previous.embeddings[p]
                 unembedded[s] = previous.unembedded_s[p] + local.fresh_alone_s[s]
-        held = {
-            s: speaker
-            for s, p in carry.items()
-            if previous is not None and (speaker := previous.speakers[p]) is not None
-        }
-        mapping = self.clustering.assign(replace(local, embeddings=embeddings), held)
+                if (speaker := previous.speakers[p]) is not None:  # always: carried if linked
+                    held[s] = speaker
+            local = replace(local, embeddings=embeddings)
+        mapping = self.clustering.assign(local, held)
         self._linked = LinkedWindow(
             window.start,
             window.activity > self.config.active_probability,
             tuple(mapping),
             tuple(unembedded),
-            embeddings,
+            local.embeddings,
         )
         activity = window.activity
         global_activity = np.zeros((len(activity), self.clustering.size))

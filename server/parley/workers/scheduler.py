@@ -172,10 +172,7 @@ class AsrScheduler:
         assert self._slots is not None, "start() the scheduler first"
         await self._slots.acquire()
         self._finals_submitted += 1
-        finals_busy = self._rounds.ledger.load.finals.rate(self._clock())
-        if self.short_finals_busy < 1.0 and finals_busy >= self.short_finals_busy:
-            return self._enqueue(request, final=True)
-        return self._enqueue(self._windowed(request), final=True)
+        return self._enqueue(self._final_windowed(request), final=True)
 
     async def try_submit_partial(self, request: AsrRequest) -> concurrent.futures.Future | None:
         """Queue a partial if it cannot delay a final: none waits, and half the room is
@@ -214,6 +211,14 @@ class AsrScheduler:
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._inbox.put(Job(self._windowed(request), future, False, self._clock(), owner=owner))
         return future
+
+    def _final_windowed(self, request: AsrRequest) -> AsrRequest:
+        """A live final's request: over a short window once finals keep the thread
+        ``short_finals_busy``, else as ``_windowed`` says."""
+        finals_busy = self._rounds.ledger.load.finals.rate(self._clock())
+        if self.short_finals_busy < 1.0 and finals_busy >= self.short_finals_busy:
+            return request
+        return self._windowed(request)
 
     def _windowed(self, request: AsrRequest) -> AsrRequest:
         """A final's or recording's request: over a whole window unless ``short_finals``."""
