@@ -99,6 +99,7 @@ class FakeEngine:
         self._fail = fail
         self.in_flight: list[FakeDecode] = []
         self.step_sizes: list[int] = []  # rows in each step, in order
+        self.whole_windows: list[bool] = []  # whether each request started asked for one
         # Set by every step: a test waits on it for "a decode is under way", not a sleep.
         self.stepped = threading.Event()
 
@@ -127,6 +128,7 @@ class FakeEngine:
         if len(self.in_flight) + len(requests) > self.max_rows:
             raise RuntimeError(f"the engine holds {self.max_rows} rows")
         time.sleep(self.encode_s * len(requests))
+        self.whole_windows.extend(r.whole_window for r in requests)
         decodes = [FakeDecode(r, hear(r.audio)) for r in requests]
         self.in_flight.extend(decodes)
         return decodes

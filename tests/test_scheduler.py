@@ -400,25 +400,18 @@ async def test_a_final_of_uncertain_language_is_decoded_in_the_runner_up_too(spe
     assert preview.language == "en" and scheduler.stats.second_attempts == 1
 
 
-class RecordsWindows(FakeEngine):
-    """Records whether each request it starts asks for a whole window."""
-
-    def __init__(self, **options):
-        super().__init__(**options)
-        self.whole: list[bool] = []
-
-    def start(self, requests):
-        self.whole.extend(r.whole_window for r in requests)
-        return super().start(requests)
-
-
-@pytest.mark.parametrize("busy, expected", [(1.0, [True, True]), (0.01, [True, False])])
-async def test_finals_take_short_windows_once_finals_keep_the_thread_busy(speech, busy, expected):
-    """A final asks for a whole window while finals have kept the thread less busy than
-    ``short_finals_busy``; once a 0.2 s final has kept it busier, the next asks for a
-    short one."""
-    engine = RecordsWindows(encode_s=0.2)
+@pytest.mark.parametrize(
+    "busy, realtime, expected",
+    [(1.0, True, [True, True]), (0.01, True, [True, False]), (0.01, False, [True, True])],
+)
+async def test_finals_take_short_windows_once_finals_keep_the_thread_busy(
+    speech, busy, realtime, expected
+):
+    """A real-time client's final asks for a whole window while finals have kept the
+    thread less busy than ``short_finals_busy``; once a 0.2 s final has kept it busier,
+    the next asks for a short one. A faster client's finals keep whole windows."""
+    engine = FakeEngine(encode_s=0.2)
     async with running(engine, 4, short_finals_busy=busy) as scheduler:
         for clip in speech[:2]:
-            await results_of([await scheduler.submit_final(AsrRequest(clip))])
-    assert engine.whole[-2:] == expected
+            await results_of([await scheduler.submit_final(AsrRequest(clip), realtime)])
+    assert engine.whole_windows[-2:] == expected

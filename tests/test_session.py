@@ -18,6 +18,7 @@ from parley.protocol.messages import (
     SpeechStarted,
     StreamConfig,
 )
+from parley.sessions.arrivals import ARRIVALS_KEPT, Arrivals
 from parley.sessions.session import Session
 from parley.sessions.session_options import SessionOptions
 from parley.workers.scheduler import AsrScheduler
@@ -143,3 +144,69 @@ async def test_two_sessions_share_a_worker_without_mixing(worker):
     for audio, got in ((a, got_a), (b, got_b)):
         finals = [m for m in got if isinstance(m, Final)]
         assert finals and all(f.text == heard(audio, f.start, f.end) for f in finals)
+
+
+class Client:
+    """A client's audio messages as ``Arrivals`` sees them, on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.stream_time = 0.0
+        self.arrivals = Arrivals(clock=lambda: self.now)
+
+    def send(self, seconds: float, pace: float, chunk_s: float = 0.1) -> list[bool]:
+        """``seconds`` of audio in ``chunk_s`` messages, ``pace`` times as fast as real
+        time: whether the client reads as real time after each message."""
+        read = []
+        for _ in range(round(seconds / chunk_s)):
+            self.now += chunk_s / pace
+            self.stream_time += chunk_s
+            self.arrivals.note(self.stream_time)
+            read.append(self.arrivals.realtime())
+        return read
+
+
+def test_a_client_sending_in_real_time_reads_as_real_time():
+    """In real time, in large messages, after audio buffered before connecting, or
+    after more messages than are kept, a client reads as real time; faster, it does
+    not, and it reads as real time again once its window is real time."""
+    steady = Client()
+    assert all(steady.send(60.0, pace=1.0))
+    assert all(Client().send(30.0, pace=1.0, chunk_s=1.0))
+    buffered = Client()
+    assert buffered.send(1.0, pace=50.0) == [True] * 10
+    assert all(buffered.send(30.0, pace=1.0))
+    assert all(Client().send(ARRIVALS_KEPT * 0.03, pace=1.0, chunk_s=0.01))
+    replay = Client()
+    assert not any(replay.send(30.0, pace=3.0)[25:])  # fast from 2 s of audio on
+    assert not any(steady.send(30.0, pace=5.0)[-200:])  # after a real-time minute
+    after = steady.send(20.0, pace=1.0)
+    assert not after[0] and all(after[-50:])
+
+
+def test_arrivals_time_what_has_arrived():
+    """``since``: how long ago the audio up to a stream time had arrived."""
+    client = Client()
+    client.send(2.0, pace=1.0)
+    assert client.arrivals.since(1.0) == pytest.approx(1.0)
+    assert client.arrivals.since(0.95) == pytest.approx(1.0)
+    assert client.arrivals.since(2.5) is None
+
+
+async def test_only_a_real_time_clients_finals_take_short_windows_under_load():
+    """With finals keeping the thread busy, a client streaming in real time has its
+    later finals over short windows; the same audio sent at once keeps whole ones."""
+    audio, truth = conversation([("en-us", "Yes."), ("en-us", "No.")], gap_s=0.5, lead_s=0.3)
+    windows = {}
+    for pace in (0.0, 1.0):
+        engine = FakeEngine(encode_s=0.1)
+        worker = AsrScheduler(engine, capacity=8, short_finals_busy=0.005)
+        await worker.start()
+        try:
+            session = Session(StreamConfig(partials=False), worker, SessionOptions(VadConfig()))
+            await drive(session, audio, pace=pace)
+        finally:
+            await worker.stop()
+        windows[pace] = engine.whole_windows
+    assert windows[0.0] == [True] * len(truth)
+    assert windows[1.0][0] and not any(windows[1.0][1:]) and len(windows[1.0]) == len(truth)

@@ -109,8 +109,8 @@ class AsrSettings(BaseModel):
         SHORT_FINALS_BUSY,
         ge=0.0,
         le=1.0,
-        description="live finals take short windows too once finals alone have kept the "
-        "ASR thread this busy over the last 10 s (1: never)",
+        description="real-time clients' live finals take short windows too once finals "
+        "alone have kept the ASR thread this busy over the last 10 s (1: never)",
     )
     max_batch: int = Field(
         MAX_ROWS,

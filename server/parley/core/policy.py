@@ -9,8 +9,8 @@
   final's encoder pass holds them up.
 - ``PartialPacing``: how often each stream may have a partial, so that partials use
   only the time finals leave over, shared evenly among the streams that want them.
-- ``SHORT_FINALS_BUSY``: when live finals too take encoder windows as long as their
-  clip, not whole 30 s ones (never, unless a server is told a busy fraction).
+- ``SHORT_FINALS_BUSY``: when real-time clients' live finals too take encoder windows
+  as long as their clip, not whole 30 s ones.
 """
 
 from __future__ import annotations
@@ -96,14 +96,14 @@ def finish_decoding_first(remaining_seconds: Sequence[float], encoder_seconds: f
     return bool(remaining_seconds) and max(remaining_seconds) <= encoder_seconds
 
 
-# Live finals may take short encoder windows once finals alone have kept the ASR thread
-# this busy over the last load window (asr.short_finals_busy; 1.0: never, the default).
-# Not by default: one client streaming faster than real time keeps the thread as busy as
-# many real-time streams, and its finals would read worse for no one's sake. Servers of
-# many real-time streams set about 0.3, well under partials' 0.8: finals that switch
-# back to whole windows at once fall behind again before the load window sees it
+# A real-time client's live finals take short encoder windows once finals alone have
+# kept the ASR thread this busy over the last load window (asr.short_finals_busy; 1.0:
+# never). Well under partials' 0.8: finals that switch back to whole windows at once
+# fall behind again before the load window sees it (0.5 did, at ten labelled streams).
+# A client streaming faster than real time keeps whole windows (sessions/arrivals.py):
+# nobody waits on each of its finals, and short windows read some clips worse
 # (bench/README.md, "Serving capacity with speaker labels").
-SHORT_FINALS_BUSY = 1.0
+SHORT_FINALS_BUSY = 0.3
 
 # Seconds between a stream's partials while the worker has time (the configured pace;
 # PartialPacing stretches it under load).

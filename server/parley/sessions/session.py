@@ -279,7 +279,8 @@ class Session:
         request = decoding.request(
             segment.audio, with_words=True, draft=draft, context=self._hints.context()
         )
-        future = await self._worker.submit_final(request)
+        realtime = self._outbox.arrivals.realtime()
+        future = await self._worker.submit_final(request, realtime)
         self._hints.final(future)
         self._segments += 1
         reason = FinalReason(segment.reason.value)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,13 +22,13 @@ from parley.protocol.messages import (
     SessionEnded,
 )
 from parley.protocol.recast import shifted, with_speaker
+from parley.sessions.arrivals import Arrivals
 from parley.sessions.marks import Mark
 from parley.sessions.number_hold import NumberHold, Unshaped
 from parley.sessions.speaker_track import SpeakerTrack
 from parley.workers.decoding import StreamDecoding
 
 OUTBOX_SIZE = 256
-ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept, to time finals by
 
 
 @dataclass
@@ -80,8 +79,7 @@ class SessionOutbox:
         self._unsent_ends: deque[float] = deque()  # ends of closed segments whose final is due
         self._settled_to = 0.0  # stream time up to which finals have been sent
         self._diarization_failed = False
-        # (stream time at the end of an audio message, monotonic time it arrived)
-        self._arrivals: deque[tuple[float, float]] = deque(maxlen=ARRIVALS_KEPT)
+        self.arrivals = Arrivals()  # when the client's audio came: finals are timed by it
         self._hold = NumberHold()
         self._tick_queued = False
 
@@ -99,7 +97,7 @@ class SessionOutbox:
     def arrived(self, stream_time: float) -> None:
         """Audio up to ``stream_time`` arrived now (finals are timed from it; a final
         waiting for the next may be due to leave)."""
-        self._arrivals.append((stream_time, time.monotonic()))
+        self.arrivals.note(stream_time)
         deadline = self._hold.deadline
         if deadline is not None and stream_time >= deadline and not self._tick_queued:
             try:
@@ -207,10 +205,9 @@ class SessionOutbox:
     def _time_final(self, final: Final) -> None:
         if self._final_latency is None:
             return
-        for stream_time, arrived in self._arrivals:
-            if stream_time >= final.end - 1e-6:
-                self._final_latency(time.monotonic() - arrived)
-                return
+        waited = self.arrivals.since(final.end)
+        if waited is not None:
+            self._final_latency(waited)
 
     def _with_speakers(self, message: Final | Partial) -> Final | Partial:
         if self._speaker is not None:

@@ -76,9 +76,9 @@ class AsrScheduler:
         # Finals and recordings' windows over the engine's short encoder windows too, not
         # only partials (models/encoder.py): cheaper, and their words move (bench/README).
         self.short_finals = short_finals
-        # Live finals over short windows once finals alone keep the thread this busy (of
-        # the last LOAD_WINDOW_S): under load they would fall behind over whole windows.
-        # 1.0: never (a fraction of one thread's time reaches it only when always busy).
+        # Real-time clients' finals over short windows once finals alone keep the thread
+        # this busy (of the last LOAD_WINDOW_S): under load they would fall behind over
+        # whole windows. 1.0: never (one thread's share reaches it only when always busy).
         self.short_finals_busy = short_finals_busy
         self.stats = SchedulerStats()
         self._clock = clock
@@ -166,13 +166,16 @@ class AsrScheduler:
         worked."""
         return self._rounds.ledger.load.busy.rate(self._clock())
 
-    async def submit_final(self, request: AsrRequest) -> concurrent.futures.Future:
-        """Queue a final (over a short window when ``short_finals`` or finals keep the
-        thread ``short_finals_busy``); waits while ``capacity`` requests are in flight."""
+    async def submit_final(
+        self, request: AsrRequest, realtime: bool = False
+    ) -> concurrent.futures.Future:
+        """Queue a final (over a short window when ``short_finals``, or when a client
+        waits on it in ``realtime`` and finals keep the thread ``short_finals_busy``);
+        waits while ``capacity`` requests are in flight."""
         assert self._slots is not None, "start() the scheduler first"
         await self._slots.acquire()
         self._finals_submitted += 1
-        return self._enqueue(self._final_windowed(request), final=True)
+        return self._enqueue(self._final_windowed(request, realtime), final=True)
 
     async def try_submit_partial(self, request: AsrRequest) -> concurrent.futures.Future | None:
         """Queue a partial if it cannot delay a final: none waits, and half the room is
@@ -212,12 +215,12 @@ class AsrScheduler:
         self._inbox.put(Job(self._windowed(request), future, False, self._clock(), owner=owner))
         return future
 
-    def _final_windowed(self, request: AsrRequest) -> AsrRequest:
-        """A live final's request: over a short window once finals keep the thread
-        ``short_finals_busy``, else as ``_windowed`` says."""
-        finals_busy = self._rounds.ledger.load.finals.rate(self._clock())
-        if self.short_finals_busy < 1.0 and finals_busy >= self.short_finals_busy:
-            return request
+    def _final_windowed(self, request: AsrRequest, realtime: bool) -> AsrRequest:
+        """A live final's request: a real-time client's over a short window once finals
+        keep the thread ``short_finals_busy``, else as ``_windowed`` says."""
+        if realtime and self.short_finals_busy < 1.0:
+            if self._rounds.ledger.load.finals.rate(self._clock()) >= self.short_finals_busy:
+                return request
         return self._windowed(request)
 
     def _windowed(self, request: AsrRequest) -> AsrRequest:
