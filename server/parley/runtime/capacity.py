@@ -15,7 +15,7 @@ from parley.workers.scheduler import AsrScheduler
 # finals over short windows). Measured on bench/load.py's conversations, tiny.en, this
 # 2-core CPU: 0.104 s per audio second at 0.376 s a pass; with labels the ASR thread has
 # one core, and finals are also cut at speaker changes (more, shorter segments): 0.37 to
-# 0.50; with asr.short_final_windows, 0.13 and 0.15.
+# 0.50; with finals over short windows, 0.13 and 0.15.
 ENCODER_PASSES_PER_AUDIO_S = {
     (False, False): 0.28,
     (True, False): 0.45,
@@ -60,7 +60,10 @@ class LiveCapacity:
         self._audio_s = 0.0
         self._diarized_audio_s = 0.0
         encoder = asr.encoder_cost.known.get(1)
-        passes = ENCODER_PASSES_PER_AUDIO_S[diarization is not None, asr.short_finals]
+        # Real-time clients' finals take short windows once finals keep the ASR thread
+        # short_finals_busy: below the target, so at the target they are short.
+        short = asr.short_finals or asr.short_finals_busy < policy.target_busy
+        passes = ENCODER_PASSES_PER_AUDIO_S[diarization is not None, short]
         self.asr_cost = StreamCost(None if encoder is None else encoder * passes)
         self.diarization_cost = StreamCost(
             None if not diarization_step_s else DIARIZATION_STEP_PRIOR_S / diarization_step_s,
