@@ -11,9 +11,8 @@ from collections.abc import Callable
 ARRIVALS_KEPT = 1024  # audio messages whose arrival time is kept (20 s of 20 ms frames)
 # A client is real time while, over the last PACE_WINDOW_S of wall time, it sent at most
 # REALTIME_PACE times as much audio, plus PACE_SLACK_S: room for one large message or a
-# little audio buffered before it connected. A client replaying a file sends many times
-# faster even when the server's back-pressure slows it (bench/load.py: 10 real-time
-# streams; make test's fast clients at 5× and more).
+# little audio buffered before it connected. A client replaying a file is paced by the
+# server's back-pressure only: by how fast its audio is decoded, many times real time.
 PACE_WINDOW_S = 10.0
 REALTIME_PACE = 1.5
 PACE_SLACK_S = 1.0
@@ -42,8 +41,9 @@ class Arrivals:
         return None
 
     def realtime(self) -> bool:
-        """Whether the client has been sending no faster than real time, over the last
-        ``PACE_WINDOW_S`` (or since it connected)."""
+        """Whether the client has been sending at about real time (at most
+        ``REALTIME_PACE`` times it), over the last ``PACE_WINDOW_S`` or since it
+        connected."""
         if not self._kept:
             return True
         now = self._clock()
