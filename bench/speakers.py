@@ -13,7 +13,8 @@ against the known turns with pyannote.metrics (0.25 s collar, overlap scored):
 ``--recording`` scores whole-recording clustering instead (a file upload's), and
 ``--closing`` what a client keeps once a stream has ended (its closing relabel, or the
 live labels of a stream too short for one). ``--cuts 2 2+1`` scores where and how soon
-finals are cut at speaker changes instead, under each cut rule given (``cut_rule``).
+finals are cut at speaker changes instead, under each cut rule given (``cut_rule``),
+and how soon the timeline first shows each change at all (what any rule waits for).
 ``--set thin=1`` thins every step, as a server behind on every step would
 (``core/speaker_carry.py``).
 
@@ -125,8 +126,10 @@ def _scored(
     job: tuple,
     steps: int,
     step_s: float,
+    windows: list,
 ) -> dict:
-    """One recording's row: ``turns`` (start, end, speaker) against its known turns."""
+    """One recording's row: ``turns`` (start, end, speaker) against its known turns;
+    ``windows``: its cached windows, to say how alike its closest voices are."""
     from pyannote.core import Annotation, Segment
     from pyannote.metrics.diarization import DiarizationErrorRate
 
@@ -141,6 +144,7 @@ def _scored(
     )
     return {
         "recording": recording.name,
+        "closest_voices": closest_voices(recording, windows, _MODELS.grid.step),
         "split": split,
         "kind": kind,
         "speakers": speakers,
@@ -212,9 +216,8 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
     linking = time.perf_counter() - began
     steps = len(cached["windows"])
     turns = [(start, end, speaker) for (start, end, _), speaker in sorted(shown.items())]
-    row = _scored(recording, turns, job, steps, (cached["seconds"] + linking) / max(steps, 1))
-    row["closest_voices"] = closest_voices(recording, cached["windows"], _MODELS.grid.step)
-    return row
+    seconds = (cached["seconds"] + linking) / max(steps, 1)
+    return _scored(recording, turns, job, steps, seconds, cached["windows"])
 
 
 def _score_recording(job: tuple[str, str, int, int, dict], windows: list | None = None) -> dict:
@@ -246,6 +249,7 @@ def _score_recording(job: tuple[str, str, int, int, dict], windows: list | None 
         job,
         len(cached["windows"]) // stride,
         cached["seconds"] / max(len(cached["windows"]), 1),
+        cached["windows"],
     )
 
 
@@ -328,6 +332,7 @@ def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
     cuts: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     windows = iter(cached["windows"])
     stride = int(overrides.get("stride", 1))
+    seen: dict[float, float] = {}  # true change → when the timeline first showed it
     for step, (window, _, now) in enumerate(diarizer.windows(recording.audio)):
         if len(window) < diarizer.config.min_window_s * SAMPLE_RATE:
             continue
@@ -336,13 +341,16 @@ def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
             continue  # a busy server's skipped step: the next window covers its audio
         diarizer.link(observed)
         diarizer.timeline.advance(now)
+        voices = diarizer.timeline.snapshot(
+            diarizer.clustering.aliases(), diarizer.clustering.voices()
+        ).by_voice()
+        for change in changes:
+            if change not in seen and _shows(voices, change, now):
+                seen[change] = now - change
         live = [k for k, (a, b) in enumerate(regions) if a < now <= b + VAD_SILENCE_S]
         if not live:
             continue
         region = live[-1]
-        voices = diarizer.timeline.snapshot(
-            diarizer.clustering.aliases(), diarizer.clustering.voices()
-        ).by_voice()
         for name, rule in rules.items():
             if opened.get(name, (-1, 0.0))[0] != region:
                 opened[name] = (region, regions[region][0])
@@ -354,6 +362,7 @@ def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
             opened[name] = (region, start)
     row = {"recording": recording.name, "split": split, "kind": kind, "speakers": speakers}
     row["changes"] = len(changes)
+    row["seen"] = list(seen.values())
     for name, made in cuts.items():
         near = [
             (cut, now, min(changes, key=lambda t: abs(t - cut)))
@@ -365,6 +374,22 @@ def _score_cuts(job: tuple[str, str, int, int, dict]) -> dict:
         row[f"found@{name}"] = len({true for *_, true in near})
         row[f"delays@{name}"] = [now - true for _, now, true in near]
     return row
+
+
+# Either side of a true change, the stretch the timeline must give two different voices
+# for the change to count as shown (by voice: a newcomer not yet confirmed counts).
+SHOWN_SPAN = (0.1, 0.6)
+
+
+def _shows(voices, change: float, now: float) -> bool:
+    """Whether the by-voice timeline, having heard up to ``now``, gives the stretch just
+    before ``change`` and the one just after it to two different voices."""
+    near, far = SHOWN_SPAN
+    if now < change + near + 0.1:
+        return False
+    before = voices.speaking(change - far, change - near)
+    after = voices.speaking(change + near, min(change + far, now))
+    return before is not None and after is not None and before != after
 
 
 def cut_rule(turns: TurnConfig, rule: str) -> TurnConfig:
@@ -383,6 +408,7 @@ def summarise_cuts(rows: list[dict], group: str, rules: list[str]) -> list[dict]
     cut, and how long after the true change a right cut was made (median, p90, max)."""
     out = []
     changes = sum(r["changes"] for r in rows)
+    seen = sorted(d for r in rows for d in r["seen"])
     for rule in rules:
         made = sum(r[f"cuts@{rule}"] for r in rows)
         delays = sorted(d for r in rows for d in r[f"delays@{rule}"])
@@ -397,6 +423,9 @@ def summarise_cuts(rows: list[dict], group: str, rules: list[str]) -> list[dict]
                 "delay_median": statistics.median(delays) if delays else None,
                 "delay_p90": float(np.percentile(delays, 90)) if delays else None,
                 "delay_max": delays[-1] if delays else None,
+                "shown": len(seen) / max(changes, 1),
+                "shown_median": statistics.median(seen) if seen else None,
+                "shown_p90": float(np.percentile(seen, 90)) if seen else None,
             }
         )
     return out
@@ -422,6 +451,9 @@ def report_cuts(rows: list[dict], splits: list[str], rules: list[str], label: st
             "delay_median",
             "delay_p90",
             "delay_max",
+            "shown",
+            "shown_median",
+            "shown_p90",
         ],
     )
     print(f"wrote {write_json('speaker-cuts', {'label': label, 'summary': summary, 'rows': rows})}")
