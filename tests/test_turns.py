@@ -108,6 +108,14 @@ def test_a_change_is_cut_once_it_is_change_latency_old_though_labels_may_still_c
     assert settled_change(heard, 0.0, 6.5, TurnConfig(change_latency_s=4.0)) is None
 
 
+def test_a_change_latency_past_the_labels_latency_is_refused():
+    """A settled change cuts at once, so a change latency longer than the labels' own
+    would be ignored: the settings refuse it rather than pretend."""
+    with pytest.raises(ValueError, match="change latency"):
+        DiarizationConfig(latency_s=4.0, turns=TurnConfig(change_latency_s=5.0))
+    DiarizationConfig(latency_s=4.0, turns=TurnConfig(change_latency_s=4.0))
+
+
 def test_a_young_change_cuts_once_two_steps_in_a_row_read_it_at_the_same_place():
     """With confirm_latency_s, a change 1 s old that the step before read within 0.3 s
     cuts; read once, read by the same step again, or moved, it waits for 2 s."""

@@ -156,7 +156,8 @@ class DiarizationSettings(BaseModel):
         _TURNS.change_latency_s,
         ge=0.0,
         le=30.0,
-        description="how old a speaker change must be before a final is cut there",
+        description="how old a speaker change must be before a final is cut there (at "
+        "most latency_s: a settled change always cuts)",
     )
     confirm_latency_s: float = Field(
         _TURNS.confirm_latency_s or 0.0,

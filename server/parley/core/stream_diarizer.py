@@ -77,6 +77,14 @@ class DiarizationConfig:
             raise ValueError("the diarization latency must be at least one step")
         if self.closing_s < 0:
             raise ValueError("the closing relabel's span is a duration: it may not be negative")
+        if self.turns.change_latency_s > self.latency_s:
+            # A change older than latency_s is settled, and a settled change cuts at once:
+            # a longer change latency would be silently ignored.
+            raise ValueError(
+                f"the change latency ({self.turns.change_latency_s:g} s) must be at most the "
+                f"diarization latency ({self.latency_s:g} s): a settled speaker change "
+                "always cuts the final"
+            )
 
 
 @dataclass(frozen=True)
