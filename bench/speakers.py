@@ -12,7 +12,8 @@ against the known turns with pyannote.metrics (0.25 s collar, overlap scored):
 
 ``--recording`` scores whole-recording clustering instead (a file upload's), and
 ``--closing`` what a client keeps once a stream has ended (its closing relabel, or the
-live labels of a stream too short for one). ``--cuts 2 2+1`` scores where and how soon
+live labels of a stream too short for one), and ``--held`` what it holds just before,
+with the checkpoint relabels applied. ``--cuts 2 2+1`` scores where and how soon
 finals are cut at speaker changes instead, under each cut rule given (``cut_rule``),
 and how soon the timeline first shows each change at all (what any rule waits for).
 ``--set thin=1`` thins every step, as a server behind on every step would
@@ -64,7 +65,7 @@ def _load(threads: int) -> None:
 # Fields of the diarization config itself that --set may override; every other key is
 # a field of its ``clustering`` (or, with --recording and --closing, of the recording's),
 # but for ``thin=1``: every step thinned, as a server behind on every step thins them.
-STREAM_FIELDS = ("busy_reembed_s",)
+STREAM_FIELDS = ("busy_reembed_s", "relabel_every_s")
 
 
 def config_with(overrides: dict[str, str]):
@@ -281,6 +282,44 @@ def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
     if overrides.get("oracle_count") == "1":  # the count given caps the live linking
         return _score((split, kind, speakers, index, {"max_speakers": str(speakers), **live}))
     return _score((split, kind, speakers, index, live))
+
+
+def _score_held(job: tuple[str, str, int, int, dict]) -> dict:
+    """What a client holds just before its stream ends, before the closing relabel: the
+    turns settled by the last checkpoint relabel (``relabel_due``) as that relabel
+    clustered them, and the ones settled after it with their live labels, a live speaker
+    that took a clustered one over (``taken_over``) named as it."""
+    from parley.core.speaker_relabel import relabel
+    from parley.core.stream_diarizer import StreamDiarizer
+
+    split, kind, speakers, index, overrides = job
+    recording: Recording = make(split, kind, speakers, index)
+    cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
+    diarizer = StreamDiarizer(_MODELS, config_with(overrides))
+    windows = iter(cached["windows"])
+    shown: dict[tuple[float, float, int], int] = {}
+    last = None  # (settled until then, the relabel)
+    for window, _, now in diarizer.windows(recording.audio):
+        if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
+            diarizer.link(next(windows))
+        diarizer.timeline.advance(now)
+        _label_settled(diarizer, shown)
+        if diarizer.relabel_due(now) and (found := relabel(diarizer)) is not None:
+            last = (diarizer.timeline.snapshot().settled_until, found)
+    diarizer.timeline.advance(recording.duration, final=True)
+    _label_settled(diarizer, shown)
+    turns = [(start, end, speaker) for (start, end, _), speaker in sorted(shown.items())]
+    if last is not None:
+        until, found = last
+        own = 1 + max((t.speaker for t in found.timeline.turns), default=0)  # none taken
+        relabelled = [(t.start, min(t.end, until), t.speaker) for t in found.timeline.turns]
+        later = [
+            (max(start, until), end, found.taken_over.get(speaker, own + speaker))
+            for start, end, speaker in turns
+            if end > until
+        ]
+        turns = [t for t in relabelled if t[0] < until] + later
+    return _scored(recording, turns, job, len(cached["windows"]), 0.0, cached["windows"])
 
 
 # A pause this long ends the VAD's segment: no change cut is needed there.
@@ -587,6 +626,12 @@ def main() -> None:
         "oracle_count=1: the client gave the true num_speakers)",
     )
     parser.add_argument(
+        "--held",
+        action="store_true",
+        help="score what a client holds just before its stream ends: its checkpoint "
+        "relabels applied, not yet the closing one (--set relabel_every_s=N)",
+    )
+    parser.add_argument(
         "--cuts",
         nargs="+",
         metavar="RULE",
@@ -643,7 +688,13 @@ def main() -> None:
             cut_rows = pool.map(_score_cuts, jobs, chunksize=1)
         else:
             scoring = (
-                _score_closing if args.closing else _score_recording if args.recording else _score
+                _score_closing
+                if args.closing
+                else _score_held
+                if args.held
+                else _score_recording
+                if args.recording
+                else _score
             )
             rows = pool.map(scoring, jobs, chunksize=1)
     if args.cuts:

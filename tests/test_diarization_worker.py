@@ -81,3 +81,24 @@ async def test_several_threads_step_sessions_and_all_stop():
     await worker.stop()
     assert not worker.alive and worker.stats.steps == 160
     assert models.threads == {"parley-diarization-0", "parley-diarization-1"}
+
+
+async def test_a_step_at_a_checkpoint_brings_the_streams_relabel():
+    """Once 30 s of windows are kept, the step that finds a checkpoint relabel due
+    answers with the kept windows clustered at once; the steps between do not."""
+    worker = DiarizationWorker(CountingModels(), DiarizationConfig(relabel_every_s=15.0))
+    worker.start()
+    diarizer = worker.new_stream()
+    relabelled = []
+    for step in range(1, 121):  # 60 s, a step every 0.5 s over the last 5 s at most
+        now = step * 0.5
+        heard = min(now, 5.0)
+        window = np.zeros(int(heard * SAMPLE_RATE), np.float32)
+        future = await worker.submit(diarizer, window, now - heard, now)
+        snapshot = await asyncio.wrap_future(future)
+        if snapshot.closing is not None:
+            relabelled.append(now)
+            assert snapshot.taken_over == {0: 0}  # one voice, kept by its live speaker
+    await worker.stop()
+    assert len(relabelled) == 2 and 30.0 <= relabelled[0] <= 36.0
+    assert relabelled[1] - relabelled[0] == 15.0

@@ -282,6 +282,69 @@ def test_the_closing_timeline_relabels_settled_finals_in_order_of_appearance():
     ]
 
 
+def test_a_checkpoint_relabels_settled_finals_and_the_live_speakers_keep_its_labels():
+    """Mid-stream, the kept windows' clustering joins a third live voice to the first:
+    its settled final is relabelled (S3 → S1), a final still unsettled is left to the live
+    labels, and later finals of the live speakers that took the clustered ones over
+    carry the clustering's labels; the third live speaker, which took none over, keeps
+    its own."""
+    turns = (Turn(0, 2, 0), Turn(2.2, 5, 1), Turn(5.2, 8, 2), Turn(11.8, 13.2, 2))
+    speakers = track()
+    speakers.apply(TimelineSnapshot(turns, 0.0, 3, (0, 1, 2)))
+    spoken = [("Hello.", 0.2, 1.8), ("Hi.", 2.4, 4.6), ("So.", 5.4, 7.6), ("Hm.", 12.0, 13.0)]
+    sent = [speakers.label_final(final(i, word)) for i, word in enumerate(spoken)]
+    assert [f.speaker for f in sent] == ["S1", "S2", "S3", "S3"]
+    closing = TimelineSnapshot((Turn(0, 2, 7), Turn(2.2, 5, 8), Turn(5.2, 8, 7)), 11.0, 2)
+    snapshot = TimelineSnapshot(turns, 11.0, 3, (0, 1, 2), closing=closing, taken_over={0: 7, 1: 8})
+    updates = speakers.apply(snapshot)
+    assert [(u.segment_id, u.speaker) for u in updates] == [(2, "S1")]  # "Hm." unsettled
+    later = (*turns, Turn(14, 15, 1), Turn(15.2, 16, 0))
+    assert speakers.apply(TimelineSnapshot(later, 14.0, 3, (0, 1, 2))) == []  # "Hm." kept
+    more = [
+        speakers.label_final(final(i, w))
+        for i, w in ((4, ("Yes.", 14.1, 14.9)), (5, ("No.", 15.3, 15.9)))
+    ]
+    assert [f.speaker for f in more] == ["S2", "S1"]
+
+
+def test_the_clustered_speakers_are_taken_over_by_the_live_speaker_holding_most_of_each():
+    """Each shown speaker goes mostly to one clustered speaker; two going to the same
+    one: the one with more seconds alone there takes it over, the other none."""
+    from parley.core.speaker_relabel import take_over
+    from parley.core.speakers import LocalSpeakers
+    from parley.core.stream_diarizer import WindowSpeakers
+
+    def window(alone):
+        n = len(alone)
+        local = LocalSpeakers(np.zeros((n, 2)), np.ones(n), np.array(alone), np.array(alone))
+        return WindowSpeakers(0.0, np.ones((10, n)), local)
+
+    windows = [window([3.0, 1.0]), window([2.0, 1.0]), window([1.0, 0.5])]
+    linked = [(0, 1), (0, 2), (3, 1)]  # live speakers; 3 is shown as 0 (not confirmed)
+    clustered = {(0, 0): 0, (0, 1): 1, (1, 0): 0, (1, 1): 0, (2, 0): 0, (2, 1): 1}
+    assert take_over(clustered, linked, (0, 1, 2, 0), windows) == {0: 0, 1: 1}
+    # Live 2 went to 0 as well, with less than live 0: it takes nothing over.
+
+
+def test_checkpoint_relabels_come_every_so_often_and_thin_out_as_the_stream_grows():
+    """Due once 30 s of windows are kept, then every relabel_every_s or a quarter of the
+    stream, whichever is longer; never past RELABEL_UNTIL_S, never when turned off."""
+    from parley.core.stream_diarizer import RELABEL_UNTIL_S, StreamDiarizer
+    from test_diarization_worker import CountingModels
+
+    short = StreamDiarizer(CountingModels(), DiarizationConfig())
+    short.replay(np.zeros(20 * 16000, np.float32))
+    assert not short.relabel_due(20.0)
+    diarizer = StreamDiarizer(CountingModels(), DiarizationConfig(relabel_every_s=15.0))
+    diarizer.replay(np.zeros(40 * 16000, np.float32))
+    due = [now for now in np.arange(40.0, 120.0, 0.5) if diarizer.relabel_due(float(now))]
+    assert due == [40.0, 55.0, 70.0, 87.5, 109.5]
+    assert not diarizer.relabel_due(RELABEL_UNTIL_S + 1)
+    off = StreamDiarizer(CountingModels(), DiarizationConfig(relabel_every_s=0.0))
+    off.replay(np.zeros(40 * 16000, np.float32))
+    assert not off.relabel_due(40.0)
+
+
 @given(
     st.lists(st.tuples(st.floats(0, 100), st.floats(0.1, 15), st.integers(0, 3)), max_size=40),
     st.floats(0, 110),
@@ -309,21 +372,22 @@ def test_a_stream_longer_than_the_closing_span_keeps_its_live_labels():
 def test_a_stream_keeps_a_window_every_closing_step_and_short_ones_are_not_relabelled():
     """The diarizer keeps one window every CLOSING_STEP_S of the last closing_s; a stream
     with under CLOSING_MIN_S of them gets no closing timeline, a longer one does."""
-    from parley.core.recording_speakers import CLOSING_MIN_S, closing_timeline
-    from parley.core.stream_diarizer import CLOSING_STEP_S, StreamDiarizer
+    from parley.core.speaker_relabel import relabel
+    from parley.core.stream_diarizer import CLOSING_MIN_S, CLOSING_STEP_S, StreamDiarizer
     from test_diarization_worker import CountingModels
 
     short_s = CLOSING_MIN_S - 2 * CLOSING_STEP_S
     short = StreamDiarizer(CountingModels(), DiarizationConfig())
     short.replay(np.zeros(int(short_s * 16000), np.float32))
-    assert closing_timeline(short) is None
+    assert relabel(short) is None
     long = StreamDiarizer(CountingModels(), DiarizationConfig(closing_s=60.0))
     long.replay(np.zeros(int(100 * 16000), np.float32))
     starts = [w.start for w in long.kept_windows]
     assert all(b - a >= CLOSING_STEP_S for a, b in zip(starts, starts[1:]))
     assert starts[-1] - starts[0] <= 60.0 and len(starts) >= 60.0 / CLOSING_STEP_S
-    closing = closing_timeline(long)
-    assert closing is not None and closing.speaker_count == 1
+    closing = relabel(long)
+    assert closing is not None and closing.timeline.speaker_count == 1
+    assert closing.taken_over == {0: 0}  # the one live speaker keeps the one voice
 
 
 # ------------------------------------------------------------------ word timing

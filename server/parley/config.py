@@ -152,6 +152,14 @@ class DiarizationSettings(BaseModel):
         description="a stream up to this long has its speakers clustered at once at its "
         "end, as a recording's, and its finals relabelled (0: never)",
     )
+    relabel_every_s: float = Field(
+        _DIARIZATION.relabel_every_s,
+        ge=0.0,
+        le=3600.0,
+        description="before its end, a stream's speakers so far are clustered at once this "
+        "often (or a quarter of the stream, if longer; only in its first 30 minutes) and "
+        "its settled finals relabelled (0: only at the end)",
+    )
     change_latency_s: float = Field(
         _TURNS.change_latency_s,
         ge=0.0,
@@ -236,6 +244,7 @@ class DiarizationSettings(BaseModel):
             step_s=self.step_s,
             latency_s=self.latency_s,
             closing_s=self.closing_s,
+            relabel_every_s=self.relabel_every_s,
             busy_reembed_s=self.busy_reembed_s,
             clustering=ClusteringConfig(
                 max_speakers=self.max_speakers,

@@ -32,12 +32,7 @@ import numpy as np
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
 from parley.core.speakers import ClusteringConfig, relative_similarity
-from parley.core.stream_diarizer import (
-    CLOSING_STEP_S,
-    WHOLE_STEP_S,
-    StreamDiarizer,
-    WindowSpeakers,
-)
+from parley.core.stream_diarizer import WHOLE_STEP_S, WindowSpeakers
 
 if TYPE_CHECKING:  # scipy loads with the clustering, not with the module
     from scipy import sparse
@@ -240,19 +235,17 @@ def _by_appearance(labels: np.ndarray) -> np.ndarray:
     return np.array([order[label] for label in labels.tolist()], dtype=int)
 
 
-def diarize_windows(
+# Where each embedded local speaker went: (window index, local speaker) → speaker.
+WindowSpeakerMap = dict[tuple[int, int], int]
+
+
+def cluster_windows(
     windows: Sequence[WindowSpeakers],
-    frame_step: float,
     config: RecordingClustering,
     count: SpeakerCount = SpeakerCount(),
-) -> TimelineSnapshot:
-    """Every window of a recording (as ``StreamDiarizer.observe`` gives them) → who spoke
-    when, every turn settled.
-
-    As pyannote reconstructs: each frame's number of speakers is the windows' mean count
-    of active local speakers (those without an embedding included), and that many of the
-    recording's speakers, the most active there, speak in it. A plain mean of activity
-    would lose a voice wherever a window had too little of it alone to embed."""
+) -> WindowSpeakerMap:
+    """The recording's speaker of every local speaker of ``windows`` heard alone long
+    enough to count (``min_alone_s``), clustered at once; the others are left out."""
     where: list[tuple[int, int]] = []
     vectors, weights = [], []
     for w, window in enumerate(windows):
@@ -267,8 +260,34 @@ def diarize_windows(
                 vectors.append(local.embeddings[s])
                 weights.append(float(local.alone_s[s]))
     labels = cluster(np.array(vectors).reshape(len(vectors), -1), np.array(weights), config, count)
-    speaker_of = {place: int(label) for place, label in zip(where, labels)}
-    speakers = int(labels.max()) + 1 if len(labels) else 0
+    return {place: int(label) for place, label in zip(where, labels)}
+
+
+def diarize_windows(
+    windows: Sequence[WindowSpeakers],
+    frame_step: float,
+    config: RecordingClustering,
+    count: SpeakerCount = SpeakerCount(),
+) -> TimelineSnapshot:
+    """Every window of a recording (as ``StreamDiarizer.observe`` gives them) → who spoke
+    when, every turn settled (``cluster_windows``, then ``timeline_of``)."""
+    speaker_of = cluster_windows(windows, config, count)
+    return timeline_of(windows, frame_step, speaker_of, config.active_threshold)
+
+
+def timeline_of(
+    windows: Sequence[WindowSpeakers],
+    frame_step: float,
+    speaker_of: WindowSpeakerMap,
+    active_threshold: float,
+) -> TimelineSnapshot:
+    """Who spoke when, from the windows' activities and their local speakers' speakers.
+
+    As pyannote reconstructs: each frame's number of speakers is the windows' mean count
+    of active local speakers (those without an embedding included), and that many of the
+    recording's speakers, the most active there, speak in it. A plain mean of activity
+    would lose a voice wherever a window had too little of it alone to embed."""
+    speakers = max(speaker_of.values(), default=-1) + 1
     if not windows:
         return TimelineSnapshot((), 0.0, 0)
     firsts = [int(round(window.start / frame_step)) for window in windows]
@@ -278,7 +297,7 @@ def diarize_windows(
     seen = np.zeros(frames)
     for w, (first, window) in enumerate(zip(firsts, windows)):
         rows = slice(first, first + len(window.activity))
-        active = window.activity > config.active_threshold
+        active = window.activity > active_threshold
         counts[rows] += active.sum(axis=1)
         seen[rows] += 1
         for s in range(window.activity.shape[1]):
@@ -303,28 +322,3 @@ def _snapshot(speaking: np.ndarray, frame_step: float) -> TimelineSnapshot:
     turns.sort(key=lambda turn: (turn.start, turn.speaker))
     end = len(speaking) * frame_step
     return TimelineSnapshot(tuple(turns), end, len({t.speaker for t in turns}), (), end)
-
-
-# A stream's closing relabel needs this many seconds of kept windows: with fewer, each
-# voice has too few embeddings for the graph to link (a voice heard 3 s had one), and
-# the live linking, which saw every window, keeps its labels.
-CLOSING_MIN_S = 30.0
-
-
-def closing_timeline(
-    diarizer: StreamDiarizer, clustering: RecordingClustering = RecordingClustering()
-) -> TimelineSnapshot | None:
-    """A stream's speakers at its end: the windows it kept (one every ``CLOSING_STEP_S``)
-    clustered at once, as a recording's are, into the count its client gave (else up to
-    its ``max_speakers``); None for a stream too short to have kept
-    ``CLOSING_MIN_S`` of them."""
-    windows = diarizer.kept_windows
-    if len(windows) * CLOSING_STEP_S < CLOSING_MIN_S:
-        return None
-    config = diarizer.config
-    count = config.speakers
-    if count.exactly is None and count.at_most is None:
-        count = replace(count, at_most=config.clustering.max_speakers)
-    return diarize_windows(
-        windows, diarizer.timeline.frame_step, clustering.for_step(CLOSING_STEP_S), count
-    )

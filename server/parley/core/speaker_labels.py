@@ -12,7 +12,7 @@ numbered speaker as someone else (merged, or it was never confirmed):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 
 class SpeakerLabels:
@@ -32,6 +32,17 @@ class SpeakerLabels:
             number = next(n for n in range(1, len(taken) + 2) if n not in taken)
             self._numbers[speaker] = number
         return None if number is None else f"S{number}"
+
+    def taken_over(self, by: Mapping[int, int]) -> SpeakerLabels:
+        """These labels for other speakers: ``by`` maps each new speaker to the one here
+        whose number it takes over. Every number given here stays taken, so a speaker
+        taking over none gets a new one."""
+        labels = SpeakerLabels()
+        labels._numbers = {
+            new: self._numbers[old] for new, old in by.items() if old in self._numbers
+        }
+        labels._settled = self._settled | set(self._numbers.values())
+        return labels
 
     def settle(self, labels: Iterable[str | None]) -> None:
         """These labels were sent in a final that has settled."""

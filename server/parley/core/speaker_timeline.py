@@ -17,7 +17,7 @@ rolling buffers, which therefore stay the size of one window plus the latency.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -50,9 +50,11 @@ class TimelineSnapshot:
     # until heard long enough) is a speaker of its own here, so a turn that passes to
     # it can end a final before its label exists.
     voice_turns: tuple[Turn, ...] = ()
-    # A stream's last step only: its kept windows' voices clustered at once, as a
-    # recording's are (``recording_speakers.closing_timeline``), to relabel its finals.
+    # A stream's last step, and its checkpoints: its kept windows' voices clustered at
+    # once, as a recording's are (``speaker_relabel``), to relabel its settled finals;
+    # and the shown speaker that takes over each of that timeline's speakers from then on.
     closing: TimelineSnapshot | None = None
+    taken_over: Mapping[int, int] | None = None
 
     def speaker_of(self, start: float, end: float) -> int | None:
         """The speaker who overlaps [start, end] the most, else the nearest within a

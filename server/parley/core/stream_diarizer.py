@@ -32,11 +32,22 @@ from parley.core.turns import TurnConfig
 # diarization_step_s): on bench/devset.py, one window in five clusters as well as all of
 # them never did.
 WHOLE_STEP_S = 2.5
+# Past this much stream, a stream is relabelled only at its end: the clustering's cost
+# grows with the windows kept (about 0.6 s for 2,400 embeddings, half an hour or so, on
+# one core of this CPU), and a diarization thread clustering is one not stepping others.
+RELABEL_UNTIL_S = 1800.0
+# A checkpoint relabel comes at most every relabel_every_s, and at least this share of
+# the stream apart, so that the clustering's cost stays a small share of the thread.
+RELABEL_SHARE = 0.25
 # A stream keeps one window this often for its closing relabel (its windows are computed
 # live anyway): clustered with each linked to as many seconds of neighbours as a
 # recording's (RecordingClustering.for_step), one a second labelled bench/devset.py's dev
 # streams with about half the DER median of one in 2.5 s (bench/README.md).
 CLOSING_STEP_S = 1.0
+# A stream's relabel needs this many seconds of kept windows: with fewer, each voice has
+# too few embeddings for the graph to link (a voice heard 3 s had one), and the live
+# linking, which saw every window, keeps its labels.
+CLOSING_MIN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,11 @@ class DiarizationConfig:
     # CLOSING_STEP_S, about 10 MB an hour) clustered at once, as a recording's are, and its
     # finals relabelled (0: never; a longer stream keeps its live labels).
     closing_s: float = 7200.0
+    # Every so often before its end (never past RELABEL_UNTIL_S, never closer than
+    # RELABEL_SHARE of the stream), the windows kept so far are clustered the same way and
+    # the settled finals relabelled, so that a long meeting's labels need not wait for its
+    # end (0: only at the end). bench/README.md, "What a client holds during a stream".
+    relabel_every_s: float = 15.0
     speakers: SpeakerCount = SpeakerCount()  # what the stream's client says of its speakers
     active_probability: float = 0.5  # segmentation probability of a local speaker speaking
     min_alone_s: float = 0.5  # seconds alone to embed a speaker from those frames only
@@ -77,6 +93,8 @@ class DiarizationConfig:
             raise ValueError("the diarization latency must be at least one step")
         if self.closing_s < 0:
             raise ValueError("the closing relabel's span is a duration: it may not be negative")
+        if self.relabel_every_s < 0:
+            raise ValueError("the relabels' interval is a duration: it may not be negative")
         if self.turns.change_latency_s > self.latency_s:
             # A change older than latency_s is settled, and a settled change cuts at once:
             # a longer change latency would be silently ignored.
@@ -119,6 +137,8 @@ class StreamDiarizer:
         self.timeline = SpeakerTimeline(models.grid.step, config.latency_s)
         self._seen_until = 0.0  # stream time up to which earlier windows heard the audio
         self._kept: deque[WindowSpeakers] = deque()  # for the closing relabel, oldest first
+        self._kept_speakers: deque[tuple[int | None, ...]] = deque()  # their links, as made
+        self._next_relabel = 0.0  # stream time of the next checkpoint relabel
         self._linked: LinkedWindow | None = None  # the last window linked, for the carry
 
     def step(
@@ -147,8 +167,9 @@ class StreamDiarizer:
             not self._kept or start >= self._kept[-1].start + CLOSING_STEP_S
         )
 
-    def _keep(self, window: WindowSpeakers) -> None:
-        """Keep one window every CLOSING_STEP_S, of the last ``closing_s``."""
+    def _keep(self, window: WindowSpeakers, speakers: tuple[int | None, ...]) -> None:
+        """Keep one window every CLOSING_STEP_S, of the last ``closing_s``, with the stream
+        speaker each of its local speakers was linked to."""
         span = self.config.closing_s
         if not self._keeps(window.start):
             return
@@ -158,13 +179,33 @@ class StreamDiarizer:
             replace(window.local, embeddings=window.local.embeddings.astype(np.float16)),
         )
         self._kept.append(compact)
+        self._kept_speakers.append(speakers)
         while self._kept[0].start < window.start - span:
             self._kept.popleft()
+            self._kept_speakers.popleft()
 
     @property
     def kept_windows(self) -> list[WindowSpeakers]:
         """The windows kept for the closing relabel, oldest first."""
         return list(self._kept)
+
+    @property
+    def kept_speakers(self) -> list[tuple[int | None, ...]]:
+        """Each kept window's local speakers' stream speakers (None: not linked)."""
+        return list(self._kept_speakers)
+
+    def relabel_due(self, now: float) -> bool:
+        """Whether a checkpoint relabel is due at stream time ``now`` (and, if so, when
+        the next one will be)."""
+        every = self.config.relabel_every_s
+        if every <= 0 or self.config.closing_s <= 0 or now > RELABEL_UNTIL_S:
+            return False
+        if len(self._kept) * CLOSING_STEP_S < CLOSING_MIN_S:
+            return False
+        if now < self._next_relabel:
+            return False
+        self._next_relabel = now + max(every, RELABEL_SHARE * now)
+        return True
 
     def replay(self, audio: np.ndarray, phase_s: float = 0.0) -> int:
         """Step through a whole recording as the server does (the last ``window_s`` every
@@ -267,7 +308,7 @@ class StreamDiarizer:
             if g is not None:
                 global_activity[:, g] = np.maximum(global_activity[:, g], activity[:, s])
         self.timeline.add_window(window.start, global_activity)
-        self._keep(window)  # never a thinned one (_carried)
+        self._keep(window, tuple(mapping))  # never a thinned one (_carried)
 
 
 def observe_recording(

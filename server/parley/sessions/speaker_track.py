@@ -3,15 +3,18 @@
 The diarization thread owns the session's ``StreamDiarizer``; this object only keeps
 the audio window to send it, the latest immutable timeline snapshots, the labels the
 client has seen (``SpeakerLabels``), and the finals whose speakers may still change,
-so that a later snapshot can revise them with a ``speaker_update``. At the end of the
-stream, the last step's closing timeline (the whole stream's voices clustered at once)
-relabels every final it covers, with labels numbered afresh in order of appearance.
+so that a later snapshot can revise them with a ``speaker_update``. At checkpoints and
+at the end of the stream, a step's closing timeline (the stream's voices so far
+clustered at once, ``speaker_relabel``) relabels every settled final it covers, with
+labels numbered afresh in order of appearance, and the live speakers that take over
+its speakers keep their labels from then on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -203,21 +206,26 @@ class SpeakerTrack:
                 self._settle(relabelled)
                 del self._unsettled[segment_id]  # its labels cannot change any more
         if snapshot.closing is not None and snapshot.closing.turns and not self._outlasted:
-            updates.update(self._relabel_all(snapshot.closing))
+            updates.update(self._relabel_all(snapshot.closing, snapshot.taken_over or {}))
         return list(updates.values())
 
-    def _relabel_all(self, closing: TimelineSnapshot) -> dict[int, SpeakerUpdate]:
-        """Every final labelled from the closing timeline, its speakers numbered S1…Sn in
-        order of appearance: the updates for those that changed (a final that timeline
-        gives nobody keeps its labels)."""
+    def _relabel_all(
+        self, closing: TimelineSnapshot, taken_over: Mapping[int, int]
+    ) -> dict[int, SpeakerUpdate]:
+        """Every settled final labelled from the closing timeline, its speakers numbered
+        S1…Sn in order of appearance: the updates for those that changed (a final that
+        timeline gives nobody keeps its labels; one still unsettled is left to the live
+        snapshots, with the labels ``taken_over`` gives its speakers)."""
         labels = SpeakerLabels()
         updates = {}
         turns = TurnsByTime(closing)  # each final reads its own stretch: on the event loop
         for sent in sorted(self._sent.values(), key=lambda final: final.start):
+            if sent.segment_id in self._unsettled:
+                continue
             relabelled = self._label(sent, turns.around(sent.start, sent.end), labels)
             if relabelled.speaker is not None and _changed(sent, relabelled):
                 updates[sent.segment_id] = self._update(relabelled)
-        self._labels = labels
+        self._labels = labels.taken_over(taken_over)
         return updates
 
     def _update(self, final: Final) -> SpeakerUpdate:

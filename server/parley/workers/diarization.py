@@ -7,7 +7,7 @@ is shared across threads. A thread takes the steps that are due together (up to
 ``max_batch``) and segments their windows in one forward pass; each session's
 embeddings and linking then follow, and its future is answered as soon as its own
 step is done. A stream's last step also clusters the windows it kept, at once, for
-its closing relabel.
+its closing relabel, and so does a step at each of its checkpoints.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from parley.core.recording_speakers import closing_timeline
 from parley.core.speaker_count import SpeakerCount
+from parley.core.speaker_relabel import relabel
 from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamDiarizer
 
 log = logging.getLogger(__name__)
@@ -181,9 +181,13 @@ class DiarizationWorker:
                     activity_of.get(id(job)),
                     job.thin,
                 )
-                if job.final and job.diarizer.config.closing_s > 0:
-                    closing = closing_timeline(job.diarizer)
-                    snapshot = snapshot if closing is None else replace(snapshot, closing=closing)
+                closing = job.final and job.diarizer.config.closing_s > 0
+                if closing or job.diarizer.relabel_due(job.now):
+                    found = relabel(job.diarizer)
+                    if found is not None:
+                        snapshot = replace(
+                            snapshot, closing=found.timeline, taken_over=found.taken_over
+                        )
             except Exception as exc:
                 self._fail(job, exc, shared + time.perf_counter() - began)
             else:

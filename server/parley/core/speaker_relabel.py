@@ -1,0 +1,89 @@
+"""A stream's speakers clustered at once from the windows it kept (pure).
+
+The live linking labels a voice when it is first heard, with only the past to compare
+with (``speakers.OnlineClustering``). The windows a stream keeps (one a second) can be
+clustered at once, as a recording's are (``recording_speakers``): at the stream's end
+(the closing relabel, which relabels every final) and at checkpoints before it
+(``StreamDiarizer.relabel_due``), which relabel the finals already settled. After a
+checkpoint, the live speakers keep the labels the clustering gave their voices: each
+relabelled speaker is taken over by the live speaker most of its windows were linked
+to, and the other live speakers keep labels of their own, so that a live speaker the
+clustering had joined to another is still told apart in the finals to come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from parley.core.recording_speakers import (
+    RecordingClustering,
+    WindowSpeakerMap,
+    cluster_windows,
+    timeline_of,
+)
+from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.stream_diarizer import (
+    CLOSING_MIN_S,
+    CLOSING_STEP_S,
+    StreamDiarizer,
+    WindowSpeakers,
+)
+
+
+@dataclass(frozen=True)
+class Relabel:
+    """A stream's kept windows clustered at once."""
+
+    timeline: TimelineSnapshot  # who spoke when, every turn settled
+    # Shown live speaker → the timeline's speaker it takes over (at most one each).
+    taken_over: Mapping[int, int]
+
+
+def relabel(
+    diarizer: StreamDiarizer, clustering: RecordingClustering = RecordingClustering()
+) -> Relabel | None:
+    """The windows ``diarizer`` kept (one every ``CLOSING_STEP_S``), clustered at once
+    into the count its client gave (else up to its ``max_speakers``); None for a stream
+    too short to have kept ``CLOSING_MIN_S`` of them."""
+    windows = diarizer.kept_windows
+    if len(windows) * CLOSING_STEP_S < CLOSING_MIN_S:
+        return None
+    config = diarizer.config
+    count = config.speakers
+    if count.exactly is None and count.at_most is None:
+        count = replace(count, at_most=config.clustering.max_speakers)
+    settings = clustering.for_step(CLOSING_STEP_S)
+    speaker_of = cluster_windows(windows, settings, count)
+    timeline = timeline_of(
+        windows, diarizer.timeline.frame_step, speaker_of, settings.active_threshold
+    )
+    shown = diarizer.clustering.aliases()
+    taken_over = take_over(speaker_of, diarizer.kept_speakers, shown, windows)
+    return Relabel(timeline, taken_over)
+
+
+def take_over(
+    speaker_of: WindowSpeakerMap,
+    linked: Sequence[tuple[int | None, ...]],
+    shown: tuple[int, ...],
+    windows: Sequence[WindowSpeakers],
+) -> dict[int, int]:
+    """Shown live speaker → the clustered speaker it takes over. Each shown speaker's
+    linked local speakers (``linked[w][s]``: window ``w``'s local speaker ``s``'s live
+    speaker) went mostly, by seconds alone, to one clustered speaker; of the shown
+    speakers that went mostly to the same one, the one with the most seconds takes it
+    over, and the others keep labels of their own."""
+    seconds: dict[int, dict[int, float]] = {}  # shown speaker → clustered speaker → s
+    for (w, s), speaker in speaker_of.items():
+        live = linked[w][s]
+        if live is None:
+            continue
+        held = seconds.setdefault(shown[live] if live < len(shown) else live, {})
+        held[speaker] = held.get(speaker, 0.0) + float(windows[w].local.alone_s[s])
+    best: dict[int, tuple[float, int]] = {}  # clustered speaker → (seconds, shown speaker)
+    for live, held in sorted(seconds.items()):
+        speaker = max(held, key=lambda k: held[k])
+        if held[speaker] > best.get(speaker, (0.0, -1))[0]:
+            best[speaker] = (held[speaker], live)
+    return {live: speaker for speaker, (_, live) in best.items()}
