@@ -263,16 +263,23 @@ def test_an_unconfirmed_speaker_confirmed_later_is_announced_within_the_latency(
     assert {w.speaker for w in updates[0].words} == {"S2"}
 
 
-def test_the_closing_timeline_relabels_settled_finals_in_order_of_appearance():
-    """At the end of a stream, the whole stream's clustering relabels finals long settled:
-    the third voice was the first's (one update, S3 → S1), and labels are numbered by
-    appearance whatever the clustering's own indices."""
+def three_live_speakers() -> tuple[tuple[Turn, ...], SpeakerTrack]:
+    """Three live speakers, the third heard twice (its second final ends at 13 s), all
+    four finals sent and labelled S1, S2, S3, S3."""
     turns = (Turn(0, 2, 0), Turn(2.2, 5, 1), Turn(5.2, 8, 2), Turn(11.8, 13.2, 2))
     speakers = track()
     speakers.apply(TimelineSnapshot(turns, 0.0, 3, (0, 1, 2)))
     spoken = [("Hello.", 0.2, 1.8), ("Hi.", 2.4, 4.6), ("So.", 5.4, 7.6), ("Hm.", 12.0, 13.0)]
     sent = [speakers.label_final(final(i, word)) for i, word in enumerate(spoken)]
     assert [f.speaker for f in sent] == ["S1", "S2", "S3", "S3"]
+    return turns, speakers
+
+
+def test_the_closing_timeline_relabels_settled_finals_in_order_of_appearance():
+    """At the end of a stream, the whole stream's clustering relabels finals long settled:
+    the third voice was the first's (one update, S3 → S1), and labels are numbered by
+    appearance whatever the clustering's own indices."""
+    turns, speakers = three_live_speakers()
     assert speakers.apply(TimelineSnapshot(turns, 14.0, 3, (0, 1, 2))) == []  # all settled
     # The closing timeline gives "Hm." nobody: it keeps its label.
     closing = TimelineSnapshot((Turn(0, 2, 4), Turn(2.2, 5, 3), Turn(5.2, 8, 4)), 14.0, 2)
@@ -288,12 +295,7 @@ def test_a_checkpoint_relabels_settled_finals_and_the_live_speakers_keep_its_lab
     labels, and later finals of the live speakers that took the clustered ones over
     carry the clustering's labels; the third live speaker, which took none over, keeps
     its own."""
-    turns = (Turn(0, 2, 0), Turn(2.2, 5, 1), Turn(5.2, 8, 2), Turn(11.8, 13.2, 2))
-    speakers = track()
-    speakers.apply(TimelineSnapshot(turns, 0.0, 3, (0, 1, 2)))
-    spoken = [("Hello.", 0.2, 1.8), ("Hi.", 2.4, 4.6), ("So.", 5.4, 7.6), ("Hm.", 12.0, 13.0)]
-    sent = [speakers.label_final(final(i, word)) for i, word in enumerate(spoken)]
-    assert [f.speaker for f in sent] == ["S1", "S2", "S3", "S3"]
+    turns, speakers = three_live_speakers()
     closing = TimelineSnapshot((Turn(0, 2, 7), Turn(2.2, 5, 8), Turn(5.2, 8, 7)), 11.0, 2)
     snapshot = TimelineSnapshot(turns, 11.0, 3, (0, 1, 2), closing=closing, taken_over={0: 7, 1: 8})
     updates = speakers.apply(snapshot)
