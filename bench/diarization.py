@@ -11,7 +11,8 @@ out (one speaker per word cannot cover it). Also: the number of speakers shown a
 whether the labels run S1…Sn in order of first appearance; single-word flips (a word
 whose speaker differs from the words on both sides of it in one final); finals holding
 more than one speaker; word timing against the reference speech (share of word time
-outside speech, share of speech inside no word); final latency.
+outside speech, share of speech inside no word); final latency; the ``speaker_update``s
+received, and how many finals they touched.
 
 Recordings: sample.wav (two real speakers), and followed by an espeak-ng dialogue of 3
 more voices (60 s, long enough for the closing relabel), espeak-ng dialogues of 2 and 3
@@ -54,7 +55,14 @@ from load import Server
 from parley.client.stream import ffmpeg_pcm, run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.audio import SAMPLE_RATE
-from parley.protocol.messages import Final, FinalReason, ServerMessage, SessionStarted, StreamConfig
+from parley.protocol.messages import (
+    Final,
+    FinalReason,
+    ServerMessage,
+    SessionStarted,
+    SpeakerUpdate,
+    StreamConfig,
+)
 
 COLLAR_S = 0.25
 GRID_S = 0.01  # timing is scored on a 10 ms grid
@@ -150,6 +158,7 @@ async def stream_file(url: str, path: Path) -> dict:
     latencies: list[float] = []
     change_latencies: list[float] = []
     began: list[float] = []
+    updates: list[tuple[float, int]] = []  # (when, after the audio began; which final)
 
     def on_message(message: ServerMessage) -> None:
         now = time.monotonic()
@@ -159,6 +168,8 @@ async def stream_file(url: str, path: Path) -> dict:
             latencies.append(now - began[0] - message.end)
             if message.reason == FinalReason.SPEAKER_CHANGE:
                 change_latencies.append(latencies[-1])
+        if isinstance(message, SpeakerUpdate):
+            updates.append((now - began[0], message.segment_id))
         transcript.apply(message)
 
     result = await run_stream(
@@ -171,6 +182,7 @@ async def stream_file(url: str, path: Path) -> dict:
         "transcript": transcript,
         "latencies": latencies,
         "change_latencies": change_latencies,
+        "updates": updates,
         "errors": result.errors,
     }
 
@@ -261,6 +273,10 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
         "latency_p50_s": statistics.median(latencies) if latencies else None,
         "latency_max_s": latencies[-1] if latencies else None,
         "errors": len(outcome["errors"]),
+        # how much the labels a client holds are revised (within the labels' latency, at
+        # checkpoint relabels and at the closing one), and how many finals that touches
+        "speaker_updates": len(outcome["updates"]),
+        "finals_updated": len({segment for _, segment in outcome["updates"]}),
         "labels": shown,
         "turns_rttm": turns.to_rttm(),
     }
@@ -345,6 +361,8 @@ def main() -> None:
             "speech_outside_words",
             "latency_p50_s",
             "latency_max_s",
+            "speaker_updates",
+            "finals_updated",
             "errors",
         ],
     )
