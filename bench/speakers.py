@@ -258,8 +258,7 @@ def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
     """What a client keeps once a stream has ended: the closing relabel's timeline (the
     windows a stream keeps, one every ``CLOSING_STEP_S``, clustered at once), or the live
     labels where the stream was too short for one."""
-    from parley.core.recording_speakers import CLOSING_MIN_S
-    from parley.core.stream_diarizer import CLOSING_STEP_S, StreamDiarizer
+    from parley.core.stream_diarizer import CLOSING_MIN_S, CLOSING_STEP_S, StreamDiarizer
 
     split, kind, speakers, index, overrides = job
     recording: Recording = make(split, kind, speakers, index)
