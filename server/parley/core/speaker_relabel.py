@@ -6,9 +6,10 @@ clustered at once, as a recording's are (``recording_speakers``): at the stream'
 (the closing relabel, which relabels every final) and at checkpoints before it
 (``StreamDiarizer.relabel_due``), which relabel the finals already settled. After a
 checkpoint, the live speakers keep the labels the clustering gave their voices: each
-relabelled speaker is taken over by the live speaker most of its windows were linked
-to, and the other live speakers keep labels of their own, so that a live speaker the
-clustering had joined to another is still told apart in the finals to come.
+clustered speaker is taken over by one live speaker, of those whose windows went mostly
+to it the one that held the most of them, and the other live speakers keep labels of
+their own, so that a live speaker the clustering had joined to another is still told
+apart in the finals to come.
 """
 
 from __future__ import annotations
