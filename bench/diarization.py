@@ -12,7 +12,8 @@ whether the labels run S1…Sn in order of first appearance; single-word flips (
 whose speaker differs from the words on both sides of it in one final); finals holding
 more than one speaker; word timing against the reference speech (share of word time
 outside speech, share of speech inside no word); final latency; the ``speaker_update``s
-received, and how many finals they touched.
+received, how many finals they touched, and how many came once all the audio was sent
+(the closing relabel's).
 
 Recordings: sample.wav (two real speakers), and followed by an espeak-ng dialogue of 3
 more voices (60 s, long enough for the closing relabel), espeak-ng dialogues of 2 and 3
@@ -172,17 +173,20 @@ async def stream_file(url: str, path: Path) -> dict:
             updates.append((now - began[0], message.segment_id))
         transcript.apply(message)
 
-    result = await run_stream(
-        url,
-        ffmpeg_pcm(str(path)),
-        2 * SAMPLE_RATE,  # PCM16 mono
-        on_message=on_message,
-    )
+    sent = [0]  # bytes of audio sent
+
+    async def counted():
+        async for chunk in ffmpeg_pcm(str(path)):
+            sent[0] += len(chunk)
+            yield chunk
+
+    result = await run_stream(url, counted(), 2 * SAMPLE_RATE, on_message=on_message)  # PCM16
     return {
         "transcript": transcript,
         "latencies": latencies,
         "change_latencies": change_latencies,
         "updates": updates,
+        "audio_s": sent[0] / (2 * SAMPLE_RATE),
         "errors": result.errors,
     }
 
@@ -277,6 +281,7 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
         # checkpoint relabels and at the closing one), and how many finals that touches
         "speaker_updates": len(outcome["updates"]),
         "finals_updated": len({segment for _, segment in outcome["updates"]}),
+        "updates_after_audio": sum(1 for t, _ in outcome["updates"] if t > outcome["audio_s"]),
         "labels": shown,
         "turns_rttm": turns.to_rttm(),
     }
@@ -363,6 +368,7 @@ def main() -> None:
             "latency_max_s",
             "speaker_updates",
             "finals_updated",
+            "updates_after_audio",
             "errors",
         ],
     )

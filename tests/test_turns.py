@@ -269,7 +269,7 @@ def three_live_speakers() -> tuple[tuple[Turn, ...], SpeakerTrack]:
     turns = (Turn(0, 2, 0), Turn(2.2, 5, 1), Turn(5.2, 8, 2), Turn(11.8, 13.2, 2))
     speakers = track()
     speakers.apply(TimelineSnapshot(turns, 0.0, 3, (0, 1, 2)))
-    spoken = [("Hello.", 0.2, 1.8), ("Hi.", 2.4, 4.6), ("So.", 5.4, 7.6), ("Hm.", 12.0, 13.0)]
+    spoken = [("Hello.", 0.2, 1.8), ("Hi.", 2.4, 4.6), ("So.", 5.4, 6.4), ("Hm.", 12.0, 13.0)]
     sent = [speakers.label_final(final(i, word)) for i, word in enumerate(spoken)]
     assert [f.speaker for f in sent] == ["S1", "S2", "S3", "S3"]
     return turns, speakers
@@ -307,6 +307,17 @@ def test_a_checkpoint_relabels_settled_finals_and_the_live_speakers_keep_its_lab
         for i, w in ((4, ("Yes.", 14.1, 14.9)), (5, ("No.", 15.3, 15.9)))
     ]
     assert [f.speaker for f in more] == ["S2", "S1"]
+
+
+def test_a_checkpoint_keeps_the_numbers_a_client_has_seen_where_it_can():
+    """The clustering puts "Hello." (S1) with "Hi." (S2, longer) and "So." (S3) alone:
+    each clustered speaker keeps the number most of its words' time had, so only
+    "Hello." is renamed (S1 → S2), where numbering afresh would rename the other two."""
+    turns, speakers = three_live_speakers()
+    closing = TimelineSnapshot((Turn(0, 2, 8), Turn(2.2, 5, 8), Turn(5.2, 8, 7)), 11.0, 2)
+    snapshot = TimelineSnapshot(turns, 11.0, 3, (0, 1, 2), closing=closing, taken_over={1: 8})
+    updates = speakers.apply(snapshot)
+    assert [(u.segment_id, u.speaker) for u in updates] == [(0, "S2")]
 
 
 def test_the_clustered_speakers_are_taken_over_by_the_live_speaker_holding_most_of_each():

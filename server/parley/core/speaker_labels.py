@@ -33,6 +33,13 @@ class SpeakerLabels:
             self._numbers[speaker] = number
         return None if number is None else f"S{number}"
 
+    @classmethod
+    def numbered(cls, numbers: Mapping[int, int]) -> SpeakerLabels:
+        """Labels that start with these numbers given (speaker → number)."""
+        labels = cls()
+        labels._numbers = dict(numbers)
+        return labels
+
     def taken_over(self, by: Mapping[int, int]) -> SpeakerLabels:
         """These labels for other speakers: ``by`` maps each new speaker to the one here
         whose number it takes over. Every number given here stays taken, so a speaker

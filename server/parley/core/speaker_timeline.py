@@ -52,7 +52,8 @@ class TimelineSnapshot:
     voice_turns: tuple[Turn, ...] = ()
     # A stream's last step, and its checkpoints: its kept windows' voices clustered at
     # once, as a recording's are (``speaker_relabel``), to relabel its settled finals;
-    # and the shown speaker that takes over each of that timeline's speakers from then on.
+    # and, at a checkpoint (None at the end), the shown speaker that takes over each of
+    # that timeline's speakers from then on.
     closing: TimelineSnapshot | None = None
     taken_over: Mapping[int, int] | None = None
 

@@ -5,9 +5,10 @@ the audio window to send it, the latest immutable timeline snapshots, the labels
 client has seen (``SpeakerLabels``), and the finals whose speakers may still change,
 so that a later snapshot can revise them with a ``speaker_update``. At checkpoints and
 at the end of the stream, a step's closing timeline (the stream's voices so far
-clustered at once, ``speaker_relabel``) relabels every settled final it covers, with
-labels numbered afresh in order of appearance, and the live speakers that take over
-its speakers keep their labels from then on.
+clustered at once, ``speaker_relabel``) relabels every settled final it covers: at a
+checkpoint keeping the labels the client has seen where it can, at the end numbered
+afresh in order of appearance; the live speakers that take over its speakers keep
+their labels from then on.
 """
 
 from __future__ import annotations
@@ -206,27 +207,52 @@ class SpeakerTrack:
                 self._settle(relabelled)
                 del self._unsettled[segment_id]  # its labels cannot change any more
         if snapshot.closing is not None and snapshot.closing.turns and not self._outlasted:
-            updates.update(self._relabel_all(snapshot.closing, snapshot.taken_over or {}))
+            updates.update(self._relabel_all(snapshot.closing, snapshot.taken_over))
         return list(updates.values())
 
     def _relabel_all(
-        self, closing: TimelineSnapshot, taken_over: Mapping[int, int]
+        self, closing: TimelineSnapshot, taken_over: Mapping[int, int] | None
     ) -> dict[int, SpeakerUpdate]:
-        """Every settled final labelled from the closing timeline, its speakers numbered
-        S1…Sn in order of appearance: the updates for those that changed (a final that
-        timeline gives nobody keeps its labels; one still unsettled is left to the live
-        snapshots, with the labels ``taken_over`` gives its speakers)."""
-        labels = SpeakerLabels()
-        updates = {}
+        """Every settled final labelled from the closing timeline: the updates for those
+        that changed (a final that timeline gives nobody keeps its labels; one still
+        unsettled is left to the live snapshots). At the end (``taken_over`` None) its
+        speakers are numbered S1…Sn afresh, in order of appearance; at a checkpoint each
+        keeps the number the finals mostly gave its words where it can (``_kept_numbers``),
+        and the live speakers that take its speakers over keep their labels from then on."""
         turns = TurnsByTime(closing)  # each final reads its own stretch: on the event loop
-        for sent in sorted(self._sent.values(), key=lambda final: final.start):
-            if sent.segment_id in self._unsettled:
-                continue
+        settled = sorted(
+            (f for f in self._sent.values() if f.segment_id not in self._unsettled),
+            key=lambda final: final.start,
+        )
+        labels = SpeakerLabels()
+        if taken_over is not None:
+            labels = SpeakerLabels.numbered(self._kept_numbers(settled, turns))
+        updates = {}
+        for sent in settled:
             relabelled = self._label(sent, turns.around(sent.start, sent.end), labels)
             if relabelled.speaker is not None and _changed(sent, relabelled):
                 updates[sent.segment_id] = self._update(relabelled)
-        self._labels = labels.taken_over(taken_over)
+        self._labels = labels.taken_over(taken_over or {})
         return updates
+
+    @staticmethod
+    def _kept_numbers(finals: list[Final], turns: TurnsByTime) -> dict[int, int]:
+        """Each of the closing timeline's speakers → the label number the ``finals`` gave
+        most of its words' time, one to one (the most shared first), so that a checkpoint
+        renames as few of the labels a client has seen as it can."""
+        shared: dict[tuple[int, int], float] = {}
+        for final in finals:
+            view = turns.around(final.start, final.end)
+            for w in final.words:
+                speaker = view.speaker_of(w.start, w.end)
+                if speaker is not None and w.speaker is not None:
+                    key = (speaker, int(w.speaker[1:]))
+                    shared[key] = shared.get(key, 0.0) + max(w.end - w.start, 1e-3)
+        numbers: dict[int, int] = {}
+        for speaker, number in sorted(shared, key=lambda key: -shared[key]):
+            if speaker not in numbers and number not in numbers.values():
+                numbers[speaker] = number
+        return numbers
 
     def _update(self, final: Final) -> SpeakerUpdate:
         if final.segment_id in self._sent:  # kept in its place: the oldest first

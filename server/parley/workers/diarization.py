@@ -184,10 +184,9 @@ class DiarizationWorker:
                 closing = job.final and job.diarizer.config.closing_s > 0
                 if closing or job.diarizer.relabel_due(job.now):
                     found = relabel(job.diarizer)
-                    if found is not None:
-                        snapshot = replace(
-                            snapshot, closing=found.timeline, taken_over=found.taken_over
-                        )
+                    if found is not None:  # at the end, nobody takes over: numbered afresh
+                        taken_over = None if job.final else found.taken_over
+                        snapshot = replace(snapshot, closing=found.timeline, taken_over=taken_over)
             except Exception as exc:
                 self._fail(job, exc, shared + time.perf_counter() - began)
             else:
