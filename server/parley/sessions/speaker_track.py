@@ -224,25 +224,26 @@ class SpeakerTrack:
             (f for f in self._sent.values() if f.segment_id not in self._unsettled),
             key=lambda final: final.start,
         )
+        views = [turns.around(final.start, final.end) for final in settled]
         labels = SpeakerLabels()
         if taken_over is not None:
-            labels = SpeakerLabels.numbered(self._kept_numbers(settled, turns))
+            labels = SpeakerLabels.numbered(self._kept_numbers(settled, views))
         updates = {}
-        for sent in settled:
-            relabelled = self._label(sent, turns.around(sent.start, sent.end), labels)
+        for sent, view in zip(settled, views):
+            relabelled = self._label(sent, view, labels)
             if relabelled.speaker is not None and _changed(sent, relabelled):
                 updates[sent.segment_id] = self._update(relabelled)
         self._labels = labels.taken_over(taken_over or {})
         return updates
 
     @staticmethod
-    def _kept_numbers(finals: list[Final], turns: TurnsByTime) -> dict[int, int]:
-        """Each of the closing timeline's speakers → the label number the ``finals`` gave
-        most of its words' time, one to one (the most shared first), so that a checkpoint
-        renames as few of the labels a client has seen as it can."""
+    def _kept_numbers(finals: list[Final], views: list[TimelineSnapshot]) -> dict[int, int]:
+        """Each of the closing timeline's speakers (``views``: its stretch around each
+        final) → the label number the ``finals`` gave most of its words' time, one to one
+        (the most shared first), so that a checkpoint renames as few of the labels a
+        client has seen as it can."""
         shared: dict[tuple[int, int], float] = {}
-        for final in finals:
-            view = turns.around(final.start, final.end)
+        for final, view in zip(finals, views):
             for w in final.words:
                 speaker = view.speaker_of(w.start, w.end)
                 if speaker is not None and w.speaker is not None:
