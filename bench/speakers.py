@@ -737,13 +737,15 @@ def main() -> None:
         ],
     )
     step_s = statistics.fmean(r["step_s"] for r in rows)
-    print(f"\nmean step {step_s * 1000:.1f} ms: {1 / step_s:.1f} steps per second per core")
+    per_core = 1 / step_s if step_s > 0 else None  # modes that replay cached steps time none
+    if per_core is not None:
+        print(f"\nmean step {step_s * 1000:.1f} ms: {per_core:.1f} steps per second per core")
     path = write_json(
         "speakers",
         {
             "label": args.label,
             "overrides": overrides,
-            "steps_per_second_per_core": 1 / step_s,
+            "steps_per_second_per_core": per_core,
             "summary": summary,
             "rows": rows,
         },
