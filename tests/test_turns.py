@@ -289,6 +289,18 @@ def test_the_closing_timeline_relabels_settled_finals_in_order_of_appearance():
     ]
 
 
+def test_the_closing_relabel_reaches_the_finals_the_last_frames_did_not_settle():
+    """The stream's last final may end past its last frame (its pad): at the end nothing
+    is left to settle it, so the closing relabel labels it with the rest, and it cannot
+    keep a live label numbered otherwise than the finals relabelled around it."""
+    turns, speakers = three_live_speakers()
+    closing = TimelineSnapshot(
+        (Turn(0, 2, 4), Turn(2.2, 5, 3), Turn(5.2, 8, 5), Turn(11.8, 13.2, 4)), 12.5, 3
+    )
+    updates = speakers.apply(TimelineSnapshot(turns, 12.5, 3, (0, 1, 2), closing=closing))
+    assert [(u.segment_id, u.speaker) for u in updates] == [(3, "S1")]  # "Hm." ends at 13
+
+
 def test_a_checkpoint_relabels_settled_finals_and_the_live_speakers_keep_its_labels():
     """Mid-stream, the kept windows' clustering joins a third live voice to the first:
     its settled final is relabelled (S3 → S1), a final still unsettled is left to the live

@@ -214,12 +214,17 @@ class SpeakerTrack:
         self, closing: TimelineSnapshot, taken_over: Mapping[int, int] | None
     ) -> dict[int, SpeakerUpdate]:
         """Every settled final labelled from the closing timeline: the updates for those
-        that changed (a final that timeline gives nobody keeps its labels; one still
-        unsettled is left to the live snapshots). At the end (``taken_over`` None) its
-        speakers are numbered S1…Sn afresh, in order of appearance; at a checkpoint each
-        keeps the number the finals mostly gave its words where it can (``_kept_numbers``),
-        and the live speakers that take its speakers over keep their labels from then on."""
+        that changed (a final that timeline gives nobody keeps its labels). At a
+        checkpoint a final still unsettled is left to the live snapshots, each clustered
+        speaker keeps the number the finals mostly gave its words where it can
+        (``_kept_numbers``), and the live speakers that take its speakers over keep their
+        labels from then on. At the end (``taken_over`` None) every final is settled,
+        those that end past the stream's last frame too, and the speakers are numbered
+        S1…Sn afresh, in order of appearance."""
         turns = TurnsByTime(closing)  # each final reads its own stretch: on the event loop
+        if taken_over is None:
+            self._unsettled.clear()  # nothing will settle them now: a live label left on
+            # one would be numbered otherwise than the finals relabelled around it
         settled = sorted(
             (f for f in self._sent.values() if f.segment_id not in self._unsettled),
             key=lambda final: final.start,
