@@ -13,17 +13,20 @@ against the known turns with pyannote.metrics (0.25 s collar, overlap scored):
 ``--recording`` scores whole-recording clustering instead (a file upload's), and
 ``--closing`` what a client keeps once a stream has ended (its closing relabel, or the
 live labels of a stream too short for one), and ``--held`` what it holds just before,
-with the checkpoint relabels applied. ``--cuts 2 2+1`` scores where and how soon
+with the checkpoint relabels applied; ``--client`` what a client's finals say at the
+end, through the session's own ``SpeakerTrack``. ``--cuts 2 2+1`` scores where and how soon
 finals are cut at speaker changes instead, under each cut rule given (``cut_rule``),
 and how soon the timeline first shows each change at all (what any rule waits for).
 ``--set thin=1`` thins every step, as a server behind on every step would
 (``core/speaker_carry.py``).
 
-This scores the speaker timeline itself (who spoke when, frame by frame), which the
-finals' word labels are read from; ``bench/diarization.py --devset`` scores the words
-a client gets from a real server. Usage:
-python bench/speakers.py [--split dev heldout] [--recording | --closing | --cuts 2 2+1]
-[--set min_speaker_s=2 ...]
+The other modes score the speaker timeline itself (who spoke when, frame by frame),
+which the finals' word labels are read from; ``--client`` scores those words (the
+reference's speech in pieces, cut at the true changes: the labelling, not the ASR or
+the cuts), and ``bench/diarization.py`` the words a client gets from a real server on
+a few recordings. Usage:
+python bench/speakers.py [--split dev heldout] [--recording | --closing | --held |
+--client | --cuts 2 2+1] [--set min_speaker_s=2 ...]
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def _load(threads: int) -> None:
 # Fields of the diarization config itself that --set may override; every other key is
 # a field of its ``clustering`` (or, with --recording and --closing, of the recording's),
 # but for ``thin=1``: every step thinned, as a server behind on every step thins them.
-STREAM_FIELDS = ("busy_reembed_s", "relabel_every_s")
+STREAM_FIELDS = ("busy_reembed_s", "relabel_every_s", "closing_s")
 
 
 def config_with(overrides: dict[str, str]):
@@ -318,6 +321,106 @@ def _score_held(job: tuple[str, str, int, int, dict]) -> dict:
             if end > until
         ]
         turns = [t for t in relabelled if t[0] < until] + later
+    return _scored(recording, turns, job, len(cached["windows"]), 0.0, cached["windows"])
+
+
+# --client: the reference's speech in pieces this long stands for a final's words, and a
+# final is labelled this long after its segment ends (about its decode), or after a cut
+# at a speaker change (about the default cut rule's median delay).
+WORD_S = 0.3
+DECODED_AFTER_S = 0.5
+CUT_AFTER_S = 2.0
+VAD_PAD_S = VadConfig().speech_pad_ms / 1000  # a final ends this far past its speech
+
+
+def _client_finals(recording: Recording) -> list[tuple[float, object]]:
+    """The finals a stream of ``recording`` would get, each with the stream time it is
+    labelled at: the VAD's segments (``speech_regions``), cut at the true speaker
+    changes inside them, their speech in WORD_S pieces as words (text left out)."""
+    from parley.protocol.messages import Final, FinalReason, Word
+
+    speech = sorted((t.start, t.end) for t in recording.turns)
+    cuts = inner_changes(recording)
+    made = []
+    for start, end in speech_regions(recording):
+        edges = [start, *[c for c in cuts if start < c < end], end]
+        for a, b in zip(edges, edges[1:]):
+            words = []
+            for s0, s1 in speech:
+                lo, hi = max(a, s0), min(b, s1)
+                t = lo
+                while t < hi - 1e-6:
+                    if not words or t >= words[-1].end - 1e-6:
+                        words.append(Word("w", t, min(t + WORD_S, hi), 0.9))
+                    t += WORD_S
+            if not words:
+                continue
+            last = b == end
+            final_end = min(b + VAD_PAD_S, recording.duration) if last else b
+            reason = FinalReason.SILENCE if last else FinalReason.SPEAKER_CHANGE
+            final = Final(len(made), a, final_end, "", reason, words)
+            made.append((final_end + (DECODED_AFTER_S if last else CUT_AFTER_S), final))
+    return made
+
+
+def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
+    """What a client's transcript says once its stream has ended, through the session's
+    own ``SpeakerTrack``: each final (``_client_finals``) labelled when it would be sent,
+    every step's snapshot applied as the server applies it (checkpoint relabels at
+    ``relabel_due``, the closing relabel at the end), and every ``speaker_update`` applied
+    to the finals kept; the words' speakers then scored. The labelling the timeline
+    modes leave out (words smoothed into turns, label numbers, finals settled or not) is
+    in; the ASR is not (words are the reference's speech)."""
+    from parley.core.speaker_relabel import relabel
+    from parley.core.stream_diarizer import StreamDiarizer
+    from parley.sessions.speaker_track import SpeakerTrack
+    from parley.workers.diarization import DiarizationWorker
+
+    split, kind, speakers, index, overrides = job
+    recording: Recording = make(split, kind, speakers, index)
+    cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
+    config = config_with(overrides)
+    diarizer = StreamDiarizer(_MODELS, config)
+    track = SpeakerTrack(DiarizationWorker(_MODELS, config))  # its threads never start
+    pending = _client_finals(recording)
+    kept: dict[int, object] = {}
+    windows = iter(cached["windows"])
+
+    def applied(snapshot) -> None:
+        for update in track.apply(snapshot):
+            sent = kept[update.segment_id]
+            kept[update.segment_id] = replace(sent, speaker=update.speaker, words=update.words)
+
+    def send(until: float) -> None:
+        while pending and pending[0][0] <= until:
+            final = pending.pop(0)[1]
+            kept[final.segment_id] = track.label_final(final)
+
+    for window, _, now in diarizer.windows(recording.audio):
+        if len(window) >= diarizer.config.min_window_s * SAMPLE_RATE:
+            diarizer.link(next(windows))
+        diarizer.timeline.advance(now)
+        snapshot = diarizer.timeline.snapshot(
+            diarizer.clustering.aliases(), diarizer.clustering.voices()
+        )
+        if diarizer.relabel_due(now) and (found := relabel(diarizer)) is not None:
+            snapshot = replace(snapshot, closing=found.timeline, taken_over=found.taken_over)
+        applied(snapshot)
+        send(now)
+    send(float("inf"))  # the stream's last finals come before its last step's labels
+    diarizer.timeline.advance(recording.duration, final=True)
+    snapshot = diarizer.timeline.snapshot(
+        diarizer.clustering.aliases(), diarizer.clustering.voices()
+    )
+    if diarizer.config.closing_s > 0 and (found := relabel(diarizer)) is not None:
+        snapshot = replace(snapshot, closing=found.timeline, taken_over=None)
+    applied(snapshot)
+    turns = [
+        (w.start, w.end, int(w.speaker[1:]))
+        for final in kept.values()
+        for w in final.words
+        if w.speaker is not None
+    ]
     return _scored(recording, turns, job, len(cached["windows"]), 0.0, cached["windows"])
 
 
@@ -625,6 +728,12 @@ def main() -> None:
         "oracle_count=1: the client gave the true num_speakers)",
     )
     parser.add_argument(
+        "--client",
+        action="store_true",
+        help="score what a client's finals say once its stream has ended, through the "
+        "session's own SpeakerTrack (every speaker_update applied)",
+    )
+    parser.add_argument(
         "--held",
         action="store_true",
         help="score what a client holds just before its stream ends: its checkpoint "
@@ -687,7 +796,9 @@ def main() -> None:
             cut_rows = pool.map(_score_cuts, jobs, chunksize=1)
         else:
             scoring = (
-                _score_closing
+                _score_client
+                if args.client
+                else _score_closing
                 if args.closing
                 else _score_held
                 if args.held
