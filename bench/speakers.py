@@ -377,6 +377,8 @@ def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
     from parley.workers.diarization import DiarizationWorker
 
     split, kind, speakers, index, overrides = job
+    overrides = dict(overrides)
+    held = overrides.pop("held", "0") == "1"  # what the client held before the closing
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
     config = config_with(overrides)
@@ -412,7 +414,7 @@ def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
     snapshot = diarizer.timeline.snapshot(
         diarizer.clustering.aliases(), diarizer.clustering.voices()
     )
-    if diarizer.config.closing_s > 0 and (found := relabel(diarizer)) is not None:
+    if not held and diarizer.config.closing_s > 0 and (found := relabel(diarizer)) is not None:
         snapshot = replace(snapshot, closing=found.timeline, taken_over=None)
     applied(snapshot)
     turns = [
@@ -731,7 +733,8 @@ def main() -> None:
         "--client",
         action="store_true",
         help="score what a client's finals say once its stream has ended, through the "
-        "session's own SpeakerTrack (every speaker_update applied)",
+        "session's own SpeakerTrack (every speaker_update applied; --set held=1: before "
+        "the closing relabel)",
     )
     parser.add_argument(
         "--held",
