@@ -213,7 +213,7 @@ class SpeakerTrack:
     def _relabel_all(
         self, closing: TimelineSnapshot, taken_over: Mapping[int, int] | None
     ) -> dict[int, SpeakerUpdate]:
-        """Every settled final labelled from the closing timeline: the updates for those
+        """The finals labelled from the closing timeline: the updates for those
         that changed (a final that timeline gives nobody keeps its labels). At a
         checkpoint a final still unsettled is left to the live snapshots, each clustered
         speaker keeps the number the finals mostly gave its words where it can
@@ -223,8 +223,9 @@ class SpeakerTrack:
         S1…Sn afresh, in order of appearance."""
         turns = TurnsByTime(closing)  # each final reads its own stretch: on the event loop
         if taken_over is None:
-            self._unsettled.clear()  # nothing will settle them now: a live label left on
-            # one would be numbered otherwise than the finals relabelled around it
+            # The end: nothing will settle the rest, and a live label left on one would be
+            # numbered otherwise than the finals relabelled around it.
+            self._unsettled.clear()
         settled = sorted(
             (f for f in self._sent.values() if f.segment_id not in self._unsettled),
             key=lambda final: final.start,
