@@ -325,68 +325,89 @@ def _score_held(job: tuple[str, str, int, int, dict]) -> dict:
 
 
 # --client: the reference's speech in pieces this long stands for a final's words, and a
-# final is labelled this long after its segment ends (about its decode), or after a cut
-# at a speaker change (about the default cut rule's median delay).
+# final is labelled this long after it is cut (about its decode).
 WORD_S = 0.3
 DECODED_AFTER_S = 0.5
-CUT_AFTER_S = 2.0
 VAD_PAD_S = VadConfig().speech_pad_ms / 1000  # a final ends this far past its speech
 
 
-def _client_finals(recording: Recording) -> list[tuple[float, object]]:
-    """The finals a stream of ``recording`` would get, each with the stream time it is
-    labelled at: the VAD's segments (``speech_regions``), cut at the true speaker
-    changes inside them, their speech in WORD_S pieces as words (text left out)."""
-    from parley.protocol.messages import Final, FinalReason, Word
+def _speech_words(speech: list[tuple[float, float]], start: float, end: float) -> list:
+    """The reference's speech in [start, end] in WORD_S pieces, as a final's words."""
+    from parley.protocol.messages import Word
 
-    speech = sorted((t.start, t.end) for t in recording.turns)
-    cuts = inner_changes(recording)
-    made = []
-    for start, end in speech_regions(recording):
-        edges = [start, *[c for c in cuts if start < c < end], end]
-        for a, b in zip(edges, edges[1:]):
-            words = []
-            for s0, s1 in speech:
-                lo, hi = max(a, s0), min(b, s1)
-                t = lo
-                while t < hi - 1e-6:
-                    if not words or t >= words[-1].end - 1e-6:
-                        words.append(Word("w", t, min(t + WORD_S, hi), 0.9))
-                    t += WORD_S
-            if not words:
-                continue
-            last = b == end
-            final_end = min(b + VAD_PAD_S, recording.duration) if last else b
-            reason = FinalReason.SILENCE if last else FinalReason.SPEAKER_CHANGE
-            final = Final(len(made), a, final_end, "", reason, words)
-            made.append((final_end + (DECODED_AFTER_S if last else CUT_AFTER_S), final))
-    return made
+    words: list[Word] = []
+    for s0, s1 in speech:
+        t, hi = max(start, s0), min(end, s1)
+        while t < hi - 1e-6:
+            if not words or t >= words[-1].end - 1e-6:
+                words.append(Word("w", t, min(t + WORD_S, hi), 0.9))
+            t += WORD_S
+    return words
 
 
 def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
     """What a client's transcript says once its stream has ended, through the session's
-    own ``SpeakerTrack``: each final (``_client_finals``) labelled when it would be sent,
-    every step's snapshot applied as the server applies it (checkpoint relabels at
-    ``relabel_due``, the closing relabel at the end), and every ``speaker_update`` applied
-    to the finals kept; the words' speakers then scored. The labelling the timeline
-    modes leave out (words smoothed into turns, label numbers, finals settled or not) is
-    in; the ASR is not (words are the reference's speech)."""
+    own ``SpeakerTrack``. Its finals are the VAD's segments (``speech_regions``), cut
+    where the server's own rule (``ChangeCuts``, read after every step) cuts them
+    (``--set cuts=true``: at the true changes, 2 s late), their words the reference's
+    speech in WORD_S pieces; each is labelled when it would be sent, every step's
+    snapshot applied as the server applies it (checkpoint relabels at ``relabel_due``,
+    the closing relabel at the end), and every ``speaker_update`` applied to the finals
+    kept; the words' speakers then scored. The labelling the timeline modes leave out
+    (words smoothed into turns, label numbers, finals settled or not) is in; the ASR is
+    not."""
     from parley.core.speaker_relabel import relabel
     from parley.core.stream_diarizer import StreamDiarizer
+    from parley.core.turns import ChangeCuts
+    from parley.protocol.messages import Final, FinalReason
     from parley.sessions.speaker_track import SpeakerTrack
     from parley.workers.diarization import DiarizationWorker
 
     split, kind, speakers, index, overrides = job
     overrides = dict(overrides)
     held = overrides.pop("held", "0") == "1"  # what the client held before the closing
+    true_cuts = overrides.pop("cuts", "server") == "true"
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
     config = config_with(overrides)
     diarizer = StreamDiarizer(_MODELS, config)
     track = SpeakerTrack(DiarizationWorker(_MODELS, config))  # its threads never start
-    pending = _client_finals(recording)
-    kept: dict[int, object] = {}
+    rule = ChangeCuts(config.turns)
+    speech = sorted((t.start, t.end) for t in recording.turns)
+    regions = speech_regions(recording)
+    changes = inner_changes(recording)
+    pending: list[tuple[float, Final]] = []  # (stream time it is sent at, final)
+    kept: dict[int, Final] = {}
+    opened = [0, regions[0][0] if regions else 0.0]  # the open region, its open start
     windows = iter(cached["windows"])
+
+    def cut(end: float, final_end: float, at: float, reason: FinalReason) -> None:
+        words = _speech_words(speech, opened[1], end)
+        if words:
+            made = len(pending) + len(kept)
+            pending.append((at, Final(made, opened[1], final_end, "", reason, words)))
+        opened[1] = end
+
+    def segment(now: float, snapshot) -> None:
+        """The finals the VAD and the cut rule close by stream time ``now``."""
+        while opened[0] < len(regions) and now >= regions[opened[0]][1] + VAD_SILENCE_S:
+            end = regions[opened[0]][1]
+            final_end = min(end + VAD_PAD_S, recording.duration)
+            cut(end, final_end, now + DECODED_AFTER_S, FinalReason.SILENCE)
+            opened[0] += 1
+            if opened[0] < len(regions):
+                opened[1] = regions[opened[0]][0]
+        if opened[0] >= len(regions) or regions[opened[0]][0] >= now:
+            return
+        end = min(now, regions[opened[0]][1])
+        if true_cuts:
+            for change in [c for c in changes if opened[1] < c <= now - CUT_AFTER_S]:
+                cut(change, change, now + DECODED_AFTER_S, FinalReason.SPEAKER_CHANGE)
+            return
+        while (at := rule.read(snapshot.by_voice(), opened[1], end)) is not None:
+            if at <= opened[1]:
+                break
+            cut(at, at, now + DECODED_AFTER_S, FinalReason.SPEAKER_CHANGE)
 
     def applied(snapshot) -> None:
         for update in track.apply(snapshot):
@@ -394,6 +415,7 @@ def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
             kept[update.segment_id] = replace(sent, speaker=update.speaker, words=update.words)
 
     def send(until: float) -> None:
+        pending.sort(key=lambda item: item[0])
         while pending and pending[0][0] <= until:
             final = pending.pop(0)[1]
             kept[final.segment_id] = track.label_final(final)
@@ -409,6 +431,11 @@ def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
             snapshot = replace(snapshot, closing=found.timeline, taken_over=found.taken_over)
         applied(snapshot)
         send(now)
+        segment(now, snapshot)
+    if opened[0] < len(regions):  # the end of the stream closes the open segment
+        cut(
+            regions[opened[0]][1], recording.duration, recording.duration, FinalReason.END_OF_STREAM
+        )
     send(float("inf"))  # the stream's last finals come before its last step's labels
     diarizer.timeline.advance(recording.duration, final=True)
     snapshot = diarizer.timeline.snapshot(
@@ -423,7 +450,13 @@ def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
         for w in final.words
         if w.speaker is not None
     ]
-    return _scored(recording, turns, job, len(cached["windows"]), 0.0, cached["windows"])
+    row = _scored(recording, turns, job, len(cached["windows"]), 0.0, cached["windows"])
+    row["finals"] = len(kept)
+    row["change_cuts"] = sum(f.reason == FinalReason.SPEAKER_CHANGE for f in kept.values())
+    return row
+
+
+CUT_AFTER_S = 2.0  # --set cuts=true: a true change is cut this long after it
 
 
 # A pause this long ends the VAD's segment: no change cut is needed there.
