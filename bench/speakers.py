@@ -69,6 +69,7 @@ def _load(threads: int) -> None:
 # a field of its ``clustering`` (or, with --recording and --closing, of the recording's),
 # but for ``thin=1``: every step thinned, as a server behind on every step thins them.
 STREAM_FIELDS = ("busy_reembed_s", "relabel_every_s", "closing_s")
+TURN_FIELDS = ("change_latency_s", "confirm_latency_s")
 
 
 def config_with(overrides: dict[str, str]):
@@ -81,6 +82,13 @@ def config_with(overrides: dict[str, str]):
     for key, value in overrides.items():
         if key in STREAM_FIELDS:
             config = replace(config, **{key: type(getattr(config, key))(value)})
+            continue
+        if key in TURN_FIELDS:  # how --client's finals are cut at a change
+            number = float(value)  # confirm_latency_s=0: no confirmed cuts (None)
+            unset = key == "confirm_latency_s" and number == 0
+            config = replace(
+                config, turns=replace(config.turns, **{key: None if unset else number})
+            )
             continue
         kind = type(getattr(clustering, key))
         clustering = replace(clustering, **{key: kind(value)})
