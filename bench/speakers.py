@@ -68,8 +68,8 @@ def _load(threads: int) -> None:
 # Fields of the diarization config itself that --set may override; every other key is
 # a field of its ``clustering`` (or, with --recording and --closing, of the recording's),
 # but for ``thin=1``: every step thinned, as a server behind on every step thins them.
-STREAM_FIELDS = ("busy_reembed_s", "relabel_every_s", "closing_s")
-TURN_FIELDS = ("change_latency_s", "confirm_latency_s")
+STREAM_FIELDS = ("busy_reembed_s", "relabel_every_s", "closing_s", "latency_s")
+TURN_FIELDS = ("change_latency_s", "confirm_latency_s", "min_turn_s")
 
 
 def config_with(overrides: dict[str, str]):
