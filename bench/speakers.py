@@ -83,7 +83,7 @@ def config_with(overrides: dict[str, str]):
         if key in STREAM_FIELDS:
             config = replace(config, **{key: type(getattr(config, key))(value)})
             continue
-        if key in TURN_FIELDS:  # how --client's finals are cut at a change
+        if key in TURN_FIELDS:  # the turn settings: where finals are cut, how words join
             number = float(value)  # confirm_latency_s=0: no confirmed cuts (None)
             unset = key == "confirm_latency_s" and number == 0
             config = replace(
