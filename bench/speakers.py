@@ -22,9 +22,9 @@ and how soon the timeline first shows each change at all (what any rule waits fo
 
 The other modes score the speaker timeline itself (who spoke when, frame by frame),
 which the finals' word labels are read from; ``--client`` scores those words (the
-reference's speech in pieces, cut at the true changes: the labelling, not the ASR or
-the cuts), and ``bench/diarization.py`` the words a client gets from a real server on
-a few recordings. Usage:
+reference's speech in pieces, in finals cut where the server's own rule cuts them: the
+labelling and the cuts, not the ASR), and ``bench/diarization.py`` the words a client
+gets from a real server on a few recordings. Usage:
 python bench/speakers.py [--split dev heldout] [--recording | --closing | --held |
 --client | --cuts 2 2+1] [--set min_speaker_s=2 ...]
 """
@@ -69,6 +69,7 @@ def _load(threads: int) -> None:
 # a field of its ``clustering`` (or, with --recording and --closing, of the recording's),
 # but for ``thin=1``: every step thinned, as a server behind on every step thins them.
 STREAM_FIELDS = ("busy_reembed_s", "relabel_every_s", "closing_s", "latency_s")
+# Fields of its ``turns`` that --set may override (confirm_latency_s=0: None).
 TURN_FIELDS = ("change_latency_s", "confirm_latency_s", "min_turn_s")
 
 
@@ -336,6 +337,7 @@ def _score_held(job: tuple[str, str, int, int, dict]) -> dict:
 # final is labelled this long after it is cut (about its decode).
 WORD_S = 0.3
 DECODED_AFTER_S = 0.5
+CUT_AFTER_S = 2.0  # --set cuts=true: a true change is cut this long after it
 VAD_PAD_S = VadConfig().speech_pad_ms / 1000  # a final ends this far past its speech
 
 
@@ -462,9 +464,6 @@ def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
     row["finals"] = len(kept)
     row["change_cuts"] = sum(f.reason == FinalReason.SPEAKER_CHANGE for f in kept.values())
     return row
-
-
-CUT_AFTER_S = 2.0  # --set cuts=true: a true change is cut this long after it
 
 
 # A pause this long ends the VAD's segment: no change cut is needed there.
