@@ -277,15 +277,17 @@ def three_live_speakers() -> tuple[tuple[Turn, ...], SpeakerTrack]:
 
 def test_the_closing_timeline_relabels_settled_finals_in_order_of_appearance():
     """At the end of a stream, the whole stream's clustering relabels finals long settled:
-    the third voice was the first's (one update, S3 → S1), and labels are numbered by
-    appearance whatever the clustering's own indices."""
+    the third voice was the first's (S3 → S1), and labels are numbered by appearance
+    whatever the clustering's own indices. "Hm.", which that timeline gives nobody, keeps
+    its speaker, under the label its speaker's words took in the others (S3 → S1): no
+    third label is left behind."""
     turns, speakers = three_live_speakers()
     assert speakers.apply(TimelineSnapshot(turns, 14.0, 3, (0, 1, 2))) == []  # all settled
-    # The closing timeline gives "Hm." nobody: it keeps its label.
     closing = TimelineSnapshot((Turn(0, 2, 4), Turn(2.2, 5, 3), Turn(5.2, 8, 4)), 14.0, 2)
     updates = speakers.apply(TimelineSnapshot(turns, 14.0, 3, (0, 1, 2), closing=closing))
     assert [(u.segment_id, u.speaker, [w.speaker for w in u.words]) for u in updates] == [
-        (2, "S1", ["S1"])
+        (2, "S1", ["S1"]),
+        (3, "S1", ["S1"]),
     ]
 
 

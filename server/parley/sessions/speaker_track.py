@@ -213,8 +213,9 @@ class SpeakerTrack:
     def _relabel_all(
         self, closing: TimelineSnapshot, taken_over: Mapping[int, int] | None
     ) -> dict[int, SpeakerUpdate]:
-        """The finals labelled from the closing timeline: the updates for those
-        that changed (a final that timeline gives nobody keeps its labels). At a
+        """The finals labelled from the closing timeline: the updates for those that
+        changed (a final that timeline gives nobody keeps its speakers, under the labels
+        their words took in the other finals: ``_renamed``). At a
         checkpoint a final still unsettled is left to the live snapshots, each clustered
         speaker keeps the number the finals mostly gave its words where it can
         (``_kept_numbers``), and the live speakers that take its speakers over keep their
@@ -234,11 +235,20 @@ class SpeakerTrack:
         labels = SpeakerLabels()
         if taken_over is not None:
             labels = SpeakerLabels.numbered(self._kept_numbers(settled, views))
+        relabelled = [self._label(sent, view, labels) for sent, view in zip(settled, views)]
+        renamed = _renamed([(a, b) for a, b in zip(settled, relabelled) if b.speaker is not None])
         updates = {}
-        for sent, view in zip(settled, views):
-            relabelled = self._label(sent, view, labels)
-            if relabelled.speaker is not None and _changed(sent, relabelled):
-                updates[sent.segment_id] = self._update(relabelled)
+        for sent, final in zip(settled, relabelled):
+            if final.speaker is None:  # heard by no window the clustering counted
+                final = replace(
+                    sent,
+                    speaker=renamed.get(sent.speaker, sent.speaker),
+                    words=[
+                        replace(w, speaker=renamed.get(w.speaker, w.speaker)) for w in sent.words
+                    ],
+                )
+            if _changed(sent, final):
+                updates[sent.segment_id] = self._update(final)
         self._labels = labels.taken_over(taken_over or {})
         return updates
 
@@ -265,6 +275,20 @@ class SpeakerTrack:
         if final.segment_id in self._sent:  # kept in its place: the oldest first
             self._sent[final.segment_id] = final
         return SpeakerUpdate(final.segment_id, final.speaker, final.words)
+
+
+def _renamed(pairs: list[tuple[Final, Final]]) -> dict[str | None, str | None]:
+    """Each label of the finals as sent → the label most of its words' time took when
+    relabelled (``pairs``: each final as sent and as relabelled)."""
+    shared: dict[tuple[str | None, str | None], float] = {}
+    for sent, relabelled in pairs:
+        for word, now in zip(sent.words, relabelled.words):
+            key = (word.speaker, now.speaker)
+            shared[key] = shared.get(key, 0.0) + max(word.end - word.start, 1e-3)
+    renamed: dict[str | None, str | None] = {}
+    for label, relabel in sorted(shared, key=lambda key: -shared[key]):
+        renamed.setdefault(label, relabel)
+    return renamed
 
 
 def _changed(sent: Final, relabelled: Final) -> bool:
