@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,8 +28,11 @@ from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot, TurnsByTime
 from parley.core.turns import ChangeCuts, smooth_labels
 from parley.core.word_timing import WordTimingConfig, trim_to_speech
-from parley.protocol.messages import Final, Partial, SpeakerUpdate
+from parley.protocol.messages import Final, Partial, SpeakerUpdate, Word
 from parley.workers.diarization import DiarizationWorker
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V", bound=Hashable)
 
 
 class SpeakerTrack:
@@ -173,11 +177,19 @@ class SpeakerTrack:
             del self._sent[oldest.segment_id]
             self._outlasted = True
 
-    def _label(self, final: Final, snapshot: TimelineSnapshot, labels: SpeakerLabels) -> Final:
+    def _label(
+        self,
+        final: Final,
+        snapshot: TimelineSnapshot,
+        labels: SpeakerLabels,
+        heard: list[int | None] | None = None,
+    ) -> Final:
+        """``final`` labelled from ``snapshot`` (``heard``: its words' speakers there, where
+        already read)."""
         spans = [(w.start, w.end) for w in final.words]
-        speakers = smooth_labels(
-            spans, [snapshot.speaker_of(a, b) for a, b in spans], self._worker.config.turns
-        )
+        if heard is None:
+            heard = [snapshot.speaker_of(a, b) for a, b in spans]
+        speakers = smooth_labels(spans, heard, self._worker.config.turns)
         words = [replace(w, speaker=labels.label(s)) for w, s in zip(final.words, speakers)]
         spoken: dict[str | None, float] = {}
         for w in words:
@@ -232,10 +244,17 @@ class SpeakerTrack:
             key=lambda final: final.start,
         )
         views = [turns.around(final.start, final.end) for final in settled]
+        heard = [  # each word's speaker there, read once
+            [view.speaker_of(w.start, w.end) for w in final.words]
+            for final, view in zip(settled, views)
+        ]
         labels = SpeakerLabels()
         if taken_over is not None:
-            labels = SpeakerLabels.numbered(self._kept_numbers(settled, views))
-        relabelled = [self._label(sent, view, labels) for sent, view in zip(settled, views)]
+            labels = SpeakerLabels.numbered(_kept_numbers(settled, heard))
+        relabelled = [
+            self._label(sent, view, labels, speakers)
+            for sent, view, speakers in zip(settled, views, heard)
+        ]
         renamed = _renamed([(a, b) for a, b in zip(settled, relabelled) if b.speaker is not None])
         updates = {}
         for sent, final in zip(settled, relabelled):
@@ -252,43 +271,47 @@ class SpeakerTrack:
         self._labels = labels.taken_over(taken_over or {})
         return updates
 
-    @staticmethod
-    def _kept_numbers(finals: list[Final], views: list[TimelineSnapshot]) -> dict[int, int]:
-        """Each of the closing timeline's speakers (``views``: its stretch around each
-        final) → the label number the ``finals`` gave most of its words' time, one to one
-        (the most shared first), so that a checkpoint renames as few of the labels a
-        client has seen as it can."""
-        shared: dict[tuple[int, int], float] = {}
-        for final, view in zip(finals, views):
-            for w in final.words:
-                speaker = view.speaker_of(w.start, w.end)
-                if speaker is not None and w.speaker is not None:
-                    key = (speaker, int(w.speaker[1:]))
-                    shared[key] = shared.get(key, 0.0) + max(w.end - w.start, 1e-3)
-        numbers: dict[int, int] = {}
-        for speaker, number in sorted(shared, key=lambda key: -shared[key]):
-            if speaker not in numbers and number not in numbers.values():
-                numbers[speaker] = number
-        return numbers
-
     def _update(self, final: Final) -> SpeakerUpdate:
         if final.segment_id in self._sent:  # kept in its place: the oldest first
             self._sent[final.segment_id] = final
         return SpeakerUpdate(final.segment_id, final.speaker, final.words)
 
 
+def _kept_numbers(finals: list[Final], heard: list[list[int | None]]) -> dict[int, int]:
+    """Each of the closing timeline's speakers (``heard``: each final's words' speakers
+    there) → the label number the ``finals`` gave most of its words' time, one to one, so
+    that a checkpoint renames as few of the labels a client has seen as it can."""
+    shared = (
+        (speaker, int(w.speaker[1:]), w)
+        for final, speakers in zip(finals, heard)
+        for w, speaker in zip(final.words, speakers)
+        if speaker is not None and w.speaker is not None
+    )
+    return _most_shared(shared, one_to_one=True)
+
+
 def _renamed(pairs: list[tuple[Final, Final]]) -> dict[str | None, str | None]:
     """Each label of the finals as sent → the label most of its words' time took when
     relabelled (``pairs``: each final as sent and as relabelled)."""
-    shared: dict[tuple[str | None, str | None], float] = {}
-    for sent, relabelled in pairs:
-        for word, now in zip(sent.words, relabelled.words):
-            key = (word.speaker, now.speaker)
-            shared[key] = shared.get(key, 0.0) + max(word.end - word.start, 1e-3)
-    renamed: dict[str | None, str | None] = {}
-    for label, relabel in sorted(shared, key=lambda key: -shared[key]):
-        renamed.setdefault(label, relabel)
-    return renamed
+    shared = (
+        (word.speaker, now.speaker, word)
+        for sent, relabelled in pairs
+        for word, now in zip(sent.words, relabelled.words)
+    )
+    return _most_shared(shared, one_to_one=False)
+
+
+def _most_shared(pairs: Iterable[tuple[K, V, Word]], one_to_one: bool) -> dict[K, V]:
+    """Each ``K`` → the ``V`` it shares the most word time with (``pairs``: a word's K, its
+    V, the word), the most shared first; with ``one_to_one``, no V goes to two."""
+    shared: dict[tuple[K, V], float] = {}
+    for key, value, word in pairs:
+        shared[key, value] = shared.get((key, value), 0.0) + max(word.end - word.start, 1e-3)
+    chosen: dict[K, V] = {}
+    for key, value in sorted(shared, key=lambda pair: -shared[pair]):
+        if key not in chosen and not (one_to_one and value in chosen.values()):
+            chosen[key] = value
+    return chosen
 
 
 def _changed(sent: Final, relabelled: Final) -> bool:
