@@ -417,6 +417,66 @@ def test_a_stream_keeps_a_window_every_closing_step_and_short_ones_are_not_relab
     assert closing.taken_over == {0: 0}  # the one live speaker keeps the one voice
 
 
+class TwoVoices:
+    """A voice above zero and one below: each window's local speakers are the frames of
+    each sign, and an embedding says which sign its samples have."""
+
+    from parley.core.speaker_masks import FrameGrid
+
+    grid = FrameGrid(0.1, 0.0)
+
+    def segment(self, windows):
+        out = []
+        for window in windows:
+            frames = window[: len(window) // 1600 * 1600].reshape(-1, 1600).mean(axis=1)
+            out.append(np.stack([frames > 0, frames < 0], axis=1).astype(float))
+        return out
+
+    def embed(self, window, masks):
+        out = np.full((len(masks), 2), np.nan, dtype=np.float32)
+        for i, mask in enumerate(masks):
+            if mask.any():
+                out[i] = [1.0, 0.0] if window[mask].mean() > 0 else [0.0, 1.0]
+        return out
+
+
+@pytest.mark.parametrize("duration_s", [20.0, 33.9, 34.0, 40.0])
+def test_a_recording_is_linked_live_exactly_when_a_stream_of_it_keeps_its_live_labels(
+    duration_s,
+):
+    """A recording is diarized as a stream of it is where that stream keeps under
+    CLOSING_MIN_S of windows (no closing relabel), else clustered at once; a number of
+    speakers asked for is clustered however short (the live linking cannot be held to it)."""
+    from parley.core.speaker_count import SpeakerCount
+    from parley.core.stream_diarizer import CLOSING_MIN_S, CLOSING_STEP_S, StreamDiarizer
+    from parley.core.whole_recording import diarized_live
+    from test_diarization_worker import CountingModels
+
+    stream = StreamDiarizer(CountingModels(), DiarizationConfig())
+    stream.replay(np.zeros(int(duration_s * 16000), np.float32))
+    keeps_live_labels = len(stream.kept_windows) * CLOSING_STEP_S < CLOSING_MIN_S
+    assert diarized_live(duration_s, 5.0, SpeakerCount()) == keeps_live_labels
+    assert diarized_live(duration_s, 5.0, SpeakerCount(at_most=3)) == keeps_live_labels
+    assert not diarized_live(duration_s, 5.0, SpeakerCount(exactly=2))
+    assert not diarized_live(duration_s, 5.0, SpeakerCount(at_least=2))
+
+
+def test_a_recording_linked_live_numbers_its_speakers_by_first_appearance():
+    """replay_recording: every label settled, the voices numbered 0, 1 in the order they
+    first speak, each turn where its voice is."""
+    from parley.core.whole_recording import replay_recording
+
+    turns = [(0.0, 6.0, 1), (6.5, 12.0, -1), (12.5, 18.0, 1)]
+    audio = np.zeros(18 * 16000, np.float32)
+    for start, end, sign in turns:
+        audio[int(start * 16000) : int(end * 16000)] = 0.1 * sign
+    snapshot = replay_recording(TwoVoices(), audio, DiarizationConfig())
+    assert snapshot.speaker_count == 2
+    assert snapshot.settled_until == pytest.approx(18.0)
+    for start, end, sign in turns:
+        assert snapshot.speaking(start + 0.5, end - 0.5) == (0 if sign > 0 else 1)
+
+
 # ------------------------------------------------------------------ word timing
 
 

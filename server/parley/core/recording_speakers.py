@@ -32,7 +32,8 @@ import numpy as np
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
 from parley.core.speakers import ClusteringConfig, relative_similarity
-from parley.core.stream_diarizer import WHOLE_STEP_S, WindowSpeakers
+from parley.core.stream_diarizer import WindowSpeakers
+from parley.core.whole_recording import WHOLE_STEP_S
 
 if TYPE_CHECKING:  # scipy loads with the clustering, not with the module
     from scipy import sparse

@@ -7,8 +7,7 @@ rolling timeline (``speaker_timeline``). A thinned step (under load) embeds only
 local speakers that do not continue one of the window before (``speaker_carry``).
 Thresholds live in the configs here; the tensor work lives behind the ``SpeakerModel``
 protocol in ``parley.models``.
-``observe_recording`` takes the same windows over a whole recording, for
-``recording_speakers`` to cluster at once.
+``whole_recording`` runs the same steps over a recording known in full.
 """
 
 from __future__ import annotations
@@ -28,10 +27,6 @@ from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
 from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering
 from parley.core.turns import TurnConfig
 
-# A recording's windows are this far apart when its voices are clustered at once (files'
-# diarization_step_s): on bench/devset.py, one window in five clusters as well as all of
-# them never did.
-WHOLE_STEP_S = 2.5
 # Past this much stream, a stream is relabelled only at its end: the clustering's cost
 # grows with the windows kept (about 0.6 s for 2,400 embeddings, half an hour or so, on
 # one core of this CPU), and a diarization thread clustering is one not stepping others.
@@ -218,6 +213,14 @@ class StreamDiarizer:
         self.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
         return steps + 1
 
+    def as_recording(self) -> TimelineSnapshot:
+        """The timeline as it stands, as a recording's: the speakers as shown, numbered by
+        first appearance without the gaps that speakers founded and then merged leave."""
+        live = self.timeline.snapshot(self.clustering.aliases())
+        order = {k: i for i, k in enumerate(dict.fromkeys(t.speaker for t in live.turns))}
+        turns = tuple(replace(t, speaker=order[t.speaker]) for t in live.turns)
+        return TimelineSnapshot(turns, live.settled_until, len(order), (), live.heard_until)
+
     def windows(
         self, audio: np.ndarray, phase_s: float = 0.0
     ) -> Iterator[tuple[np.ndarray, float, float]]:
@@ -309,24 +312,3 @@ class StreamDiarizer:
                 global_activity[:, g] = np.maximum(global_activity[:, g], activity[:, s])
         self.timeline.add_window(window.start, global_activity)
         self._keep(window, tuple(mapping))  # never a thinned one (_carried)
-
-
-def observe_recording(
-    models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig, step_s: float
-) -> list[WindowSpeakers]:
-    """The models' part over a whole recording: the live window (``config.window_s``)
-    every ``step_s``, the last one ending where the recording does."""
-    diarizer = StreamDiarizer(
-        models, replace(config, step_s=step_s, latency_s=max(config.latency_s, step_s))
-    )
-    shortest = config.min_window_s * SAMPLE_RATE
-    windows = [
-        diarizer.observe(window, start)
-        for window, start, _ in diarizer.windows(audio)
-        if len(window) >= shortest
-    ]
-    covered = int(len(audio) // int(step_s * SAMPLE_RATE) * int(step_s * SAMPLE_RATE))
-    if covered < len(audio) and len(audio) >= shortest:  # the tail after the last step
-        start = max(0, len(audio) - int(config.window_s * SAMPLE_RATE))
-        windows.append(diarizer.observe(audio[start:], start / SAMPLE_RATE))
-    return windows

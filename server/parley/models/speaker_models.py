@@ -207,13 +207,20 @@ class SpeakerModels:
 
     def diarize_recording(self, audio: np.ndarray, config, clustering, count, step_s: float):
         """Who spoke when in a whole recording (a ``TimelineSnapshot``): a pyannote
-        pipeline's own offline algorithm when one was loaded, else every window's
-        speakers clustered at once (``core.recording_speakers``)."""
+        pipeline's own offline algorithm when one was loaded; else every window's
+        speakers clustered at once (``core.recording_speakers``), or, for a recording too
+        short to cluster so (``diarized_live``), the live linking a stream of it keeps."""
         from parley.core.recording_speakers import diarize_windows
-        from parley.core.stream_diarizer import observe_recording
+        from parley.core.whole_recording import (
+            diarized_live,
+            observe_recording,
+            replay_recording,
+        )
 
         if self.pipeline is not None:
             return _pipeline_snapshot(self.pipeline, audio, count)
+        if diarized_live(len(audio) / SAMPLE_RATE, config.window_s, count):
+            return replay_recording(self, audio, config.for_count(count))
         windows = observe_recording(self, audio, config, step_s)
         return diarize_windows(windows, self.grid.step, clustering.for_step(step_s), count)
 

@@ -1,0 +1,77 @@
+"""A recording known in full, through the stream's own steps (pure: the models behind
+the ``SpeakerModel`` protocol).
+
+``observe_recording`` takes the live window over the whole recording, for
+``recording_speakers`` to cluster at once; a recording too short for that
+(``diarized_live``) is labelled as a real-time stream of it is (``replay_recording``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from parley.core.audio import SAMPLE_RATE
+from parley.core.speaker_count import SpeakerCount
+from parley.core.speaker_timeline import TimelineSnapshot
+from parley.core.stream_diarizer import (
+    CLOSING_MIN_S,
+    CLOSING_STEP_S,
+    DiarizationConfig,
+    SpeakerModel,
+    StreamDiarizer,
+    WindowSpeakers,
+)
+
+# A recording's windows are this far apart when its voices are clustered at once (files'
+# diarization_step_s): on bench/devset.py, one window in five clusters as well as all of
+# them never did.
+WHOLE_STEP_S = 2.5
+
+
+def diarized_live(duration_s: float, window_s: float, count: SpeakerCount) -> bool:
+    """Whether a recording ``duration_s`` long is diarized as a real-time stream of it is
+    (``replay_recording``), not clustered at once: a stream that short keeps fewer than
+    CLOSING_MIN_S of windows (one every CLOSING_STEP_S from its first full window's start,
+    0, to its last, ``duration_s - window_s``) and keeps its live labels. Unless the
+    caller asked for a number of speakers: the live linking founds speakers as it hears
+    them, so it can be capped but not held to a count, and the clustering can."""
+    kept = int((duration_s - window_s) // CLOSING_STEP_S) + 1
+    return kept * CLOSING_STEP_S < CLOSING_MIN_S and count.exactly is None and count.at_least == 1
+
+
+def observe_recording(
+    models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig, step_s: float
+) -> list[WindowSpeakers]:
+    """The models' part over a whole recording: the live window (``config.window_s``)
+    every ``step_s``, the last one ending where the recording does."""
+    diarizer = StreamDiarizer(
+        models, replace(config, step_s=step_s, latency_s=max(config.latency_s, step_s))
+    )
+    shortest = config.min_window_s * SAMPLE_RATE
+    windows = [
+        diarizer.observe(window, start)
+        for window, start, _ in diarizer.windows(audio)
+        if len(window) >= shortest
+    ]
+    covered = int(len(audio) // int(step_s * SAMPLE_RATE) * int(step_s * SAMPLE_RATE))
+    if covered < len(audio) and len(audio) >= shortest:  # the tail after the last step
+        start = max(0, len(audio) - int(config.window_s * SAMPLE_RATE))
+        windows.append(diarizer.observe(audio[start:], start / SAMPLE_RATE))
+    return windows
+
+
+def replay_recording(
+    models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig
+) -> TimelineSnapshot:
+    """Who spoke when in a recording, as a real-time stream of it ends up labelled
+    without a closing relabel: every window linked live, then every label settled.
+
+    For recordings too short to cluster (``diarized_live``), as for streams: clustered at
+    once, a voice heard a few seconds has one or two embeddings, too few for the graph to
+    link, and the live linking, which sees every window, labels them better
+    (bench/README.md, "Recordings: speakers of a whole file")."""
+    diarizer = StreamDiarizer(models, config)
+    diarizer.replay(audio)
+    return diarizer.as_recording()
