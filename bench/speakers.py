@@ -234,22 +234,47 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
 
 
 def _score_recording(job: tuple[str, str, int, int, dict], windows: list | None = None) -> dict:
-    """Whole-recording clustering (what a file upload gets) over the cached windows, one
-    in every ``RECORDING_STRIDE`` (the file pipeline's step); ``overrides``: fields of
+    """What a file upload gets: whole-recording clustering over the cached windows, one in
+    every ``RECORDING_STRIDE`` (the file pipeline's step), or the live linking over every
+    window where the server links it live (``diarized_live``: too short to cluster);
+    ``windows``: cluster these instead, whatever the length. ``overrides``: fields of
     ``RecordingClustering``, ``stride=N`` (``neighbours`` scaled to it, as the server
-    scales them, unless given), and ``oracle_count=1`` to give the true number of
-    speakers."""
+    scales them, unless given), ``oracle_count=1`` to give the true number of speakers,
+    ``cut_s=L`` to take each recording's first L seconds only, and ``clustered=1`` to
+    cluster however short (the server before it linked short ones live)."""
     from parley.core.recording_speakers import RecordingClustering, SpeakerCount, diarize_windows
+    from parley.core.stream_diarizer import StreamDiarizer
+    from parley.core.whole_recording import diarized_live
 
     split, kind, speakers, index, overrides = job
     overrides = dict(overrides)
     oracle = overrides.pop("oracle_count", "") == "1"
     stride = int(overrides.pop("stride", RECORDING_STRIDE))
     step_s = float(overrides.pop("step_s", stride * LIVE_STEP_S))  # between the windows
+    cut_s = float(overrides.pop("cut_s", "inf"))
+    clustered = overrides.pop("clustered", "") == "1"
     recording: Recording = make(split, kind, speakers, index)
     cached = pickle.loads((OBSERVATIONS / f"{recording.name}.pkl").read_bytes())
-    windows = cached["windows"] if windows is None else windows
+    if cut_s < recording.duration:  # the recording's first cut_s, and the windows over it
+        recording, speakers = _cut(recording, cut_s)
+        cached["windows"] = cached["windows"][: int(cut_s / LIVE_STEP_S)]  # each ends 0.5 s on
+        job = (split, kind, speakers, index, job[4])
     count = SpeakerCount(exactly=speakers) if oracle else SpeakerCount()
+    live = config_with({})
+    if (
+        windows is None
+        and not clustered
+        and diarized_live(recording.duration, live.window_s, count)
+    ):
+        # As the server diarizes it: the live linking over every window, every label settled.
+        diarizer = StreamDiarizer(_MODELS, live.for_count(count))
+        for k, window in enumerate(cached["windows"]):
+            diarizer.link(window)
+            diarizer.timeline.advance((k + 1) * LIVE_STEP_S)
+        diarizer.timeline.advance(recording.duration, final=True)
+        turns = [(t.start, t.end, t.speaker) for t in diarizer.as_recording().turns]
+        return _scored(recording, turns, job, len(cached["windows"]), 0.0, cached["windows"])
+    windows = cached["windows"] if windows is None else windows
     defaults = RecordingClustering()
     config = RecordingClustering(**{k: type(getattr(defaults, k))(v) for k, v in overrides.items()})
     if "neighbours" not in overrides:
@@ -264,6 +289,14 @@ def _score_recording(job: tuple[str, str, int, int, dict], windows: list | None 
         cached["seconds"] / max(len(cached["windows"]), 1),
         cached["windows"],
     )
+
+
+def _cut(recording: Recording, cut_s: float) -> tuple[Recording, int]:
+    """The first ``cut_s`` of ``recording`` (the turns that start in it, ended at the cut),
+    and how many people speak in it."""
+    turns = [replace(t, end=min(t.end, cut_s)) for t in recording.turns if t.start < cut_s]
+    cut = replace(recording, audio=recording.audio[: int(cut_s * SAMPLE_RATE)], turns=turns)
+    return cut, len({t.speaker for t in turns})
 
 
 def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
