@@ -461,6 +461,17 @@ def test_a_recording_is_linked_live_exactly_when_a_stream_of_it_keeps_its_live_l
     assert not diarized_live(duration_s, 5.0, SpeakerCount(at_least=2))
 
 
+def test_a_long_recordings_windows_are_spaced_out_to_a_bounded_number():
+    """A recording's windows are as far apart as asked, until there would be more than
+    MAX_CLUSTERED_WINDOWS of them: a 4-hour recording's are 2 s apart, not 1 s."""
+    from parley.core.whole_recording import MAX_CLUSTERED_WINDOWS, clustered_step_s
+
+    assert clustered_step_s(3600.0, 1.0) == 1.0
+    assert clustered_step_s(4 * 3600.0, 1.0) == 2.0
+    assert clustered_step_s(4 * 3600.0, 2.5) == 2.5
+    assert 4 * 3600.0 / clustered_step_s(4 * 3600.0, 0.5) == MAX_CLUSTERED_WINDOWS
+
+
 def test_a_recording_linked_live_numbers_its_speakers_by_first_appearance():
     """replay_recording: every label settled, the voices numbered 0, 1 in the order they
     first speak, each turn where its voice is."""

@@ -33,10 +33,14 @@ from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
 from parley.core.speakers import ClusteringConfig, relative_similarity
 from parley.core.stream_diarizer import WindowSpeakers
-from parley.core.whole_recording import WHOLE_STEP_S
 
 if TYPE_CHECKING:  # scipy loads with the clustering, not with the module
     from scipy import sparse
+
+
+# RecordingClustering.neighbours is for windows this far apart (``for_step`` scales it to
+# another step): 3D-Speaker's count, first used with a recording's windows 2.5 s apart.
+NEIGHBOURS_STEP_S = 2.5
 
 
 @dataclass(frozen=True)
@@ -59,10 +63,10 @@ class RecordingClustering:
 
     def for_step(self, step_s: float) -> RecordingClustering:
         """These settings for windows ``step_s`` apart: ``neighbours`` is for windows
-        WHOLE_STEP_S apart, and each embedding keeps as many seconds of neighbours (with
+        NEIGHBOURS_STEP_S apart, and each embedding keeps as many seconds of neighbours (with
         windows closer together, the same count would link mostly its own overlapping
         windows)."""
-        return replace(self, neighbours=max(2, round(self.neighbours * WHOLE_STEP_S / step_s)))
+        return replace(self, neighbours=max(2, round(self.neighbours * NEIGHBOURS_STEP_S / step_s)))
 
     def __post_init__(self) -> None:
         if self.neighbours < 2:

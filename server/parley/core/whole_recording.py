@@ -1,9 +1,10 @@
 """A recording known in full, through the stream's own steps (pure: the models behind
 the ``SpeakerModel`` protocol).
 
-``observe_recording`` takes the live window over the whole recording, for
-``recording_speakers`` to cluster at once; a recording too short for that
-(``diarized_live``) is labelled as a real-time stream of it is (``replay_recording``).
+``observe_recording`` takes the live window over the whole recording (every
+``clustered_step_s``), for ``recording_speakers`` to cluster at once; a recording too
+short for that (``diarized_live``) is labelled as a real-time stream of it is
+(``replay_recording``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,16 @@ from parley.core.stream_diarizer import (
     WindowSpeakers,
 )
 
-# A recording's windows are this far apart when its voices are clustered at once (files'
-# diarization_step_s): on bench/devset.py, one window in five clusters as well as all of
-# them never did.
-WHOLE_STEP_S = 2.5
+# A longer recording's windows are spaced out to this many at most: as many as a stream's
+# two hours of closing relabel keep, one a second (clustered in under half a minute, in
+# about half a GB); a 4-hour recording's are 2 s apart.
+MAX_CLUSTERED_WINDOWS = 7200
+
+
+def clustered_step_s(duration_s: float, step_s: float) -> float:
+    """How far apart a recording's windows are when its voices are clustered at once:
+    ``step_s``, or further apart where that would make over MAX_CLUSTERED_WINDOWS."""
+    return max(step_s, duration_s / MAX_CLUSTERED_WINDOWS)
 
 
 def diarized_live(duration_s: float, window_s: float, count: SpeakerCount) -> bool:
