@@ -70,6 +70,7 @@ def main() -> None:
     from parley.core.recording_speakers import RecordingClustering
     from parley.core.speaker_count import SpeakerCount
     from parley.models.speaker_models import load_speaker_models
+    from parley.recordings.files import FileLimits
 
     torch.set_num_threads(2)
     models = load_speaker_models("bundle", Settings().models_dir, torch.device("cpu"))
@@ -97,7 +98,11 @@ def main() -> None:
                 present = sorted(spoken.values())
                 absent = [p for p in people if p not in present][:1]
                 snapshot = models.diarize_recording(
-                    recording.audio, config, RecordingClustering(), SpeakerCount(), 2.5
+                    recording.audio,
+                    config,
+                    RecordingClustering(),
+                    SpeakerCount(),
+                    FileLimits().diarization_step_s,
                 )
                 voices = {
                     s: embedded(voice_audio(recording.audio, snapshot.turns, s))

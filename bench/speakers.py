@@ -49,6 +49,7 @@ import recorded_voices
 from devset import PLAN, SAMPLE_RATE, Recording, make
 from parley.core.turns import TurnConfig
 from parley.core.vad import VadConfig
+from parley.recordings.files import FileLimits
 
 COLLAR_S = 0.25
 _MODELS = None
@@ -96,10 +97,9 @@ def config_with(overrides: dict[str, str]):
     return replace(config, clustering=clustering)
 
 
-# The live windows are 0.5 s apart; a recording's are 2.5 s apart (the file pipeline's
-# step), so one cached window in five.
-RECORDING_STRIDE = 5
 LIVE_STEP_S = config_with({}).step_s  # the cached windows' step: the server's live step
+# A recording's windows are FileLimits.diarization_step_s apart: one cached window in so many.
+RECORDING_STRIDE = round(FileLimits().diarization_step_s / LIVE_STEP_S)
 OBSERVATIONS = Path(__file__).resolve().parent / "results" / "speaker-observations"
 
 
