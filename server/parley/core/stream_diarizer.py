@@ -13,7 +13,7 @@ protocol in ``parley.models``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -202,14 +202,22 @@ class StreamDiarizer:
         self._next_relabel = now + max(every, RELABEL_SHARE * now)
         return True
 
-    def replay(self, audio: np.ndarray, phase_s: float = 0.0) -> int:
+    def replay(
+        self,
+        audio: np.ndarray,
+        phase_s: float = 0.0,
+        on_heard: Callable[[float], None] | None = None,
+    ) -> int:
         """Step through a whole recording as the server does (the last ``window_s`` every
         ``step_s``, the first step ``phase_s`` early), then settle every label; returns
-        the number of steps."""
+        the number of steps. ``on_heard`` is told the share of ``audio`` heard after each
+        step."""
         steps = 0
         for window, start, now in self.windows(audio, phase_s):
             self.step(window, start, now)
             steps += 1
+            if on_heard is not None:
+                on_heard(now * SAMPLE_RATE / max(len(audio), 1))
         self.step(audio[:0], 0.0, len(audio) / SAMPLE_RATE, final=True)
         return steps + 1
 

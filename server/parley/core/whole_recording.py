@@ -9,6 +9,7 @@ short for that (``diarized_live``) is labelled as a real-time stream of it is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +25,9 @@ from parley.core.stream_diarizer import (
     StreamDiarizer,
     WindowSpeakers,
 )
+
+# Told the share of a recording its speakers' windows have heard so far (0 to 1).
+Heard = Callable[[float], None]
 
 # A longer recording's windows are spaced out to this many at most: as many as a stream's
 # two hours of closing relabel keep, one a second (clustered in under half a minute, in
@@ -49,19 +53,25 @@ def diarized_live(duration_s: float, window_s: float, count: SpeakerCount) -> bo
 
 
 def observe_recording(
-    models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig, step_s: float
+    models: SpeakerModel,
+    audio: np.ndarray,
+    config: DiarizationConfig,
+    step_s: float,
+    on_heard: Heard | None = None,
 ) -> list[WindowSpeakers]:
     """The models' part over a whole recording: the live window (``config.window_s``)
-    every ``step_s``, the last one ending where the recording does."""
+    every ``step_s``, the last one ending where the recording does; ``on_heard`` is told
+    the share of the recording heard after each window."""
     diarizer = StreamDiarizer(
         models, replace(config, step_s=step_s, latency_s=max(config.latency_s, step_s))
     )
     shortest = config.min_window_s * SAMPLE_RATE
-    windows = [
-        diarizer.observe(window, start)
-        for window, start, _ in diarizer.windows(audio)
-        if len(window) >= shortest
-    ]
+    windows = []
+    for window, start, end in diarizer.windows(audio):
+        if len(window) >= shortest:
+            windows.append(diarizer.observe(window, start))
+        if on_heard is not None:
+            on_heard(end * SAMPLE_RATE / max(len(audio), 1))
     covered = int(len(audio) // int(step_s * SAMPLE_RATE) * int(step_s * SAMPLE_RATE))
     if covered < len(audio) and len(audio) >= shortest:  # the tail after the last step
         start = max(0, len(audio) - int(config.window_s * SAMPLE_RATE))
@@ -70,7 +80,10 @@ def observe_recording(
 
 
 def replay_recording(
-    models: SpeakerModel, audio: np.ndarray, config: DiarizationConfig
+    models: SpeakerModel,
+    audio: np.ndarray,
+    config: DiarizationConfig,
+    on_heard: Heard | None = None,
 ) -> TimelineSnapshot:
     """Who spoke when in a recording, as a real-time stream of it ends up labelled
     without a closing relabel: every window linked live, then every label settled.
@@ -78,7 +91,8 @@ def replay_recording(
     For recordings too short to cluster (``diarized_live``), as for streams: clustered at
     once, a voice heard a few seconds has one or two embeddings, too few for the graph to
     link, and the live linking, which sees every window, labels them better
-    (bench/README.md, "Recordings: speakers of a whole file")."""
+    (bench/README.md, "Recordings: speakers of a whole file"). ``on_heard``: as for
+    ``observe_recording``."""
     diarizer = StreamDiarizer(models, config)
-    diarizer.replay(audio)
+    diarizer.replay(audio, on_heard=on_heard)
     return diarizer.as_recording()

@@ -205,11 +205,14 @@ class SpeakerModels:
         voices = {s: embedded(voice_audio(audio, turns, s)) for s in speakers}
         return named_voices(voices, references)
 
-    def diarize_recording(self, audio: np.ndarray, config, clustering, count, step_s: float):
+    def diarize_recording(
+        self, audio: np.ndarray, config, clustering, count, step_s: float, on_heard=None
+    ):
         """Who spoke when in a whole recording (a ``TimelineSnapshot``): a pyannote
         pipeline's own offline algorithm when one was loaded; else every window's
         speakers clustered at once (``core.recording_speakers``), or, for a recording too
-        short to cluster so (``diarized_live``), the live linking a stream of it keeps."""
+        short to cluster so (``diarized_live``), the live linking a stream of it keeps.
+        ``on_heard`` is told the share of the recording its windows have heard."""
         from parley.core.recording_speakers import diarize_windows
         from parley.core.whole_recording import (
             diarized_live,
@@ -220,8 +223,8 @@ class SpeakerModels:
         if self.pipeline is not None:
             return _pipeline_snapshot(self.pipeline, audio, count)
         if diarized_live(len(audio) / SAMPLE_RATE, config.window_s, count):
-            return replay_recording(self, audio, config.for_count(count))
-        windows = observe_recording(self, audio, config, step_s)
+            return replay_recording(self, audio, config.for_count(count), on_heard)
+        windows = observe_recording(self, audio, config, step_s, on_heard)
         return diarize_windows(windows, self.grid.step, clustering.for_step(step_s), count)
 
     @torch.inference_mode()

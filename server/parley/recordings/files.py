@@ -41,7 +41,7 @@ from parley.core.speaker_names import KnownSpeaker
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
 from parley.core.stream_diarizer import CLOSING_STEP_S
 from parley.core.vad import VadConfig
-from parley.core.whole_recording import clustered_step_s
+from parley.core.whole_recording import Heard, clustered_step_s
 from parley.core.word_timing import WordTimingConfig
 from parley.protocol.messages import StreamConfig
 from parley.recordings.file_results import (
@@ -50,7 +50,8 @@ from parley.recordings.file_results import (
     finals_of,
     segment_recording,
 )
-from parley.recordings.window_decodes import Progress, decode_windows
+from parley.recordings.progress import JobProgress, Progress
+from parley.recordings.window_decodes import decode_windows
 from parley.workers.decoding import StreamDecoding
 from parley.workers.scheduler import AsrScheduler
 from parley.workers.threads import in_passing_thread
@@ -69,6 +70,7 @@ class RecordingSpeakers(Protocol):
         clustering: RecordingClustering,
         count: SpeakerCount,
         step_s: float,
+        on_heard: Heard | None = None,
     ) -> TimelineSnapshot: ...
 
     def name_voices(
@@ -79,6 +81,9 @@ class RecordingSpeakers(Protocol):
 log = logging.getLogger(__name__)
 WINDOW_MARGIN_S = 1.0  # a packed window leaves this much of the decoder's 30 s free
 LOWEST_PRIORITY = 19  # nice value of the thread that clusters a recording's speakers
+# Of the speakers' progress, the windows' share: the clustering and naming after them
+# are the rest, and tell only that they are done.
+HEARING_SHARE = 0.95
 
 
 @dataclass(frozen=True)
@@ -207,8 +212,9 @@ class FileJobs:
         on_text: Callable[[str], None] | None = None,
     ) -> FileTranscript:
         """Transcribe a whole 16 kHz recording (hold a ``slot()`` around it);
-        ``on_progress`` is told the fraction of windows done, ``on_text`` each window's
-        text in order as soon as it and those before it are done (speakers come only
+        ``on_progress`` is told the fraction done (``JobProgress``: of the windows decoded
+        and, with speakers, of the recording their windows have heard), ``on_text`` each
+        window's text in order as soon as it and those before it are done (speakers come only
         with the whole transcript)."""
         began = time.perf_counter()
         segments = await asyncio.to_thread(segment_recording, audio, self.vad)
@@ -220,15 +226,18 @@ class FileJobs:
         stats = self.worker.stats
         steps_before, rows_before = stats.steps, stats.rows_stepped
         speakers = None
+        job = JobProgress(on_progress, 2 if request.diarize else 1)
         if request.diarize:
             if self.speaker_models is None:
                 raise RuntimeError("this server has diarization off")
             speakers = asyncio.ensure_future(
-                in_passing_thread(self._diarize, audio, request.speakers, request.known_speakers)
+                in_passing_thread(
+                    self._diarize, audio, request.speakers, request.known_speakers, job.part(1)
+                )
             )
         decoding = StreamDecoding.of(request.config, self.worker.engine)
         try:
-            progress = Progress(len(windows), on_change=on_progress)
+            progress = Progress(len(windows), on_change=job.part(0))
             results, waited = await decode_windows(
                 self.worker,
                 self.limits.windows_in_flight,
@@ -281,10 +290,15 @@ class FileJobs:
         return transcript
 
     def _diarize(
-        self, audio: np.ndarray, count: SpeakerCount, known: Sequence[KnownSpeaker]
+        self,
+        audio: np.ndarray,
+        count: SpeakerCount,
+        known: Sequence[KnownSpeaker],
+        on_heard: Heard | None,
     ) -> tuple[TimelineSnapshot, dict[int, str]]:
         """Who spoke when, and the names of the known speakers' voices; on a passing
-        thread at the lowest CPU priority: live diarization comes first."""
+        thread at the lowest CPU priority: live diarization comes first. ``on_heard`` is
+        told how much of the recording is heard, and 1 once all is done."""
         from parley.models.device import set_threads
 
         with contextlib.suppress(OSError):  # not permitted everywhere; then at par
@@ -293,8 +307,11 @@ class FileJobs:
         # Only asked of a server with speakers, which has both.
         assert self.speaker_models is not None and self.diarization_config is not None
         step_s = clustered_step_s(len(audio) / SAMPLE_RATE, self.limits.diarization_step_s)
+        heard = None if on_heard is None else lambda share: on_heard(HEARING_SHARE * share)
         snapshot = self.speaker_models.diarize_recording(
-            audio, self.diarization_config, self.clustering, count, step_s
+            audio, self.diarization_config, self.clustering, count, step_s, heard
         )
         names = self.speaker_models.name_voices(audio, snapshot.turns, known) if known else {}
+        if on_heard is not None:  # clustered and named (a hub pipeline tells only this)
+            on_heard(1.0)
         return snapshot, names

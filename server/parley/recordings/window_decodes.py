@@ -13,28 +13,15 @@ import asyncio
 import concurrent.futures
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from parley.core.asr import Transcription
 from parley.core.packing import Window
+from parley.recordings.progress import Progress
 from parley.workers.decoding import StreamDecoding
 from parley.workers.scheduler import AsrScheduler
-
-
-@dataclass
-class Progress:
-    """How many of a recording's windows are decoded, told to ``on_change`` as a fraction."""
-
-    total: int
-    done: int = 0
-    on_change: Callable[[float], None] | None = None
-
-    def advance(self) -> None:
-        self.done += 1
-        if self.on_change is not None:
-            self.on_change(self.done / max(self.total, 1))
 
 
 def _first_word_start(part: tuple[Window, Transcription]) -> float:
