@@ -38,8 +38,9 @@ if TYPE_CHECKING:  # scipy loads with the clustering, not with the module
     from scipy import sparse
 
 
-# RecordingClustering.neighbours is for windows this far apart (``for_step`` scales it to
-# another step): 3D-Speaker's count, first used with a recording's windows 2.5 s apart.
+# RecordingClustering's neighbours and min_speaker_s are for windows this far apart
+# (``for_step`` scales them to another step): first tuned with a recording's windows
+# 2.5 s apart.
 NEIGHBOURS_STEP_S = 2.5
 
 
@@ -57,16 +58,24 @@ class RecordingClustering:
     # their own spreads, are one voice; the spread's prior is the live linking's.
     same_voice: float = 0.95
     voice_similarity: float = ClusteringConfig.voice_similarity
-    min_speaker_s: float = 6.0  # seconds alone (windows overlap: about twice the speech)
+    # seconds alone, summed over the windows (5 s long, 2.5 s apart: about twice the
+    # speech), for a cluster to stay a speaker of its own
+    min_speaker_s: float = 6.0
     min_alone_s: float = 0.5  # seconds alone in a window for its embedding to count
     active_threshold: float = 0.5
 
     def for_step(self, step_s: float) -> RecordingClustering:
-        """These settings for windows ``step_s`` apart: ``neighbours`` is for windows
-        NEIGHBOURS_STEP_S apart, and each embedding keeps as many seconds of neighbours (with
-        windows closer together, the same count would link mostly its own overlapping
-        windows)."""
-        return replace(self, neighbours=max(2, round(self.neighbours * NEIGHBOURS_STEP_S / step_s)))
+        """These settings for windows ``step_s`` apart, where ``neighbours`` and
+        ``min_speaker_s`` are for windows NEIGHBOURS_STEP_S apart: each embedding keeps as
+        many seconds of neighbours (with windows closer together, the same count would
+        link mostly its own overlapping windows), and a speaker needs as many seconds of
+        speech alone (closer windows count each second more often)."""
+        scale = NEIGHBOURS_STEP_S / step_s
+        return replace(
+            self,
+            neighbours=max(2, round(self.neighbours * scale)),
+            min_speaker_s=self.min_speaker_s * scale,
+        )
 
     def __post_init__(self) -> None:
         if self.neighbours < 2:
