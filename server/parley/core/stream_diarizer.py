@@ -27,6 +27,8 @@ from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
 from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering
 from parley.core.turns import TurnConfig
 
+# Told the share of a recording its windows have heard so far (0 to 1).
+Heard = Callable[[float], None]
 # Past this much stream, a stream is relabelled only at its end: the clustering's cost
 # grows with the windows kept (about 0.6 s for 2,400 embeddings, half an hour or so, on
 # one core of this CPU), and a diarization thread clustering is one not stepping others.
@@ -206,7 +208,7 @@ class StreamDiarizer:
         self,
         audio: np.ndarray,
         phase_s: float = 0.0,
-        on_heard: Callable[[float], None] | None = None,
+        on_heard: Heard | None = None,
     ) -> int:
         """Step through a whole recording as the server does (the last ``window_s`` every
         ``step_s``, the first step ``phase_s`` early), then settle every label; returns

@@ -9,7 +9,6 @@ short for that (``diarized_live``) is labelled as a real-time stream of it is
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -21,13 +20,11 @@ from parley.core.stream_diarizer import (
     CLOSING_MIN_S,
     CLOSING_STEP_S,
     DiarizationConfig,
+    Heard,
     SpeakerModel,
     StreamDiarizer,
     WindowSpeakers,
 )
-
-# Told the share of a recording its speakers' windows have heard so far (0 to 1).
-Heard = Callable[[float], None]
 
 # A longer recording's windows are spaced out to this many at most: as many as a stream's
 # two hours of closing relabel keep, one a second (clustered in under half a minute, in

@@ -39,9 +39,9 @@ from parley.core.replacements import check_replacements
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_names import KnownSpeaker
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
-from parley.core.stream_diarizer import CLOSING_STEP_S
+from parley.core.stream_diarizer import CLOSING_STEP_S, Heard
 from parley.core.vad import VadConfig
-from parley.core.whole_recording import Heard, clustered_step_s
+from parley.core.whole_recording import clustered_step_s
 from parley.core.word_timing import WordTimingConfig
 from parley.protocol.messages import StreamConfig
 from parley.recordings.file_results import (
