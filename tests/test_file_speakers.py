@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import numpy as np
 import pytest
 import requests
 from pyannote.core import Annotation, Segment
@@ -158,6 +159,25 @@ async def test_whole_file_speaker_counts(diarized_base, count, tmp_path):
         )
         assert response.status_code == 200
         assert len({s["speaker"] for s in response.json()["speakers"]}) == len(voices)
+
+
+@pytest.mark.parametrize("seconds, parameters", [(40.0, {}), (0.3, {"num_speakers": 2})])
+async def test_a_recording_with_nobody_heard_is_answered_without_speakers(
+    diarized_base, seconds, parameters, tmp_path
+):
+    """Silence long enough to be clustered, and a clip too short for any window, with a
+    count asked for: 200, no words and no speakers (the clustering was handed no voice
+    and failed with a 500)."""
+    path = write_wav(tmp_path / "silence.wav", np.zeros(int(seconds * 16000), np.float32))
+    response = await asyncio.to_thread(
+        requests.post,
+        f"{diarized_base}/predict",
+        files={"file": path.open("rb")},
+        data={"parameters": json.dumps(parameters)},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["speakers"] == [] and response.json()["text"].strip() == ""
 
 
 async def test_known_speakers_name_their_voices(diarized_base, tmp_path):

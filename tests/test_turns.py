@@ -461,6 +461,25 @@ def test_a_recording_is_linked_live_exactly_when_a_stream_of_it_keeps_its_live_l
     assert not diarized_live(duration_s, 5.0, SpeakerCount(at_least=2))
 
 
+class Silence(TwoVoices):
+    """Nobody speaks in any window."""
+
+    def segment(self, windows):
+        return [np.zeros((len(w) // 1600, 1)) for w in windows]
+
+
+def test_a_silent_stream_long_enough_for_the_closing_relabel_gets_one_without_speakers():
+    """Windows with nobody heard alone long enough to embed: the clustering gets no voice
+    and says so (an empty timeline), where it failed on an empty array."""
+    from parley.core.speaker_relabel import relabel
+    from parley.core.stream_diarizer import StreamDiarizer
+
+    stream = StreamDiarizer(Silence(), DiarizationConfig())
+    stream.replay(np.zeros(40 * 16000, np.float32))
+    closing = relabel(stream)
+    assert closing is not None and closing.timeline.turns == ()
+
+
 def test_a_long_recordings_windows_are_spaced_out_to_a_bounded_number():
     """A recording's windows are as far apart as asked, until there would be more than
     MAX_CLUSTERED_WINDOWS of them: a 4-hour recording's are 2 s apart, not 1 s."""

@@ -273,7 +273,9 @@ def cluster_windows(
                 where.append((w, s))
                 vectors.append(local.embeddings[s])
                 weights.append(float(local.alone_s[s]))
-    labels = cluster(np.array(vectors).reshape(len(vectors), -1), np.array(weights), config, count)
+    if not vectors:  # silence, noise, or too short a clip: nobody to cluster
+        return {}
+    labels = cluster(np.array(vectors), np.array(weights), config, count)
     return {place: int(label) for place, label in zip(where, labels)}
 
 
