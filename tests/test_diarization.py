@@ -105,7 +105,7 @@ def test_the_onnx_export_is_kept_beside_the_weights_and_read_back(
     """The first CPU load exports CAM++ to ONNX and keeps the file; the next load reads it
     instead of exporting, and embeds exactly as the export it read. Weights that change
     are exported again, and a directory that cannot be written still loads."""
-    from parley.models import speaker_models as module
+    from parley.models import embedders as module
 
     directory = tmp_path / "campplus"
     shutil.copytree(models_dir / "diarization" / "campplus", directory)

@@ -55,24 +55,30 @@ def observe_recording(
     config: DiarizationConfig,
     step_s: float,
     on_heard: Heard | None = None,
+    part: tuple[int, int] = (0, 1),
 ) -> list[WindowSpeakers]:
     """The models' part over a whole recording: the live window (``config.window_s``)
-    every ``step_s``, the last one ending where the recording does; ``on_heard`` is told
-    the share of the recording heard after each window."""
+    every ``step_s``, the last one ending where the recording does. ``part`` (k, n): only
+    the k-th of n runs of consecutive windows, so that n threads may share the work (the
+    windows are the same either way). ``on_heard`` is told the share of them observed."""
     diarizer = StreamDiarizer(
         models, replace(config, step_s=step_s, latency_s=max(config.latency_s, step_s))
     )
     shortest = config.min_window_s * SAMPLE_RATE
-    windows = []
-    for window, start, end in diarizer.windows(audio):
-        if len(window) >= shortest:
-            windows.append(diarizer.observe(window, start))
-        if on_heard is not None:
-            on_heard(end * SAMPLE_RATE / max(len(audio), 1))
+    due = [
+        (window, start) for window, start, _ in diarizer.windows(audio) if len(window) >= shortest
+    ]
     covered = int(len(audio) // int(step_s * SAMPLE_RATE) * int(step_s * SAMPLE_RATE))
     if covered < len(audio) and len(audio) >= shortest:  # the tail after the last step
-        start = max(0, len(audio) - int(config.window_s * SAMPLE_RATE))
-        windows.append(diarizer.observe(audio[start:], start / SAMPLE_RATE))
+        tail = max(0, len(audio) - int(config.window_s * SAMPLE_RATE))
+        due.append((audio[tail:], tail / SAMPLE_RATE))
+    k, n = part
+    mine = due[k * len(due) // n : (k + 1) * len(due) // n]
+    windows = []
+    for window, start in mine:
+        windows.append(diarizer.observe(window, start))
+        if on_heard is not None:
+            on_heard(len(windows) / len(mine))
     return windows
 
 
