@@ -139,6 +139,17 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarize
 VOICES = [SPEAKERS["A"], SPEAKERS["B"], SPEAKERS["C"], "en-us+f3"]
 
 
+async def predict(base: str, path, parameters: dict) -> requests.Response:
+    """POST ``path`` to /predict with these parameters, as the reference handler takes them."""
+    return await asyncio.to_thread(
+        requests.post,
+        f"{base}/predict",
+        files={"file": path.open("rb")},
+        data={"parameters": json.dumps(parameters)},
+        timeout=120,
+    )
+
+
 @pytest.mark.parametrize("count", [2, 3, 4])
 async def test_whole_file_speaker_counts(diarized_base, count, tmp_path):
     """espeak meetings of 2, 3 and 4 voices: the exact count, with and without
@@ -150,13 +161,7 @@ async def test_whole_file_speaker_counts(diarized_base, count, tmp_path):
     voices = VOICES[:count]
     path = write_wav(tmp_path / f"{len(voices)}.wav", audio)
     for parameters in ({}, {"num_speakers": len(voices)}):
-        response = await asyncio.to_thread(
-            requests.post,
-            f"{diarized_base}/predict",
-            files={"file": path.open("rb")},
-            data={"parameters": json.dumps(parameters)},
-            timeout=120,
-        )
+        response = await predict(diarized_base, path, parameters)
         assert response.status_code == 200
         assert len({s["speaker"] for s in response.json()["speakers"]}) == len(voices)
 
@@ -169,13 +174,7 @@ async def test_a_recording_with_nobody_heard_is_answered_without_speakers(
     count asked for: 200, no words and no speakers (the clustering was handed no voice
     and failed with a 500)."""
     path = write_wav(tmp_path / "silence.wav", np.zeros(int(seconds * 16000), np.float32))
-    response = await asyncio.to_thread(
-        requests.post,
-        f"{diarized_base}/predict",
-        files={"file": path.open("rb")},
-        data={"parameters": json.dumps(parameters)},
-        timeout=120,
-    )
+    response = await predict(diarized_base, path, parameters)
     assert response.status_code == 200, response.text
     assert response.json()["speakers"] == [] and response.json()["text"].strip() == ""
 
