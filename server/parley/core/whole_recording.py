@@ -79,6 +79,8 @@ def observe_recording(
         windows.append(diarizer.observe(window, start))
         if on_heard is not None:
             on_heard(len(windows) / len(mine))
+    if on_heard is not None and not mine:  # more threads than windows: this part is done
+        on_heard(1.0)
     return windows
 
 
