@@ -480,6 +480,28 @@ def test_a_silent_stream_long_enough_for_the_closing_relabel_gets_one_without_sp
     assert closing is not None and closing.timeline.turns == ()
 
 
+@pytest.mark.parametrize("threads", [2, 3, 64])
+def test_a_recordings_windows_shared_among_threads_are_the_windows_of_one(threads):
+    """observe_recording's parts, laid end to end, are the windows one thread observes
+    (the tail after the last step included), and each part says when it is done."""
+    from parley.core.whole_recording import observe_recording
+    from test_diarization_worker import CountingModels
+
+    audio = np.zeros(int(23.3 * 16000), np.float32)
+    whole = observe_recording(CountingModels(), audio, DiarizationConfig(), 1.0)
+    heard: list[list[float]] = [[] for _ in range(threads)]
+    parts = [
+        observe_recording(
+            CountingModels(), audio, DiarizationConfig(), 1.0, heard[k].append, (k, threads)
+        )
+        for k in range(threads)
+    ]
+    shared = [window for part in parts for window in part]
+    assert [w.start for w in shared] == [w.start for w in whole]
+    assert all(np.array_equal(a.activity, b.activity) for a, b in zip(shared, whole))
+    assert all(told[-1] == 1.0 for told in heard)
+
+
 def test_a_long_recordings_windows_are_spaced_out_to_a_bounded_number():
     """A recording's windows are as far apart as asked, until there would be more than
     MAX_CLUSTERED_WINDOWS of them: a 4-hour recording's are 2 s apart, not 1 s."""
