@@ -15,7 +15,8 @@ with diarization off and on.
 
 With ``--upload-minutes M`` each count runs twice, without and then with a recording of
 M minutes POSTed to /v1/audio/transcriptions as the streams start (background work:
-what it costs the live streams' final latency), and the upload's own time is reported.
+what it costs the live streams' final latency), and the upload's own time is reported;
+``--upload-speakers`` asks for its speakers too (``diarized_json``; labels on only).
 
 The server runs in its own process (as deployed), so the clients' work is not on its
 event loop. Usage: python bench/load.py [--streams 1 2 4 6 8] [--diarization off on]
@@ -196,8 +197,9 @@ def _asr_busy_seconds(health: dict) -> float | None:
     return health.get("asr", {}).get("busy_seconds")
 
 
-async def upload(server: Server, path: str) -> float:
-    """POST a recording to the server's OpenAI file endpoint; seconds until the answer."""
+async def upload(server: Server, path: str, speakers: bool = False) -> float:
+    """POST a recording to the server's OpenAI file endpoint (``speakers``: with them);
+    seconds until the answer."""
     import httpx
 
     began = time.perf_counter()
@@ -206,6 +208,7 @@ async def upload(server: Server, path: str) -> float:
         response = await client.post(
             f"http://{server.base}/v1/audio/transcriptions",
             files={"file": ("upload.wav", content)},
+            data={"response_format": "diarized_json"} if speakers else {},
         )
     response.raise_for_status()
     return time.perf_counter() - began
@@ -218,10 +221,13 @@ async def run_streams(
     diarize: bool,
     talks: list[Conversation],
     upload_path: str | None = None,
+    upload_speakers: bool = False,
 ) -> dict:
     query = "?diarization=true" if diarize else ""
     before_health, before_cpu, began = server.health(), server.cpu_seconds(), time.perf_counter()
-    uploading = asyncio.ensure_future(upload(server, upload_path)) if upload_path else None
+    uploading = (
+        asyncio.ensure_future(upload(server, upload_path, upload_speakers)) if upload_path else None
+    )
     outcomes = await asyncio.gather(
         *(stream(server.url + query, talks[i], i * stagger) for i in range(count))
     )
@@ -248,6 +254,7 @@ async def run_streams(
         "capacity_after": _carried(after_health),
         "diarization": diarize,
         "upload": upload_path is not None,
+        "upload_speakers": upload_speakers,
         "upload_s": upload_s,
         "finals": len(latencies),
         "p50_s": statistics.median(latencies) if latencies else None,
@@ -343,6 +350,11 @@ def main() -> None:
         "start (without and with, in turn), to see what files cost streams",
     )
     parser.add_argument(
+        "--upload-speakers",
+        action="store_true",
+        help="the upload asks for its speakers (diarized_json; with --diarization on only)",
+    )
+    parser.add_argument(
         "--server-log-level",
         default="warning",
         help="the server's log level (its log: bench/results/load-server-*.log)",
@@ -376,7 +388,15 @@ def main() -> None:
             for count in args.streams:
                 for path in [None, upload_path] if upload_path else [None]:
                     row = asyncio.run(
-                        run_streams(server, count, args.stagger, mode == "on", talks, path)
+                        run_streams(
+                            server,
+                            count,
+                            args.stagger,
+                            mode == "on",
+                            talks,
+                            path,
+                            args.upload_speakers and mode == "on",
+                        )
                     )
                     rows.append(row)
                     print(
