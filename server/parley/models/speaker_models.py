@@ -82,12 +82,14 @@ class SpeakerModels:
         return diarize_windows(windows, self.grid.step, clustering.for_step(step_s), count)
 
     def _observe_recording(self, audio: np.ndarray, config, step_s: float, on_heard):
-        """``observe_recording`` shared among as many threads as there are cores: they
+        """``observe_recording`` shared among as many threads as there are cores (torch's
+        count), each with one torch thread of its own, as every model thread sets: they
         inherit the caller's priority, so they take only what live work leaves (a
         recording's words need one core at most, and none once decoded)."""
         from parley.core.whole_recording import observe_recording
+        from parley.models.device import DEFAULT_THREADS, set_threads
 
-        threads = os.cpu_count() or 1
+        threads = DEFAULT_THREADS
         shares = [0.0] * threads
 
         def part(k: int) -> list:
@@ -98,7 +100,9 @@ class SpeakerModels:
 
             return observe_recording(self, audio, config, step_s, heard, (k, threads))
 
-        with concurrent.futures.ThreadPoolExecutor(threads, "parley-speakers") as pool:
+        with concurrent.futures.ThreadPoolExecutor(
+            threads, "parley-speakers", initializer=set_threads, initargs=(1,)
+        ) as pool:
             return [window for observed in pool.map(part, range(threads)) for window in observed]
 
     @torch.inference_mode()
