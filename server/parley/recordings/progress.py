@@ -54,6 +54,7 @@ class JobProgress:
         return set_fraction
 
     def _set(self, index: int, fraction: float) -> None:
-        self._fractions[index] = min(fraction, 1.0)
+        # Never back: a part's threads may report out of order (each its own share).
+        self._fractions[index] = max(self._fractions[index], min(fraction, 1.0))
         if self._on_change is not None:
             self._on_change(sum(self._fractions) / len(self._fractions))
