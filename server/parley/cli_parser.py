@@ -19,6 +19,8 @@ def known_voice(value: str) -> tuple[str, Path]:
 
 
 def add_decoding_args(parser: argparse.ArgumentParser) -> None:
+    """The decoding options the commands that transcribe share: keyterms, prompt, task,
+    redaction, numerals, fillers, replacements and the compute type."""
     parser.add_argument(
         "--keyterm",
         action="append",

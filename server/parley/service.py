@@ -44,6 +44,7 @@ from parley.workers.scheduler import AsrScheduler
 
 
 def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None:
+    """The webhook sender the settings ask for; None when webhooks are off or have no secret."""
     hooks = settings.webhooks
     if not hooks.enabled or hooks.secret is None:
         return None

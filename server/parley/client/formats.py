@@ -25,6 +25,7 @@ def _label(final: Final) -> str:
 
 
 def text_line(final: Final) -> str:
+    """One final as a text line: its times, its speaker and its words."""
     return f"[{clock(final.start)} --> {clock(final.end)}] {_label(final)}{final.text}"
 
 

@@ -54,6 +54,7 @@ class ServerError(Exception):
 
 
 def stream_url(base: str, config: StreamConfig, token: str | None) -> str:
+    """The stream URL for ``config``, with the key as ``token`` when given."""
     query = config.to_query()
     if token:
         query["token"] = token

@@ -94,6 +94,7 @@ async def _read_up_to(stream: asyncio.StreamReader, size: int) -> bytes:
 
 
 async def stdin_pcm(bytes_per_chunk: int) -> AsyncIterator[bytes]:
+    """Standard input in chunks of ``bytes_per_chunk``, read off the event loop, until it ends."""
     loop = asyncio.get_running_loop()
     reader = sys.stdin.buffer
     while data := await loop.run_in_executor(None, reader.read, bytes_per_chunk):
@@ -189,4 +190,5 @@ class LiveDisplay:
 
 
 def token_from_env() -> str | None:
+    """The API key in ``PARLEY_TOKEN``, if set."""
     return os.environ.get("PARLEY_TOKEN") or None

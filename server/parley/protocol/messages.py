@@ -55,6 +55,7 @@ def parse_control(text: str) -> ControlType:
 
 
 def control_message(kind: ControlType) -> str:
+    """A client's control message of ``kind``, as JSON text."""
     return json.dumps({"type": kind.value})
 
 

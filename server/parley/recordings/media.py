@@ -28,6 +28,7 @@ class AudioTooLong(ValueError):
 
 
 def ffmpeg_available() -> bool:
+    """Whether ffmpeg, which decodes every recording, is on the PATH."""
     return shutil.which("ffmpeg") is not None
 
 

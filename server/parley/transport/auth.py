@@ -76,6 +76,7 @@ def read_key_file(path: Path) -> dict[str, str]:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface."""
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
 

@@ -98,6 +98,7 @@ def search_results(queries: tuple[str, ...], words: list[SearchWord]) -> list[di
 
 
 def whole_param(params: Mapping[str, str], name: str) -> int | None:
+    """Query parameter ``name`` as an integer, None when absent; bad_config when it is not one."""
     raw = params.get(name)
     if raw is None:
         return None

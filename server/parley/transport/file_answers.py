@@ -56,6 +56,7 @@ def _spoken(result: FileTranscript) -> list[Final]:
 
 
 def openai_json(result: FileTranscript) -> dict:
+    """OpenAI's ``json`` answer: the text and the audio's duration as usage."""
     return {
         "text": result.text,
         "usage": {"type": "duration", "seconds": round(result.duration, 3)},

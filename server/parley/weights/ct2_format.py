@@ -81,6 +81,8 @@ def _read_variable(stream: BinaryIO) -> tuple[str, np.ndarray]:
 
 
 def read_ct2_model(path: Path | str) -> Ct2Model:
+    """A CTranslate2 ``model.bin``: its spec, variables and aliases; Ct2FormatError
+    for another binary version."""
     with open(path, "rb") as stream:
         (version,) = _read(stream, "<I")
         if version != SUPPORTED_BINARY_VERSION:

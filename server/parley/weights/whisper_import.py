@@ -49,6 +49,7 @@ def _count_layers(model: Ct2Model, prefix: str) -> int:
 
 
 def infer_shape(model: Ct2Model) -> WhisperShape:
+    """The Whisper dimensions of a CTranslate2 model, read from its weights' shapes."""
     if model.spec_name != "WhisperSpec":
         raise ValueError(f"not a Whisper model: spec {model.spec_name!r}")
     conv1 = model.get("encoder/conv1/weight")
@@ -173,6 +174,7 @@ def _is_timestamp(token: str) -> bool:
 
 
 def timestamp_tokens() -> list[str]:
+    """Whisper's timestamp tokens, <|0.00|> to <|30.00|>, in id order."""
     return [f"<|{i * 0.02:.2f}|>" for i in range(TIMESTAMP_COUNT)]
 
 
@@ -211,6 +213,8 @@ def build_tokenizer(source: Path, vocabulary: Vocabulary):
 
 
 def build_generation_config(ct2_config: dict, vocabulary: Vocabulary, max_length: int):
+    """transformers' GenerationConfig for the imported model, from CTranslate2's config
+    and the vocabulary's ids."""
     from transformers import GenerationConfig
 
     eot = vocabulary.eot
@@ -237,6 +241,7 @@ def build_generation_config(ct2_config: dict, vocabulary: Vocabulary, max_length
 
 
 def build_model_config(shape: WhisperShape, vocabulary: Vocabulary):
+    """transformers' WhisperConfig of ``shape``, with the vocabulary's special ids."""
     from transformers import WhisperConfig
 
     eot = vocabulary.eot
