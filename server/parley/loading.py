@@ -68,7 +68,7 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
 def asr_threads(settings: Settings) -> int | None:
     """The ASR thread's torch threads: as configured; else, with diarization on, the cores
     its thread leaves free, because two model threads busy on the same cores slow each
-    other down (bench/README.md, "Serving capacity with speaker labels");
+    other down (bench/VARIANTS.md, "Serving capacity with speaker labels");
     else torch's default (None)."""
     from parley.models.device import DEFAULT_THREADS
 

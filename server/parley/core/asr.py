@@ -39,7 +39,7 @@ class Task(str, Enum):
 
 # Whisper was trained on transcripts that mostly leave "um" and "uh" out, and writes
 # them when its prompt holds them (as OpenAI advises its Whisper API's callers). Of the
-# prompts tried, the bare fillers cost the other words least (bench/README.md, "Filler
+# prompts tried, the bare fillers cost the other words least (bench/VARIANTS.md, "Filler
 # words"). English fillers: other languages' differ.
 FILLER_PROMPT = "Um, uh, er, hmm."
 

@@ -102,7 +102,7 @@ def finish_decoding_first(remaining_seconds: Sequence[float], encoder_seconds: f
 # fall behind again before the load window sees it (0.5 did, at ten labelled streams).
 # A client streaming faster than real time keeps whole windows (sessions/arrivals.py):
 # nobody waits on each of its finals, and short windows read some clips worse
-# (bench/README.md, "Serving capacity with speaker labels").
+# (bench/VARIANTS.md, "Serving capacity with speaker labels").
 SHORT_FINALS_BUSY = 0.3
 
 # Seconds between a stream's partials while the worker has time (the configured pace;

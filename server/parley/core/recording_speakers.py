@@ -16,7 +16,7 @@ those speakers, are aggregated.
 
 Why not a distance cut (average linkage, as before): a cut at one cosine distance
 counted well only for voices as far apart as the ones it was tuned on, and given the
-true count its clusters were worse still (bench/README.md, "Recordings: speakers of a
+true count its clusters were worse still (bench/VARIANTS.md, "Recordings: speakers of a
 whole file"); the graph keeps only each window's nearest, so a voice whose own windows
 spread widely is still one connected speaker.
 """

@@ -26,7 +26,7 @@ REFERENCE_SECONDS = (2.0, 10.0)  # a reference clip's shortest and longest, Open
 MAX_NAME_CHARS = 64
 VOICE_SECONDS = 30.0  # a voice is embedded from at most this much of its turns
 # The cosine past which a clip names a voice: chosen on the real voices of
-# bench/devset.py's dev split (bench/known_speakers.py; bench/README.md, "Known
+# bench/devset.py's dev split (bench/known_speakers.py; bench/VARIANTS.md, "Known
 # speakers"), the middle of where no absent person's name was given and the most
 # present ones were (0.55 to 0.60).
 MIN_SIMILARITY = 0.6

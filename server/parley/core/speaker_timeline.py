@@ -9,7 +9,7 @@ heard it in its middle and knew it), the plain mean would leave that speech to n
 and a turn change would be read in the middle of the gap. There the activities
 weighted by a Hamming window over each window decide, as pyannote aggregates its
 windows: a window's middle counts most. Weighting every frame so cost sample.wav's
-word labels (bench/README.md, "Disputed frames"). A frame is *settled* once it is
+word labels (bench/VARIANTS.md, "Disputed frames"). A frame is *settled* once it is
 ``latency`` seconds old: its label will not change after that, and it leaves the
 rolling buffers, which therefore stay the size of one window plus the latency.
 """

@@ -39,7 +39,7 @@ RELABEL_SHARE = 0.25
 # A stream keeps one window this often for its closing relabel (its windows are computed
 # live anyway): clustered with each linked to as many seconds of neighbours as a
 # recording's (RecordingClustering.for_step), one a second labelled bench/devset.py's dev
-# streams with about half the DER median of one in 2.5 s (bench/README.md).
+# streams with about half the DER median of one in 2.5 s (bench/VARIANTS.md).
 CLOSING_STEP_S = 1.0
 # A stream's relabel needs this many seconds of kept windows: with fewer, each voice has
 # too few embeddings for the graph to link (a voice heard 3 s had one), and the live
@@ -61,7 +61,7 @@ class DiarizationConfig:
     # Every so often before its end (never past RELABEL_UNTIL_S, never closer than
     # RELABEL_SHARE of the stream), the windows kept so far are clustered the same way and
     # the settled finals relabelled, so that a long meeting's labels need not wait for its
-    # end (0: only at the end). bench/README.md, "What a client holds during a stream".
+    # end (0: only at the end). bench/VARIANTS.md, "What a client holds during a stream".
     relabel_every_s: float = 15.0
     speakers: SpeakerCount = SpeakerCount()  # what the stream's client says of its speakers
     active_probability: float = 0.5  # segmentation probability of a local speaker speaking

@@ -31,12 +31,12 @@ class TurnConfig:
     cut_search_s: float = 0.2  # a speaker-change cut goes to the quietest frame this near
     # How old a change must be before a final is cut there. At min_turn_s the cuts come a
     # second sooner, as many true changes cut, but sample.wav in real time then loses its
-    # interjection's speaker (bench/README.md, "Finals cut at a speaker change").
+    # interjection's speaker (bench/VARIANTS.md, "Finals cut at a speaker change").
     change_latency_s: float = 2.0
     # A younger change, at least this old, cuts at once when the step before read it at
     # the same place (within confirm_tolerance_s) and nobody else was heard before it in
     # the open segment: a true change is read again where it was, a flicker within one
-    # voice mostly is not (None: only change_latency_s cuts). bench/README.md, "Finals
+    # voice mostly is not (None: only change_latency_s cuts). bench/VARIANTS.md, "Finals
     # cut at a speaker change": as right as 2 s alone, 0.4 s sooner at the median.
     confirm_latency_s: float | None = 1.0
     confirm_tolerance_s: float = 0.3

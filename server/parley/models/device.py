@@ -88,7 +88,7 @@ def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
     """``choice`` is auto, cpu or cuda; asking for cuda where there is none is an error.
     ``compute``: auto (fp16 on CUDA, float32 on a CPU), float32, or int8: the encoder's
     linear layers and the output head in int8, CPU only: faster, and a word here and
-    there differs (bench/README.md, "int8 on a CPU"; on a GPU fp16 is faster still);
+    there differs (bench/README.md, "int8 and bfloat16 on a CPU"; on a GPU fp16 is faster still);
     bfloat16: the encoder in bfloat16 and the output head in int8, CPU only, for CPUs
     with bfloat16 matrix instructions (AMX, AVX-512 BF16)."""
     if choice not in ("auto", "cpu", "cuda"):

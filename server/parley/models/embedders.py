@@ -40,7 +40,7 @@ class CamPlusPlusEmbedder:
 
     On a CPU the network runs in ONNX Runtime, exported from the same weights: its 1-D
     convolutions take torch's slow path at batch size one, and the embeddings are equal
-    to rounding (bench/README.md, "Speaker labelling": steps per second); on a GPU,
+    to rounding (bench/VARIANTS.md, "Speaker labelling": steps per second); on a GPU,
     torch. The export takes seconds of one core, so it is kept beside the weights
     (``_onnx_model``) and made again only when the weights, the model's code or torch
     change.

@@ -6,7 +6,7 @@ quarter of the bytes. A plan in int8 quantizes the encoder's linear layers, and 
 output head reads its vocabulary matrix in int8 (``output_head.py``). The decoder's
 layers stay float32: in int8 too, tiny.en's errors on sample.wav went from 0.218 to
 0.345 (WER), and drafts could change tokens; as it is, they change none
-(bench/README.md, "int8 on a CPU").
+(bench/VARIANTS.md, "int8 on a CPU").
 
 torch's dynamic quantization picks one activation scale for a whole input tensor, so a
 row's result would depend on the other rows it is batched with, and Parley promises

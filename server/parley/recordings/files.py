@@ -96,7 +96,7 @@ class FileLimits:
     windows_in_flight: int = 8  # a job's windows queued or decoding at once
     # A recording's diarization windows are this far apart (at least: clustered_step_s),
     # as a stream's windows kept for its closing relabel are: bench/devset.py's
-    # recordings score a lower DER so than 2.5 s apart, in more time (bench/README.md,
+    # recordings score a lower DER so than 2.5 s apart, in more time (bench/VARIANTS.md,
     # "Windows 1 s apart").
     diarization_step_s: float = CLOSING_STEP_S
 

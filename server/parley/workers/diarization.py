@@ -30,7 +30,7 @@ from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamD
 log = logging.getLogger(__name__)
 
 # Due steps segmented in one pass. The segmentation costs 20 ms a window alone and 14 ms
-# a window in fours and in tens on one core of this CPU (bench/README.md, "Speaker
+# a window in fours and in tens on one core of this CPU (bench/VARIANTS.md, "Speaker
 # labelling", steps per second): past four, a bigger batch only delays the first.
 MAX_BATCH = 4
 
