@@ -84,11 +84,10 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft:
 
         assisted, own = assisted_engine(), assisted_engine()
         assert own.assistant is not None
-        # Its own encoder pass: the encoder of a second load, the same weights in tensors
-        # of its own (a deep copy cannot copy weights oneDNN has reordered).
-        own.assistant.encoder = WhisperEngine(
-            resolve_model(name, models_dir), name, plan_device(device), guards=None
-        ).model.model.encoder
+        # Its own encoder pass: the plain engine's encoder, the same weights as its main
+        # model's but another module, so it is not shared (a deep copy cannot copy the
+        # weights oneDNN has reordered).
+        own.assistant.encoder = engine.model.model.encoder
         engines.update({"assistant": assisted, "assistant, own encoder": own, "both": assisted})
     language = "en" if engine.multilingual else None
     generate_kwargs = {"language": "en", "task": "transcribe"} if engine.multilingual else {}
