@@ -16,10 +16,11 @@ Four corrections, all in seconds from the segment start:
 4. Words stay in order and never overlap.
 
 Where a noise the VAD takes for voice (a crowd, music) fills the pauses, the voiced
-regions run through them and so do the words. With speaker labels on, the speaker
-segmentation, which tells speech from such noise, trims them once more
-(``trim_to_speech``): a word is cut back to the speech it overlaps most, and never
-lengthened or moved.
+regions run through them and so do the words, and the aligner, with no pause to hold
+to, lets them drift late. With speaker labels on, the speaker segmentation, which
+tells speech from such noise, places them once more (``fit_to_speech``): each word is
+cut back to the stretch of speech it overlaps, and where a stretch's words start well
+after its speech, the words left in the noise before them move into it.
 """
 
 from __future__ import annotations
@@ -95,21 +96,64 @@ def _into_speech(word: TimedWord, regions: Sequence[Region]) -> TimedWord:
     return _timed(word, end - length, end)
 
 
-def trim_to_speech(
+def fit_to_speech(
     spans: Sequence[Region], speech: Sequence[Region], config: WordTimingConfig
 ) -> list[Region]:
-    """Each (start, end) span cut back to the stretch of ``speech`` (sorted, disjoint) it
-    overlaps most, that speech widened by ``speech_margin_s`` and its gaps up to
-    ``bridge_s`` bridged. A span that overlaps no speech stays as it was (the
-    segmentation may miss a quiet word: that is no reason to move it)."""
+    """Word ``spans`` (in order) placed in ``speech`` (sorted, disjoint), that speech
+    widened by ``speech_margin_s`` and its gaps up to ``bridge_s`` bridged into stretches:
+
+    - a span is cut back to the stretch it overlaps most (or that holds its middle);
+    - where a stretch's first word starts more than ``bridge_s`` after its speech does,
+      the words drifted late over a noise the VAD took for voice: the words in no
+      stretch just before it move into that drift, in order, as long as they were (or
+      shortened alike to fit it), the first of them (or the first word) starting with
+      the speech;
+    - any other span in no stretch stays as it was (the segmentation may miss a quiet
+      word: that is no reason to move it);
+    - the spans stay in order and never overlap.
+
+    With no speech at all (the segmentation heard none) the spans stay as they are."""
     margin = config.speech_margin_s
-    bridged = joined([(a - margin, b + margin) for a, b in speech], config.bridge_s)
-    out = []
-    for start, end in spans:
-        overlaps = [(min(end, b) - max(start, a), a, b) for a, b in bridged]
-        shared, a, b = max(overlaps, default=(0.0, start, end))
-        out.append((max(start, a), min(end, b)) if shared > 0 else (start, end))
-    return out
+    stretches = joined([(a - margin, b + margin) for a, b in speech], config.bridge_s)
+    if not stretches:
+        return list(spans)
+    placed = [_in_stretch(span, stretches) for span in spans]
+    for a, b in stretches:
+        inside = [i for i, p in enumerate(placed) if p is not None and a <= p[0] and p[1] <= b]
+        if not inside or spans[inside[0]][0] - (a + margin) <= config.bridge_s:
+            continue
+        lead = inside[0]  # the stretch's first word; the words in no stretch before it:
+        first = lead
+        while first > 0 and placed[first - 1] is None:
+            first -= 1
+        # ... move into the drift's room, in order, squeezed alike where they overfill it
+        at, room = a + margin, spans[lead][0] - (a + margin)
+        lengths = [spans[i][1] - spans[i][0] for i in range(first, lead)]
+        scale = min(1.0, room / sum(lengths)) if sum(lengths) > 0 else 1.0
+        for i, length in zip(range(first, lead), lengths):
+            placed[i], at = (at, at + length * scale), at + length * scale
+        _, lead_end = placed[lead] or spans[lead]
+        placed[lead] = (min(at, lead_end), lead_end)
+    ordered: list[Region] = []
+    for span, given in zip(placed, spans):
+        start, end = span or given
+        start = max(start, ordered[-1][1]) if ordered else start
+        ordered.append((start, max(start, end)))
+    return ordered
+
+
+def _in_stretch(span: Region, stretches: Sequence[Region]) -> Region | None:
+    """``span`` cut back to the stretch it overlaps most or that holds its middle (None:
+    in no stretch)."""
+    start, end = span
+    middle = (start + end) / 2
+    holding = [(a, b) for a, b in stretches if a <= middle <= b]  # zero-length words too
+    shared, a, b = max((min(end, b) - max(start, a), a, b) for a, b in stretches)
+    if holding:
+        a, b = holding[0]
+    elif shared <= 0:
+        return None
+    return max(start, a), min(end, b)
 
 
 def joined(regions: Sequence[Region], gap_s: float = 0.0) -> list[Region]:

@@ -13,7 +13,7 @@ from parley.core.audio import SAMPLE_RATE
 from parley.core.packing import Piece, Window
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
-from parley.core.word_timing import WordTimingConfig, fit_words, trim_to_speech
+from parley.core.word_timing import WordTimingConfig, fit_to_speech, fit_words
 from parley.core.words import TimedWord
 from parley.protocol.messages import Final, FinalReason, Word
 from parley.workers.decoding import StreamDecoding
@@ -100,9 +100,9 @@ def finals_of(
     finals: list[Final] = []
     # A piece decoded again (``Window.unheard``) has its words from its own decode.
     for piece, words, window, result in sorted(heard, key=lambda h: h[0].start):
-        if speakers is not None:  # as a live final's words: cut back to speech
+        if speakers is not None:  # as a live final's words: placed in speech
             speech = speakers.speech(piece.start, piece.end)
-            spans = trim_to_speech([(w.start, w.end) for w in words], speech, timing)
+            spans = fit_to_speech([(w.start, w.end) for w in words], speech, timing)
             words = [TimedWord(w.word, a, b, w.probability) for w, (a, b) in zip(words, spans)]
         runs = _speaker_runs(words, speakers, names or {})
         for i, (run, label) in enumerate(runs):

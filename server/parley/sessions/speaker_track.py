@@ -27,7 +27,7 @@ from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot, TurnsByTime
 from parley.core.turns import ChangeCuts, smooth_labels
-from parley.core.word_timing import WordTimingConfig, trim_to_speech
+from parley.core.word_timing import WordTimingConfig, fit_to_speech
 from parley.protocol.messages import Final, Partial, SpeakerUpdate, Word
 from parley.workers.diarization import DiarizationWorker
 
@@ -129,10 +129,10 @@ class SpeakerTrack:
         return replace(partial, speaker=self._labels.label(speaker, assign=False))
 
     def label_final(self, final: Final) -> Final:
-        """The final with its words cut back to the speech the windows heard (their times
+        """The final with its words placed in the speech the windows heard (their times
         never change after this) and its speakers as they stand; kept, while unsettled,
         for the ``speaker_update`` a later step may send."""
-        labelled = self._label(self._trimmed(final), self._snapshot, self._labels)
+        labelled = self._label(self._placed(final), self._snapshot, self._labels)
         self._keep_sent(labelled)
         if labelled.end > self._snapshot.settled_until:
             self._unsettled[final.segment_id] = labelled
@@ -162,9 +162,9 @@ class SpeakerTrack:
         if step is not None and step.done() and not step.cancelled() and step.exception() is None:
             self._newest = step.result()
 
-    def _trimmed(self, final: Final) -> Final:
+    def _placed(self, final: Final) -> Final:
         speech = self._snapshot.speech(final.start, final.end)
-        spans = trim_to_speech([(w.start, w.end) for w in final.words], speech, self._timing)
+        spans = fit_to_speech([(w.start, w.end) for w in final.words], speech, self._timing)
         words = [replace(w, start=a, end=b) for w, (a, b) in zip(final.words, spans)]
         return replace(final, words=words)
 
