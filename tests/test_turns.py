@@ -579,6 +579,60 @@ def test_overlong_words_are_cut_to_twice_the_median_from_the_pause_side():
 
 
 @given(
+    st.lists(st.tuples(st.floats(0, 10), st.floats(0, 3)), max_size=20),
+    st.lists(st.tuples(st.floats(0, 12), st.floats(0.03, 2)), max_size=6),
+)
+def test_fitted_words_stay_in_order_inside_speech_and_span_no_long_gap(raw_words, raw_regions):
+    words = [word(f" w{i}", s, s + d) for i, (s, d) in enumerate(sorted(raw_words))]
+    regions, end = [], -1.0
+    for start, length in sorted(raw_regions):
+        if start > end + WordTimingConfig().bridge_s:
+            regions.append((start, start + length))
+            end = start + length
+    fitted = fit_words(words, regions)
+    assert len(fitted) == len(words)
+    for a, b in zip(fitted, fitted[1:]):
+        assert a.start <= a.end <= b.start + 1e-9
+    for w in fitted:
+        if regions and w.end > w.start:
+            assert any(s - 1e-9 <= w.start and w.end <= e + 1e-9 for s, e in regions)
+
+
+def test_with_labels_words_are_cut_back_to_the_speech_the_segmentation_heard():
+    """Music in the pauses: the VAD's voiced regions (and so the words) run through them;
+    the speaker segmentation heard speech at 1.0-2.0 and 3.0-4.0 only. The words are cut
+    back to it, 0.1 s either side; a word in no speech keeps its times, and one running
+    past what the windows have heard (5.0) keeps that part."""
+    speakers = track()
+    speakers.apply(TimelineSnapshot((Turn(1.0, 2.0, 0), Turn(3.0, 4.0, 0)), 0.0, 1, (0,), 5.0))
+    sent = speakers.label_final(
+        final(
+            0,
+            ("Play", 0.2, 1.5),
+            ("it", 1.5, 2.9),
+            ("now.", 2.9, 4.2),
+            ("Hm.", 4.3, 4.6),
+            ("Again.", 4.8, 5.5),
+        )
+    )
+    assert [(w.start, w.end) for w in sent.words] == [
+        (0.9, 1.5),
+        (1.5, 2.1),
+        (2.9, 4.1),
+        (4.3, 4.6),
+        (4.9, 5.5),
+    ]
+
+
+def test_snapshot_speech_is_everyone_s_turns_joined_and_what_is_not_heard_yet():
+    snapshot = TimelineSnapshot(
+        (Turn(0.5, 1.5, 0), Turn(1.2, 2.0, 1), Turn(3.0, 3.5, 0)), 0.0, 2, (0, 1), 4.0
+    )
+    assert snapshot.speech(1.0, 5.0) == [(1.0, 2.0), (3.0, 3.5), (4.0, 5.0)]
+    assert snapshot.speech(2.1, 2.9) == []
+
+
+@given(
     st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), max_size=20),
     st.lists(st.tuples(st.floats(0, 12), st.floats(0.01, 2)), max_size=6),
 )
