@@ -81,19 +81,29 @@ def _to_region_edges(words: list[TimedWord], regions: Sequence[Region]) -> list[
 
 
 def _into_speech(word: TimedWord, regions: Sequence[Region]) -> TimedWord:
-    overlaps = [min(word.end, end) - max(word.start, start) for start, end in regions]
-    best = max(range(len(regions)), key=overlaps.__getitem__)
-    middle = (word.start + word.end) / 2
-    holding = [r for r in regions if r[0] <= middle <= r[1]]  # zero-length words overlap none
-    start, end = holding[0] if holding else regions[best]
-    if holding or overlaps[best] > 0:
-        return _timed(word, max(word.start, start), min(word.end, end))
+    clipped = _clipped(word.start, word.end, regions)
+    if clipped is not None:
+        return _timed(word, *clipped)
     # In no voiced audio: to the nearest edge of the nearest region, as short as it was.
+    middle = (word.start + word.end) / 2
     start, end = min(regions, key=lambda r: max(r[0] - middle, middle - r[1], 0.0))
     length = min(word.end - word.start, end - start)
     if middle < start:
         return _timed(word, start, start + length)
     return _timed(word, end - length, end)
+
+
+def _clipped(start: float, end: float, regions: Sequence[Region]) -> Region | None:
+    """[start, end] cut back to the region that holds its middle, else to the one it
+    overlaps most (None: it overlaps none)."""
+    middle = (start + end) / 2
+    holding = [r for r in regions if r[0] <= middle <= r[1]]  # zero-length words overlap none
+    overlaps = [min(end, b) - max(start, a) for a, b in regions]
+    best = max(range(len(regions)), key=overlaps.__getitem__)
+    if not holding and overlaps[best] <= 0:
+        return None
+    a, b = holding[0] if holding else regions[best]
+    return max(start, a), min(end, b)
 
 
 def fit_to_speech(
@@ -117,7 +127,7 @@ def fit_to_speech(
     stretches = joined([(a - margin, b + margin) for a, b in speech], config.bridge_s)
     if not stretches:
         return list(spans)
-    placed = [_in_stretch(span, stretches) for span in spans]
+    placed = [_clipped(start, end, stretches) for start, end in spans]
     for a, b in stretches:
         inside = [i for i, p in enumerate(placed) if p is not None and a <= p[0] and p[1] <= b]
         if not inside or spans[inside[0]][0] - (a + margin) <= config.bridge_s:
@@ -131,7 +141,8 @@ def fit_to_speech(
         lengths = [spans[i][1] - spans[i][0] for i in range(first, lead)]
         scale = min(1.0, room / sum(lengths)) if sum(lengths) > 0 else 1.0
         for i, length in zip(range(first, lead), lengths):
-            placed[i], at = (at, at + length * scale), at + length * scale
+            end = at + length * scale
+            placed[i], at = (at, end), end
         _, lead_end = placed[lead] or spans[lead]
         placed[lead] = (min(at, lead_end), lead_end)
     ordered: list[Region] = []
@@ -140,20 +151,6 @@ def fit_to_speech(
         start = max(start, ordered[-1][1]) if ordered else start
         ordered.append((start, max(start, end)))
     return ordered
-
-
-def _in_stretch(span: Region, stretches: Sequence[Region]) -> Region | None:
-    """``span`` cut back to the stretch it overlaps most or that holds its middle (None:
-    in no stretch)."""
-    start, end = span
-    middle = (start + end) / 2
-    holding = [(a, b) for a, b in stretches if a <= middle <= b]  # zero-length words too
-    shared, a, b = max((min(end, b) - max(start, a), a, b) for a, b in stretches)
-    if holding:
-        a, b = holding[0]
-    elif shared <= 0:
-        return None
-    return max(start, a), min(end, b)
 
 
 def joined(regions: Sequence[Region], gap_s: float = 0.0) -> list[Region]:
