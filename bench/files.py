@@ -19,6 +19,7 @@ transcribes each recording, English, greedy, all cores:
 Reports audio seconds per second (x real time), each system's ratio to Parley on the
 same recording, and WER (Whisper's English normaliser). Usage:
 python bench/files.py [--models tiny.en base] [--minutes 1 5 20] [--reference-minutes 5]
+  [--parley-windows N … | --parley-compute TYPE … | --parley-gap S …] (Parley's variants only)
 ((a) runs at about 3 times real time here: only on recordings up to --reference-minutes)
 """
 
@@ -66,6 +67,7 @@ async def parley_run(
     audios: dict[float, np.ndarray],
     windows_in_flight: int | None = None,
     compute_type: str = "auto",
+    piece_gap_s: float | None = None,
 ) -> dict[float, tuple]:
     from parley.config import Settings
     from parley.loading import load_asr
@@ -73,10 +75,12 @@ async def parley_run(
     from parley.service import file_jobs
     from parley.workers.threads import in_passing_thread
 
-    settings = Settings(
-        asr={"model": model, "compute_type": compute_type},
-        files={"windows_in_flight": windows_in_flight} if windows_in_flight else {},
-    )
+    files: dict[str, float] = {}
+    if windows_in_flight:
+        files["windows_in_flight"] = windows_in_flight
+    if piece_gap_s is not None:
+        files["piece_gap_s"] = piece_gap_s
+    settings = Settings(asr={"model": model, "compute_type": compute_type}, files=files)
     worker, _ = await in_passing_thread(load_asr, settings)
     await worker.start(warm_up=True)
     jobs = file_jobs(settings, worker, None)
@@ -150,6 +154,13 @@ def main() -> None:
         metavar="TYPE",
         help="compare Parley with these asr.compute_type only (no other system)",
     )
+    parser.add_argument(
+        "--parley-gap",
+        type=float,
+        nargs="+",
+        metavar="S",
+        help="compare Parley with these files.piece_gap_s only (no other system)",
+    )
     args = parser.parse_args()
     from parley.config import Settings
     from parley.weights.bundle import ct2_source
@@ -158,13 +169,18 @@ def main() -> None:
     made = {m: recording(m) for m in args.minutes}
     audios = {m: a for m, (a, _) in made.items()}
     rows = []
-    variants = [(w, "auto", f"parley, {w} windows in flight") for w in args.parley_windows or []]
-    variants += [(None, c, f"parley, compute {c}") for c in args.parley_compute or []]
+    variants = [
+        (w, "auto", None, f"parley, {w} windows in flight") for w in args.parley_windows or []
+    ]
+    variants += [(None, c, None, f"parley, compute {c}") for c in args.parley_compute or []]
+    variants += [
+        (None, "auto", g, f"parley, pauses kept up to {g:g} s") for g in args.parley_gap or []
+    ]
     if variants:
         for model in args.models:
-            for windows, compute, system in variants:
+            for windows, compute, gap, system in variants:
                 for minutes, (spent, text, report) in asyncio.run(
-                    parley_run(model, audios, windows, compute)
+                    parley_run(model, audios, windows, compute, gap)
                 ).items():
                     rows.append(
                         {

@@ -30,15 +30,44 @@ def recordings(draw):
     return pieces
 
 
-@given(recordings(), st.floats(15.0, 29.0))
-def test_windows_keep_every_piece_in_order_within_the_limit(pieces, max_s):
-    windows = pack(pieces, max_s)
+@given(recordings(), st.floats(15.0, 29.0), st.sampled_from([0.0, 0.5, 1.0]))
+def test_windows_keep_every_piece_in_order_within_the_limit(pieces, max_s, gap_s):
+    windows = pack(pieces, max_s, gap_s)
     assert [p for w in windows for p in w.pieces] == pieces
     for window in windows:
         assert window.seconds <= max_s + 1e-9 or len(window.pieces) == 1
         assert window.offsets[0] == 0.0
-        for (a, b), piece in zip(zip(window.offsets, window.offsets[1:]), window.pieces):
-            assert abs(b - a - piece.seconds) < 1e-9
+        pairs = zip(window.pieces, window.pieces[1:])
+        for (a, b), (piece, after) in zip(zip(window.offsets, window.offsets[1:]), pairs):
+            pause = min(after.start - piece.end, gap_s)  # the recording's, up to gap_s
+            assert abs(b - a - piece.seconds - pause) < 1e-9
+
+
+def test_a_window_holds_its_pieces_with_their_pauses_and_words_in_them_go_back():
+    """Each piece's samples at its offset, and between two pieces the recording's pause,
+    up to the gap (2.5 s here kept as its first and last 0.5 s, 0.4 s as it was; touching
+    pieces touch). A word the aligner put in the pause after a piece (a sentence's last
+    word, late) goes back to that piece."""
+    recording = np.arange(1, 8 * 16_000 + 1, dtype=np.float32)
+    pieces = [
+        Piece(0, 1.0, 2.5, ((0.0, 1.5),)),
+        Piece(1, 5.0, 6.0, ((0.0, 1.0),)),
+        Piece(2, 6.4, 7.0, ((0.0, 0.6),)),
+        Piece(3, 7.0, 7.5, ((0.0, 0.5),)),
+    ]
+    (window,) = pack(pieces, 29.0, 1.0)
+    assert np.allclose(window.offsets, (0.0, 2.5, 3.9, 4.5)) and window.seconds == 5.0
+    audio = window.audio(recording)
+    assert len(audio) == 5.0 * 16_000
+    assert np.array_equal(audio[:32_000], recording[16_000:48_000])
+    assert np.array_equal(audio[32_000:56_000], recording[72_000:96_000])
+    assert np.array_equal(audio[56_000:], recording[96_000:120_000])
+    late = TimedWord("today.", 1.4, 1.9, 0.9)  # middle in the silence after piece 0
+    first = TimedWord("First,", 2.6, 2.9, 0.9)
+    placed = window.place([late, first])
+    assert [[w.word for w in p] for p in placed] == [["today."], ["First,"], [], []]
+    assert placed[0][0].start == 2.4 and placed[0][0].end == 2.5  # clamped into piece 0
+    assert abs(placed[1][0].start - 5.1) < 1e-9
 
 
 @given(recordings(), st.data())

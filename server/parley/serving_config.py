@@ -117,6 +117,12 @@ class FilesSettings(BaseModel):
         le=10.0,
         description="how far apart a recording's diarization windows are",
     )
+    piece_gap_s: float = Field(
+        _FILES.piece_gap_s,
+        ge=0.0,
+        le=5.0,
+        description="the longest pause kept between two speech segments packed in a window",
+    )
 
     def to_limits(self) -> FileLimits:
         return FileLimits(
@@ -125,6 +131,7 @@ class FilesSettings(BaseModel):
             max_seconds=self.max_duration_s,
             windows_in_flight=self.windows_in_flight,
             diarization_step_s=self.diarization_step_s,
+            piece_gap_s=self.piece_gap_s,
         )
 
 

@@ -1,11 +1,15 @@
 """Packing a recording's speech segments into full decoder windows, and back.
 
 A stream decodes each VAD segment on its own, and pays a whole 30 s encoder pass for
-it. A recording is known in full, so its segments are packed in order, silence left
-out, into windows of at most ``max_s`` (faster-whisper's batched pipeline does the
-same): a 6-minute talk of 81 turns becomes about 13 windows, not 81. The words a
-window's decode gives are then placed back at their segments' times: each word goes to
-the piece its middle falls in, and keeps its offset inside that piece.
+it. A recording is known in full, so its segments are packed in order, long silences
+left out, into windows of at most ``max_s`` (faster-whisper's batched pipeline does the
+same): a 6-minute talk of 81 turns becomes about 13 windows, not 81. Between two pieces
+the window keeps the recording's own pause, up to ``gap_s``: laid end to end, the
+aligner put a sentence's last word at the start of the next piece (bench/
+VARIANTS.md, "Silence between a window's pieces"). The words a window's decode gives
+are then placed back at their segments' times: each word goes to the piece its middle
+falls in (a word in the silence after a piece, to that piece), and keeps its offset
+inside that piece.
 """
 
 from __future__ import annotations
@@ -58,13 +62,18 @@ class Window:
         return self.offsets[-1] + self.pieces[-1].seconds if self.pieces else 0.0
 
     def audio(self, recording: np.ndarray) -> np.ndarray:
-        """The window's samples, cut from the 16 kHz recording."""
-        return np.concatenate(
-            [
-                recording[round(p.start * SAMPLE_RATE) : round(p.end * SAMPLE_RATE)]
-                for p in self.pieces
-            ]
-        )
+        """The window's samples, cut from the 16 kHz recording: each piece with the
+        pause between it and the next as the recording has it, a longer pause shortened
+        to the window's gap (its first and last halves)."""
+        parts = []
+        for i, (piece, offset) in enumerate(zip(self.pieces, self.offsets)):
+            if i:
+                before = self.pieces[i - 1]
+                half = (offset - self.offsets[i - 1] - before.seconds) / 2
+                parts += [_cut(recording, before.end, before.end + half)]
+                parts += [_cut(recording, piece.start - half, piece.start)]
+            parts.append(_cut(recording, piece.start, piece.end))
+        return np.concatenate(parts)
 
     def voiced_regions(self) -> list[tuple[float, float]]:
         """Every piece's voiced regions, in window time."""
@@ -117,17 +126,24 @@ class Window:
         return tuple(w for w in words if self.pieces[self._piece_of(w)] not in left_out)
 
 
-def pack(pieces: Sequence[Piece], max_s: float) -> list[Window]:
-    """Consecutive pieces, in order, into windows of at most ``max_s`` seconds (a piece
-    longer than ``max_s`` gets a window of its own; the VAD keeps segments shorter)."""
+def _cut(recording: np.ndarray, start: float, end: float) -> np.ndarray:
+    return recording[round(start * SAMPLE_RATE) : round(end * SAMPLE_RATE)]
+
+
+def pack(pieces: Sequence[Piece], max_s: float, gap_s: float = 0.0) -> list[Window]:
+    """Consecutive pieces, in order, into windows of at most ``max_s`` seconds, with the
+    pause between two pieces kept up to ``gap_s`` (a piece longer than ``max_s`` gets a
+    window of its own; the VAD keeps segments shorter)."""
     windows: list[Window] = []
     current: list[Piece] = []
     offsets: list[float] = []
     filled = 0.0
     for piece in pieces:
-        if current and filled + piece.seconds > max_s:
+        gap = min(gap_s, max(piece.start - current[-1].end, 0.0)) if current else 0.0
+        if current and filled + gap + piece.seconds > max_s:
             windows.append(Window(tuple(current), tuple(offsets)))
-            current, offsets, filled = [], [], 0.0
+            current, offsets, filled, gap = [], [], 0.0, 0.0
+        filled += gap
         current.append(piece)
         offsets.append(filled)
         filled += piece.seconds

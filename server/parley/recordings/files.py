@@ -99,6 +99,10 @@ class FileLimits:
     # recordings score a lower DER so than 2.5 s apart, in more time (bench/VARIANTS.md,
     # "Windows 1 s apart").
     diarization_step_s: float = CLOSING_STEP_S
+    # The longest pause kept between two pieces packed in one window (``core.packing``):
+    # without it a sentence's last word was placed in the next piece (bench/VARIANTS.md,
+    # "Silence between a window's pieces").
+    piece_gap_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -222,7 +226,7 @@ class FileJobs:
             Piece(s.segment_id, s.start, s.end, tuple(s.voiced_regions(self.word_timing.bridge_s)))
             for s in segments
         ]
-        windows = pack(pieces, self.max_window_s - WINDOW_MARGIN_S)
+        windows = pack(pieces, self.max_window_s - WINDOW_MARGIN_S, self.limits.piece_gap_s)
         stats = self.worker.stats
         steps_before, rows_before = stats.steps, stats.rows_stepped
         speakers = None
