@@ -18,12 +18,14 @@ import requests
 from audio_fixtures import (
     SAMPLE_WAV,
     conversation,
+    monologue,
     sample_reference_text,
     wer,
     write_wav,
 )
 from conftest import chunks_of, serve_fake
 from parley.client.stream import run_stream, stream_url
+from parley.core.keyterms import normalised
 from parley.protocol.messages import StreamConfig
 from parley.recordings.media import decode_file
 
@@ -104,6 +106,26 @@ async def test_openai_srt_stream_and_diarized_json(openai_client):
         response_format="diarized_json",
     )
     assert {s.speaker for s in diarized.segments} == {"S1", "S2"}
+
+
+async def test_each_sentence_of_a_recording_keeps_its_last_word(openai_client, tmp_path):
+    """Five sentences between pauses of 0.6 to 2.2 s, packed in one window: each segment
+    ends with its own sentence's last word. Packed end to end, the aligner put "today."
+    in the next segment, and every segment after it began a word late."""
+    audio, truth = monologue()
+    path = write_wav(tmp_path / "monologue.wav", audio)
+    verbose = await asyncio.to_thread(
+        openai_client.audio.transcriptions.create,
+        model="whisper-1",
+        file=path.open("rb"),
+        response_format="verbose_json",
+        timestamp_granularities=["segment"],
+    )
+    said = [normalised(u.text).split() for u in truth]
+    heard = [normalised(s.text).split() for s in verbose.segments]
+    assert len(heard) == len(said)
+    assert [h[-1] for h in heard] == [s[-1] for s in said]
+    assert [h[0] for h in heard] == [s[0] for s in said]
 
 
 def _wav_audio():
