@@ -71,11 +71,15 @@ bench: install
 	$(PY) bench/cluster.py
 
 # The wheel bench/gpu_check.sh installs on the lent GPU machine, which has no network.
-gpu-wheels: $(VENV)/.installed
+# What bench/gpu_check.sh needs on the lent GPU machine, which has torch but not these
+# pins: the wheels, and bench/files_gpu.py's recordings prepared here on real weights.
+GPU_WHEELS = transformers rapidfuzz soxr
+gpu-wheels: $(VENV)/.installed models
 	mkdir -p .whl
 	$(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
 	  --implementation cp --platform manylinux_2_28_x86_64 -d .whl \
-	  "transformers==$$($(PY) -c 'import transformers; print(transformers.__version__)')"
+	  $$($(PY) -c 'import importlib.metadata as m, sys; print(*(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' $(GPU_WHEELS))
+	cd bench && PYANNOTE_METRICS_ENABLED=false ../$(PY) files_gpu.py --prepare ../.whl/files-gpu-cases
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/results/*.json

@@ -42,6 +42,7 @@ SHAPES = {  # d_model, encoder layers, decoder layers, heads, mel bins
     "large-v3": (1280, 32, 32, 20, 128),
     "turbo": (1280, 32, 4, 20, 128),
     "tiny": (384, 4, 4, 6, 80),
+    "base": (512, 6, 6, 8, 80),
 }
 VOCAB = 51866
 PROMPT = [50258, 50259, 50360, 50364]  # <|startoftranscript|><|en|><|transcribe|><|notimestamps|>
@@ -49,10 +50,10 @@ NEVER = -1  # end-of-text id no argmax can pick: every decode runs to the token 
 MAX_DRAFT = 15
 
 
-def build(shape: str, tokens: int, device: torch.device, dtype: torch.dtype):
+def shaped_config(shape: str, **more) -> WhisperConfig:
+    """A Whisper config of one of ``SHAPES`` (the rest as ``more`` says)."""
     d_model, enc_layers, dec_layers, heads, mels = SHAPES[shape]
-    config = WhisperConfig(
-        vocab_size=VOCAB,
+    return WhisperConfig(
         num_mel_bins=mels,
         d_model=d_model,
         encoder_layers=enc_layers,
@@ -61,6 +62,14 @@ def build(shape: str, tokens: int, device: torch.device, dtype: torch.dtype):
         decoder_attention_heads=heads,
         encoder_ffn_dim=4 * d_model,
         decoder_ffn_dim=4 * d_model,
+        **more,
+    )
+
+
+def build(shape: str, tokens: int, device: torch.device, dtype: torch.dtype):
+    config = shaped_config(
+        shape,
+        vocab_size=VOCAB,
         max_target_positions=len(PROMPT) + tokens,
         attn_implementation="sdpa",
     )
