@@ -14,6 +14,7 @@ from parley.core.policy import (
     finish_decoding_first,
     remaining_steps,
 )
+from parley.workers.scheduler import STEP_COST_PRIOR
 
 probabilities = st.floats(min_value=0.05, max_value=0.98)
 costs = st.tuples(st.floats(1e-3, 0.05), st.floats(0.0, 0.01), st.floats(1e-5, 5e-3))
@@ -117,6 +118,39 @@ def test_step_cost_model_keeps_its_prior_where_data_says_nothing():
         model.observe(1, 1, 0.013)
     assert model(1, 1) == pytest.approx(0.013, rel=0.05)
     assert model.coefficients[2] > 0.0005
+
+
+def gpu_like_steps(model: StepCostModel) -> None:
+    """What an H200 timed with large-v3 (bench/files_gpu.py): about 4 ms a step, whatever
+    its rows and tokens, plain steps of one and two rows and drafted steps of one."""
+    for rows in (1, 2, 4, 8, 16):
+        model.observe(rows, rows, 0.0045)
+    for _ in range(100):
+        model.observe(2, 2, 0.0041)
+        model.observe(1, 1, 0.0039)
+    for draft in (4, 6, 8, 10, 12, 14, 15):
+        model.observe(1, 1 + draft, 0.0042)
+
+
+def test_one_stalled_step_does_not_stop_drafting():
+    """On the H200 one step stalled (a first use of some kernel, a pause of the process)
+    and the fit put all of it on the tokens: drafting looked 145 ms a token, two rows got
+    no drafts for the rest of the recording, and no drafted step came to correct it."""
+    model = StepCostModel(prior=STEP_COST_PRIOR)
+    gpu_like_steps(model)
+    assert min(draft_budgets([0.8, 0.8], model, 15)) >= 10  # drafting is nearly free here
+    model.observe(2, 12, 3.0)
+    assert min(draft_budgets([0.8, 0.8], model, 15)) >= 5  # (it was [0, 0])
+    assert model(2, 2) < 0.010
+
+
+def test_a_machine_that_slows_down_is_learnt_as_its_steps_come():
+    """A stalled step is bounded; steps that stay slow are not."""
+    model = StepCostModel(prior=STEP_COST_PRIOR)
+    gpu_like_steps(model)
+    for _ in range(300):  # ten times slower now, and it stays so
+        model.observe(1, 1, 0.040)
+    assert model(1, 1) == pytest.approx(0.040, rel=0.1)
 
 
 def test_encoder_costs_keep_batch_ratios_while_single_cost_drifts():

@@ -22,21 +22,42 @@ class StepCostModel:
     coefficients are a least-squares fit over the latest ``window`` steps, pulled
     towards the prior by ``prior_weight`` pseudo-observations so that directions the
     data does not yet cover (say, only one row so far) stay sensible.
+
+    Once ``trusted_after`` steps are in, a step counts as at most ``outlier_factor``
+    times what the model expected of it. A least-squares fit follows one stalled step
+    wherever it lies: on an H200 one drafted step of two rows stalled, the fit charged
+    it all to the tokens (145 ms each), and drafting stopped for good, since plain steps
+    say nothing about tokens (bench/files_gpu.py). Steps that stay slow still raise the
+    estimate, by up to that factor a step.
     """
 
     def __init__(
-        self, prior: tuple[float, float, float], window: int = 256, prior_weight: float = 1.0
+        self,
+        prior: tuple[float, float, float],
+        window: int = 256,
+        prior_weight: float = 1.0,
+        outlier_factor: float = 4.0,
+        trusted_after: int = 8,
     ):
         self._prior = np.asarray(prior, dtype=float)
         self._prior_weight = prior_weight
+        self._outlier_factor = outlier_factor
+        self._trusted_after = trusted_after
         self._samples: deque[tuple[int, int, float]] = deque(maxlen=window)
         self._coefficients = self._prior.copy()
         self._stale = False
 
     def observe(self, rows: int, tokens: int, seconds: float) -> None:
         """One timed step: ``rows`` rows fed ``tokens`` positions in ``seconds``."""
+        if len(self._samples) >= self._trusted_after:
+            seconds = min(seconds, self._outlier_factor * self(rows, tokens))
         self._samples.append((rows, tokens, seconds))
         self._stale = True
+
+    @property
+    def recent(self) -> tuple[tuple[int, int, float], ...]:
+        """The steps the fit reads now, oldest first: (rows, tokens, seconds as counted)."""
+        return tuple(self._samples)
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
