@@ -166,6 +166,40 @@ def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistan
     assert checked > 20
 
 
+def test_assistant_rows_draft_together_in_one_pass_a_position(tmp_path):
+    """Three rows drafting from one assistant decoder: the same tokens as plain greedy,
+    and each step's drafts take one assistant pass per draft position for all rows, not
+    one per row and position."""
+    main = random_whisper(tmp_path / "main", 64, 3, seed=1)
+    random_whisper(tmp_path / "assistant", 64, 1, causal=True, seed=2)
+    assistant = load_assistant(str(tmp_path / "assistant"), "random", main.config, None, CPU, None)
+    main_rows = RowDecoder(main.model.decoder, capacity=4, max_width=16)
+    assistant_rows = RowDecoder(assistant.decoder, capacity=4, max_width=16)
+    verifier = GreedyVerifier(
+        main_rows, OutputHead(main.proj_out), [], [], 599, None, 600, torch.device("cpu")
+    )
+    head = OutputHead(assistant.proj_out)
+    passes = []
+    forward = assistant_rows.forward
+
+    def counted(rows, feeds):
+        passes.append(len(rows))
+        return forward(rows, feeds)
+
+    assistant_rows.forward = counted  # type: ignore[method-assign]
+    torch.manual_seed(4)
+    with torch.inference_mode():
+        hidden = main.model.encoder(torch.randn(3, 80, 3000)).last_hidden_state
+        plain = [greedy_rows(verifier, [597], main_rows.add(h[None]), [None])[0] for h in hidden]
+        drafters = [AssistantDrafter(row, head, eot=599) for row in assistant_rows.add(hidden)]
+        together = greedy_rows(verifier, [597], main_rows.add(hidden), drafters)
+    assert [d.tokens for d in together] == [d.tokens for d in plain]
+    assert sum(d.stats.drafted for d in together) > 20
+    assert max(passes) == 3  # rows drafting in the same passes
+    # Row by row, a draft of n tokens took n passes (the catch-up pass gives the first).
+    assert len(passes) < 0.6 * sum(d.stats.drafted for d in together)
+
+
 def test_incompatible_assistant_is_refused_with_a_reason(models_dir):
     """tiny.en (English vocabulary) cannot draft for base (multilingual): a clear refusal."""
     with pytest.raises(IncompatibleAssistant, match="vocabularies differ"):

@@ -8,7 +8,7 @@ wrong draft costs time, never accuracy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -18,13 +18,22 @@ from parley.models.output_head import OutputHead
 MAX_MATCH_NGRAM = 3
 
 
+class Decoder(Protocol):
+    """Decoder passes over several sequences' caches at once (a ``row_decoder.RowDecoder``)."""
+
+    def forward(self, rows: Sequence[Any], feeds: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Append ``feeds[i]`` to ``rows[i]``; the final hidden states of each feed."""
+        ...
+
+
 class DecoderState(Protocol):
     """A decoder's cache for one sequence, ``length`` tokens long (a ``row_decoder.Row``)."""
 
     length: int
 
-    def feed(self, ids: Sequence[int]) -> torch.Tensor:
-        """Append ``ids``; the final hidden state of each, shape (len(ids), d_model)."""
+    @property
+    def decoder(self) -> Decoder:
+        """The decoder whose buffers hold it."""
         ...
 
     def truncate(self, length: int) -> None:
@@ -119,38 +128,57 @@ class AssistantDrafter:
         self.length = initial_length
         self._max_length = max_length
 
-    def _feed(self, ids: list[int]) -> torch.Tensor:
-        hidden = self._state.feed(ids)
-        self._fed.extend(ids)
-        logits = self._head(hidden[-1])
-        if self._suppress is not None:
-            logits = logits.masked_fill(self._suppress, float("-inf"))
-        return logits
-
     def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]:
-        limit = min(limit, self.length)
-        if limit <= 0:
-            return []
-        context = list(prompt) + list(tokens)
+        return AssistantDrafter.together([self], [list(prompt) + list(tokens)], [limit])[0]
+
+    def _catch_up(self, context: list[int]) -> list[int]:
+        """Forget what the cache holds past its agreement with ``context``; the tokens
+        still to feed (at least one, whose logits give the first draft token)."""
         common = 0
         for a, b in zip(self._fed, context):
             if a != b:
                 break
             common += 1
-        common = min(common, len(context) - 1)  # always feed at least one token for logits
+        common = min(common, len(context) - 1)
         if common < len(self._fed):
             self._state.truncate(common)
             del self._fed[common:]
-        logits = self._feed(context[common:])
-        draft: list[int] = []
-        while True:
-            token = int(logits.argmax())
-            if token == self._eot:
-                return draft  # the main model decides the end itself
-            draft.append(token)
-            if len(draft) >= limit:
-                return draft
-            logits = self._feed([token])
+        return context[common:]
+
+    @staticmethod
+    def together(
+        drafters: Sequence[AssistantDrafter], contexts: Sequence[list[int]], limits: Sequence[int]
+    ) -> list[list[int]]:
+        """Greedy drafts of drafters on one assistant decoder and head, one pass per draft
+        position for all their rows. Row after row, each draft token was a pass of its
+        own and a wait for its choice: on an H200 (large-v3 shapes) drafting for two
+        rows cost more than it saved, and a row outside the first slots replayed no
+        captured graph (bench/files_gpu.py)."""
+        drafts: list[list[int]] = [[] for _ in drafters]
+        limits = [min(limit, d.length) for d, limit in zip(drafters, limits)]
+        feeds = {
+            i: d._catch_up(context)
+            for i, (d, context) in enumerate(zip(drafters, contexts))
+            if limits[i] > 0
+        }
+        while feeds:
+            live = list(feeds)
+            states = [drafters[i]._state for i in live]
+            hidden = states[0].decoder.forward(states, [feeds[i] for i in live])
+            for i in live:
+                drafters[i]._fed.extend(feeds[i])
+            first = drafters[live[0]]
+            logits = first._head(torch.stack([h[-1] for h in hidden]))
+            if first._suppress is not None:
+                logits = logits.masked_fill(first._suppress, float("-inf"))
+            feeds = {}
+            for i, token in zip(live, logits.argmax(-1).tolist()):
+                if token == drafters[i]._eot:
+                    continue  # the main model decides the end itself
+                drafts[i].append(token)
+                if len(drafts[i]) < limits[i]:
+                    feeds[i] = [token]
+        return drafts
 
     def feedback(self, proposed: int, accepted: int) -> None:
         if proposed == 0:
@@ -179,3 +207,32 @@ class ChainedDrafter:
     def feedback(self, proposed: int, accepted: int) -> None:
         if self._last is not None:
             self._last.feedback(proposed, accepted)
+
+
+def propose_all(
+    drafters: Sequence[Drafter | None],
+    prompts: Sequence[Sequence[int]],
+    tokens: Sequence[Sequence[int]],
+    limits: Sequence[int],
+) -> list[list[int]]:
+    """Each decode's draft for one step (none where it has no drafter or no room):
+    assistant drafters on the same decoder draft together (``AssistantDrafter.together``)."""
+    drafts: list[list[int]] = [[] for _ in drafters]
+    # By assistant decoder: the decodes it drafts for, and their drafters.
+    shared: dict[int, list[tuple[int, AssistantDrafter]]] = {}
+    for i, (drafter, limit) in enumerate(zip(drafters, limits)):
+        if drafter is None or limit <= 0:
+            continue
+        if isinstance(drafter, AssistantDrafter):
+            shared.setdefault(id(drafter._state.decoder), []).append((i, drafter))
+        else:
+            drafts[i] = drafter.propose(prompts[i], tokens[i], limit)
+    for members in shared.values():
+        together = AssistantDrafter.together(
+            [drafter for _, drafter in members],
+            [list(prompts[i]) + list(tokens[i]) for i, _ in members],
+            [limits[i] for i, _ in members],
+        )
+        for (i, _), draft in zip(members, together):
+            drafts[i] = draft
+    return drafts

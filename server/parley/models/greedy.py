@@ -21,7 +21,7 @@ import torch
 
 from parley.core.asr import DecodeStats, StepReport
 from parley.core.keyterms import KeytermBias
-from parley.models.drafters import Drafter
+from parley.models.drafters import Drafter, propose_all
 from parley.models.output_head import OutputHead
 from parley.models.row_decoder import Row, RowDecoder
 
@@ -102,16 +102,20 @@ class GreedyVerifier:
     @torch.inference_mode()
     def step(self, decodes: Sequence[RowDecode], budgets: Sequence[int]) -> list[StepReport]:
         """One batched pass: each decode feeds its next token and a draft of ≤ its budget."""
-        feeds, drafts = [], []
+        limits = []
         for d, budget in zip(decodes, budgets):
             if d.finished:
                 raise ValueError("a finished decode cannot take another step")
             d.tokens.append(d.next_token)
             d.token_logprobs.append(d.next_logprob)
-            limit = min(budget, d.room - len(d.tokens) - 1)
-            draft = d.drafter.propose(d.prompt, d.tokens, limit) if d.drafter and limit > 0 else []
-            drafts.append(draft)
-            feeds.append([d.next_token] + draft)
+            limits.append(min(budget, d.room - len(d.tokens) - 1))
+        drafts = propose_all(
+            [d.drafter for d in decodes],
+            [d.prompt for d in decodes],
+            [d.tokens for d in decodes],
+            limits,
+        )
+        feeds = [[d.next_token] + draft for d, draft in zip(decodes, drafts)]
         hiddens = self.decoder.forward([d.row for d in decodes], feeds)
         logits = self.head(torch.cat(hiddens))
         if any(d.bias is not None for d in decodes):

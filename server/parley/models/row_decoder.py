@@ -52,6 +52,10 @@ class Row:
     def active(self) -> bool:
         return self.slot >= 0
 
+    @property
+    def decoder(self) -> RowDecoder:
+        return self._decoder
+
     def feed(self, ids: Sequence[int]) -> torch.Tensor:
         """Append ``ids``; their final hidden states, shape (len(ids), d_model)."""
         return self._decoder.forward([self], [ids])[0]
@@ -184,8 +188,11 @@ class RowDecoder:
             # sequence): one row at a time instead.
             return [self.forward([row], [ids])[0] for row, ids in zip(rows, feeds)]
         slots = sorted(r.slot for r in rows)
-        if slots != list(range(slots[0], slots[0] + len(slots))):
-            self.arrange(rows)  # a pass reads its rows as one slice
+        # A pass reads its rows as one slice; captured graphs read it from the first
+        # slot only (a row drafting alone from the second ran eagerly).
+        first = 0 if self._graphs else slots[0]
+        if slots != list(range(first, first + len(slots))):
+            self.arrange(rows)
         order = sorted(range(len(rows)), key=lambda i: rows[i].slot)
         hidden = self._run([rows[i] for i in order], [feeds[i] for i in order], width)
         out: list[torch.Tensor] = [hidden] * len(rows)
