@@ -136,3 +136,39 @@ def test_a_short_window_row_computes_what_transformers_decoder_computes(tiny_eng
     torch.testing.assert_close(more, expected[1500], **CLOSE)
     weights = rows.cross_attention(short_again, ids, [(1, 0)])
     assert weights.shape[-1] == 400
+
+
+def test_with_graphs_a_pass_reads_its_rows_from_the_first_slot(tiny_engine, rows, encoded):
+    """Captured graphs read rows from slot 0 on: a pass of rows elsewhere is moved there
+    first (a row drafting alone from slot 1 ran eagerly on the H200), and each row
+    still reads its own sequence. Without graphs rows stay where they are."""
+    ids = tiny_engine.sot_sequence("en") + [400, 500]
+    with torch.inference_mode():
+        first, second, third = rows.add(encoded.repeat(3, 1, 1))
+        for row in (first, second, third):
+            row.feed(ids)
+        expected = rows.forward([third], [[600]])[0]
+        third.truncate(len(ids))
+        assert third.slot == 2  # eager: no move
+        passes = []
+        run = rows._run
+
+        def recorded(pass_rows, feeds, width):  # which slots a pass reads, then eagerly
+            passes.append([r.slot for r in pass_rows])
+            graphs, rows._graphs = rows._graphs, {}
+            try:
+                return run(pass_rows, feeds, width)
+            finally:
+                rows._graphs = graphs
+
+        rows._run = recorded  # the replay itself needs a GPU; which slots it reads does not
+        rows._graphs = {(1, 1): None}
+        try:
+            got = rows.forward([third], [[600]])[0]
+            both = rows.forward([second, first], [[600], [600]])
+        finally:
+            rows._graphs = {}
+    assert passes == [[0], [0, 1]]
+    torch.testing.assert_close(got, expected, **CLOSE)
+    torch.testing.assert_close(both[0], expected, **CLOSE)
+    torch.testing.assert_close(both[1], expected, **CLOSE)

@@ -54,6 +54,7 @@ class Row:
 
     @property
     def decoder(self) -> RowDecoder:
+        """The decoder whose buffers hold this row (several rows' passes go through it)."""
         return self._decoder
 
     def feed(self, ids: Sequence[int]) -> torch.Tensor:
