@@ -8,7 +8,7 @@ from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditiona
 from audio_fixtures import SAMPLE_WAV, read_wav, silence, speak
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.device import plan_device
-from parley.models.drafters import AssistantDrafter, HypothesisDrafter
+from parley.models.drafters import AssistantDrafter, ChainedDrafter, HypothesisDrafter
 from parley.models.greedy import GreedyVerifier, RowDecode
 from parley.models.output_head import OutputHead
 from parley.models.row_decoder import RowDecoder
@@ -166,10 +166,12 @@ def test_random_pairs_of_different_sizes_are_lossless(tmp_path, causal, assistan
     assert checked > 20
 
 
-def test_assistant_rows_draft_together_in_one_pass_a_position(tmp_path):
-    """Three rows drafting from one assistant decoder: the same tokens as plain greedy,
-    and each step's drafts take one assistant pass per draft position for all rows, not
-    one per row and position."""
+@pytest.mark.parametrize("chained", [False, True])
+def test_assistant_rows_draft_together_in_one_pass_a_position(tmp_path, chained):
+    """Three rows drafting from one assistant decoder (alone, or where a previous
+    hypothesis has run out): the same tokens as plain greedy, and each step's drafts
+    take one assistant pass per draft position for all rows, not one per row and
+    position."""
     main = random_whisper(tmp_path / "main", 64, 3, seed=1)
     random_whisper(tmp_path / "assistant", 64, 1, causal=True, seed=2)
     assistant = load_assistant(str(tmp_path / "assistant"), "random", main.config, None, CPU, None)
@@ -192,6 +194,10 @@ def test_assistant_rows_draft_together_in_one_pass_a_position(tmp_path):
         hidden = main.model.encoder(torch.randn(3, 80, 3000)).last_hidden_state
         plain = [greedy_rows(verifier, [597], main_rows.add(h[None]), [None])[0] for h in hidden]
         drafters = [AssistantDrafter(row, head, eot=599) for row in assistant_rows.add(hidden)]
+        if chained:  # a hypothesis right for its first 5 tokens, then nothing more
+            drafters = [
+                ChainedDrafter(HypothesisDrafter(p.tokens[:5]), d) for p, d in zip(plain, drafters)
+            ]
         together = greedy_rows(verifier, [597], main_rows.add(hidden), drafters)
     assert [d.tokens for d in together] == [d.tokens for d in plain]
     assert sum(d.stats.drafted for d in together) > 20

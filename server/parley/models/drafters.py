@@ -196,12 +196,21 @@ class ChainedDrafter:
         self._first, self._second = first, second
         self._last: Drafter | None = None
 
+    @property
+    def second(self) -> Drafter:
+        """The drafter asked where the first has nothing (the assistant)."""
+        return self._second
+
     def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]:
+        return self.propose_first(prompt, tokens, limit) or self._second.propose(
+            prompt, tokens, limit
+        )
+
+    def propose_first(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]:
+        """The first drafter's draft; where it has none, the second one's draft is the one
+        to ask for next (``propose`` asks it; ``propose_all`` drafts it with others)."""
         draft = self._first.propose(prompt, tokens, limit)
-        self._last = self._first
-        if not draft:
-            draft = self._second.propose(prompt, tokens, limit)
-            self._last = self._second
+        self._last = self._first if draft else self._second
         return draft
 
     def feedback(self, proposed: int, accepted: int) -> None:
@@ -223,6 +232,11 @@ def propose_all(
     for i, (drafter, limit) in enumerate(zip(drafters, limits)):
         if drafter is None or limit <= 0:
             continue
+        if isinstance(drafter, ChainedDrafter):
+            drafts[i] = drafter.propose_first(prompts[i], tokens[i], limit)
+            if drafts[i]:
+                continue
+            drafter = drafter.second
         if isinstance(drafter, AssistantDrafter):
             shared.setdefault(id(drafter._state.decoder), []).append((i, drafter))
         else:
