@@ -23,7 +23,9 @@ comes from here, in two steps:
    tokens a second of audio as the real model did.
 
 A window's retry waits for the windows before it, and word alignment runs, as in the
-server. Seconds are the best of ``--repeats`` after a warm-up. ``make gpu-wheels`` runs
+server. Seconds are the best of ``--repeats`` after a warm-up; ``same_tokens`` says
+whether every run of a variant wrote plain's tokens (the main model is the same in
+all of them). ``make gpu-wheels`` runs
 step 1 and bench/gpu_check.sh step 2. Usage:
   python bench/files_gpu.py --prepare DIR                                  (CPU, here)
   python bench/files_gpu.py --cases DIR --device cuda --shape large-v3     (the GPU)
@@ -42,6 +44,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from common import print_table, write_json  # first: it puts tests/ on the path
 
@@ -187,10 +190,16 @@ def capped(engine, tokens_of: dict[int, int], budgets: list[int]) -> None:
     engine.start, engine.step = start_capped, step_counted
 
 
-async def parley_file(worker, requests: list[dict]) -> tuple[float, int, int]:
+class FileRun(NamedTuple):
+    seconds: float
+    drafted: int  # draft tokens offered
+    accepted: int  # and kept
+    tokens: list[tuple[int, ...]]  # each request's
+
+
+async def parley_file(worker, requests: list[dict]) -> FileRun:
     """The kept requests through the scheduler as FileJobs sends them: the first ones
-    together, a window's retry once its window is done. Seconds, draft tokens offered
-    and kept."""
+    together, a window's retry once its window is done."""
     from parley.core.asr import AsrRequest
 
     owner = object()
@@ -204,8 +213,12 @@ async def parley_file(worker, requests: list[dict]) -> tuple[float, int, int]:
             for r in wave
         ]
         results += await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
-    seconds = time.perf_counter() - began
-    return seconds, sum(r.stats.drafted for r in results), sum(r.stats.accepted for r in results)
+    return FileRun(
+        time.perf_counter() - began,
+        sum(r.stats.drafted for r in results),
+        sum(r.stats.accepted for r in results),
+        [r.tokens for r in results],
+    )
 
 
 async def parley_rows(where: Path, cases: dict, device: torch.device, repeats: int) -> list:
@@ -235,6 +248,7 @@ async def parley_rows(where: Path, cases: dict, device: torch.device, repeats: i
         "parley's choice, drafts wrong": (assistant, wrong),
     }
     rows = []
+    plain_tokens: dict[str, list[tuple[int, ...]]] = {}
     try:
         for variant, (drafting, weights) in variants.items():
             engine.assistant = drafting
@@ -246,7 +260,9 @@ async def parley_rows(where: Path, cases: dict, device: torch.device, repeats: i
                 for _ in range(repeats + 1):
                     granted.clear()
                     runs.append(await parley_file(worker, requests))
-                seconds = min(seconds for seconds, _, _ in runs[1:])
+                seconds = min(run.seconds for run in runs[1:])
+                # Drafts and batching change no token: the same main model in every variant.
+                plain_tokens.setdefault(name, runs[-1].tokens)
                 rows.append(
                     {
                         "case": name,
@@ -254,8 +270,9 @@ async def parley_rows(where: Path, cases: dict, device: torch.device, repeats: i
                         "seconds": seconds,
                         "decodes": len(requests),
                         "tokens": sum(r["tokens"] for r in requests),
-                        "drafted": runs[-1][1],
-                        "accepted": runs[-1][2],
+                        "drafted": runs[-1].drafted,
+                        "accepted": runs[-1].accepted,
+                        "same_tokens": all(r.tokens == plain_tokens[name] for r in runs),
                         "granted": sum(granted),
                         "step_costs": cost_report(worker.step_cost, worker.encoder_cost),
                         "last_steps": worker.step_cost.recent[-80:],
@@ -355,7 +372,7 @@ def main() -> None:
     rows = measure(args.cases, args.shape, device, args.repeats, args.skip_reference)
     print()
     columns = ["case", "system", "seconds", "x_real_time", "speed_vs_parley_plain"]
-    columns += ["rows_per_step", "granted", "drafted", "accepted"]
+    columns += ["rows_per_step", "granted", "drafted", "accepted", "same_tokens"]
     print_table(rows, columns)
     payload = {
         "device": args.device,
