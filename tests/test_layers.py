@@ -115,3 +115,15 @@ def test_the_client_and_core_hold_to_their_package_docstrings():
             while target not in modules:
                 target = target.rpartition(".")[0]
             assert _unit(target) in allowed[unit] | {unit}, f"{module} imports {target}"
+
+
+MAX_MODULE_LINES = 350  # one job a module: past this it is doing two
+
+
+def test_no_module_is_longer_than_the_bound():
+    long = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}

@@ -44,7 +44,7 @@ class Row:
     """
 
     def __init__(self, decoder: RowDecoder, slot: int):
-        self._decoder = decoder
+        self.decoder = decoder  # whose buffers hold it (several rows' passes go through it)
         self.slot = slot  # where its buffers are; moves when rows are packed
         self.length = 0
 
@@ -52,14 +52,9 @@ class Row:
     def active(self) -> bool:
         return self.slot >= 0
 
-    @property
-    def decoder(self) -> RowDecoder:
-        """The decoder whose buffers hold this row (several rows' passes go through it)."""
-        return self._decoder
-
     def feed(self, ids: Sequence[int]) -> torch.Tensor:
         """Append ``ids``; their final hidden states, shape (len(ids), d_model)."""
-        return self._decoder.forward([self], [ids])[0]
+        return self.decoder.forward([self], [ids])[0]
 
     def truncate(self, length: int) -> None:
         """Forget every token after the first ``length``."""
