@@ -29,7 +29,9 @@ import argparse
 import asyncio
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from common import print_table, write_json  # first: it puts tests/ on the path
 
@@ -37,6 +39,9 @@ import numpy as np
 
 from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer
 from devset import SAMPLE_RATE, SENTENCES
+
+if TYPE_CHECKING:
+    from parley.workers.scheduler import AsrScheduler
 
 BATCH = 8
 
@@ -68,7 +73,10 @@ async def parley_run(
     windows_in_flight: int | None = None,
     compute_type: str = "auto",
     piece_gap_s: float | None = None,
+    on_worker: Callable[[AsrScheduler], None] | None = None,
 ) -> dict[float, tuple]:
+    """Each recording through ``FileJobs``: (seconds, text, the scheduler's report).
+    ``on_worker`` is given the scheduler once it runs (bench/files_gpu.py watches it)."""
     from parley.config import Settings
     from parley.loading import load_asr
     from parley.recordings.files import FileRequest
@@ -83,6 +91,8 @@ async def parley_run(
     settings = Settings(asr={"model": model, "compute_type": compute_type}, files=files)
     worker, _ = await in_passing_thread(load_asr, settings)
     await worker.start(warm_up=True)
+    if on_worker is not None:
+        on_worker(worker)
     jobs = file_jobs(settings, worker, None)
     out = {}
     try:

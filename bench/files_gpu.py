@@ -51,7 +51,8 @@ from common import print_table, write_json  # first: it puts tests/ on the path
 import numpy as np
 import torch
 
-SAMPLE_RATE = 16_000
+from parley.core.audio import SAMPLE_RATE
+
 # The reference handler's two: (start, seconds) in bench/files.py's recording, whose
 # first 30 s are sample.wav (its first 8 s mostly silence) and the rest espeak-ng talk.
 CASES = {"8 s clip": (31.0, 8.0), "60 s recording": (0.0, 60.0)}
@@ -62,34 +63,25 @@ DRAFT_LAYERS = 2  # distil-large-v3's decoder
 # ---------------------------------------------------------------- step 1, here
 
 
-async def kept_requests(audio: np.ndarray) -> list[dict]:
+def kept_requests(audio: np.ndarray) -> list[dict]:
     """Every request FileJobs hands the scheduler for ``audio`` (bundled base, English):
     its audio, the tokens the real model wrote, and whether it waited for another."""
-    from parley.config import Settings
-    from parley.loading import load_asr
-    from parley.recordings.files import FileRequest
-    from parley.service import file_jobs
-    from parley.workers.threads import in_passing_thread
+    from files import parley_run
 
-    settings = Settings(asr={"model": "base"})
-    worker, _ = await in_passing_thread(load_asr, settings)
-    await worker.start(warm_up=False)
-    jobs = file_jobs(settings, worker, None)
     kept: list[tuple] = []
-    submit = worker.submit_background
 
-    def keeping(request, owner):
-        future = submit(request, owner)
-        kept.append((request, future, any(f.done() for _, f, _ in kept)))
-        return future
+    def keep(worker) -> None:
+        submit = worker.submit_background
 
-    worker.submit_background = keeping  # type: ignore[method-assign]
-    try:
-        with jobs.slot():
-            result = await jobs.transcribe(audio, FileRequest(language="en"))
-    finally:
-        await worker.stop()
-    print(f"  {len(audio) / SAMPLE_RATE:.0f} s: {result.text[:90]}…")
+        def keeping(request, owner):
+            future = submit(request, owner)
+            kept.append((request, future, any(f.done() for _, f, _ in kept)))
+            return future
+
+        worker.submit_background = keeping
+
+    ((_, text, _),) = asyncio.run(parley_run("base", {0: audio}, on_worker=keep)).values()
+    print(f"  {len(audio) / SAMPLE_RATE:.0f} s: {text[:90]}…")
     return [
         {"audio": r.audio, "tokens": len(f.result().tokens), "after_others": later}
         for r, f, later in kept
@@ -105,7 +97,7 @@ def prepare(out: Path) -> None:
     arrays, cases = {}, {}
     for name, (start, seconds) in CASES.items():
         clip = audio[int(start * SAMPLE_RATE) : int((start + seconds) * SAMPLE_RATE)]
-        requests = asyncio.run(kept_requests(clip))
+        requests = kept_requests(clip)
         arrays[f"{name}/audio"] = clip
         for i, r in enumerate(requests):
             arrays[f"{name}/{i}"] = r.pop("audio")
