@@ -31,6 +31,8 @@ class RedactSecrets(logging.Filter):
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Write the record with every configured secret replaced, in its message, its
+        exception and its session fields; never drops a record."""
         if not self._secrets:
             return True
         record.msg = self._redact(record.getMessage())

@@ -125,6 +125,7 @@ class FilesSettings(BaseModel):
     )
 
     def to_limits(self) -> FileLimits:
+        """These settings as the file pipeline's ``FileLimits``."""
         return FileLimits(
             max_jobs=self.max_jobs,
             max_bytes=int(self.max_upload_mb * 2**20),

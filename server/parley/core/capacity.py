@@ -44,6 +44,9 @@ class StreamCost:
         self.measured = False
 
     def observe(self, cost_total_s: float, audio_total_s: float) -> None:
+        """Take the running totals (worker seconds of must-do work, audio seconds
+        received); every ``MEASURE_AUDIO_S`` of new audio, the ratio of what was added
+        moves the estimate."""
         audio = audio_total_s - self._audio_at
         if audio < MEASURE_AUDIO_S:
             return

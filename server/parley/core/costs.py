@@ -136,9 +136,11 @@ class DecayingRate:
         return cls(tau, now, 0.0, now)
 
     def add(self, amount: float, now: float) -> DecayingRate:
+        """This rate with ``amount`` more at ``now``."""
         return replace(self, value=self._decayed(now) + amount, at=max(now, self.at))
 
     def rate(self, now: float) -> float:
+        """Amount per second at ``now``, over the decaying window so far."""
         elapsed = now - self.since
         if elapsed <= 0:
             return 0.0

@@ -44,6 +44,7 @@ class LoadLedger:
         self.finals_cost_total = 0.0  # worker seconds all live finals have cost so far
 
     def worked(self, seconds: float, now: float) -> None:
+        """The worker was busy ``seconds`` up to ``now``."""
         self.load = replace(self.load, busy=self.load.busy.add(seconds, now))
 
     def decoded(self, final: bool, cost: float, now: float) -> None:
@@ -59,6 +60,8 @@ class LoadLedger:
         self.load = replace(self.load, partial_cost_s=self._partial_cost)
 
     def final_done(self, audio_seconds: float, tokens: int, finish_seconds: float) -> None:
+        """A final was decoded: its audio seconds, tokens, and the seconds its finish (word
+        timings) took move the token rate and finish time the scheduler plans with."""
         if audio_seconds > MIN_FINAL_SECONDS:
             rate = tokens / audio_seconds
             self.tokens_per_second += FINAL_SMOOTHING * (rate - self.tokens_per_second)

@@ -129,5 +129,8 @@ class PartialPacing:
     def interval(
         self, base_s: float, streams: int, partial_cost_s: float, final_load: float
     ) -> float:
+        """Seconds between a stream's partials: ``base_s``, or longer where ``streams``
+        partials at ``partial_cost_s`` each would take more of the worker than finals
+        (``final_load``) leave under ``target_busy``."""
         spare = max(self.target_busy - final_load, self.min_spare)
         return max(base_s, min(self.max_interval_s, streams * partial_cost_s / spare))

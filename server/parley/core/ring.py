@@ -21,6 +21,8 @@ class AudioRing:
         return self._written
 
     def push(self, samples: np.ndarray) -> None:
+        """Append ``samples``, overwriting the oldest; of more than the ring holds only
+        the newest are kept, and ``total`` still counts them all."""
         skipped = max(0, len(samples) - self.capacity)  # older than the ring can hold
         self._written += skipped
         samples = samples[skipped:]

@@ -255,6 +255,7 @@ class SpeakerTimeline:
         )
 
     def settled_turns(self) -> list[Turn]:
+        """The turns whose labels will no longer change."""
         return list(self._settled)
 
 

@@ -137,12 +137,15 @@ class OnlineClustering:
         return sum(1 for i in self._live() if self.confirmed(i))
 
     def confirmed(self, speaker: int) -> bool:
+        """Whether ``speaker`` has been heard alone long enough (``min_speaker_s``) to
+        be shown."""
         return self._evidence[speaker] >= self.config.min_speaker_s
 
     def _live(self) -> list[int]:
         return [i for i, into in enumerate(self._merged_into) if into is None]
 
     def centroids(self, speakers: list[int]) -> np.ndarray:
+        """The unit centroids of ``speakers``, one row each."""
         return _normalise(np.stack([self._sums[i] for i in speakers]))
 
     def assign(

@@ -58,7 +58,8 @@ class Speaking(Protocol):
     def heard_until(self) -> float:
         """The end of the audio heard so far."""
 
-    def speaking(self, start: float, end: float) -> int | None: ...
+    def speaking(self, start: float, end: float) -> int | None:
+        """The speaker who overlaps [start, end] the most (None: nobody does)."""
 
     def between(self, start: float, end: float) -> Speaking:
         """The same, keeping only what overlaps [start, end] (to read it many times)."""

@@ -44,9 +44,14 @@ class DecoderState(Protocol):
 class Drafter(Protocol):
     """Proposes draft tokens for one decode and learns how many were kept."""
 
-    def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]: ...
+    def propose(self, prompt: Sequence[int], tokens: Sequence[int], limit: int) -> list[int]:
+        """Up to ``limit`` tokens likely to follow ``tokens`` (the decode so far, after
+        ``prompt``), for the main model to verify in one pass; none where it has nothing
+        to offer."""
 
-    def feedback(self, proposed: int, accepted: int) -> None: ...
+    def feedback(self, proposed: int, accepted: int) -> None:
+        """Told how many of the last ``proposed`` draft tokens the main model kept, to
+        adapt its next draft's length."""
 
 
 class HypothesisDrafter:

@@ -81,6 +81,8 @@ class StreamConfig:
         return frozenset(map(Redact, self.redact))
 
     def to_json(self) -> dict[str, Any]:
+        """The config as JSON (``session_started``'s ``config``): enums as their values,
+        tuples as lists."""
         out = asdict(self)
         out["encoding"] = self.encoding.value
         out["task"] = self.task.value
@@ -115,6 +117,9 @@ class StreamConfig:
 
     @classmethod
     def from_query(cls, params: Mapping[str, str]) -> StreamConfig:
+        """The config a handshake's query asks for, every parameter checked against
+        protocol.md section 1 (defaults for those not given); ProtocolError
+        ``bad_config`` for an unknown parameter or an unacceptable value."""
         known = {
             "encoding",
             "sample_rate",

@@ -71,11 +71,13 @@ class RecordingSpeakers(Protocol):
         count: SpeakerCount,
         step_s: float,
         on_heard: Heard | None = None,
-    ) -> TimelineSnapshot: ...
+    ) -> TimelineSnapshot:
+        """Who spoke when in a whole recording (``SpeakerModels.diarize_recording``)."""
 
     def name_voices(
         self, audio: np.ndarray, turns: Sequence[Turn], known: Sequence[KnownSpeaker]
-    ) -> dict[int, str]: ...
+    ) -> dict[int, str]:
+        """Speaker → name, for the voices that match a known speaker's clip."""
 
 
 log = logging.getLogger(__name__)
@@ -177,6 +179,7 @@ class FileJobs:
         return self.speaker_models is not None
 
     def retry_after_s(self) -> int:
+        """Seconds a refused upload is told to wait (``Retry-After``)."""
         return 5
 
     def has_room(self) -> bool:

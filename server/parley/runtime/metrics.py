@@ -143,14 +143,17 @@ class Metrics:
     # ---------------------------------------------------------------- observers
 
     def decoded(self, final: bool, waited_s: float, compute_s: float) -> None:
+        """Observe one decode's queue wait and compute, by kind (final or partial)."""
         kind = "final" if final else "partial"
         self.decode_wait.labels(kind).observe(waited_s)
         self.decode_compute.labels(kind).observe(compute_s)
 
     def stepped(self, rows: int) -> None:
+        """Observe the rows of one decoder step."""
         self.step_rows.observe(rows)
 
     def render(self) -> bytes:
+        """Every metric in Prometheus' text format (``/metrics``)."""
         return generate_latest(self.registry)
 
 

@@ -41,6 +41,7 @@ class WebhookSender:
         self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
+        """Open the HTTP client (on the event loop that will post)."""
         self._client = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=self.config.timeout_s)
         )
@@ -88,6 +89,7 @@ class WebhookSender:
             return False
 
     def outcome(self, outcome: str) -> None:
+        """Count one delivery's outcome (metrics)."""
         self._on_outcome(outcome)
 
     async def deliver(self, url: str, message_id: str, body: str, owner: str) -> bool:
@@ -160,6 +162,7 @@ class WebhookFeed:
         self._queue.put_nowait(_CLOSED)  # publish leaves it a place
 
     async def deliver_all(self) -> None:
+        """Deliver the session's queued events in order, until the feed is closed."""
         while (item := await self._queue.get()) is not _CLOSED:
             await self._deliver(*item)
 

@@ -33,6 +33,7 @@ class StreamLimits:
     diarization_latency_s: float | None = None
 
     def to_json(self) -> dict:
+        """The limits as ``session_started`` reports them."""
         limits = {
             "max_frame_bytes": self.max_frame_bytes,
             "idle_timeout_s": self.idle_timeout_s,

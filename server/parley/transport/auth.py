@@ -89,6 +89,8 @@ class OriginPolicy:
     allowed: frozenset[str] | None = None
 
     def allows(self, origin: str | None, host: str | None) -> bool:
+        """Whether a browser's ``Origin`` may connect: any when no origin is sent (not a
+        browser), those configured, else only the server's own host."""
         if origin is None:
             return True
         if self.allowed is not None:
@@ -97,6 +99,7 @@ class OriginPolicy:
 
     @classmethod
     def of(cls, origins: list[str] | None) -> OriginPolicy:
+        """The policy of the configured origins (None: the server's own host only)."""
         if origins is None:
             return cls(None)
         return cls(frozenset(o.rstrip("/").lower() for o in origins))

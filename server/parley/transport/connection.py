@@ -22,6 +22,9 @@ class Connection(Protocol):
     async def recv(self) -> str | bytes:
         """The client's next message; cancelling it loses no message."""
 
-    async def send(self, message: str | bytes) -> None: ...
+    async def send(self, message: str | bytes) -> None:
+        """Send one message; websockets' ``ConnectionClosed`` once the client has left."""
 
-    async def close(self, code: int = 1000, reason: str = "") -> None: ...
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Close the connection with a WebSocket close code and reason (protocol.md
+        section 5)."""

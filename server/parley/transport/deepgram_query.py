@@ -136,6 +136,10 @@ class ListenVocabulary:
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> ListenVocabulary:
+        """What Deepgram's query asks of the words: keyterms (its repeatable
+        ``keyterm``, and ``keywords`` without their boosts), ``redact`` categories,
+        ``numerals``, ``replace`` and ``filler_words``; ProtocolError for a ``redact``
+        it cannot take."""
         terms = every(params, "keyterm") + [
             k.rsplit(":", 1)[0] if ":" in k else k for k in every(params, "keywords")
         ]

@@ -71,6 +71,7 @@ class FileRoutes:
         self._callbacks: set[asyncio.Task] = set()
 
     def routes(self) -> list[Route]:
+        """OpenAI's, Deepgram's and the reference handler's file routes."""
         return [
             Route(TRANSCRIPTIONS_PATH, self.openai, methods=["POST"]),
             Route(TRANSLATIONS_PATH, self.openai_translation, methods=["POST"]),
@@ -89,6 +90,7 @@ class FileRoutes:
         return await self.openai(request, Task.TRANSLATE)
 
     async def openai(self, request: Request, task: Task = Task.TRANSCRIBE) -> Response:
+        """OpenAI's transcriptions or translations (``task``): protocol.md section 16."""
         async with contextlib.AsyncExitStack() as stack:
             try:
                 key = self._door.authorize(request)
@@ -204,6 +206,7 @@ class FileRoutes:
     # ------------------------------------------------------------------ Deepgram
 
     async def deepgram(self, request: Request) -> Response:
+        """Deepgram's pre-recorded ``POST /v1/listen``: protocol.md section 16."""
         request_id = str(uuid.uuid4())
         params = request.query_params
         diarize = _flag(params.get("diarize"))
@@ -305,6 +308,7 @@ class FileRoutes:
     # ------------------------------------------------------------------ the reference handler
 
     async def predict(self, request: Request) -> Response:
+        """The reference handler's ``POST /predict``: protocol.md section 16."""
         try:
             key = self._door.authorize(request)
             async with self._door.form(request) as form:

@@ -56,6 +56,8 @@ class StaticFiles:
             self._files["/"] = self._files["/index.html"]
 
     def get(self, path: str) -> Response | None:
+        """The browser page's file at ``path``, with its security headers; None for
+        a path it does not hold."""
         found = self._files.get(path)
         if found is None:
             return None

@@ -27,12 +27,14 @@ class ModelRoutes:
         self._model = {"id": model_label, "object": "model", "created": created, "owned_by": OWNER}
 
     def routes(self) -> list[Route]:
+        """OpenAI's model listing and model lookup routes."""
         return [
             Route(MODELS_PATH, self.listing, methods=["GET"]),
             Route(MODELS_PATH + "/{model:path}", self.one, methods=["GET"]),
         ]
 
     async def listing(self, request: Request) -> Response:
+        """``GET /v1/models``: the one model this server answers with."""
         try:
             self._door.authorize(request)
         except UploadError as error:
@@ -40,6 +42,8 @@ class ModelRoutes:
         return JSONResponse({"object": "list", "data": [self._model]})
 
     async def one(self, request: Request) -> Response:
+        """``GET /v1/models/{model}``: that model, or 404 ``model_not_found`` for any
+        other name."""
         try:
             self._door.authorize(request)
             asked = request.path_params["model"]

@@ -117,6 +117,8 @@ class Resumes:
         self._by_token: dict[str, _Resumable] = {}
 
     def register(self, key: str, session_id: str) -> str:
+        """A new resume token for session ``session_id``, which only the key ``key`` may
+        resume."""
         token = secrets.token_urlsafe(24)
         self._by_token[token] = _Resumable(key, session_id)
         return token
@@ -153,6 +155,7 @@ class Resumes:
         self._by_token[token].handoffs.put_nowait(handoff)
 
     async def next_handoff(self, token: str) -> Handoff:
+        """Wait for the next connection that resumes the session of ``token``."""
         return await self._by_token[token].handoffs.get()
 
 

@@ -96,6 +96,8 @@ class FollowerSinks:
     followers: Followers
 
     def open(self, session: SessionOpened) -> SessionSink:
+        """Register the session for ``/v1/sessions/{id}/events`` followers, and pass its
+        messages to them."""
         self.followers.opened(session.session_id, session.key)
         return _FollowerSink(self.followers, session.session_id)
 
@@ -123,6 +125,8 @@ class WebhookSinks:
     sender: WebhookSender
 
     def open(self, session: SessionOpened) -> SessionSink | None:
+        """The session's webhook feed, opened with ``session.started``; None when
+        neither the session nor the server names a target."""
         feed = self.sender.feed(session.session_id, session.webhook_url)
         if feed is None:
             return None
@@ -167,6 +171,7 @@ class MetricsSinks:
     metrics: Metrics
 
     def open(self, session: SessionOpened) -> SessionSink:
+        """Count the session's messages in the metrics."""
         return _MetricsSink(self.metrics)
 
 

@@ -9,9 +9,12 @@ from typing import Protocol
 class SchedulerObserver(Protocol):
     """Told, on the worker thread, what each decode and step took (metrics)."""
 
-    def decoded(self, final: bool, waited_s: float, compute_s: float) -> None: ...
+    def decoded(self, final: bool, waited_s: float, compute_s: float) -> None:
+        """A decode left the batch: whether it was a final's, how long it waited for a
+        row, and the worker seconds it cost."""
 
-    def stepped(self, rows: int) -> None: ...
+    def stepped(self, rows: int) -> None:
+        """One decoder step ran with ``rows`` rows."""
 
 
 @dataclass
