@@ -10,10 +10,12 @@ import scipy.sparse.linalg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parley.core import recording_speakers
+from parley.core import spectral_graph
 from parley.core.packing import Piece, Window, pack
 from parley.core.recording_speakers import RecordingClustering, cluster
 from parley.core.speaker_count import SpeakerCount
+from parley.core.speakers import relative_similarity
+from parley.core.spectral_graph import unit_rows
 from parley.core.words import TimedWord
 
 
@@ -168,16 +170,36 @@ def test_a_voice_whose_windows_drift_is_one_speaker_and_two_close_voices_two():
     assert len(set(cluster(drifting, weights, RecordingClustering(same_voice=1.5)))) == 2
 
 
+def test_two_clusters_that_took_turns_but_never_shared_a_window_join_sooner():
+    """Clusters between ``apart_voice`` and ``same_voice`` alike are one voice when they
+    were heard in windows next to each other and never as two local speakers of one
+    window (one voice drifting); heard together, or never near, they stay two."""
+    halves = two_groups_of(0.9)
+    weights = np.full(30, 2.0)
+    alike = relative_similarity(
+        unit_rows(halves[:15]), unit_rows(halves[15:]), RecordingClustering().voice_similarity
+    )
+    config = RecordingClustering(same_voice=alike + 0.01, apart_voice=alike - 0.01)
+    one_after_the_other = np.arange(30)
+    side_by_side = np.tile(np.arange(15), 2)
+    far_apart = np.concatenate([np.arange(15), np.arange(100, 115)])
+    count = SpeakerCount()
+    assert len(set(cluster(halves, weights, config, count, one_after_the_other))) == 1
+    assert len(set(cluster(halves, weights, config, count, side_by_side))) == 2
+    assert len(set(cluster(halves, weights, config, count, far_apart))) == 2
+    assert len(set(cluster(halves, weights, config, count))) == 2  # windows unknown
+
+
 def test_a_long_recording_is_clustered_sparsely_as_a_short_one_densely(monkeypatch):
     """Past a few hundred embeddings the graph stays sparse and the eigensolver works
     on it (a two-hour stream's windows would need gigabytes as dense matrices): the
     same eigenvalues and the same speakers as the dense solver's."""
     embeddings = voices([300, 250, 200, 150], spread=0.6, seed=3)
     weights = np.full(len(embeddings), 2.0)
-    unit = recording_speakers._unit(embeddings)
-    laplacian = recording_speakers._laplacian(unit, 18)
-    assert recording_speakers._DENSE_UP_TO < len(embeddings)  # the sparse solver's
-    values, _ = recording_speakers._smallest_eigenpairs(laplacian, 9)
+    unit = spectral_graph.unit_rows(embeddings)
+    laplacian = spectral_graph.pruned_laplacian(unit, 18)
+    assert spectral_graph.DENSE_UP_TO < len(embeddings)  # the sparse solver's
+    values, _ = spectral_graph.smallest_eigenpairs(laplacian, 9)
     dense = scipy.linalg.eigh(laplacian.toarray(), eigvals_only=True, subset_by_index=[0, 8])
     np.testing.assert_allclose(values, dense, atol=1e-8)
 
@@ -186,10 +208,10 @@ def test_a_long_recording_is_clustered_sparsely_as_a_short_one_densely(monkeypat
 
     with monkeypatch.context() as patch:  # the dense solver takes over
         patch.setattr(scipy.sparse.linalg, "eigsh", unconverged)
-        fallback, _ = recording_speakers._smallest_eigenpairs(laplacian, 9)
+        fallback, _ = spectral_graph.smallest_eigenpairs(laplacian, 9)
     np.testing.assert_allclose(fallback, dense, atol=1e-8)
     sparse_labels = cluster(embeddings, weights, RecordingClustering())
-    monkeypatch.setattr(recording_speakers, "_DENSE_UP_TO", len(embeddings))
+    monkeypatch.setattr(spectral_graph, "DENSE_UP_TO", len(embeddings))
     dense_labels = cluster(embeddings, weights, RecordingClustering())
     assert sparse_labels.tolist() == dense_labels.tolist()
     assert len(set(sparse_labels)) == 4

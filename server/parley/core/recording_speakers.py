@@ -7,9 +7,11 @@ authors) cluster its embeddings: a graph linking each embedding to its few most 
 (the rest of its similarities pruned to nothing), the graph's Laplacian, the number of
 speakers where its smallest eigenvalues jump the most (the eigengap), brought within
 the caller's ``min_speakers`` .. ``max_speakers`` or replaced by its ``num_speakers``,
-and k-means on those eigenvectors. Two clusters as alike as one voice's own windows
-(relative to their spreads, as the live linking's split tells two voices apart) are
-one: the eigengap alone split single voices whose windows drift (a pause, a noise).
+and k-means on those eigenvectors (the graph work: ``spectral_graph``). Two clusters as
+alike as one voice's own windows (relative to their spreads, as the live linking's split
+tells two voices apart) are one: the eigengap alone split single voices whose windows
+drift (a pause, a noise). Two that took turns in time but were never two local speakers
+of one window need a little less likeness: one voice split so looks like that.
 Clusters with too little speech alone are folded into the nearest larger one; then
 every embedding goes to its nearest centroid, and the windows' activities, mapped to
 those speakers, are aggregated.
@@ -25,18 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
 from parley.core.speakers import ClusteringConfig, relative_similarity
+from parley.core.spectral_graph import kmeans, pruned_laplacian, smallest_eigenpairs, unit_rows
 from parley.core.stream_diarizer import WindowSpeakers
-
-if TYPE_CHECKING:  # scipy loads with the clustering, not with the module
-    from scipy import sparse
-
 
 # RecordingClustering's neighbours and min_speaker_s are for windows this far apart
 # (``for_step`` scales them to another step): first tuned with a recording's windows
@@ -57,6 +55,13 @@ class RecordingClustering:
     # Tuned on dev (0.93 to 0.97 tried): two clusters more alike than this, relative to
     # their own spreads, are one voice; the spread's prior is the live linking's.
     same_voice: float = 0.95
+    # Two clusters heard in windows next to each other but never as two local speakers of
+    # one window are one voice from this relative similarity: a change of voice inside a
+    # window mostly gets a local speaker of its own there, and one voice drifting (a
+    # pause, a noise) never does, so the eigengap's halves of one voice look so. Chosen on
+    # dev (0.92 and 0.93 alike; at 0.90 two pairs of espeak-ng voices, 0.902 and 0.905
+    # alike, joined too: the segmentation cannot tell them apart in a window either).
+    apart_voice: float = 0.92
     voice_similarity: float = ClusteringConfig.voice_similarity
     # seconds alone, summed over the windows (5 s long, 2.5 s apart: about twice the
     # speech), for a cluster to stay a speaker of its own
@@ -86,25 +91,24 @@ class RecordingClustering:
             raise ValueError("max_speakers must be at least 1")
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-9)
-
-
 def cluster(
     embeddings: np.ndarray,
     weights: np.ndarray,
     config: RecordingClustering,
     count: SpeakerCount = SpeakerCount(),
+    windows: np.ndarray | None = None,
 ) -> np.ndarray:
     """(n, dim) embeddings, each worth ``weights[i]`` seconds alone → a speaker index per
-    embedding, 0..k-1, numbered by first appearance."""
+    embedding, 0..k-1, numbered by first appearance. ``windows[i]``: the index of the
+    window embedding ``i`` came from, in time order (None: unknown, every pair of clusters
+    held to ``same_voice``)."""
     n = len(embeddings)
     fewest, most = count.bounds(config.max_speakers)
     if n <= 2:  # too few for a graph: each its own speaker only if the caller says so
         return np.arange(n) if fewest >= n else np.zeros(n, dtype=int)
-    unit = _unit(embeddings.astype(np.float64))
+    unit = unit_rows(embeddings.astype(np.float64))
     labels = _spectral(unit, config, min(fewest, n), min(most, n))
-    labels = _join_alike(unit, labels, config, keep=fewest)
+    labels = _join_alike(unit, labels, config, fewest, windows)
     labels = _fold_small(unit, weights, labels, config.min_speaker_s, keep=fewest)
     centroids = _centroids(unit, weights, labels)
     labels = np.argmax(unit @ centroids.T, axis=1)  # each to its nearest speaker
@@ -117,105 +121,61 @@ def _spectral(unit: np.ndarray, config: RecordingClustering, fewest: int, most: 
     ``fewest``..``most``."""
     n = len(unit)
     keep = min(n, max(config.neighbours, int(np.ceil(config.neighbour_share * n))))
-    laplacian = _laplacian(unit, keep)
+    laplacian = pruned_laplacian(unit, keep)
     last = min(n - 1, max(config.max_speakers, most))  # the gap after λ[k-1] needs λ[k]
-    values, vectors = _smallest_eigenpairs(laplacian, last + 1)
+    values, vectors = smallest_eigenpairs(laplacian, last + 1)
     found = 1 + int(np.argmax(np.diff(values)))  # the largest gap, λ[k] - λ[k-1]
     k = int(np.clip(found, fewest, most))
     if k <= 1:
         return np.zeros(n, dtype=int)
-    return _kmeans(vectors[:, :k], k)
-
-
-# Rows of similarities computed at once while pruning: the whole n × n matrix of a
-# two-hour stream's windows would take gigabytes.
-_BLOCK_ROWS = 1024
-
-
-def _laplacian(unit: np.ndarray, keep: int) -> sparse.csr_matrix:
-    """The Laplacian of the graph linking each row to its ``keep`` most alike (itself
-    included, negative similarities as none), symmetrised, as a sparse matrix."""
-    from scipy import sparse
-
-    n = len(unit)
-    rows, cols, values = [], [], []
-    for first in range(0, n, _BLOCK_ROWS):
-        similarity = unit[first : first + _BLOCK_ROWS] @ unit.T
-        nearest = np.argpartition(-similarity, keep - 1, axis=1)[:, :keep]
-        rows.append(np.repeat(np.arange(first, first + len(similarity)), keep))
-        cols.append(nearest.ravel())
-        values.append(np.maximum(np.take_along_axis(similarity, nearest, axis=1), 0.0).ravel())
-    affinity = sparse.coo_matrix(
-        (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n)
-    ).tocsr()
-    affinity = (affinity + affinity.T) / 2
-    affinity.setdiag(0.0)
-    affinity.eliminate_zeros()
-    degrees = np.asarray(affinity.sum(axis=1)).ravel()
-    return sparse.diags(degrees) - affinity
-
-
-# Below this many rows the dense solver is quicker than the sparse one's factorisation.
-_DENSE_UP_TO = 600
-
-
-def _smallest_eigenpairs(laplacian: sparse.csr_matrix, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``count`` smallest eigenvalues of a sparse symmetric Laplacian, ascending, and
-    their eigenvectors (columns). Past ``_DENSE_UP_TO`` rows, shift-invert just below
-    zero (the Laplacian itself is singular) finds them without a dense matrix."""
-    from scipy.linalg import eigh
-    from scipy.sparse.linalg import ArpackError, eigsh
-
-    n = laplacian.shape[0]
-    if n > _DENSE_UP_TO and count < n - 1:
-        try:
-            values, vectors = eigsh(laplacian.tocsc(), k=count, sigma=-1e-3, which="LM")
-            order = np.argsort(values)
-            return values[order], vectors[:, order]
-        except ArpackError:  # not converged: the dense solver below, slower but sure
-            pass
-    return eigh(laplacian.toarray(), subset_by_index=[0, count - 1])
+    return kmeans(vectors[:, :k], k)
 
 
 def _join_alike(
-    unit: np.ndarray, labels: np.ndarray, config: RecordingClustering, keep: int
+    unit: np.ndarray,
+    labels: np.ndarray,
+    config: RecordingClustering,
+    keep: int,
+    windows: np.ndarray | None,
 ) -> np.ndarray:
-    """The two most alike clusters joined, while their relative similarity reaches
-    ``same_voice`` and more than ``keep`` clusters remain."""
+    """The two clusters furthest past their bar joined, while a pair reaches it and more
+    than ``keep`` clusters remain. The bar is ``same_voice``, or ``apart_voice`` for two
+    clusters heard in windows next to each other and never in one."""
     labels = _by_appearance(labels)
     while labels.max() + 1 > max(keep, 1):
         groups = [unit[labels == k] for k in range(labels.max() + 1)]
+        heard = [
+            set(windows[labels == k].tolist()) if windows is not None else set()
+            for k in range(len(groups))
+        ]
         pairs = [
-            (relative_similarity(groups[a], groups[b], config.voice_similarity), a, b)
+            (
+                relative_similarity(groups[a], groups[b], config.voice_similarity)
+                - _bar(heard[a], heard[b], config),
+                a,
+                b,
+            )
             for a in range(len(groups))
             for b in range(a + 1, len(groups))
             if min(len(groups[a]), len(groups[b])) >= 2
         ]
         if not pairs:
             break
-        alike, a, b = max(pairs)
-        if alike < config.same_voice:
+        past, a, b = max(pairs)
+        if past < 0:
             break
         labels = _by_appearance(np.where(labels == b, a, labels))
     return labels
 
 
-def _kmeans(points: np.ndarray, k: int, tries: int = 10) -> np.ndarray:
-    """k-means (k-means++ starts, the best of ``tries`` seeded runs: the same labels on
-    every run)."""
-    from scipy.cluster.vq import kmeans2
-
-    best, best_cost = np.zeros(len(points), dtype=int), np.inf
-    for seed in range(tries):
-        centres, labels = kmeans2(points, k, minit="++", seed=seed)
-        cost = float(((points - centres[labels]) ** 2).sum())
-        if cost < best_cost:
-            best, best_cost = labels, cost
-    return best
+def _bar(heard_a: set[int], heard_b: set[int], config: RecordingClustering) -> float:
+    """How alike two clusters heard in these windows must be to join (``_join_alike``)."""
+    apart = not heard_a & heard_b and any(w + 1 in heard_b or w - 1 in heard_b for w in heard_a)
+    return config.apart_voice if apart else config.same_voice
 
 
 def _centroids(unit: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    return _unit(
+    return unit_rows(
         np.stack(
             [
                 (unit[labels == k] * weights[labels == k, None]).sum(axis=0)
@@ -275,7 +235,8 @@ def cluster_windows(
                 weights.append(float(local.alone_s[s]))
     if not vectors:  # silence, noise, or too short a clip: nobody to cluster
         return {}
-    labels = cluster(np.array(vectors), np.array(weights), config, count)
+    windows_of = np.array([w for w, _ in where])
+    labels = cluster(np.array(vectors), np.array(weights), config, count, windows_of)
     return {place: int(label) for place, label in zip(where, labels)}
 
 
