@@ -118,11 +118,24 @@ def add_server_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-format", choices=["text", "json"])
 
 
-def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argparse.ArgumentParser:
+# Each subcommand's function, by name.
+Runners = Mapping[str, Callable[[argparse.Namespace], int]]
+
+
+def build_parser(run: Runners) -> argparse.ArgumentParser:
     """The `parley` command line; ``run``: each subcommand's function, by name."""
     parser = argparse.ArgumentParser(prog="parley", description="Real-time transcription server")
     commands = parser.add_subparsers(dest="command", required=True)
+    _add_serve(commands, run)
+    _add_cluster(commands, run)
+    _add_stream(commands, run)
+    _add_transcribe(commands, run)
+    _add_models(commands, run)
+    return parser
 
+
+def _add_serve(commands: argparse._SubParsersAction, run: Runners) -> None:
+    """`parley serve`: the server, on this machine."""
     serve = commands.add_parser("serve", help="run the server (settings also from PARLEY_*)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
@@ -131,6 +144,9 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
     add_server_flags(serve)
     serve.set_defaults(run=run["serve"])
 
+
+def _add_cluster(commands: argparse._SubParsersAction, run: Runners) -> None:
+    """`parley cluster`: the server on a Ray cluster."""
     cluster = commands.add_parser(
         "cluster",
         help="serve on a Ray cluster (started here, or joined with --address) until Ctrl-C",
@@ -150,6 +166,9 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
     add_server_flags(cluster)
     cluster.set_defaults(run=run["cluster"])
 
+
+def _add_stream(commands: argparse._SubParsersAction, run: Runners) -> None:
+    """`parley stream`: a file or stdin streamed to a server."""
     stream = commands.add_parser("stream", help="stream a file (or raw PCM16 on stdin)")
     stream.add_argument("source", help="audio file ffmpeg can read, or - for raw PCM16 LE")
     stream.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream")
@@ -184,6 +203,9 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
     stream.add_argument("--channels", type=int, default=1, help="of raw stdin PCM")
     stream.set_defaults(run=run["stream"])
 
+
+def _add_transcribe(commands: argparse._SubParsersAction, run: Runners) -> None:
+    """`parley transcribe`: recordings, in-process or on a server."""
     transcribe = commands.add_parser(
         "transcribe", help="transcribe recordings in-process (or on a server with --url)"
     )
@@ -216,6 +238,9 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
     transcribe.add_argument("--token", help="with --url: the API key (default $PARLEY_TOKEN)")
     transcribe.set_defaults(run=run["transcribe"])
 
+
+def _add_models(commands: argparse._SubParsersAction, run: Runners) -> None:
+    """`parley models`: the offline model bundle."""
     models = commands.add_parser("models", help="the offline model bundle")
     models.add_argument("action", choices=["install", "list", "verify"])
     models.add_argument("names", nargs="*", help="bundle models to install (default: all)")
@@ -224,4 +249,3 @@ def build_parser(run: Mapping[str, Callable[[argparse.Namespace], int]]) -> argp
     )
     models.add_argument("--force", action="store_true", help="import again even if verified")
     models.set_defaults(run=run["models"])
-    return parser
