@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from parley.core.spectral_graph import unit_rows
+
 # Speakers merged away keep their index (the timeline's columns and earlier snapshots name
 # them), so the founded ones are capped, to bound a long session's memory; past the cap a
 # new voice joins the closest speaker, as when max_speakers are all taken.
@@ -78,10 +80,6 @@ class LocalSpeakers:
     fresh_alone_s: np.ndarray  # (local,) of those, seconds in audio no earlier window had
 
 
-def _normalise(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-9)
-
-
 def spread(samples: np.ndarray, prior: float) -> float:
     """Mean cosine between two of ``samples`` (unit rows), shrunk toward ``prior`` by one
     pseudo-pair, inside SPREAD_RANGE."""
@@ -102,7 +100,7 @@ def two_groups(samples: np.ndarray, rounds: int = 8) -> tuple[np.ndarray, np.nda
         labels = np.argmax(samples @ centres.T, axis=1)
         if labels.min() == labels.max():
             break
-        centres = _normalise(np.stack([samples[labels == k].sum(axis=0) for k in (0, 1)]))
+        centres = unit_rows(np.stack([samples[labels == k].sum(axis=0) for k in (0, 1)]))
     return np.flatnonzero(labels == 0), np.flatnonzero(labels == 1)
 
 
@@ -146,7 +144,7 @@ class OnlineClustering:
 
     def centroids(self, speakers: list[int]) -> np.ndarray:
         """The unit centroids of ``speakers``, one row each."""
-        return _normalise(np.stack([self._sums[i] for i in speakers]))
+        return unit_rows(np.stack([self._sums[i] for i in speakers]))
 
     def assign(
         self, local: LocalSpeakers, carried: Mapping[int, int] | None = None
@@ -173,8 +171,8 @@ class OnlineClustering:
             self._last_heard[heard] = self._windows
             vector = local.embeddings[index]
             if local.alone_s[index] >= config.min_update_s and not np.isnan(vector).any():
-                self._sums[heard] = self._sums[heard] + _normalise(vector)
-        vectors = _normalise(local.embeddings[usable]) if usable else np.zeros((0, 0))
+                self._sums[heard] = self._sums[heard] + unit_rows(vector)
+        vectors = unit_rows(local.embeddings[usable]) if usable else np.zeros((0, 0))
         live = [g for g in self._live() if g not in kept.values()]
         matched: dict[int, int] = {}
         distances = None
