@@ -70,16 +70,26 @@ bench: install
 	$(PY) bench/telephony.py
 	$(PY) bench/cluster.py
 
-# The wheel bench/gpu_check.sh installs on the lent GPU machine, which has no network.
 # What bench/gpu_check.sh needs on the lent GPU machine, which has torch but not these
-# pins: the wheels, and bench/files_gpu.py's recordings prepared here on real weights.
+# pins: the wheels, and the recordings of bench/files_gpu.py and bench/diarization_gpu.py
+# prepared here on real weights. The speaker models' part imports pyannote.audio, whose
+# pure-Python wheels (and the few of theirs the machine lacks) go in .whl/diarization-wheels.
 GPU_WHEELS = transformers rapidfuzz soxr
+DIARIZATION_GPU_WHEELS = pyannote.audio pyannote.core pyannote.database pyannote.metrics \
+  pyannote.pipeline asteroid-filterbanks torch-audiomentations julius torch-pitch-shift \
+  primePy optuna colorlog protobuf googleapis-common-protos opentelemetry-api \
+  opentelemetry-sdk opentelemetry-proto opentelemetry-semantic-conventions \
+  opentelemetry-exporter-otlp-proto-http opentelemetry-exporter-otlp-proto-common \
+  opentelemetry-exporter-http-transport opentelemetry-exporter-otlp-common
+PINNED = $(PY) -c 'import importlib.metadata as m, sys; print(*(f"{n}=={m.version(n)}" for n in sys.argv[1:]))'
+WHEEL_DOWNLOAD = $(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
 gpu-wheels: $(VENV)/.installed models
-	mkdir -p .whl
-	$(PIP) download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
-	  --implementation cp --platform manylinux_2_28_x86_64 -d .whl \
-	  $$($(PY) -c 'import importlib.metadata as m, sys; print(*(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' $(GPU_WHEELS))
+	mkdir -p .whl/diarization-wheels
+	$(WHEEL_DOWNLOAD) -d .whl $$($(PINNED) $(GPU_WHEELS))
+	$(WHEEL_DOWNLOAD) -d .whl/diarization-wheels $$($(PINNED) $(DIARIZATION_GPU_WHEELS))
 	cd bench && PYANNOTE_METRICS_ENABLED=false ../$(PY) files_gpu.py --prepare ../.whl/files-gpu-cases
+	cd bench && PYANNOTE_METRICS_ENABLED=false ../$(PY) diarization_gpu.py --prepare ../.whl/diarization-gpu-cases
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/results/*.json
