@@ -162,6 +162,11 @@ def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> 
     """``bundle``, a pyannote pipeline directory, or a pyannote hub pipeline id."""
     from pyannote.audio import Model
 
+    if device.type == "cuda":
+        # cuDNN rounds float32 convolutions to TF32 by default, and a meeting's count then
+        # differed from the CPU's (bench/diarization_gpu.py: 11 of 12 alike, 12 of 12 in
+        # float32). Whisper runs in fp16 on a GPU, which this does not touch.
+        torch.backends.cudnn.allow_tf32 = False
     if source == "bundle":
         from parley.weights.bundle import DIARIZATION, verify
 
