@@ -71,7 +71,7 @@ def _load(threads: int) -> None:
 # but for ``thin=1``: every step thinned, as a server behind on every step thins them.
 STREAM_FIELDS = ("busy_reembed_s", "relabel_every_s", "closing_s", "latency_s")
 # Fields of its ``turns`` that --set may override (confirm_latency_s=0: None).
-TURN_FIELDS = ("change_latency_s", "confirm_latency_s", "min_turn_s")
+TURN_FIELDS = ("change_latency_s", "confirm_latency_s", "min_turn_s", "max_cut_age_s")
 
 
 def config_with(overrides: dict[str, str]):
@@ -87,7 +87,7 @@ def config_with(overrides: dict[str, str]):
             continue
         if key in TURN_FIELDS:  # the turn settings: where finals are cut, how words join
             number = float(value)  # confirm_latency_s=0: no confirmed cuts (None)
-            unset = key == "confirm_latency_s" and number == 0
+            unset = key in ("confirm_latency_s", "max_cut_age_s") and number == 0
             config = replace(
                 config, turns=replace(config.turns, **{key: None if unset else number})
             )
@@ -610,12 +610,15 @@ def _shows(voices, change: float, now: float) -> bool:
 
 def cut_rule(turns: TurnConfig, rule: str) -> TurnConfig:
     """``"2"``: a change cuts once 2 s old; ``"2+1"``: also once 1 s old if the step
-    before read it at the same place."""
+    before read it at the same place; ``"2+1<2.5"``: the same, but no change found more
+    than 2.5 s after it."""
+    rule, _, oldest = rule.partition("<")
     latency, _, confirm = rule.partition("+")
     return replace(
         turns,
         change_latency_s=float(latency),
         confirm_latency_s=float(confirm) if confirm else None,
+        max_cut_age_s=float(oldest) if oldest else None,
     )
 
 

@@ -138,6 +138,22 @@ def test_a_young_change_cuts_once_two_steps_in_a_row_read_it_at_the_same_place()
     assert ChangeCuts(off).read(step(3.0, 5.0), 0.0, 5.0) == pytest.approx(3.0)
 
 
+def test_a_change_found_too_late_is_not_cut_and_a_later_one_still_is():
+    """With max_cut_age_s, a change first found more than that long after it (the open
+    segment's end past it) is left in the segment; a later change still cuts."""
+    config = TurnConfig(confirm_latency_s=None, max_cut_age_s=2.5)
+
+    def step(heard):
+        turns = (Turn(0.0, 3.0, 0), Turn(3.0, 5.0, 1), Turn(5.0, heard, 0))
+        return TimelineSnapshot(turns, settled_until=0.0, speaker_count=2, heard_until=heard)
+
+    assert ChangeCuts(config).read(step(5.2), 0.0, 5.2) == pytest.approx(3.0)  # 2.2 s old
+    assert ChangeCuts(config).read(step(6.0), 0.0, 6.0) is None  # 3 s late; 5.0 too young
+    assert ChangeCuts(config).read(step(7.2), 0.0, 7.2) == pytest.approx(5.0)  # the later
+    unbounded = TurnConfig(confirm_latency_s=None)
+    assert ChangeCuts(unbounded).read(step(7.2), 0.0, 7.2) == pytest.approx(3.0)
+
+
 def test_a_young_change_waits_while_another_voice_was_heard_before_it():
     """A second voice heard briefly before the change (an interjection that may prove a
     turn once older): the young change, though confirmed, waits for the 2 s rule, which

@@ -174,6 +174,14 @@ class DiarizationSettings(BaseModel):
         description="a younger speaker change, at least this old, cuts a final when two "
         "diarization steps in a row read it at the same place (0: never)",
     )
+    max_cut_age_s: float = Field(
+        _TURNS.max_cut_age_s or 0.0,
+        ge=0.0,
+        le=30.0,
+        description="a speaker change first found more than this long after it is not "
+        "cut: the final runs on to a pause or a later change, its words labelled one by "
+        "one (0: every change cuts, however late)",
+    )
     busy_reembed_s: float = Field(
         _DIARIZATION.busy_reembed_s,
         ge=0.0,
@@ -257,6 +265,7 @@ class DiarizationSettings(BaseModel):
                 min_turn_s=self.min_turn_s,
                 change_latency_s=self.change_latency_s,
                 confirm_latency_s=self.confirm_latency_s or None,
+                max_cut_age_s=self.max_cut_age_s or None,
             ),
         )
 

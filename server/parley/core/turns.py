@@ -40,6 +40,13 @@ class TurnConfig:
     # cut at a speaker change": as right as 2 s alone, 0.4 s sooner at the median.
     confirm_latency_s: float | None = 1.0
     confirm_tolerance_s: float = 0.3
+    # A change first found this long after it (the open segment's end past it) is not
+    # cut: its final would come that late. The segment runs on to a pause or a later
+    # change, its words labelled one by one (None: every change cuts, however late).
+    # Off by default: at 2.5 s ten labelled streams' final p95 and max about halve,
+    # but sample.wav's interjection, cut late, loses its speaker (bench/VARIANTS.md,
+    # "Finals cut at a speaker change").
+    max_cut_age_s: float | None = None
 
     def __post_init__(self) -> None:
         durations = (self.min_turn_s, self.pause_s, self.cut_search_s, self.change_latency_s)
@@ -176,8 +183,9 @@ class _SegmentTurns:
         spans, labels = [s for s, _ in voiced], [label for _, label in voiced]
         return _runs(smooth_labels(spans, labels, self._config)) if voiced else []
 
-    def first_change(self, latency_s: float) -> float | None:
-        """``settled_change`` with changes ``latency_s`` old counted."""
+    def first_change(self, latency_s: float, after: float = -math.inf) -> float | None:
+        """``settled_change`` with changes ``latency_s`` old counted, and none at or
+        before ``after``."""
         changed_by = max(self._snapshot.settled_until, self.heard - latency_s)
         if changed_by <= self._start:
             return None
@@ -187,7 +195,7 @@ class _SegmentTurns:
             if change > changed_by:
                 return None  # this change and any later one are too new
             lengths = [voiced[r.last][0][1] - voiced[r.first][0][0] for r in (previous, run)]
-            if min(lengths) >= self._config.min_turn_s:
+            if min(lengths) >= self._config.min_turn_s and change > after:
                 return change
         return None
 
@@ -207,10 +215,11 @@ class ChangeCuts:
         """The cut in [start, end] (None: not yet)."""
         config = self._config
         turns = _SegmentTurns(snapshot, start, end, config)
-        settled = turns.first_change(config.change_latency_s)
+        stale = -math.inf if config.max_cut_age_s is None else end - config.max_cut_age_s
+        settled = turns.first_change(config.change_latency_s, stale)
         if settled is not None or config.confirm_latency_s is None:
             return settled
-        young = turns.first_change(config.confirm_latency_s)
+        young = turns.first_change(config.confirm_latency_s, stale)
         previous = self._previous
         if young is None:
             self._previous = None
