@@ -16,7 +16,8 @@ steps:
    - *labels*: each recording is streamed once, all at once, to its end; the speakers
      each ends with (its closing relabel) against the truth and against this CPU's;
    - *speed*: S sessions (the recordings over and over) stream as fast as the worker
-     steps them, for ``--seconds`` each, under each worker variant (threads, largest
+     steps them, for ``--seconds`` each once every window is full (the first steps,
+     on less audio, are not counted), under each worker variant (threads, largest
      batch). A real-time stream needs one step every ``step_s``, so S sessions keep up
      while steps a second ≥ S / step_s; *streams per GPU* is the most sessions that did.
 
@@ -112,14 +113,14 @@ class _Timed:
         self.grid = models.grid
         self.seconds = {"segment": 0.0, "embed": 0.0}
         self.embeddings = 0
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
 
     def _timed(self, part: str, call, *args):
         began = time.perf_counter()
         try:
             return call(*args)
         finally:
-            with self._lock:
+            with self.lock:
                 self.seconds[part] += time.perf_counter() - began
 
     def segment(self, windows):
@@ -172,9 +173,14 @@ async def _speed(
     models, config, audios, sessions: int, threads: int, batch: int, seconds: float, profiler=None
 ):
     """Steps a second of ``sessions`` streams stepped as fast as the worker answers them,
-    for ``seconds``, and where a step's time goes (with one thread: threads overlap)."""
+    for ``seconds``, and where a step's time goes (with one thread: threads overlap).
+    Each session first fills its window unmeasured (a stream's first steps see less
+    audio and fewer speakers, so counting them would flatter)."""
     models = _Timed(models)
     worker = _worker(models, config, threads, batch, profiler)
+    warm_steps = round(config.window_s / config.step_s)
+    warmed = asyncio.Event()
+    waiting = [sessions]
     deadline = [float("inf")]
 
     looped = [np.tile(audio, LOOPS) for audio in audios]  # one long stream of each
@@ -182,28 +188,44 @@ async def _speed(
     async def session(k: int) -> int:
         diarizer = worker.new_stream()
         done = 0
-        for window, start, now in diarizer.windows(looped[k % len(looped)]):
+        for step, (window, start, now) in enumerate(diarizer.windows(looped[k % len(looped)])):
+            if step == warm_steps:
+                waiting[0] -= 1
+                if not waiting[0]:
+                    warmed.set()
+                await warmed.wait()
             if time.perf_counter() > deadline[0]:
                 break
             await asyncio.wrap_future(await worker.submit(diarizer, window, start, now))
-            done += 1
+            done += step >= warm_steps
         return done
 
-    began = time.perf_counter()
-    deadline[0] = began + seconds
+    async def measure() -> tuple[float, dict, float, float]:
+        await warmed.wait()
+        with models.lock:
+            before = dict(models.seconds)
+        busy_before, embedded_before = worker.stats.busy_seconds, models.embeddings
+        began = time.perf_counter()
+        deadline[0] = began + seconds
+        return began, before, busy_before, embedded_before
+
+    measuring = asyncio.ensure_future(measure())
     steps = await asyncio.gather(*(session(k) for k in range(sessions)))
-    spent = time.perf_counter() - began
+    spent = time.perf_counter() - (await measuring)[0]
+    _, before, busy_before, embedded_before = await measuring
     await worker.stop()
     per_second = sum(steps) / spent
     done = max(1, sum(steps))
-    busy_ms = 1000 * worker.stats.busy_seconds / done
-    segment_ms, embed_ms = (1000 * models.seconds[part] / done for part in ("segment", "embed"))
+    busy_ms = 1000 * (worker.stats.busy_seconds - busy_before) / done
+    segment_ms, embed_ms = (
+        1000 * (models.seconds[part] - before[part]) / done for part in ("segment", "embed")
+    )
     return {
         "busy_ms_per_step": busy_ms,
         "segment_ms_per_step": segment_ms,
         "embed_ms_per_step": embed_ms,
         "rest_ms_per_step": busy_ms - segment_ms - embed_ms,
-        "embeddings_per_step": models.embeddings / done,
+        "embeddings_per_step": (models.embeddings - embedded_before) / done,
         "sessions": sessions,
         "threads": threads,
         "batch": batch,
@@ -289,7 +311,7 @@ def main() -> None:
     parser.add_argument("--prepare", type=Path, help="here: keep recordings and models")
     parser.add_argument("--cases", type=Path, help="what --prepare wrote")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--sessions", type=int, nargs="+", default=[32, 128, 256])
+    parser.add_argument("--sessions", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--seconds", type=float, default=12.0, help="each speed run's length")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
