@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot, Turn, TurnsByTime
 from parley.core.stream_diarizer import DiarizationConfig
-from parley.core.turns import ChangeCuts, TurnConfig, settled_change, smooth_labels
+from parley.core.turns import ChangeCuts, TurnConfig, parts_at, settled_change, smooth_labels
 from parley.core.word_timing import WordTimingConfig, fit_to_speech, fit_words, joined
 from parley.core.words import TimedWord
 from parley.protocol.messages import Final, FinalReason, SpeakerUpdate, Word
@@ -140,7 +140,8 @@ def test_a_young_change_cuts_once_two_steps_in_a_row_read_it_at_the_same_place()
 
 def test_a_change_found_too_late_is_not_cut_and_a_later_one_still_is():
     """With max_cut_age_s, a change first found more than that long after it (the open
-    segment's end past it) is left in the segment; a later change still cuts."""
+    segment's end past it) is left in the segment, and remembered once; a later change
+    still cuts."""
     config = TurnConfig(confirm_latency_s=None, max_cut_age_s=2.5)
 
     def step(heard):
@@ -148,17 +149,35 @@ def test_a_change_found_too_late_is_not_cut_and_a_later_one_still_is():
         return TimelineSnapshot(turns, settled_until=0.0, speaker_count=2, heard_until=heard)
 
     assert ChangeCuts(config).read(step(5.2), 0.0, 5.2) == pytest.approx(3.0)  # 2.2 s old
-    assert ChangeCuts(config).read(step(6.0), 0.0, 6.0) is None  # 3 s late; 5.0 too young
-    assert ChangeCuts(config).read(step(7.2), 0.0, 7.2) == pytest.approx(5.0)  # the later
-    unbounded = TurnConfig(confirm_latency_s=None)
-    assert ChangeCuts(unbounded).read(step(7.2), 0.0, 7.2) == pytest.approx(3.0)
+    late = ChangeCuts(config)
+    assert late.read(step(6.0), 0.0, 6.0) is None  # 3 s late; 5.0 too young
+    assert late.read(step(7.2), 0.0, 7.2) == pytest.approx(5.0)  # the later one cuts
+    assert late.uncut_between(0.0, 7.2) == [pytest.approx(3.0)]  # read twice, kept once
+    assert late.uncut_between(3.5, 7.2) == []
+    unbounded = ChangeCuts(TurnConfig(confirm_latency_s=None, max_cut_age_s=None))
+    assert unbounded.read(step(7.2), 0.0, 7.2) == pytest.approx(3.0)
+    assert unbounded.uncut_between(0.0, 7.2) == []
+
+
+def test_words_part_at_a_change_left_uncut_as_a_cut_would_part_them():
+    """An interjection left inside a final keeps its own speaker when an uncut change
+    parts it from the words before: no short run joins a neighbour across that time."""
+    spans = spans_of(0.5, 0.5, 0.4, 0.3, 0.5, 0.5)  # no pauses; the 0.7 s run is short
+    heard = [0, 0, 1, 1, 0, 0]
+    assert smooth_labels(spans, heard) == [0] * 6
+    assert parts_at(spans, []) == [slice(0, 6)]
+    parts = parts_at(spans, [1.05, 1.8])  # the interjection's two changes
+    assert parts == [slice(0, 2), slice(2, 4), slice(4, 6)]
+    assert [s for p in parts for s in smooth_labels(spans[p], heard[p])] == heard
+    assert parts_at(spans, [0.0, 9.0]) == [slice(0, 6)]  # times outside the words part none
+    assert parts_at([], [1.0]) == [slice(0, 0)]
 
 
 def test_a_young_change_waits_while_another_voice_was_heard_before_it():
     """A second voice heard briefly before the change (an interjection that may prove a
     turn once older): the young change, though confirmed, waits for the 2 s rule, which
     then finds the interjection's own change first."""
-    config = TurnConfig(confirm_latency_s=1.0)
+    config = TurnConfig(confirm_latency_s=1.0, max_cut_age_s=None)  # found 4 s late
 
     def step(heard, interjection_end=2.2):
         turns = (Turn(0.0, 1.5, 0), Turn(1.5, interjection_end, 1), Turn(interjection_end, 3.0, 0))

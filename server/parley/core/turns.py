@@ -13,13 +13,15 @@ correct who said its words (with a ``speaker_update``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
 
 Span = tuple[float, float]
 CELL_S = 0.1  # the grid on which a snapshot is read to find a change
+UNCUT_KEPT = 4096  # changes left uncut that a stream remembers (a float each)
 
 
 @dataclass(frozen=True)
@@ -42,11 +44,11 @@ class TurnConfig:
     confirm_tolerance_s: float = 0.3
     # A change first found this long after it (the open segment's end past it) is not
     # cut: its final would come that late. The segment runs on to a pause or a later
-    # change, its words labelled one by one (None: every change cuts, however late).
-    # Off by default: at 2.5 s ten labelled streams' final p95 and max about halve,
-    # but sample.wav's interjection, cut late, loses its speaker (bench/VARIANTS.md,
-    # "Finals cut at a speaker change").
-    max_cut_age_s: float | None = None
+    # change, and the change still parts its words as a cut would (``parts_at``), so an
+    # interjection keeps its speaker (None: every change cuts, however late). Ten
+    # labelled streams' final p95 and max about halve (bench/VARIANTS.md, "Finals cut
+    # at a speaker change").
+    max_cut_age_s: float | None = 2.5
 
     def __post_init__(self) -> None:
         durations = (self.min_turn_s, self.pause_s, self.cut_search_s, self.change_latency_s)
@@ -113,6 +115,22 @@ def smooth_labels(
             return out
         *_, k, target = min(joins)
         out[runs[k].first : runs[k].last + 1] = [target] * (runs[k].last - runs[k].first + 1)
+
+
+def parts_at(spans: Sequence[Span], at: Sequence[float]) -> list[slice]:
+    """``spans`` (words, in order) in parts at each time of ``at``, as finals cut there
+    would hold them (a word goes with the side its middle is on)."""
+    parts, first = [], 0
+    for boundary in sorted(at):
+        last = first
+        while last < len(spans) and sum(spans[last]) / 2 < boundary:
+            last += 1
+        if last > first:
+            parts.append(slice(first, last))
+            first = last
+    if first < len(spans) or not parts:  # the words after the last time (or none at all)
+        parts.append(slice(first, len(spans)))
+    return parts
 
 
 def _between_one_speaker(runs: list[_Run], k: int) -> bool:
@@ -186,18 +204,21 @@ class _SegmentTurns:
     def first_change(self, latency_s: float, after: float = -math.inf) -> float | None:
         """``settled_change`` with changes ``latency_s`` old counted, and none at or
         before ``after``."""
+        return next((c for c in self.changes(latency_s) if c > after), None)
+
+    def changes(self, latency_s: float) -> Iterator[float]:
+        """Every change ``latency_s`` old, in order."""
         changed_by = max(self._snapshot.settled_until, self.heard - latency_s)
         if changed_by <= self._start:
-            return None
+            return
         voiced, runs = self.voiced, self._runs
         for previous, run in zip(runs, runs[1:]):
             change = (voiced[previous.last][0][1] + voiced[run.first][0][0]) / 2
             if change > changed_by:
-                return None  # this change and any later one are too new
+                return  # this change and any later one are too new
             lengths = [voiced[r.last][0][1] - voiced[r.first][0][0] for r in (previous, run)]
-            if min(lengths) >= self._config.min_turn_s and change > after:
-                return change
-        return None
+            if min(lengths) >= self._config.min_turn_s:
+                yield change
 
 
 class ChangeCuts:
@@ -210,12 +231,24 @@ class ChangeCuts:
     def __init__(self, config: TurnConfig = TurnConfig()):
         self._config = config
         self._previous: tuple[float, float, float] | None = None  # (heard, start, change)
+        # The changes found too late to cut (``max_cut_age_s``), for the words either side
+        # to keep their own speakers (``uncut_between``); the newest few thousand.
+        self._uncut: deque[float] = deque(maxlen=UNCUT_KEPT)
+
+    def uncut_between(self, start: float, end: float) -> list[float]:
+        """The changes in (start, end) that were found too late to cut there."""
+        return [change for change in self._uncut if start < change < end]
 
     def read(self, snapshot: Speaking, start: float, end: float) -> float | None:
         """The cut in [start, end] (None: not yet)."""
         config = self._config
         turns = _SegmentTurns(snapshot, start, end, config)
         stale = -math.inf if config.max_cut_age_s is None else end - config.max_cut_age_s
+        for change in turns.changes(config.change_latency_s):
+            if change > stale:
+                break
+            if all(abs(change - kept) > config.confirm_tolerance_s for kept in self._uncut):
+                self._uncut.append(change)
         settled = turns.first_change(config.change_latency_s, stale)
         if settled is not None or config.confirm_latency_s is None:
             return settled

@@ -26,7 +26,7 @@ from parley.core.ring import AudioRing
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_labels import SpeakerLabels
 from parley.core.speaker_timeline import TimelineSnapshot, TurnsByTime
-from parley.core.turns import ChangeCuts, smooth_labels
+from parley.core.turns import ChangeCuts, parts_at, smooth_labels
 from parley.core.word_timing import WordTimingConfig, fit_to_speech
 from parley.protocol.messages import Final, Partial, SpeakerUpdate, Word
 from parley.workers.diarization import DiarizationWorker
@@ -189,7 +189,11 @@ class SpeakerTrack:
         spans = [(w.start, w.end) for w in final.words]
         if heard is None:
             heard = [snapshot.speaker_of(a, b) for a, b in spans]
-        speakers = smooth_labels(spans, heard, self._worker.config.turns)
+        # A change left uncut (found too late) parts the words as a cut would have: no
+        # short run joins a neighbour across it.
+        speakers: list[int | None] = []
+        for part in parts_at(spans, self._cuts.uncut_between(final.start, final.end)):
+            speakers += smooth_labels(spans[part], heard[part], self._worker.config.turns)
         words = [replace(w, speaker=labels.label(s)) for w, s in zip(final.words, speakers)]
         spoken: dict[str | None, float] = {}
         for w in words:
