@@ -12,6 +12,7 @@ correct who said its words (with a ``speaker_update``).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ from typing import Protocol
 Span = tuple[float, float]
 CELL_S = 0.1  # the grid on which a snapshot is read to find a change
 UNCUT_KEPT = 4096  # changes left uncut that a stream remembers (a float each)
+UNCUT_RECHECKED = 16  # the newest of them a change read again is matched against
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,8 @@ class ChangeCuts:
         for change in turns.changes(config.change_latency_s):
             if change > stale:
                 break
-            if all(abs(change - kept) > config.confirm_tolerance_s for kept in self._uncut):
+            recent = itertools.islice(reversed(self._uncut), UNCUT_RECHECKED)
+            if all(abs(change - kept) > config.confirm_tolerance_s for kept in recent):
                 self._uncut.append(change)
         settled = turns.first_change(config.change_latency_s, stale)
         if settled is not None or config.confirm_latency_s is None:
