@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from parley.core.audio import SAMPLE_RATE
+from parley.models.embedders import MIN_EMBEDDING_SECONDS
 
 SECONDS = 40  # of each recording
 KINDS = ("espeak", "noisy", "phone")  # clean, under noise, phone-band
@@ -127,7 +128,7 @@ class _Timed:
         return self._timed("segment", self._models.segment, windows)
 
     def embed(self, window, masks):
-        self.embeddings += int((masks.sum(axis=1) >= 0.3 * SAMPLE_RATE).sum())
+        self.embeddings += int((masks.sum(axis=1) >= MIN_EMBEDDING_SECONDS * SAMPLE_RATE).sum())
         return self._timed("embed", self._models.embed, window, masks)
 
 
@@ -211,8 +212,9 @@ async def _speed(
 
     measuring = asyncio.ensure_future(measure())
     steps = await asyncio.gather(*(session(k) for k in range(sessions)))
-    spent = time.perf_counter() - (await measuring)[0]
-    _, before, busy_before, embedded_before = await measuring
+    ended = time.perf_counter()
+    began, before, busy_before, embedded_before = await measuring
+    spent = ended - began
     await worker.stop()
     per_second = sum(steps) / spent
     done = max(1, sum(steps))

@@ -247,13 +247,14 @@ class ChangeCuts:
         config = self._config
         turns = _SegmentTurns(snapshot, start, end, config)
         stale = -math.inf if config.max_cut_age_s is None else end - config.max_cut_age_s
-        for change in turns.changes(config.change_latency_s):
+        settled = None
+        for change in turns.changes(config.change_latency_s):  # one pass: cut or keep
             if change > stale:
+                settled = change
                 break
             recent = itertools.islice(reversed(self._uncut), UNCUT_RECHECKED)
             if all(abs(change - kept) > config.confirm_tolerance_s for kept in recent):
                 self._uncut.append(change)
-        settled = turns.first_change(config.change_latency_s, stale)
         if settled is not None or config.confirm_latency_s is None:
             return settled
         young = turns.first_change(config.confirm_latency_s, stale)
