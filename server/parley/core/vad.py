@@ -67,6 +67,12 @@ class VadConfig:
         return max(1, math.ceil(ms / self.frame_ms))
 
 
+def quietest_cut(audio: np.ndarray, frame: int, first: int, last: int) -> int:
+    """The sample just after the quietest of ``audio``'s frames [first, last)."""
+    frames = audio[first * frame : last * frame].reshape(last - first, frame)
+    return (first + int(np.argmin((frames**2).mean(axis=1))) + 1) * frame
+
+
 @dataclass(frozen=True)
 class SpeechStart:
     """Voice activity opened a segment."""
@@ -294,8 +300,7 @@ class VadSegmenter:
         with the rest in a new one."""
         seg = self._segment
         audio = seg.view()
-        frames = audio[first * self._frame : last * self._frame].reshape(last - first, self._frame)
-        cut = (first + int(np.argmin((frames**2).mean(axis=1))) + 1) * self._frame
+        cut = quietest_cut(audio, self._frame, first, last)
         rest, rest_voiced = audio[cut:].copy(), seg.voiced(cut)
         carried_voiced = max(0, seg.last_voiced_end - cut)
         events.append(self._close(cut, reason))

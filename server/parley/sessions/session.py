@@ -42,6 +42,7 @@ from parley.sessions.marks import Mark, MarkPayload
 from parley.sessions.session_options import SessionOptions
 from parley.sessions.session_outbox import SessionOutbox
 from parley.sessions.speaker_track import SpeakerTrack
+from parley.sessions.voice_parts import submit_by_voice
 from parley.workers.decoding import StreamDecoding
 from parley.workers.scheduler import AsrScheduler
 
@@ -280,7 +281,7 @@ class Session:
             segment.audio, with_words=True, draft=draft, context=self._hints.context()
         )
         realtime = self._outbox.arrivals.realtime()
-        future = await self._worker.submit_final(request, realtime)
+        future = await submit_by_voice(self._worker, request, segment, self._speakers, realtime)
         self._hints.final(future)
         self._segments += 1
         reason = FinalReason(segment.reason.value)

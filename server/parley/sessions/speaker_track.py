@@ -157,6 +157,11 @@ class SpeakerTrack:
         self._no_change_in = (self._newest, start) if change is None else None
         return change
 
+    def changes_in(self, start: float, end: float) -> list[float]:
+        """Where the segment [start, end], just closed, changed speakers: the changes
+        found too late to cut it there (``TurnConfig.max_cut_age_s``)."""
+        return self._cuts.uncut_between(start, end)
+
     def _note_newest(self) -> None:
         step = self._pending
         if step is not None and step.done() and not step.cancelled() and step.exception() is None:
