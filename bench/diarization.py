@@ -13,11 +13,12 @@ whose speaker differs from the words on both sides of it in one final); finals h
 more than one speaker; word timing against the reference speech (share of word time
 outside speech, share of speech inside no word); final latency; the ``speaker_update``s
 received, how many finals they touched, and how many came once all the audio was sent
-(the closing relabel's).
+(the closing relabel's). Where every word said is known, the finals' WER (what the
+labels' cuts cost the words).
 
 Recordings: sample.wav (two real speakers), and followed by an espeak-ng dialogue of 3
 more voices (60 s, long enough for the closing relabel), espeak-ng dialogues of 2 and 3
-voices (and of 3 voices for 60 s), a
+voices (and of 3 voices for 60 s, and of 3 voices taking their turns at once), a
 single voice with pauses (alone, and with a crowd's murmur or music 12 dB below it,
 under the speech and through the pauses: no other speaker, and no words to time), and
 clean prompts answered by an old noisy recording.
@@ -49,7 +50,9 @@ from audio_fixtures import (
     read_wav,
     recording_and_prompts,
     sample_dir,
+    sample_reference_text,
     speak,
+    wer,
     write_wav,
 )
 from load import Server
@@ -116,14 +119,16 @@ def monologue_over(kind: str):
     return over_background(audio, kind), truth
 
 
-def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotation]]:
-    """name → (wav file, reference annotation), each after ``lead_s`` of extra silence (the
-    server's diarization steps fall elsewhere in the speech: it shows how much that moves)."""
+def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotation, str]]:
+    """name → (wav file, reference annotation, the words said: "" where not all are known),
+    each after ``lead_s`` of extra silence (the server's diarization steps fall elsewhere
+    in the speech: it shows how much that moves)."""
     sample = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
     made = {
         "sample.wav": (
             read_wav(SAMPLE_WAV),
             [(s.start, s.end, label) for s, _, label in sample.itertracks(yield_label=True)],
+            sample_reference_text(),
         )
     }
     meeting, meeting_truth = dialogue(["A", "B", "C"], turns=9)
@@ -132,24 +137,29 @@ def corpora(folder: Path, lead_s: float = 0.0) -> dict[str, tuple[Path, Annotati
         np.concatenate([made["sample.wav"][0], meeting]),
         made["sample.wav"][1]
         + [(u.start + offset, u.end + offset, u.voice) for u in meeting_truth],
+        " ".join([made["sample.wav"][2], *(u.text for u in meeting_truth)]),
     )
     for name, (audio, truth) in {
         "espeak 3 voices, long": dialogue(["A", "B", "C"], turns=18),
         "espeak 2 voices": dialogue(["A", "B"]),
         "espeak 3 voices": dialogue(["A", "B", "C"]),
+        # turns taken at once (0.1 s apart): no pause closes a segment between voices
+        "espeak 3 voices, no pauses": dialogue(["A", "B", "C"], turns=12, gap_s=0.1, trim=True),
         "1 voice, pauses": monologue(),
         "1 voice, crowd": monologue_over("crowd"),
         "1 voice, music": monologue_over("music"),
         "prompts + recording": recording_and_prompts(),
     }.items():
-        made[name] = (audio, [(u.start, u.end, u.voice) for u in truth])
+        text = " ".join(u.text for u in truth) if all(u.text for u in truth) else ""
+        made[name] = (audio, [(u.start, u.end, u.voice) for u in truth], text)
     out = {}
-    for name, (audio, truth) in made.items():
+    for name, (audio, truth, text) in made.items():
         reference = Annotation()
         for k, (start, end, label) in enumerate(truth):
             reference[Segment(start + lead_s, end + lead_s), k] = label
         padded = np.concatenate([np.zeros(int(lead_s * SAMPLE_RATE), np.float32), audio])
-        out[name] = (write_wav(folder / f"{name.replace(' ', '_')}.wav", padded), reference)
+        path = write_wav(folder / f"{name.replace(' ', '_')}.wav", padded)
+        out[name] = (path, reference, text)
     return out
 
 
@@ -244,7 +254,7 @@ def change_cuts(transcript: Transcript, reference: Annotation) -> dict:
     }
 
 
-def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
+def score(name: str, mode: str, outcome: dict, reference: Annotation, text: str) -> dict:
     transcript: Transcript = outcome["transcript"]
     shown = transcript.speakers()
     finals = transcript.finals
@@ -264,6 +274,7 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
         "der_no_overlap": DiarizationErrorRate(collar=COLLAR_S, skip_overlap=True)(
             reference, turns
         ),
+        "wer": wer(text, " ".join(f.text for f in finals)) if text else None,
         "speakers": len(shown),
         "true_speakers": len(reference.labels()),
         "labels_in_order": shown == [f"S{i + 1}" for i in range(len(shown))],
@@ -289,12 +300,12 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation) -> dict:
 
 async def run_mode(url: str, mode: str, files: dict) -> list[dict]:
     if mode == "realtime":
-        outcomes = [await stream_file(url, path) for path, _ in files.values()]
+        outcomes = [await stream_file(url, path) for path, _, _ in files.values()]
     else:
-        outcomes = await asyncio.gather(*(stream_file(url, path) for path, _ in files.values()))
+        outcomes = await asyncio.gather(*(stream_file(url, p) for p, _, _ in files.values()))
     return [
-        score(name, mode, outcome, reference)
-        for (name, (_, reference)), outcome in zip(files.items(), outcomes)
+        score(name, mode, outcome, reference, text)
+        for (name, (_, reference, text)), outcome in zip(files.items(), outcomes)
     ]
 
 
@@ -353,6 +364,7 @@ def main() -> None:
             "missed",
             "false_alarm",
             "der_no_overlap",
+            "wer",
             "speakers",
             "true_speakers",
             "labels_in_order",

@@ -87,15 +87,19 @@ class Utterance:
 
 
 def conversation(
-    lines: list[tuple[str, str]], gap_s: float = 1.0, lead_s: float = 0.5
+    lines: list[tuple[str, str]], gap_s: float = 1.0, lead_s: float = 0.5, trim: bool = False
 ) -> tuple[np.ndarray, list[Utterance]]:
-    """(voice, text) turns separated by ``gap_s`` of silence; returns audio and the truth."""
+    """(voice, text) turns separated by ``gap_s`` of silence; returns audio and the truth.
+    ``trim``: each turn without espeak-ng's own silence around it (turns taken at once)."""
     parts = [silence(lead_s)]
     truth = []
     t = lead_s
     for voice, text in lines:
         speech = speak(text, voice)
         first, last = audible_span(speech)
+        if trim:
+            speech = speech[int(first * SAMPLE_RATE) : int(last * SAMPLE_RATE)]
+            first, last = 0.0, len(speech) / SAMPLE_RATE
         truth.append(Utterance(text, t + first, t + last, voice))
         parts += [speech, silence(gap_s)]
         t += len(speech) / SAMPLE_RATE + gap_s
@@ -128,13 +132,13 @@ def sample_reference_text() -> str:
     return " ".join(turn.text for turn in sample_turns())
 
 
-def dialogue(speakers: list[str], turns: int = 8, gap_s: float = 0.6):
+def dialogue(speakers: list[str], turns: int = 8, gap_s: float = 0.6, trim: bool = False):
     """A conversation that cycles through ``speakers`` (keys of SPEAKERS)."""
     lines = [
         (SPEAKERS[speakers[i % len(speakers)]], DIALOGUE_LINES[i % len(DIALOGUE_LINES)])
         for i in range(turns)
     ]
-    return conversation(lines, gap_s=gap_s)
+    return conversation(lines, gap_s=gap_s, trim=trim)
 
 
 def wer(reference: str, hypothesis: str) -> float:
