@@ -202,10 +202,12 @@ async def test_speakers_on_the_wire(diarized_url):
 async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarized_url):
     """Two voices back to back, no pause: once the change has settled, a final ends within
     0.3 s of it with reason speaker_change, each final holds one speaker, S1 before and
-    S2 after, and the answer is transcribed. Sent in real time, as a speaker would: the
-    cut needs the change settled while the segment is still open, and faster than real
-    time a busy machine's diarization steps fall behind the audio (by design they skip
-    while the next window still covers them)."""
+    S2 after, and the answer is transcribed (or, with the change found too late to cut,
+    the final holds both, S1's words before it and S2's after, each voice decoded apart
+    so neither is dropped). Sent in real time, as a
+    speaker would: the cut needs the change settled while the segment is still open, and
+    faster than real time a busy machine's diarization steps fall behind the audio (by
+    design they skip while the next window still covers them)."""
 
     def voiced(text: str, voice: str) -> np.ndarray:
         audio = speak(text, SPEAKERS[voice])
@@ -235,11 +237,17 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
         transcript.apply(message)
     finals = [f for f in transcript.finals if f.words]
     cuts = [f for f in finals if f.reason == "speaker_change"]
-    assert len(cuts) == 1 and abs(cuts[0].end - change) <= 0.3
-    assert [{w.speaker for w in f.words} for f in finals] == [
-        {"S1"} if f.end <= cuts[0].end else {"S2"} for f in finals
-    ]
-    answer = " ".join(f.text for f in finals if f.end > cuts[0].end)
+    if cuts:  # the change was found in time (diarization.max_cut_age_s): cut there
+        assert len(cuts) == 1 and abs(cuts[0].end - change) <= 0.3
+        assert [{w.speaker for w in f.words} for f in finals] == [
+            {"S1"} if f.end <= cuts[0].end else {"S2"} for f in finals
+        ]
+    else:  # found too late on a busy machine: left in the final, its words parted there
+        words = [w for f in finals for w in f.words if abs((w.start + w.end) / 2 - change) > 0.3]
+        assert [w.speaker for w in words] == [
+            "S1" if (w.start + w.end) / 2 < change else "S2" for w in words
+        ]
+    answer = " ".join(w.word for f in finals for w in f.words if w.start > change - 0.3)
     assert "questions" in words_of(answer)  # the answer is heard, not dropped
 
 

@@ -47,11 +47,11 @@ class TurnConfig:
     # A change first found this long after it (the open segment's end past it) is not
     # cut: its final would come that late. The segment runs on to a pause or a later
     # change, and the change still parts its words as a cut would (``parts_at``), so an
-    # interjection keeps its speaker (None: every change cuts, however late). At 2.5 s
-    # ten labelled streams' final p95 and max about halve, but a two-voice segment left
-    # whole can lose the second voice's words in decoding, so it is off by default
+    # interjection keeps its speaker, and its voices are decoded apart
+    # (``sessions.voice_parts``), so neither loses its words (None: every change cuts,
+    # however late). Ten labelled streams' final p95 and max about halve
     # (bench/VARIANTS.md, "Finals cut at a speaker change").
-    max_cut_age_s: float | None = None
+    max_cut_age_s: float | None = 2.5
 
     def __post_init__(self) -> None:
         durations = (self.min_turn_s, self.pause_s, self.cut_search_s, self.change_latency_s)
