@@ -106,9 +106,9 @@ def test_the_parts_futures_make_one_that_fails_or_cancels_as_they_do():
 
 
 async def test_two_voices_in_one_segment_decoded_apart_keep_both_lines(tiny_engine):
-    """Real tiny.en through the real scheduler: two voices back to back in one segment,
-    which decoded whole wrote only the first line (bench/VARIANTS.md), decoded a voice at
-    a time give both lines, the second's words timed after the change."""
+    """Real tiny.en through the real scheduler: two voices back to back in one segment
+    (decoded whole, over a short or a whole window, tiny.en writes only the first line),
+    decoded a voice at a time give both lines, the second's words timed after the change."""
     first, second = (
         trimmed(speak(text, voice))
         for text, voice in (

@@ -2,8 +2,9 @@
 
 Whisper given two voices back to back in one segment can write one of them and drop
 the other whole: two dialogue lines said without a pause by 42 pairs of espeak-ng
-voices, decoded by tiny.en, lost a whole line in 5 pairs (WER 0.146), and in none
-decoded a voice at a time (WER 0.119). A segment left uncut where its speaker changed
+voices, decoded by tiny.en through the scheduler, lost a whole line in 4 pairs (WER
+0.146); decoded a voice at a time, WER 0.129, at 1.5 times the decoding time
+(bench/voice_parts.py). A segment left uncut where its speaker changed
 (the change found too late to cut, ``TurnConfig.max_cut_age_s``) is therefore split
 there, each part decoded as a request of its own, and the parts' results joined into
 one: one final, holding each voice's words, sent when the segment's own final would be.
@@ -44,8 +45,9 @@ async def submit_by_voice(
 ) -> concurrent.futures.Future:
     """Queue the final of ``segment`` (``request`` decodes all of it): one request, or
     one a voice where ``speakers`` heard it change; the future of the (joined) result."""
-    changes = speakers.changes_in(segment.start, segment.end) if speakers is not None else []
-    parts = voice_parts(segment, changes, speakers.cut_search_s) if speakers and changes else []
+    if speakers is None or not (changes := speakers.changes_in(segment.start, segment.end)):
+        return await worker.submit_final(request, realtime)
+    parts = voice_parts(segment, changes, speakers.cut_search_s)
     return await submit_parts(worker, request, parts, realtime)
 
 
