@@ -14,7 +14,15 @@ from parley.core.asr import AsrRequest, DecodeStats, Transcription
 from parley.core.audio import SAMPLE_RATE
 from parley.core.vad import CloseReason, SegmentClosed
 from parley.core.words import TimedWord
-from parley.sessions.voice_parts import MIN_PART_S, gathered, joined, submit_parts, voice_parts
+from parley.sessions.voice_parts import (
+    MIN_PART_S,
+    decode_by_voice,
+    dropped_voice,
+    gathered,
+    joined,
+    submit_parts,
+    voice_parts,
+)
 from parley.workers.scheduler import AsrScheduler
 
 FRAME_S = 0.03
@@ -105,10 +113,25 @@ def test_the_parts_futures_make_one_that_fails_or_cancels_as_they_do():
     assert gathered([single], [0.0]) is single
 
 
-async def test_two_voices_in_one_segment_decoded_apart_keep_both_lines(tiny_engine):
-    """Real tiny.en through the real scheduler: two voices back to back in one segment
-    (decoded whole, over a short or a whole window, tiny.en writes only the first line),
-    decoded a voice at a time give both lines, the second's words timed after the change."""
+def test_a_voice_is_dropped_when_its_part_holds_almost_no_words():
+    """Fewer than LOST_WORDS_PER_S words a voiced second in a part of at least MIN_PART_S
+    voiced: dropped. A short part, or a result the guards rejected, is not judged."""
+    seg = segment(5.0, quiet_at=2.1)
+    parts = voice_parts(seg, [seg.start + 2.0], search_s=0.25)  # split at 2.13 s
+    said = [("One", 0.2, 0.5), ("two", 0.6, 0.9), ("three", 1.0, 1.4), ("four", 1.5, 1.9)]
+    both = said + [("five", 2.4, 2.8), ("six", 3.0, 3.4), ("seven", 3.5, 4.0)]
+    assert not dropped_voice(result("…", both), seg, parts)
+    assert dropped_voice(result("…", said + [("five", 2.4, 2.8)]), seg, parts)  # 1 in 2.87 s
+    assert dropped_voice(result("", []), seg, parts)
+    assert not dropped_voice(result("", [], rejected="no_speech"), seg, parts)
+    assert not dropped_voice(result("…", said), seg, voice_parts(seg, [], search_s=0.25))
+
+
+async def test_two_voices_in_one_segment_decoded_again_keep_both_lines(tiny_engine):
+    """Real tiny.en through the real scheduler: two voices back to back in one segment.
+    Decoded whole (over a short or a whole window) tiny.en writes only the first line;
+    seeing the second voice's part without words, the server decodes it again a voice at
+    a time and gives both lines, the second's words timed after the change."""
     first, second = (
         trimmed(speak(text, voice))
         for text, voice in (
@@ -128,12 +151,17 @@ async def test_two_voices_in_one_segment_decoded_apart_keep_both_lines(tiny_engi
     scheduler = AsrScheduler(tiny_engine, capacity=4)
     await scheduler.start()
     try:
-        future = await submit_parts(scheduler, AsrRequest(audio, with_words=True), parts, False)
-        result = await asyncio.wrap_future(future)
+        request = AsrRequest(audio, with_words=True)
+        whole = await asyncio.wrap_future(await submit_parts(scheduler, request, [], False))
+        chosen = await asyncio.wrap_future(
+            await decode_by_voice(scheduler, request, seg, parts, False)
+        )
     finally:
         await scheduler.stop()
-    heard = words_of(result.text)
+    assert dropped_voice(whole, seg, parts)
+    heard = words_of(chosen.text)
     assert {"plan", "trips", "week"} <= set(heard) and {"coming", "today"} <= set(heard)
     assert heard.index("week") < heard.index("today")
-    today = next(w for w in result.words if "today" in w.word.lower())
+    today = next(w for w in chosen.words if "today" in w.word.lower())
     assert today.start > change - seg.start
+    assert not dropped_voice(chosen, seg, parts)

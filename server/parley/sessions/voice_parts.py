@@ -1,23 +1,29 @@
-"""A final whose segment holds more than one voice, decoded one voice at a time.
+"""A final whose segment holds more than one voice, decoded again a voice at a time
+when decoding it whole dropped one.
 
 Whisper given two voices back to back in one segment can write one of them and drop
 the other whole: two dialogue lines said without a pause by 42 pairs of espeak-ng
-voices, decoded by tiny.en through the scheduler, lost a whole line in 4 pairs (WER
-0.146); decoded a voice at a time, WER 0.129, at 1.5 times the decoding time
-(bench/voice_parts.py). A segment left uncut where its speaker changed
-(the change found too late to cut, ``TurnConfig.max_cut_age_s``) is therefore split
-there, each part decoded as a request of its own, and the parts' results joined into
-one: one final, holding each voice's words, sent when the segment's own final would be.
+voices, decoded by tiny.en through the scheduler, lost a whole line in 4 pairs
+(bench/voice_parts.py). Decoding each voice alone keeps both lines, but on real
+conversation it reads worse than the whole segment, which gives each voice the
+other's context: sample.wav with every change left uncut read WER 0.149 decoded whole
+and 0.184 a voice at a time. So a segment left uncut where its speaker changed (the
+change found too late to cut, ``TurnConfig.max_cut_age_s``) is decoded whole first;
+if a voice's part of it then holds almost no words (fewer than ``LOST_WORDS_PER_S``
+a voiced second: a dropped line leaves 0.3 to 0.6, a read one 2 or more), it is decoded
+again split at the changes, one request a part, and the parts' results joined into the
+segment's one final.
 
-Changes still too young to have cut when a pause closed a segment are not split at:
-measured (bench/diarization.py, real time), splitting there too raised sample.wav's WER
-from 0.230 to 0.241 and its DER from 0.074 to 0.078, and the 3-voice meeting after it
-from 0.276 to 0.303.
+Changes still too young to have cut when a pause closed a segment are not looked at:
+splitting there too raised sample.wav's WER from 0.230 to 0.241 (bench/diarization.py,
+real time).
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -33,7 +39,10 @@ if TYPE_CHECKING:
     from parley.sessions.speaker_track import SpeakerTrack
     from parley.workers.scheduler import AsrScheduler
 
+log = logging.getLogger(__name__)
+
 MIN_PART_S = 1.0  # a part shorter than this is not decoded alone (too little to read)
+LOST_WORDS_PER_S = 1.0  # fewer words a voiced second in a voice's part: it was dropped
 
 
 async def submit_by_voice(
@@ -43,12 +52,82 @@ async def submit_by_voice(
     speakers: SpeakerTrack | None,
     realtime: bool,
 ) -> concurrent.futures.Future:
-    """Queue the final of ``segment`` (``request`` decodes all of it): one request, or
-    one a voice where ``speakers`` heard it change; the future of the (joined) result."""
+    """Queue the final of ``segment`` (``request`` decodes all of it), to be decoded
+    again a voice at a time if it holds a change ``speakers`` left uncut and decoding it
+    whole dropped a voice; the future of the result."""
     if speakers is None or not (changes := speakers.changes_in(segment.start, segment.end)):
         return await worker.submit_final(request, realtime)
     parts = voice_parts(segment, changes, speakers.cut_search_s)
-    return await submit_parts(worker, request, parts, realtime)
+    return await decode_by_voice(worker, request, segment, parts, realtime)
+
+
+async def decode_by_voice(
+    worker: AsrScheduler,
+    request: AsrRequest,
+    segment: SegmentClosed,
+    parts: Sequence[tuple[int, np.ndarray]],
+    realtime: bool,
+) -> concurrent.futures.Future:
+    """``request`` (all of ``segment``) queued now (waiting for room, as any final
+    does); its result, or, where it dropped a voice (``dropped_voice``), the ``parts``
+    decoded apart and joined."""
+    whole = await worker.submit_final(request, realtime)
+    if len(parts) < 2:
+        return whole
+    loop = asyncio.get_running_loop()
+    out: concurrent.futures.Future = concurrent.futures.Future()
+
+    async def settle() -> Transcription:
+        result = await asyncio.wrap_future(whole)
+        if not dropped_voice(result, segment, parts):
+            return result
+        log.info(
+            "segment %d: a voice was dropped; decoding it a voice at a time", segment.segment_id
+        )
+        return await asyncio.wrap_future(await submit_parts(worker, request, parts, realtime))
+
+    def settled(task: asyncio.Task) -> None:
+        try:  # ``out`` may have been cancelled meanwhile
+            if task.cancelled():
+                out.cancel()
+            elif task.exception() is not None:
+                out.set_exception(task.exception())
+            else:
+                out.set_result(task.result())
+        except concurrent.futures.InvalidStateError:
+            pass
+
+    task = loop.create_task(settle())
+    task.add_done_callback(settled)
+
+    def cancelled(_: concurrent.futures.Future) -> None:
+        if out.cancelled() and not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
+
+    out.add_done_callback(cancelled)  # which also keeps the task referenced
+    return out
+
+
+def dropped_voice(
+    result: Transcription, segment: SegmentClosed, parts: Sequence[tuple[int, np.ndarray]]
+) -> bool:
+    """Whether ``result`` (``segment`` decoded whole) left a part with at least
+    MIN_PART_S of voiced audio holding fewer than LOST_WORDS_PER_S words (by their
+    middles) a voiced second. A result the quality guards rejected is left as it is, and
+    so is a segment of one part."""
+    if result.rejected or len(parts) < 2:
+        return False
+    frame = round(segment.frame_s * SAMPLE_RATE)
+    for first, audio in parts:
+        start, end = first / SAMPLE_RATE, (first + len(audio)) / SAMPLE_RATE
+        voiced = float(segment.voiced[first // frame : (first + len(audio)) // frame].sum())
+        voiced *= segment.frame_s
+        if voiced < MIN_PART_S:
+            continue
+        words = sum(1 for w in result.words if start <= (w.start + w.end) / 2 < end)
+        if words < LOST_WORDS_PER_S * voiced:
+            return True
+    return False
 
 
 async def submit_parts(
