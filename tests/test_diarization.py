@@ -203,8 +203,8 @@ async def test_a_turn_taken_without_a_pause_ends_the_final_at_the_change(diarize
     """Two voices back to back, no pause: once the change has settled, a final ends within
     0.3 s of it with reason speaker_change, each final holds one speaker, S1 before and
     S2 after, and the answer is transcribed (or, with the change found too late to cut,
-    the final holds both, S1's words before it and S2's after, each voice decoded apart
-    so neither is dropped). Sent in real time, as a
+    the final holds both, S1's words before it and S2's after, a voice the decode
+    dropped decoded again alone). Sent in real time, as a
     speaker would: the cut needs the change settled while the segment is still open, and
     faster than real time a busy machine's diarization steps fall behind the audio (by
     design they skip while the next window still covers them)."""

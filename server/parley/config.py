@@ -180,8 +180,8 @@ class DiarizationSettings(BaseModel):
         le=30.0,
         description="a speaker change first found more than this long after it is not "
         "cut: the final runs on to a pause or a later change, its words still parted at "
-        "the change as a cut would part them and each voice decoded apart (0: every "
-        "change cuts, however late)",
+        "the change as a cut would part them, and a voice the decode dropped decoded "
+        "again alone (0: every change cuts, however late)",
     )
     busy_reembed_s: float = Field(
         _DIARIZATION.busy_reembed_s,

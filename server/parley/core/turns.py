@@ -47,9 +47,9 @@ class TurnConfig:
     # A change first found this long after it (the open segment's end past it) is not
     # cut: its final would come that late. The segment runs on to a pause or a later
     # change, and the change still parts its words as a cut would (``parts_at``), so an
-    # interjection keeps its speaker, and its voices are decoded apart
-    # (``sessions.voice_parts``), so neither loses its words (None: every change cuts,
-    # however late). Ten labelled streams' final p95 and max about halve
+    # interjection keeps its speaker, and a voice the segment's decode dropped is
+    # decoded again alone (``sessions.voice_parts``) (None: every change cuts, however
+    # late). Ten labelled streams' final p95 and max about halve
     # (bench/VARIANTS.md, "Finals cut at a speaker change").
     max_cut_age_s: float | None = 2.5
 
