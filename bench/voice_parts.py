@@ -40,7 +40,7 @@ from parley.core.audio import SAMPLE_RATE
 from parley.core.vad import CloseReason, SegmentClosed
 from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
-from parley.sessions.voice_parts import decode_by_voice, submit_parts, voice_parts
+from parley.sessions.voice_parts import decode_by_voice, decode_parts, voice_parts
 from parley.weights.bundle import resolve_model
 from parley.workers.scheduler import AsrScheduler
 
@@ -80,13 +80,15 @@ async def measure(engine: WhisperEngine) -> list[dict]:
             for way in WAYS:
                 began = time.perf_counter()
                 request = AsrRequest(audio, with_words=True)
-                if way == "server":
-                    future = await decode_by_voice(scheduler, request, segment, parts, False)
+                if way == "parts":
+                    result = await decode_parts(scheduler, request, parts, False)
                 else:
-                    future = await submit_parts(
-                        scheduler, request, parts if way == "parts" else [], False
+                    future = (
+                        await decode_by_voice(scheduler, request, segment, parts, False)
+                        if way == "server"
+                        else await scheduler.submit_final(request, False)
                     )
-                result = await asyncio.wrap_future(future)
+                    result = await asyncio.wrap_future(future)
                 row[f"{way}_s"] = time.perf_counter() - began
                 row[f"{way}_wer"] = wer(" ".join(lines), result.text)
                 row[f"{way}_text"] = result.text

@@ -17,10 +17,9 @@ from parley.core.words import TimedWord
 from parley.sessions.voice_parts import (
     MIN_PART_S,
     decode_by_voice,
+    decode_parts,
     dropped_voice,
-    gathered,
     joined,
-    submit_parts,
     voice_parts,
 )
 from parley.workers.scheduler import AsrScheduler
@@ -89,28 +88,47 @@ def test_parts_join_into_one_result_with_times_from_the_segment_start():
     assert joined([(0.0, first)]) is first
 
 
-def test_the_parts_futures_make_one_that_fails_or_cancels_as_they_do():
-    parts = [concurrent.futures.Future() for _ in range(2)]
-    both = gathered(parts, [0.0, 2.0])
-    parts[1].set_result(result("two", [("two", 0.0, 0.3)]))
+class HandedOut:
+    """The scheduler's seam (``submit_final``), handing out futures the test settles."""
+
+    def __init__(self):
+        self.futures: list[concurrent.futures.Future] = []
+
+    async def submit_final(self, request, realtime=False):
+        self.futures.append(concurrent.futures.Future())
+        return self.futures[-1]
+
+
+async def test_the_parts_decodes_make_one_that_fails_or_cancels_as_they_do():
+    seg = segment(5.0, quiet_at=2.1)
+    parts = [(0, seg.audio[:32000]), (32000, seg.audio[32000:])]  # the second at 2.0 s
+    request = AsrRequest(seg.audio, with_words=True, draft=(1, 2))
+    worker = HandedOut()
+    both = asyncio.ensure_future(decode_parts(worker, request, parts, False))
+    await asyncio.sleep(0)
+    assert len(worker.futures) == 2
+    worker.futures[1].set_result(result("two", [("two", 0.0, 0.3)]))
+    await asyncio.sleep(0)
     assert not both.done()
-    parts[0].set_result(result("one", [("one", 0.0, 0.3)]))
-    assert both.result().text == "one two"
-    assert both.result().words[1].start == pytest.approx(2.0)
+    worker.futures[0].set_result(result("one", [("one", 0.0, 0.3)]))
+    joined_result = await both
+    assert joined_result.text == "one two"
+    assert joined_result.words[1].start == pytest.approx(2.0)
 
-    failing = [concurrent.futures.Future() for _ in range(2)]
-    failed = gathered(failing, [0.0, 2.0])
-    failing[0].set_exception(RuntimeError("engine failed"))
-    failing[1].set_result(result("two", []))
+    failing = HandedOut()
+    failed = asyncio.ensure_future(decode_parts(failing, request, parts, False))
+    await asyncio.sleep(0)
+    failing.futures[0].set_exception(RuntimeError("engine failed"))
     with pytest.raises(RuntimeError, match="engine failed"):
-        failed.result()
+        await failed
+    assert failing.futures[1].cancelled()  # the other part's decode is not left running
 
-    waiting = [concurrent.futures.Future() for _ in range(2)]
-    cancelled = gathered(waiting, [0.0, 2.0])
+    waiting = HandedOut()
+    cancelled = await decode_by_voice(waiting, request, seg, parts, False)
     assert cancelled.cancel()
-    assert all(f.cancelled() for f in waiting)
-    single = concurrent.futures.Future()
-    assert gathered([single], [0.0]) is single
+    for _ in range(10):  # the cancel reaches the decode through the loop, a step at a time
+        await asyncio.sleep(0)
+    assert waiting.futures and all(f.cancelled() for f in waiting.futures)
 
 
 def test_a_voice_is_dropped_when_its_part_holds_almost_no_words():
@@ -152,7 +170,7 @@ async def test_two_voices_in_one_segment_decoded_again_keep_both_lines(tiny_engi
     await scheduler.start()
     try:
         request = AsrRequest(audio, with_words=True)
-        whole = await asyncio.wrap_future(await submit_parts(scheduler, request, [], False))
+        whole = await asyncio.wrap_future(await scheduler.submit_final(request, False))
         chosen = await asyncio.wrap_future(
             await decode_by_voice(scheduler, request, seg, parts, False)
         )

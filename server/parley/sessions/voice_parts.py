@@ -24,9 +24,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import threading
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -84,7 +83,7 @@ async def decode_by_voice(
         log.info(
             "segment %d: a voice was dropped; decoding it a voice at a time", segment.segment_id
         )
-        return await asyncio.wrap_future(await submit_parts(worker, request, parts, realtime))
+        return await decode_parts(worker, request, parts, realtime)
 
     def settled(task: asyncio.Task) -> None:
         try:  # ``out`` may have been cancelled meanwhile
@@ -130,21 +129,26 @@ def dropped_voice(
     return False
 
 
-async def submit_parts(
+async def decode_parts(
     worker: AsrScheduler,
     request: AsrRequest,
     parts: Sequence[tuple[int, np.ndarray]],
     realtime: bool,
-) -> concurrent.futures.Future:
-    """Queue ``request`` as it is (fewer than two ``parts``), or one request a part of
-    its audio (``voice_parts``); the future of the joined result."""
-    if len(parts) < 2:
-        return await worker.submit_final(request, realtime)
-    futures = []
-    for first, audio in parts:  # a partial's draft is of the segment's beginning
-        part = replace(request, audio=audio, draft=None if first else request.draft)
-        futures.append(await worker.submit_final(part, realtime))
-    return gathered(futures, [first / SAMPLE_RATE for first, _ in parts])
+) -> Transcription:
+    """``request`` decoded as one request a part of its audio (``voice_parts``), the
+    results joined. It fails as the first part that fails does, and cancelled, or
+    failed, it cancels the parts' decodes still going."""
+    decodes: list[asyncio.Future] = []
+    try:
+        for first, audio in parts:  # a partial's draft is of the segment's beginning
+            part = replace(request, audio=audio, draft=None if first else request.draft)
+            decodes.append(asyncio.wrap_future(await worker.submit_final(part, realtime)))
+        results = await asyncio.gather(*decodes)
+    except BaseException:
+        for decode in decodes:
+            decode.cancel()
+        raise
+    return joined([(first / SAMPLE_RATE, r) for (first, _), r in zip(parts, results)])
 
 
 def voice_parts(
@@ -179,10 +183,9 @@ def joined(parts: Sequence[tuple[float, Transcription]]) -> Transcription:
     kept = [(offset, r) for offset, r in parts if not r.rejected] or list(parts[:1])
     tokens = [len(r.tokens) for _, r in kept]
     first = kept[0][1]
-    stats = DecodeStats()
-    for _, r in parts:
-        for name in ("passes", "drafted", "accepted", "verify_steps"):
-            setattr(stats, name, getattr(stats, name) + getattr(r.stats, name))
+    stats = DecodeStats(
+        **{f.name: sum(getattr(r.stats, f.name) for _, r in parts) for f in fields(DecodeStats)}
+    )
     return replace(
         first,
         text=" ".join(r.text for _, r in kept if r.text),
@@ -201,44 +204,3 @@ def joined(parts: Sequence[tuple[float, Transcription]]) -> Transcription:
         foreign=all(r.foreign for _, r in kept),
         window_too_short=False,
     )
-
-
-def gathered(
-    futures: Sequence[concurrent.futures.Future], offsets: Sequence[float]
-) -> concurrent.futures.Future:
-    """A future of the parts' ``joined`` result, once every part's future is done: it
-    fails as the first failed part does, and cancelling it cancels every part."""
-    if len(futures) == 1:
-        return futures[0]
-    out: concurrent.futures.Future = concurrent.futures.Future()
-    lock = threading.Lock()
-    left = [len(futures)]
-
-    def part_done(_: concurrent.futures.Future) -> None:
-        with lock:
-            left[0] -= 1
-            if left[0]:
-                return
-        if out.done():
-            return
-        if any(f.cancelled() for f in futures):
-            out.cancel()
-            return
-        failed = next((f.exception() for f in futures if f.exception() is not None), None)
-        try:  # ``out`` may have been cancelled since it was checked
-            if failed is not None:
-                out.set_exception(failed)
-            else:
-                out.set_result(joined([(o, f.result()) for o, f in zip(offsets, futures)]))
-        except concurrent.futures.InvalidStateError:
-            pass
-
-    def out_done(_: concurrent.futures.Future) -> None:
-        if out.cancelled():
-            for future in futures:
-                future.cancel()
-
-    out.add_done_callback(out_done)
-    for future in futures:
-        future.add_done_callback(part_done)
-    return out
