@@ -88,6 +88,7 @@ def conversations(count: int) -> list[Conversation]:
 class StreamOutcome:
     latencies: list[float] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)  # each latency's final's reason
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each one's start, end
     partials: int = 0
     finals: int = 0
     segments: int | None = None
@@ -142,6 +143,7 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
                 if message["reason"] != "end_of_stream":  # that one waits for the client's end
                     outcome.latencies.append(loop.time() - sent_at[max(chunk, 0)])
                     outcome.reasons.append(message["reason"])
+                    outcome.spans.append((message["start"], message["end"]))
             elif kind == "error":
                 outcome.errors.append(message)
             elif kind == "session_ended":
@@ -279,7 +281,18 @@ async def run_streams(
         # why the late finals were cut where they were: the largest latency of each reason
         "max_by_reason_s": {r: v[-1] for r, v in _by_reason(outcomes).items()},
         "latencies_by_reason_s": _by_reason(outcomes),
+        "latest_finals": _latest(outcomes),
     }
+
+
+def _latest(outcomes: list[StreamOutcome], kept: int = 10) -> list[dict]:
+    """The latest finals, with their streams and spans: which segments came late."""
+    finals = [
+        {"stream": i, "start": start, "end": end, "reason": reason, "latency_s": round(t, 3)}
+        for i, o in enumerate(outcomes)
+        for t, reason, (start, end) in zip(o.latencies, o.reasons, o.spans)
+    ]
+    return sorted(finals, key=lambda f: -f["latency_s"])[:kept]
 
 
 def _by_reason(outcomes: list[StreamOutcome]) -> dict[str, list[float]]:
