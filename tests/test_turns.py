@@ -133,7 +133,7 @@ def test_a_young_change_cuts_once_two_steps_in_a_row_read_it_at_the_same_place()
     assert moved.read(step(3.0, 4.0), 0.0, 4.0) is None
     assert moved.read(step(3.5, 4.5), 0.0, 4.5) is None  # read 0.5 s away: not confirmed
     assert moved.read(step(3.5, 5.0), 0.0, 5.0) == pytest.approx(3.5)  # confirmed there
-    off = TurnConfig(confirm_latency_s=None)
+    off = TurnConfig(confirm_latency_s=None, max_cut_age_s=None)
     assert ChangeCuts(off).read(step(3.0, 4.5), 0.0, 4.5) is None  # off: 2 s
     assert ChangeCuts(off).read(step(3.0, 5.0), 0.0, 5.0) == pytest.approx(3.0)
 
@@ -157,6 +157,27 @@ def test_a_change_found_too_late_is_not_cut_and_a_later_one_still_is():
     unbounded = ChangeCuts(TurnConfig(confirm_latency_s=None, max_cut_age_s=None))
     assert unbounded.read(step(7.2), 0.0, 7.2) == pytest.approx(3.0)
     assert unbounded.uncut_between(0.0, 7.2) == []
+
+
+def test_at_the_defaults_only_a_change_confirmed_within_max_cut_age_cuts():
+    """max_cut_age_s (2 s) is no longer than change_latency_s (2 s): a change first read
+    once it is 2 s old is left uncut (its words parted), and the changes that cut are
+    those two steps in a row read at one place while still young."""
+    config = TurnConfig()
+    assert config.max_cut_age_s is not None
+    assert config.max_cut_age_s <= config.change_latency_s
+
+    def step(change, heard):
+        turns = (Turn(0.0, change, 0), Turn(change, heard, 1))
+        return TimelineSnapshot(turns, settled_until=0.0, speaker_count=2, heard_until=heard)
+
+    confirmed = ChangeCuts(config)
+    assert confirmed.read(step(3.0, 4.0), 0.0, 4.0) is None
+    assert confirmed.read(step(3.1, 4.5), 0.0, 4.5) == pytest.approx(3.1)
+    late = ChangeCuts(config)  # first read when already 2 s old: a busy server's step
+    assert late.read(step(3.0, 5.2), 0.0, 5.2) is None
+    assert late.read(step(3.0, 5.7), 0.0, 5.7) is None
+    assert late.uncut_between(0.0, 5.7) == [pytest.approx(3.0)]
 
 
 def test_words_part_at_a_change_left_uncut_as_a_cut_would_part_them():

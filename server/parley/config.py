@@ -165,7 +165,7 @@ class DiarizationSettings(BaseModel):
         ge=0.0,
         le=30.0,
         description="how old a speaker change must be before a final is cut there (at "
-        "most latency_s: a settled change always cuts)",
+        "most latency_s; it cuts only within max_cut_age_s)",
     )
     confirm_latency_s: float = Field(
         _TURNS.confirm_latency_s or 0.0,

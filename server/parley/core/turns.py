@@ -49,9 +49,10 @@ class TurnConfig:
     # change, and the change still parts its words as a cut would (``parts_at``), so an
     # interjection keeps its speaker, and a voice the segment's decode dropped is
     # decoded again alone (``sessions.voice_parts``) (None: every change cuts, however
-    # late). Ten labelled streams' final p95 and max about halve
-    # (bench/VARIANTS.md, "Finals cut at a speaker change").
-    max_cut_age_s: float | None = 2.5
+    # late). At 2 s, no longer than change_latency_s, the changes cut are the confirmed
+    # ones: 0.91 of them right on dev against 0.68 at 2.5 s, and ten labelled streams'
+    # finals all within 3 s (bench/VARIANTS.md, "Finals cut at a speaker change").
+    max_cut_age_s: float | None = 2.0
 
     def __post_init__(self) -> None:
         durations = (self.min_turn_s, self.pause_s, self.cut_search_s, self.change_latency_s)
