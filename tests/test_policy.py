@@ -71,6 +71,10 @@ def test_finals_almost_done_finish_before_a_newcomer_is_encoded():
     assert finish_decoding_first([0.05, 0.2], encoder_seconds=0.3)
     assert not finish_decoding_first([0.05, 0.5], encoder_seconds=0.3)  # one still has long
     assert not finish_decoding_first([], encoder_seconds=0.3)  # none decoding
+    # held back a whole pass already, the others still decoding: the estimate was wrong
+    # (a decode past its expected length reads one step from done), so it joins
+    assert not finish_decoding_first([0.05], encoder_seconds=0.3, deferred_seconds=0.3)
+    assert finish_decoding_first([0.05], encoder_seconds=0.3, deferred_seconds=0.2)
 
 
 def test_remaining_steps_follow_the_pace_kept_so_far():

@@ -157,6 +157,23 @@ async def test_a_final_pauses_running_partials_and_overtakes_queued_ones(speech)
     assert 1 in engine.step_sizes and max(engine.step_sizes) == 1
 
 
+async def test_a_final_held_back_for_a_decode_that_runs_on_joins_after_one_pass(speech):
+    """A waiting final is held back while the finals decoding are reckoned within one
+    encoder pass of done. A decode past the length it was expected to reach (3 tokens an
+    audio second, the prior; the fake engine says 5) is reckoned one step from done
+    however long it runs on: held back one pass, the newcomer joins it all the same."""
+    engine = FakeEngine(encode_s=0.05, step_s=0.01)
+    long = np.concatenate([speech[3], speech[3]])  # 8 s: 40 tokens, 24 expected
+    async with running(engine, 16) as scheduler:
+        before = len(engine.step_sizes)
+        first = await scheduler.submit_final(AsrRequest(long))
+        await until(lambda: len(engine.step_sizes) - before >= 26)  # past its expected length
+        second = await scheduler.submit_final(AsrRequest(speech[2]))
+        await results_of([first, second])
+    together = engine.step_sizes[before:]
+    assert 2 in together  # the second decoded beside the first, not after it
+
+
 async def test_cancelled_partials_leave_at_the_next_step(speech):
     """A partial cancelled mid-decode (its final was asked for) stops taking steps."""
     engine = FakeEngine(step_s=0.005)

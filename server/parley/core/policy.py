@@ -89,10 +89,20 @@ def remaining_steps(produced: int, steps: int, expected_tokens: float, drafting:
     return max(1.0, expected_tokens - produced) / max(pace, 1.0)
 
 
-def finish_decoding_first(remaining_seconds: Sequence[float], encoder_seconds: float) -> bool:
+def finish_decoding_first(
+    remaining_seconds: Sequence[float], encoder_seconds: float, deferred_seconds: float = 0.0
+) -> bool:
     """Whether the finals decoding now should finish before a waiting final's encoder
     pass: when they will all be done within one pass, the newcomer waits less than the
-    pass would hold each of them up (shortest remaining work first, by Smith's rule)."""
+    pass would hold each of them up (shortest remaining work first, by Smith's rule).
+
+    A newcomer already held back a whole pass (``deferred_seconds``, while the others
+    stepped) joins: the estimate was wrong. A decode past the length it was expected to
+    reach reads one step from done however long it runs on, and ten long finals due at
+    once were decoded one after another (bench/VARIANTS.md, "Finals cut at a speaker
+    change")."""
+    if deferred_seconds >= encoder_seconds:
+        return False
     return bool(remaining_seconds) and max(remaining_seconds) <= encoder_seconds
 
 

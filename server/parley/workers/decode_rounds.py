@@ -59,6 +59,9 @@ class DecodeRounds:
         self._partials: deque[Job] = deque()
         self._background: dict[object, deque[Job]] = {}  # per file, taken in turn
         self._active: list[Job] = []
+        # Since when the first waiting final has been held back for the finals decoding
+        # to finish first (None: it is not); only steps run meanwhile.
+        self._deferred_since: float | None = None
 
     def run(self) -> None:
         """Rounds until stopped and drained: take what was submitted, drop what was
@@ -126,9 +129,16 @@ class DecodeRounds:
     def _admit(self) -> None:
         """Waiting finals join now (unless the finals decoding are about to be done);
         partials join only when no final waits or decodes."""
-        while self._finals and not finish_decoding_first(
-            self._remaining_seconds(), self.encoder_cost(1)
-        ):
+        if not self._finals:
+            self._deferred_since = None  # the final held back was cancelled meanwhile
+        while self._finals:
+            now = self._clock()
+            deferred = 0.0 if self._deferred_since is None else now - self._deferred_since
+            if finish_decoding_first(self._remaining_seconds(), self.encoder_cost(1), deferred):
+                if self._deferred_since is None:
+                    self._deferred_since = now
+                break
+            self._deferred_since = None
             free = self.engine.max_rows - len(self._active)
             if free == 0 and not self._evict_partial():
                 return  # every row decodes a final: the next one joins when one leaves

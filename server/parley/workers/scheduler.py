@@ -6,7 +6,8 @@ leave (continuous batching):
 
 - **finals first**: waiting finals are admitted before any step or partial (taking a
   partial's row if none is free), unless the finals decoding now are about to be done
-  (within one encoder pass: they finish first); a final never waits for a running
+  (within one encoder pass: they finish first; a final so held back a whole pass joins
+  anyway, the estimate having failed); a final never waits for a running
   partial: at the next step boundary it joins the batch, and partials pause until no
   final decodes;
 - **drafts by cost**: every step, each row's draft budget comes from the measured
