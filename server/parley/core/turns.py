@@ -51,7 +51,8 @@ class TurnConfig:
     # decoded again alone (``sessions.voice_parts``) (None: every change cuts, however
     # late). At 2 s, no longer than change_latency_s, the changes cut are the confirmed
     # ones: 0.91 of them right on dev against 0.68 at 2.5 s, and ten labelled streams'
-    # finals all within 3 s (bench/VARIANTS.md, "Finals cut at a speaker change").
+    # max final latency about 1 s lower, within 3 s in a quiet sitting (bench/VARIANTS.md,
+    # "Finals cut at a speaker change").
     max_cut_age_s: float | None = 2.0
 
     def __post_init__(self) -> None:
