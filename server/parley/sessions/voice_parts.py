@@ -73,8 +73,6 @@ async def decode_by_voice(
     whole = await worker.submit_final(request, realtime)
     if len(parts) < 2:
         return whole
-    loop = asyncio.get_running_loop()
-    out: concurrent.futures.Future = concurrent.futures.Future()
 
     async def settle() -> Transcription:
         result = await asyncio.wrap_future(whole)
@@ -85,26 +83,9 @@ async def decode_by_voice(
         )
         return await decode_parts(worker, request, parts, realtime)
 
-    def settled(task: asyncio.Task) -> None:
-        try:  # ``out`` may have been cancelled meanwhile
-            if task.cancelled():
-                out.cancel()
-            elif task.exception() is not None:
-                out.set_exception(task.exception())
-            else:
-                out.set_result(task.result())
-        except concurrent.futures.InvalidStateError:
-            pass
-
-    task = loop.create_task(settle())
-    task.add_done_callback(settled)
-
-    def cancelled(_: concurrent.futures.Future) -> None:
-        if out.cancelled() and not loop.is_closed():
-            loop.call_soon_threadsafe(task.cancel)
-
-    out.add_done_callback(cancelled)  # which also keeps the task referenced
-    return out
+    # asyncio's own bridge to a concurrent future: its result or failure passes on, and
+    # cancelling it cancels the task (and so the parts' decodes).
+    return asyncio.run_coroutine_threadsafe(settle(), asyncio.get_running_loop())
 
 
 def dropped_voice(
