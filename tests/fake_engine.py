@@ -29,6 +29,7 @@ from parley.core.asr import (
     transcribe,
 )
 from parley.core.audio import SAMPLE_RATE
+from parley.core.quality import repeat_bans
 from parley.core.words import TimedWord
 
 WORD_SECONDS = 0.2
@@ -53,6 +54,16 @@ def hear(audio: np.ndarray) -> list[tuple[int, float, float]]:
                 )
             )
     return heard
+
+
+def unrepeated(heard: list[tuple[int, float, float]], n: int) -> list[tuple[int, float, float]]:
+    """``heard`` as a decode told not to write any run of ``n`` twice writes it: a word
+    that would is left out (``AsrRequest.no_repeat``; 0: every word)."""
+    kept: list[tuple[int, float, float]] = []
+    for word in heard:
+        if word[0] not in repeat_bans([token for token, _, _ in kept], n):
+            kept.append(word)
+    return kept
 
 
 def text_of(tokens: Sequence[int]) -> str:
@@ -129,7 +140,7 @@ class FakeEngine:
             raise RuntimeError(f"the engine holds {self.max_rows} rows")
         time.sleep(self.encode_s * len(requests))
         self.whole_windows.extend(r.whole_window for r in requests)
-        decodes = [FakeDecode(r, hear(r.audio)) for r in requests]
+        decodes = [FakeDecode(r, unrepeated(hear(r.audio), r.no_repeat)) for r in requests]
         self.in_flight.extend(decodes)
         return decodes
 

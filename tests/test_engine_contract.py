@@ -113,6 +113,19 @@ def test_drafts_never_change_the_result(engine, speech):
             assert result.stats.accepted > 0
 
 
+def test_a_decode_told_not_to_repeat_itself_never_does_and_drafts_do_not_change_it(engine, speech):
+    """``no_repeat``: no run of that many tokens written twice (here one: no token twice,
+    which the plain decode does write), with or without a draft, in a batch or alone."""
+    plain = transcribe(engine, AsrRequest(speech)).tokens
+    assert len(set(plain)) < len(plain)  # the rule has something to forbid
+    alone = transcribe(engine, AsrRequest(speech, no_repeat=1)).tokens
+    assert alone and len(set(alone)) == len(alone)
+    for draft in (plain, alone):
+        assert transcribe(engine, AsrRequest(speech, no_repeat=1, draft=draft)).tokens == alone
+    decodes = engine.start([AsrRequest(speech, no_repeat=1), AsrRequest(speech)])
+    assert [r.tokens for r in run_to_end(engine, decodes, [engine.max_draft, 0])] == [alone, plain]
+
+
 def test_rows_are_bounded_and_freed(engine, speech):
     """At most max_rows decodes at once (one more is refused, the others untouched);
     dropping or finishing a decode frees its row."""

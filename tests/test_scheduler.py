@@ -9,7 +9,7 @@ import pytest
 
 from audio_fixtures import SAMPLE_WAV, read_wav
 from fake_engine import FakeEngine
-from parley.core.asr import AsrRequest, Transcription
+from parley.core.asr import NO_REPEAT_TOKENS, AsrRequest, Transcription, transcribe
 from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.keyterms import KeytermBias
 from parley.workers.calibration import calibrate
@@ -338,6 +338,39 @@ async def test_a_biased_decode_that_loops_is_decoded_again_without_the_bias(spee
     assert (result.text, result.words, result.rejected) == (plain.text, plain.words, None)
     assert from_file.text == FakeEngine().transcribe(speech[1]).text
     assert scheduler.stats.second_attempts == 2 and engine.in_flight == []
+
+
+class LoopingUnlessForbidden(FakeEngine):
+    """A fake whose decodes loop (dropped as a repetition) unless told not to repeat
+    themselves."""
+
+    def finish(self, decode) -> Transcription:
+        result = super().finish(decode)
+        if decode.request.no_repeat:
+            return result
+        return replace(result, text="", words=(), rejected="repetition")
+
+
+async def test_a_decode_that_loops_is_decoded_again_with_its_loop_forbidden(speech):
+    """A final (biased: tried unbiased first, which loops too) and a recording's window
+    come out as their decodes with no run of NO_REPEAT_TOKENS written twice, not empty;
+    a partial, a preview, gets one look."""
+    engine = LoopingUnlessForbidden()
+    bias = KeytermBias(((7, 8),))
+    async with running(engine, 4) as scheduler:
+        final = await scheduler.submit_final(AsrRequest(speech[0], with_words=True, bias=bias))
+        window = scheduler.submit_background(AsrRequest(speech[1]), owner="file")
+        result, from_file = await results_of([final, window])
+        await until(lambda: scheduler.backlog == 0)
+        partial = await scheduler.try_submit_partial(AsrRequest(speech[2]))
+        (preview,) = await results_of([partial])
+    unlooped = {"with_words": True, "no_repeat": NO_REPEAT_TOKENS}
+    expected = transcribe(FakeEngine(), AsrRequest(speech[0], **unlooped))
+    assert result.text and (result.text, result.words) == (expected.text, expected.words)
+    assert result.rejected is None and from_file.rejected is None
+    assert from_file.text == transcribe(FakeEngine(), AsrRequest(speech[1], **unlooped)).text
+    assert preview.rejected == "repetition" and preview.text == ""
+    assert scheduler.stats.second_attempts == 3 and engine.in_flight == []
 
 
 class RunsOnOverShortWindows(FakeEngine):

@@ -19,8 +19,10 @@ from audio_fixtures import silence, speak, write_wav
 from conftest import chunks_of, serve_real
 from parley.core.asr import AsrRequest, Task, better_attempt, second_attempt, transcribe
 from parley.core.keyterms import KeytermBias
+from parley.core.quality import repeats_itself
 from parley.core.vad import VadConfig
 from parley.models.device import plan_device
+from parley.models.encoder import token_bound
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, StreamConfig
 from parley.sessions.session import Session
@@ -102,6 +104,26 @@ def test_keyterms_that_derail_a_decode_into_a_loop_cost_nothing(tiny_engine):
     assert (result.text, result.rejected) == (plain.text, None)
     with_rule = transcribe(tiny_engine, request)
     assert "onboarding" in with_rule.text and with_rule.rejected is None
+
+
+def test_a_translation_that_loops_is_cut_short_and_decoded_again_without_its_loop(
+    base_engine,
+):
+    """base translating espeak-ng's Spanish loops ("The Indian and the Indian and ...").
+    The loop ends once it runs past what the clip could say, not when the decoder is full
+    (444 tokens), and the clip is decoded again with no run of NO_REPEAT_TOKENS written
+    twice: English text, not an empty final."""
+    clip = speak("La reunión empieza mañana a las nueve en la sala grande.", "es")
+    request = _request(base_engine, clip, StreamConfig(task=Task.TRANSLATE))
+    (looping,) = base_engine.start([request])
+    while not looping.finished:
+        base_engine.step([looping], [base_engine.max_draft])
+    looped = base_engine.finish(looping)
+    assert looped.rejected == "repetition" and looped.text == ""
+    assert len(looped.tokens) <= token_bound(request.seconds) + base_engine.max_draft + 1
+    result = transcribe(base_engine, request)
+    assert result.rejected is None and len(result.text.split()) >= 4
+    assert not repeats_itself(result.text)
 
 
 def test_languages_are_detected_per_segment_and_restricted_on_request(base_engine):

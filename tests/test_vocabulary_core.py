@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parley.core.asr import (
+    NO_REPEAT_TOKENS,
     SECOND_LANGUAGE_BELOW,
     AsrRequest,
     Decoding,
@@ -86,14 +87,18 @@ def test_a_term_written_once_is_favoured_no_more():
 
 
 def test_second_attempts_go_to_loops_under_bias_and_uncertain_languages():
-    """A biased decode dropped as a loop is tried without the bias; a detected language
-    under SECOND_LANGUAGE_BELOW in the runner-up (no draft: it is another language's
-    text); nothing else is tried again, and nothing forced."""
+    """A biased decode dropped as a loop is tried without the bias, and a plain one that
+    loops with its loop forbidden, once; a detected language under SECOND_LANGUAGE_BELOW
+    in the runner-up (no draft: it is another language's text); nothing else is tried
+    again, and nothing forced."""
     audio = np.zeros(16000, dtype=np.float32)
     biased = AsrRequest(audio, bias=KeytermBias(((5,),)), draft=(1, 2))
     looped = Transcription("", (), rejected="repetition")
-    assert second_attempt(biased, looped) == AsrRequest(audio, draft=(1, 2))
-    assert second_attempt(AsrRequest(audio), looped) is None
+    plain = second_attempt(biased, looped)
+    assert plain == AsrRequest(audio, draft=(1, 2))
+    unlooped = second_attempt(plain, looped)
+    assert unlooped == AsrRequest(audio, draft=(1, 2), no_repeat=NO_REPEAT_TOKENS)
+    assert second_attempt(unlooped, looped) is None
     unsure = Transcription("hallo", (1,), language="en", runner_up=("de", 0.3))
     low = SECOND_LANGUAGE_BELOW - 0.01
     tried = second_attempt(biased, replace(unsure, language_probability=low))

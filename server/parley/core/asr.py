@@ -101,6 +101,9 @@ class AsrRequest:
     task: Task = Task.TRANSCRIBE
     bias: KeytermBias | None = None  # keyterms the decoder favours (lossless w.r.t. it)
     whole_window: bool = False  # encode a full 30 s window, however short the audio
+    # No run of this many tokens written twice (0: no such rule): how a decode that
+    # looped is decoded again (``second_attempt``).
+    no_repeat: int = 0
 
     @property
     def seconds(self) -> float:
@@ -238,18 +241,32 @@ class Transcriber(Protocol[D]):
 SECOND_LANGUAGE_BELOW = 0.7
 
 
+# A decode that looped is decoded again with no run of this many tokens written twice
+# (transformers' ``no_repeat_ngram_size``): four lets a word be said four times over
+# ("no, no, no, no") and stops a phrase's second time round within its first words.
+NO_REPEAT_TOKENS = 4
+
+
 def second_attempt(request: AsrRequest, result: Transcription) -> AsrRequest | None:
-    """What to decode again after ``result``, or None (``better_attempt`` then keeps one):
+    """What to decode again after ``result``, or None (``better_attempt`` then keeps one).
+    Each kind of attempt is made once; an attempt may need another of a later kind:
 
     - a decode over a short window that ran on past its audio, over the whole window;
     - a keyterm-biased decode dropped as a repetition loop (the bias may have made it: a
       term written, then another, over and over), without the bias: a caller's keyterms
       never cost it a final;
+    - a decode dropped as a repetition loop, with its loop forbidden
+      (``NO_REPEAT_TOKENS``): what the model reads without looping, not an empty final
+      (base translating espeak-ng's Spanish "La reunión empieza mañana..." wrote "The
+      Indian and the Indian and ..." until the decoder was full);
     - a decode whose detected language was uncertain, in the runner-up language."""
     if result.window_too_short and not request.whole_window:
         return replace(request, whole_window=True)
-    if request.bias is not None and result.rejected == "repetition":
-        return replace(request, bias=None)
+    if result.rejected == "repetition":
+        if request.bias is not None:
+            return replace(request, bias=None)
+        if not request.no_repeat:
+            return replace(request, no_repeat=NO_REPEAT_TOKENS)
     uncertain = result.language_probability is not None and (
         result.language_probability < SECOND_LANGUAGE_BELOW
     )
@@ -279,10 +296,11 @@ def transcribe(
     engine: Transcriber[Any], request: AsrRequest, budget: int | None = None
 ) -> Transcription:
     """One request decoded alone, start to finish (tests, benchmarks, warm-up), with its
-    ``second_attempt`` where there is one."""
+    ``second_attempt``s where there are any."""
     result = _decode_alone(engine, request, budget)
-    again = second_attempt(request, result)
-    return result if again is None else better_attempt(result, _decode_alone(engine, again, budget))
+    while (again := second_attempt(request, result)) is not None:
+        request, result = again, better_attempt(result, _decode_alone(engine, again, budget))
+    return result
 
 
 def _decode_alone(

@@ -98,3 +98,16 @@ def ends_repeating(tokens: Sequence[int]) -> bool:
         ):
             return True
     return False
+
+
+def repeat_bans(tokens: Sequence[int], n: int) -> set[int]:
+    """The tokens that would end a run of ``n`` that ``tokens`` already hold (none when
+    ``n`` is 0): what a decode told not to repeat itself (``AsrRequest.no_repeat``) may
+    not write next. It depends only on the tokens before the position, so a draft's
+    positions are judged as the plain decode's would be, and decoding stays exact."""
+    if n <= 0 or len(tokens) < n:
+        return set()
+    tail = list(tokens[len(tokens) - n + 1 :]) if n > 1 else []
+    return {
+        tokens[i + n - 1] for i in range(len(tokens) - n + 1) if list(tokens[i : i + n - 1]) == tail
+    }

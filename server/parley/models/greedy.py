@@ -8,7 +8,8 @@ every row is therefore the main model's plain greedy output, token for token:
 drafts and batching only change how many passes it takes. A row with keyterms
 (``core.keyterms.KeytermBias``) has its logits biased at every position by the tokens
 before that position, drafted ones included, so the same holds of greedy decoding
-under that bias.
+under that bias. A row told not to repeat itself (``no_repeat``) has the tokens that would
+write a run of that many a second time masked at every position, by the same rule.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from parley.core.asr import DecodeStats, StepReport
 from parley.core.keyterms import KeytermBias
+from parley.core.quality import repeat_bans
 from parley.models.drafters import Drafter, propose_all
 from parley.models.output_head import OutputHead
 from parley.models.row_decoder import Row, RowDecoder
@@ -44,6 +46,7 @@ class RowDecode:
     stats: DecodeStats = field(default_factory=DecodeStats)
     eot: int = -1
     bias: KeytermBias | None = None
+    no_repeat: int = 0  # no run of this many tokens written twice (0: no such rule)
 
     @property
     def finished(self) -> bool:
@@ -126,6 +129,8 @@ class GreedyVerifier:
                 ]
                 offset += len(draft) + 1
             _add_bias(logits, biased)
+        if any(d.no_repeat for d in decodes):
+            _ban_repeats(logits, decodes, drafts)
         logits = logits.masked_fill(self.suppress, -math.inf)
         choices = logits.argmax(-1).tolist()
         kept_rows: list[int] = []
@@ -187,3 +192,18 @@ def _add_bias(
         logits.index_put_(
             where, torch.tensor(values, device=logits.device, dtype=logits.dtype), accumulate=True
         )
+
+
+def _ban_repeats(
+    logits: torch.Tensor, decodes: Sequence[RowDecode], drafts: Sequence[Sequence[int]]
+) -> None:
+    """Mask, at each position of each row told not to repeat itself, the tokens that would
+    write one of its runs a second time (``core.quality.repeat_bans``)."""
+    offset = 0
+    for d, draft in zip(decodes, drafts):
+        if d.no_repeat:
+            for j in range(len(draft) + 1):
+                banned = repeat_bans(d.tokens + list(draft[:j]), d.no_repeat)
+                if banned:
+                    logits[offset + j, sorted(banned)] = -math.inf
+        offset += len(draft) + 1

@@ -59,6 +59,7 @@ class WhisperDecode:
     language_probability: float | None = None  # when it was detected
     runner_up: tuple[str, float] | None = None  # the second language detection gave
     short_window: bool = False  # its encoder pass read less than the whole 30 s window
+    looped: bool = False  # ended early, in a loop past what its audio could say
 
     @property
     def finished(self) -> bool:
@@ -230,6 +231,7 @@ class WhisperEngine:
                 if frames < full:
                     room = min(room, token_bound(request.seconds))
                 main = RowDecode(row, prompt, len(prefix), room, drafter, bias=request.bias)
+                main.no_repeat = request.no_repeat
                 found = (language or "en", probability, runner_up, frames < full)
                 decodes.append(WhisperDecode(request, main, assistant_row, *found))
             self.verifier.prime([d.main for d in decodes])
@@ -243,9 +245,14 @@ class WhisperEngine:
 
     def step(self, decodes: Sequence[WhisperDecode], budgets: Sequence[int]) -> list[StepReport]:
         reports = self.verifier.step([d.main for d in decodes], budgets)
-        for d in decodes:  # a short window's loop ends when it shows, not at its bound
-            if d.short_window and ends_repeating(d.main.tokens):
-                d.main.room = len(d.main.tokens)
+        for d in decodes:  # a loop ends when it shows, not when the decoder is full
+            tokens = d.main.tokens
+            if d.short_window and ends_repeating(tokens):
+                d.main.room = len(tokens)
+            elif self.guards and len(tokens) > token_bound(d.request.seconds):
+                # past what its audio could say, and repeating: a loop (base's ran 444 passes)
+                d.looped = ends_repeating(tokens)
+                d.main.room = len(tokens) if d.looped else d.main.room
         return reports
 
     @torch.inference_mode()
@@ -260,6 +267,7 @@ class WhisperEngine:
             if self.guards
             else None
         )
+        rejected = "repetition" if decode.looped else rejected  # before gzip could tell
         ran_on = decode.short_window and (
             rejected == "repetition" or len(tokens) >= main.room or repeats_itself(text)
         )
@@ -323,11 +331,7 @@ class WhisperEngine:
     # ------------------------------------------------------------------ internals
 
     def _drafter(
-        self,
-        request: AsrRequest,
-        language: str | None,
-        features: torch.Tensor,
-        encoder_hidden: torch.Tensor,
+        self, request: AsrRequest, language: str | None, mel: torch.Tensor, hidden: torch.Tensor
     ) -> tuple[Drafter | None, Row | None]:
         hypothesis = HypothesisDrafter(request.draft) if request.draft else None
         assistant, row = None, None
@@ -337,14 +341,9 @@ class WhisperEngine:
             and request.task is Task.TRANSCRIBE
             and self.assistant.serves(language)
         ):
-            (row,) = self._assistant_decoder.add(self.assistant.encode(features, encoder_hidden))
-            assistant = AssistantDrafter(
-                row,
-                self._assistant_head,
-                self.verifier.suppress,
-                self._eot,
-                max_length=self.max_draft,
-            )
+            (row,) = self._assistant_decoder.add(self.assistant.encode(mel, hidden))
+            head, suppress = self._assistant_head, self.verifier.suppress
+            assistant = AssistantDrafter(row, head, suppress, self._eot, max_length=self.max_draft)
         if hypothesis and assistant:
             return ChainedDrafter(hypothesis, assistant), row
         return hypothesis or assistant, row

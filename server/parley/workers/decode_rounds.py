@@ -279,7 +279,8 @@ class DecodeRounds:
             if job.first is not None:
                 result = better_attempt(job.first, result)
             # A partial is a preview: one look, unless its short window ran on.
-            elif job.final or job.owner is not None or result.window_too_short:
+            preview = job.owner is None and not job.final
+            if not preview or (result.window_too_short and job.first is None):
                 again = second_attempt(job.request, result)
                 if again is not None:
                     job.first = result
