@@ -267,7 +267,7 @@ class WhisperEngine:
             if self.guards
             else None
         )
-        rejected = "repetition" if decode.looped else rejected  # before gzip could tell
+        rejected = rejected or ("repetition" if decode.looped else None)  # before gzip tells
         ran_on = decode.short_window and (
             rejected == "repetition" or len(tokens) >= main.room or repeats_itself(text)
         )
