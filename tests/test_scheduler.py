@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -465,3 +466,33 @@ async def test_finals_take_short_windows_once_finals_keep_the_thread_busy(
         for clip in speech[:2]:
             await results_of([await scheduler.submit_final(AsrRequest(clip), realtime)])
     assert engine.whole_windows[-2:] == expected
+
+
+class HeldInItsFirstPass(FakeEngine):
+    """A fake whose first encoder pass waits until the test lets it go."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoding = threading.Event()
+        self.release = threading.Event()
+
+    def start(self, requests):
+        if not self.encoding.is_set():
+            self.encoding.set()
+            self.release.wait(10.0)
+        return super().start(requests)
+
+
+async def test_a_final_that_waits_behind_another_takes_a_short_window_at_once(speech):
+    """Ten streams' first finals come before the load window has seen any work: a
+    real-time client's final submitted while another final still waits for its encoder
+    pass asks for a short window; the first, and a faster client's, whole ones."""
+    engine = HeldInItsFirstPass()
+    async with running(engine, 4) as scheduler:
+        first = await scheduler.submit_final(AsrRequest(speech[0]), True)
+        await asyncio.to_thread(engine.encoding.wait, 10.0)
+        behind = await scheduler.submit_final(AsrRequest(speech[1]), True)
+        faster = await scheduler.submit_final(AsrRequest(speech[2]), False)
+        engine.release.set()
+        await results_of([first, behind, faster])
+    assert engine.whole_windows == [True, False, True]

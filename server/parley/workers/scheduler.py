@@ -218,9 +218,14 @@ class AsrScheduler:
 
     def _final_windowed(self, request: AsrRequest, realtime: bool) -> AsrRequest:
         """A live final's request: a real-time client's over a short window once finals
-        keep the thread ``short_finals_busy``, else as ``_windowed`` says."""
+        keep the thread ``short_finals_busy``, or while another final already waits for
+        its encoder pass (a burst the load window has not seen yet: ten streams' first
+        finals), else as ``_windowed`` says."""
         if realtime and self.short_finals_busy < 1.0:
-            if self._rounds.ledger.load.finals.rate(self._clock()) >= self.short_finals_busy:
+            behind = self._finals_submitted - self._rounds.finals_taken > 1  # this one counted
+            if behind or (
+                self._rounds.ledger.load.finals.rate(self._clock()) >= self.short_finals_busy
+            ):
                 return request
         return self._windowed(request)
 
