@@ -247,12 +247,11 @@ class WhisperEngine:
         reports = self.verifier.step([d.main for d in decodes], budgets)
         for d in decodes:  # a loop ends when it shows, not when the decoder is full
             tokens = d.main.tokens
+            past = len(tokens) > token_bound(d.request.seconds)  # more than its audio says
             if d.short_window and ends_repeating(tokens):
                 d.main.room = len(tokens)
-            elif self.guards and len(tokens) > token_bound(d.request.seconds):
-                # past what its audio could say, and repeating: a loop (base's ran 444 passes)
-                d.looped = ends_repeating(tokens)
-                d.main.room = len(tokens) if d.looped else d.main.room
+            elif self.guards and past and ends_repeating(tokens):  # base's ran 444 passes
+                d.looped, d.main.room = True, len(tokens)
         return reports
 
     @torch.inference_mode()

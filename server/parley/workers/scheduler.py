@@ -182,14 +182,17 @@ class AsrScheduler:
         """Queue a partial if it cannot delay a final: none waits, and half the room is
         kept for finals. Returns None (never waits) otherwise."""
         assert self._slots is not None, "start() the scheduler first"
-        if (
-            self._finals_submitted > self._rounds.finals_taken
-            or self._in_flight >= self.capacity // 2
-        ):
+        if self._finals_waiting > 0 or self._in_flight >= self.capacity // 2:
             self.stats.partials_refused += 1
             return None
         await self._slots.acquire()  # cannot wait: fewer than capacity are in flight
         return self._enqueue(request, final=False)
+
+    @property
+    def _finals_waiting(self) -> int:
+        """Finals submitted and not yet taken off the line (started, failed or cancelled);
+        the rounds' count is read from the event loop, a plain int."""
+        return self._finals_submitted - self._rounds.finals_taken
 
     def want_partials(self, change: int) -> None:
         """A stream opened (+1) or closed (-1) a segment that wants partials."""
@@ -222,7 +225,7 @@ class AsrScheduler:
         its encoder pass (a burst the load window has not seen yet: ten streams' first
         finals), else as ``_windowed`` says."""
         if realtime and self.short_finals_busy < 1.0:
-            behind = self._finals_submitted - self._rounds.finals_taken > 1  # this one counted
+            behind = self._finals_waiting > 1  # this one counted
             if behind or (
                 self._rounds.ledger.load.finals.rate(self._clock()) >= self.short_finals_busy
             ):
