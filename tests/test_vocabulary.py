@@ -24,7 +24,7 @@ from parley.core.vad import VadConfig
 from parley.models.device import plan_device
 from parley.models.encoder import token_bound
 from parley.models.whisper_engine import WhisperEngine
-from parley.protocol.messages import Final, StreamConfig
+from parley.protocol.messages import Final, StreamConfig, Word
 from parley.sessions.session import Session
 from parley.sessions.session_options import SessionOptions
 from parley.weights.bundle import resolve_model
@@ -45,7 +45,7 @@ def base_engine(models_dir):
 
 def _request(engine, audio, config: StreamConfig, **fields) -> AsrRequest:
     return StreamDecoding.of(config, engine).request(
-        audio, with_words=False, context=(), **{"draft": None, **fields}
+        audio, context=(), **{"draft": None, "with_words": False, **fields}
     )
 
 
@@ -75,6 +75,28 @@ def test_keyterm_bias_is_exact_under_drafts_and_batching(tiny_engine):
             tiny_engine.finish(decode).tokens
             == transcribe(tiny_engine, _request(tiny_engine, clip, config), budget=0).tokens
         )
+
+
+def test_a_keyterm_the_model_hears_when_asked_is_written(tiny_engine):
+    """In this voice tiny.en writes "Kubernetes" as "Qubanit", under the bias too, and
+    too unlike the term to respell on its letters; asked once the decode is done, it
+    finds the text with the term about as likely, so the final says "Kubernetes". The
+    decode's tokens are the biased decode's own, and a sentence with no term in it has
+    nothing heard."""
+    config = StreamConfig(keyterms=(TERM, "PostgreSQL", "Siobhan"))
+    decoding = StreamDecoding.of(config, tiny_engine)
+    audio = speak(TERM_SENTENCE, "en-gb-x-rp")
+    result = transcribe(tiny_engine, _request(tiny_engine, audio, config, with_words=True))
+    assert TERM not in result.text
+    assert [term for _, term in result.heard_keyterms] == [TERM]
+    words = [Word(w.word, w.start, w.end, w.probability) for w in result.words]
+    assert TERM not in " ".join(w.word for w in decoding.respelled(words))
+    assert TERM in " ".join(w.word for w in decoding.respelled(words, result.heard_keyterms))
+    unasked = transcribe(tiny_engine, _request(tiny_engine, audio, config), budget=0)
+    assert unasked.tokens == result.tokens and unasked.heard_keyterms == ()
+    plain = speak("The meeting starts at nine.")
+    heard = transcribe(tiny_engine, _request(tiny_engine, plain, config, with_words=True))
+    assert heard.words and heard.heard_keyterms == ()
 
 
 def test_keyterms_that_derail_a_decode_into_a_loop_cost_nothing(tiny_engine):
@@ -300,17 +322,21 @@ async def test_redaction_reaches_finals_followers_and_webhooks(hooked_server):
 
 
 async def test_deepgram_keyterm_and_redact(hooked_server):
-    """deepgram-sdk with keyterm, redact=pci and replace: the term is written, the card
+    """deepgram-sdk with keyterm, redact=pci and replace: the term is written (in a
+    voice the model writes it otherwise in, because it hears it when asked), the card
     is not, the words found are replaced; search finds a word where it was said, and
     nowhere else; extra comes back in every result's metadata and the Metadata."""
     server, _ = hooked_server
-    for said, query, want, unwanted in [
-        (TERM_SENTENCE, {"keyterm": TERM}, "kubernetes", None),
-        (CARD, {"redact": "pci"}, "[redacted]", r"\d"),
-        (TERM_SENTENCE, {"replace": ["restart:reboot", "before noon:by midday"]}, "reboot", "noon"),
+    asked = {"keyterm": [TERM, "PostgreSQL", "Siobhan"]}
+    replace = {"replace": ["restart:reboot", "before noon:by midday"]}
+    for said, voice, query, want, unwanted in [
+        (TERM_SENTENCE, "en-us", {"keyterm": TERM}, "kubernetes", None),
+        (TERM_SENTENCE, "en-gb-x-rp", asked, "kubernetes", "qubanit"),
+        (CARD, "en-us", {"redact": "pci"}, "[redacted]", r"\d"),
+        (TERM_SENTENCE, "en-us", replace, "reboot", "noon"),
     ]:
         got = await deepgram_session(
-            server.port, speak(said), search="cluster", extra="call:42", **query
+            server.port, speak(said, voice), search="cluster", extra="call:42", **query
         )
         results = [m for m in got if m.type == "Results"]
         assert got[-1].type == "Metadata" and got[-1].model_extra["extra"] == {"call": "42"}

@@ -23,13 +23,19 @@ from parley.core.asr import (
     with_fillers,
 )
 from parley.core.keyterms import (
+    ASK_SIMILARITY,
+    ASKED_RUNS,
     CONTINUE_BONUS,
     MAX_KEYTERMS,
+    RESPELL_SIMILARITY,
     RESPELL_UNSURE,
     START_BONUS,
     KeytermBias,
+    Respelling,
     check_keyterms,
     respellings,
+    to_ask,
+    written_as,
 )
 from parley.core.number_chain import NUMBER_GAP_S, NumberChain
 from parley.core.redaction import REDACTED, Carry, Redact, number_runs, rewrite, rewrite_text
@@ -566,11 +572,43 @@ def test_only_words_the_model_was_unsure_of_are_respelled():
     st.lists(st.sampled_from(["Alembic", "Nextcloud", "Okonkwo", "Zendesk"]), max_size=4),
 )
 def test_respelled_runs_never_overlap_and_each_term_is_written_once(words, terms):
-    runs = respellings(words, terms)
-    covered = [i for start, end, _ in runs for i in range(start, end)]
-    assert len(covered) == len(set(covered))
-    assert len({term for _, _, term in runs}) == len(runs)
-    assert all(any(p < RESPELL_UNSURE for _, p in words[a:b]) for a, b, _ in runs)
+    """So too where the model heard every run it was asked about as its term; and it is
+    asked only about runs too unlike a term to respell on their letters, the most alike
+    first, each with a word it was unsure of."""
+    asked = to_ask(words, terms)
+    assert len(asked) <= ASKED_RUNS
+    assert all(ASK_SIMILARITY <= run.alike < RESPELL_SIMILARITY for run in asked)
+    assert [run.alike for run in asked] == sorted((run.alike for run in asked), reverse=True)
+    for heard in ((), [(run.letters, run.term) for run in asked]):
+        runs = respellings(words, terms, heard)
+        covered = [i for start, end, _ in runs for i in range(start, end)]
+        assert len(covered) == len(set(covered))
+        assert len({term for _, _, term in runs}) == len(runs)
+        assert all(any(p < RESPELL_UNSURE for _, p in words[a:b]) for a, b, _ in runs)
+        assert set(respellings(words, terms)) <= set(runs)  # what the letters respell stays
+
+
+def test_a_run_unlike_its_term_is_respelled_only_where_the_model_heard_it():
+    """tiny.en writes "to Nguyen in accounting" as "to be an accounting": "be an" is too
+    unlike "Nguyen" to respell on its letters, so it is asked about, and written as the
+    term only where the model heard it so; a run heard as another term, or not asked
+    about, changes nothing."""
+    words = said("Send the invoice to be an accounting.", unsure={4, 5, 6})
+    alike = 40.0  # rapidfuzz's ratio of "bean" and "nguyen"
+    assert to_ask(words, ["Nguyen"]) == [Respelling(4, 6, "Nguyen", alike, "bean")]
+    assert respellings(words, ["Nguyen"]) == []
+    assert respellings(words, ["Nguyen"], [("bean", "Nguyen")]) == [(4, 6, "Nguyen")]
+    assert respellings(words, ["Nguyen"], [("bean", "Okonkwo"), ("invoice", "Nguyen")]) == []
+
+
+def test_a_run_asked_about_is_read_with_its_term_in_its_place():
+    texts = ["She", "won't", "present", "the", "numbers."]
+    assert written_as(texts, Respelling(0, 2, "Siobhan", 50.0, "shewont")) == (
+        "Siobhan present the numbers."
+    )
+    assert written_as(texts, Respelling(4, 5, "Nagios", 50.0, "numbers")) == (
+        "She won't present the Nagios."
+    )
 
 
 def test_a_stream_with_keyterms_gets_respelled_words_with_their_times():

@@ -145,6 +145,9 @@ class Transcription:
     # Decoded over a window shorter than 30 s, it ran past its audio or repeated itself
     # (models/encoder.py): to be decoded again over the whole window.
     window_too_short: bool = False
+    # Runs of the words the model, asked, found likely enough written as a keyterm:
+    # (the run's letters, the term) pairs (``core.keyterms.to_ask``).
+    heard_keyterms: tuple[tuple[str, str], ...] = ()
 
     @property
     def confidence(self) -> float:

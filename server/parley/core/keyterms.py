@@ -9,8 +9,12 @@ with the same bias would choose.
 The bias cannot follow a term whose first token the model never considers: tiny.en
 hears "Alembic" as "a limbic" and "Okonkwo" as "Okonk". So a final's words are then
 read again (``respellings``): a run of words spelled like a term, of which the model
-was unsure, is written as the term. That reads the decoded words only, after the
-decode; the tokens stay what the biased decode chose.
+was unsure, is written as the term. A run less alike than that is written as a term
+only where the model, asked once more over the same audio, finds the text with the
+term about as likely as the text it wrote (``to_ask``; the engine asks,
+``Transcription.heard_keyterms``): tiny.en writes "Nguyen" as "an" and "Zendesk" as
+"Nandesk", and finds the term only a little less likely. That reads the decoded words
+after the decode; the tokens stay what the biased decode chose.
 
 The terms are not also written into Whisper's prompt (``<|startofprev|>``): measured
 on bench/vocabulary.py's set, a prompt listing 40 terms made tiny.en write lists of
@@ -22,12 +26,14 @@ still goes there.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from rapidfuzz.fuzz import ratio
 from rapidfuzz.process import cdist
+
+from parley.core.words import end_punctuation
 
 MAX_KEYTERMS = 100  # terms a stream or file may give
 MAX_KEYTERM_CHARS = 50  # characters in one term
@@ -45,6 +51,13 @@ BEGUN_LETTERS = 2  # letters of a term written before it gets the continuation b
 RESPELL_SIMILARITY = 75.0
 RESPELL_UNSURE = 0.7
 RESPELL_EXTRA_WORDS = 2
+# Asking the model (chosen on the espeak-ng half of bench/vocabulary.py's keyterms, the
+# Festival half scored after; bench/VARIANTS.md, "Keyterms the model is asked about"):
+# runs at least ASK_SIMILARITY alike, the ASKED_RUNS most alike of a final, each
+# written as its term where that text is at most HEARD_MARGIN nats less likely.
+ASK_SIMILARITY = 40.0
+ASKED_RUNS = 16
+HEARD_MARGIN = 3.0
 
 
 def check_keyterms(terms: Iterable[str]) -> tuple[str, ...]:
@@ -78,6 +91,7 @@ class KeytermBias:
     (``core.asr.second_attempt``)."""
 
     sequences: tuple[tuple[int, ...], ...]
+    terms: tuple[str, ...] = ()  # as written: what a run the model hears as one becomes
     start_bonus: float = START_BONUS
     continue_bonus: float = CONTINUE_BONUS
     # Prefixes of a term too short to say it has begun (``of``): they get the start bonus.
@@ -110,9 +124,13 @@ class KeytermBias:
 
     @classmethod
     def of(
-        cls, sequences: Sequence[tuple[int, ...]], decode: Callable[[Sequence[int]], str]
+        cls,
+        sequences: Sequence[tuple[int, ...]],
+        decode: Callable[[Sequence[int]], str],
+        terms: Sequence[str] = (),
     ) -> KeytermBias:
-        """The bias of terms tokenized as ``sequences``; ``decode`` writes tokens as text.
+        """The bias of terms tokenized as ``sequences`` (``terms``: as written); ``decode``
+        writes tokens as text.
 
         A prefix holding fewer than ``BEGUN_LETTERS`` letters (a multilingual tokenizer
         begins "Nguyen" with " N", "troponin" with a bare space) is weak: the text
@@ -125,7 +143,7 @@ class KeytermBias:
             for i in range(1, len(sequence))
             if len(letters_of(decode(sequence[:i]))) < BEGUN_LETTERS
         }
-        return cls(tuple(sequences), weak_prefixes=frozenset(weak))
+        return cls(tuple(sequences), tuple(terms), weak_prefixes=frozenset(weak))
 
     def written(self, tokens: Sequence[int]) -> set[int]:
         """The terms (indices into ``sequences``) that ``tokens`` hold whole."""
@@ -172,15 +190,62 @@ def _holds(normalised_text: str, term: str) -> bool:
     return re.search(rf"\b{re.escape(normalised(term))}\b", normalised_text) is not None
 
 
+@dataclass(frozen=True)
+class Respelling:
+    """Words ``start:end`` of a final that may be ``term`` misheard."""
+
+    start: int
+    end: int
+    term: str
+    alike: float  # their letters' similarity (rapidfuzz's ratio, 0-100)
+    letters: str  # the run's letters: how ``heard_keyterms`` names it
+
+
 def respellings(
-    words: Sequence[tuple[str, float]], terms: Sequence[str]
+    words: Sequence[tuple[str, float]],
+    terms: Sequence[str],
+    heard: Collection[tuple[str, str]] = (),
 ) -> list[tuple[int, int, str]]:
     """``(start, end, term)``: the runs ``words[start:end]`` (each word's text and
-    probability) to write as ``term``, none overlapping, the most alike first.
+    probability) to write as ``term``, none overlapping, the most alike first: those
+    spelled like it, and those ``heard`` (``(letters, term)`` pairs the model was asked
+    about and found likely enough: ``Transcription.heard_keyterms``).
 
     A term already written is left alone, and so is a run with a word that holds a
     term's letters (an inflection: "Terraforms", "Kafka's"). Each term is written at
     most once: a term said twice in one final keeps the model's second spelling."""
+    heard = set(heard)
+    taken: set[int] = set()
+    chosen: dict[str, tuple[int, int]] = {}
+    for run in _candidates(words, terms, ASK_SIMILARITY if heard else RESPELL_SIMILARITY):
+        if run.alike < RESPELL_SIMILARITY and (run.letters, run.term) not in heard:
+            continue
+        if run.term in chosen or taken.intersection(range(run.start, run.end)):
+            continue
+        taken.update(range(run.start, run.end))
+        chosen[run.term] = (run.start, run.end)
+    return sorted((start, end, term) for term, (start, end) in chosen.items())
+
+
+def to_ask(words: Sequence[tuple[str, float]], terms: Sequence[str]) -> list[Respelling]:
+    """The runs the model is asked about: not spelled enough like a term to be respelled
+    on their letters, and not too unlike one; the most alike first, at most ASKED_RUNS."""
+    runs = _candidates(words, terms, ASK_SIMILARITY)
+    return [run for run in runs if run.alike < RESPELL_SIMILARITY][:ASKED_RUNS]
+
+
+def written_as(texts: Sequence[str], run: Respelling) -> str:
+    """The words ``texts`` as one text, with ``run`` written as its term."""
+    last = texts[run.end - 1]
+    term = run.term + end_punctuation(last)
+    return " ".join([*texts[: run.start], term, *texts[run.end :]]).strip()
+
+
+def _candidates(
+    words: Sequence[tuple[str, float]], terms: Sequence[str], least: float
+) -> list[Respelling]:
+    """Runs at least ``least`` alike to a term not yet written, with a word the model was
+    unsure of, the most alike first."""
     texts = [w for w, _ in words]
     sure = [p >= RESPELL_UNSURE for _, p in words]
     spelled = [letters_of(w) for w in texts]
@@ -204,7 +269,7 @@ def respellings(
         ["".join(spelled[a:b]) for a, b in runs],
         letters,
         scorer=ratio,
-        score_cutoff=RESPELL_SIMILARITY,
+        score_cutoff=least,
     )
     candidates = []
     for r, k in zip(*np.nonzero(alike)):
@@ -213,12 +278,6 @@ def respellings(
             continue
         if any(letters[k] in word for word in spelled[start:end]):
             continue
-        candidates.append((-float(alike[r, k]), start, end, term))
-    taken: set[int] = set()
-    chosen: dict[str, tuple[int, int]] = {}
-    for _, start, end, term in sorted(candidates):
-        if term in chosen or taken.intersection(range(start, end)):
-            continue
-        taken.update(range(start, end))
-        chosen[term] = (start, end)
-    return sorted((start, end, term) for term, (start, end) in chosen.items())
+        run = "".join(spelled[start:end])
+        candidates.append(Respelling(start, end, term, float(alike[r, k]), run))
+    return sorted(candidates, key=lambda c: (-c.alike, c.start, c.end, c.term))

@@ -40,6 +40,7 @@ from parley.models.device import DevicePlan
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, Drafter, HypothesisDrafter
 from parley.models.encoder import SAMPLES_PER_POSITION, encode, pass_frames, token_bound
 from parley.models.greedy import GreedyVerifier, RowDecode
+from parley.models.keyterm_check import heard_keyterms
 from parley.models.language_id import detect_languages
 from parley.models.output_head import OutputHead
 from parley.models.row_decoder import Row, RowDecoder
@@ -143,6 +144,7 @@ class WhisperEngine:
         )
         self._alignment_heads = [tuple(pair) for pair in generation.alignment_heads]
         self._token_text = lambda token: tokenizer.decode([token])
+        self._encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
         if self.assistant is not None:
             if self.assistant.share_encoder(self.model.model.encoder):
                 log.info("assistant %s reads the main model's encoder output", self.assistant.label)
@@ -168,15 +170,15 @@ class WhisperEngine:
 
     def prompt_tokens(self, text: str) -> tuple[int, ...]:
         """``text`` as prompt tokens: its last MAX_PROMPT_TOKENS, as openai-whisper keeps."""
-        tokens = self.processor.tokenizer.encode(" " + text.strip(), add_special_tokens=False)
+        tokens = self._encode(" " + text.strip())
         return tuple(tokens[-MAX_PROMPT_TOKENS:]) if text.strip() else ()
 
     def vocabulary(self, decoding: Decoding) -> Vocabulary:
         """The prompt as prompt tokens, and the keyterms' trie (each term as it is written
         after a space, as it is written mid-sentence)."""
-        encode = self.processor.tokenizer.encode
-        terms = [tuple(encode(" " + t, add_special_tokens=False)) for t in decoding.keyterms]
-        bias = KeytermBias.of(terms, self.processor.tokenizer.decode) if terms else None
+        terms = decoding.keyterms
+        sequences = [tuple(self._encode(" " + t)) for t in terms]
+        bias = KeytermBias.of(sequences, self.processor.tokenizer.decode, terms) if terms else None
         return Vocabulary(self.prompt_tokens(decoding.prompt), bias)
 
     def sot_sequence(self, language: str | None, task: Task = Task.TRANSCRIBE) -> list[int]:
@@ -271,18 +273,12 @@ class WhisperEngine:
             rejected == "repetition" or len(tokens) >= main.room or repeats_itself(text)
         )
         words: tuple[TimedWord, ...] = ()
+        heard: tuple[tuple[str, str], ...] = ()
         try:
             if rejected or ran_on:
                 text = ""
             elif request.with_words and tokens:
-                words = word_timings(
-                    self.decoder,
-                    main,
-                    self._alignment_heads,
-                    self._eot,
-                    self._token_text,
-                    request.seconds,
-                )
+                words, heard = self._words(main, request)
         finally:
             self.drop(decode)
         return Transcription(
@@ -304,6 +300,7 @@ class WhisperEngine:
                 and self.guards.foreign(main.avg_logprob, main.no_speech_prob)
             ),
             window_too_short=ran_on,
+            heard_keyterms=heard,
         )
 
     def drop(self, decode: WhisperDecode) -> None:
@@ -312,22 +309,24 @@ class WhisperEngine:
             self._assistant_decoder.release(decode.assistant_row)
 
     def transcribe(
-        self,
-        audio: np.ndarray,
-        *,
-        language: str | None = None,
-        with_words: bool = False,
-        draft: tuple[int, ...] | None = None,
-        context: tuple[int, ...] = (),
-        budget: int | None = None,
-        **options,
+        self, audio: np.ndarray, *, budget: int | None = None, **options
     ) -> Transcription:
         """One clip decoded alone (tests and benchmarks); ``budget`` 0 means no drafts;
-        ``options``: the rest of ``AsrRequest`` (languages, task, bias)."""
-        request = AsrRequest(audio, language, with_words, draft, context, **options)
-        return transcribe(self, request, budget)
+        ``options``: ``AsrRequest``'s fields (language, with_words, draft, bias, …)."""
+        return transcribe(self, AsrRequest(audio, **options), budget)
 
     # ------------------------------------------------------------------ internals
+
+    def _words(
+        self, main: RowDecode, request: AsrRequest
+    ) -> tuple[tuple[TimedWord, ...], tuple[tuple[str, str], ...]]:
+        """A final's words with their times, and the runs the model hears as keyterms."""
+        heads, eot, seconds = self._alignment_heads, self._eot, request.seconds
+        words = word_timings(self.decoder, main, heads, eot, self._token_text, seconds)
+        if not (request.bias and request.bias.terms):
+            return words, ()
+        terms, head = request.bias.terms, self.verifier.head
+        return words, heard_keyterms(main.row, main.prompt, words, terms, self._encode, head, eot)
 
     def _drafter(
         self, request: AsrRequest, language: str | None, mel: torch.Tensor, hidden: torch.Tensor

@@ -118,7 +118,8 @@ def finals_of(
                         label,
                     )
                     for w in run
-                ]
+                ],
+                result.heard_keyterms,
             )
             finals.append(
                 Final(

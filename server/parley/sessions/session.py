@@ -293,7 +293,8 @@ class Session:
                 [
                     Word(w.word, w.start, w.end, w.probability)
                     for w in shift_words(fitted, segment.start, segment.end)
-                ]
+                ],
+                result.heard_keyterms,
             )
             return Final(  # redaction and numerals on its way out (SessionOutbox)
                 segment.segment_id,

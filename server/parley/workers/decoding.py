@@ -9,7 +9,7 @@ engine's tokenizer runs once here, not per segment.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -75,11 +75,14 @@ class StreamDecoding:
         """Whether results are rewritten before they leave (redaction, numerals)."""
         return bool(self.config.redact) or self.config.numerals
 
-    def respelled(self, words: list[Word]) -> list[Word]:
-        """Runs spelled like a keyterm written as it, then the caller's replacements made."""
+    def respelled(self, words: list[Word], heard: Collection[tuple[str, str]] = ()) -> list[Word]:
+        """Runs spelled like a keyterm, or that the model heard as one (``heard``: the
+        decode's ``Transcription.heard_keyterms``), written as it; then the caller's
+        replacements made."""
         out = list(words)
         if self.config.keyterms:
-            runs = respellings([(w.word, w.probability) for w in words], self.config.keyterms)
+            spoken = [(w.word, w.probability) for w in words]
+            runs = respellings(spoken, self.config.keyterms, heard)
             for start, end, term in reversed(runs):
                 out[start:end] = [
                     _joined(words[start:end], term + end_punctuation(words[end - 1].word))
