@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import re
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -85,12 +86,18 @@ def decode(model: WhisperEngine, audio: np.ndarray, config: StreamConfig):
     """(text, result) of one segment as a stream with ``config`` gets its final."""
     decoding = StreamDecoding.of(config, model)
     result = transcribe(model, decoding.request(audio, with_words=True, draft=None, context=()))
-    words = decoding.respelled([Word(w.word, w.start, w.end, w.probability) for w in result.words])
+    return final_text(decoding, result, len(audio), result.heard_keyterms), result
+
+
+def final_text(
+    decoding: StreamDecoding, result, samples: int, heard: tuple[tuple[str, str], ...]
+) -> str:
+    """A final's text from ``result``, the runs ``heard`` as keyterms respelled."""
+    words = [Word(w.word, w.start, w.end, w.probability) for w in result.words]
+    words = decoding.respelled(words, heard)
     text = decoding.text(result.text, words)
-    final = decoding.final(
-        Final(0, 0.0, len(audio) / SAMPLE_RATE, text, FinalReason.SILENCE, words)
-    )
-    return final.text, result
+    final = decoding.final(Final(0, 0.0, samples / SAMPLE_RATE, text, FinalReason.SILENCE, words))
+    return final.text
 
 
 # ---------------------------------------------------------------- keyterms
@@ -99,16 +106,30 @@ def decode(model: WhisperEngine, audio: np.ndarray, config: StreamConfig):
 def keyterms(tiny: WhisperEngine, voices: tuple = KEYTERM_VOICES) -> list[dict]:
     """Recall of the terms, WER of the sentences without any, and false insertions, with
     the whole glossary (every term of the set) given to every sentence. The keyterms'
-    decodes are scored twice: as the decoder wrote them (the bias alone) and as a final
-    says them (runs spelled like a term respelled)."""
+    decodes are scored three times: as the decoder wrote them (the bias alone), with
+    runs spelled like a term respelled, and as a final says them (runs the model, asked,
+    hears as a term respelled too)."""
     glossary = all_keyterms()
     items = keyterm_items(voices)
     audio = [say(item.text, item.voice) for item in items]
-    texts: dict[str, list[str]] = {"no keyterms": [], "keyterms, bias only": [], "keyterms": []}
+    texts: dict[str, list[str]] = {
+        "no keyterms": [],
+        "keyterms, bias only": [],
+        "keyterms, respelled on letters": [],
+        "keyterms": [],
+    }
+    seconds: Counter = Counter()  # decoding, with and without the keyterms
     for clip in audio:
+        started = time.perf_counter()
         texts["no keyterms"].append(decode(tiny, clip, StreamConfig())[0])
-        text, result = decode(tiny, clip, StreamConfig(keyterms=glossary))
+        seconds["no keyterms"] += time.perf_counter() - started
+        config = StreamConfig(keyterms=glossary)
+        started = time.perf_counter()
+        text, result = decode(tiny, clip, config)
+        seconds["keyterms"] += time.perf_counter() - started
+        on_letters = final_text(StreamDecoding.of(config, tiny), result, len(clip), ())
         texts["keyterms, bias only"].append(result.text)
+        texts["keyterms, respelled on letters"].append(on_letters)
         texts["keyterms"].append(text)
     rows = []
     for name, decoded in texts.items():
@@ -129,6 +150,9 @@ def keyterms(tiny: WhisperEngine, voices: tuple = KEYTERM_VOICES) -> list[dict]:
                 "keyterm recall": round(hits / terms, 3),
                 "plain WER": round(jiwer.wer(refs, hyps), 3),
                 "false insertions": round(inserted / len(items), 3),
+                "decode s a sentence": (
+                    round(seconds[name] / len(items), 3) if name in seconds else "–"
+                ),
             }
         )
     return rows
@@ -487,6 +511,7 @@ def main() -> None:
             "keyterm recall",
             "plain WER",
             "false insertions",
+            "decode s a sentence",
         ],
         "languages": [
             "language",
