@@ -99,6 +99,16 @@ def test_a_keyterm_the_model_hears_when_asked_is_written(tiny_engine):
     assert heard.words and heard.heard_keyterms == ()
 
 
+def test_a_fluent_term_is_not_heard_in_place_of_plain_words(base_engine):
+    """base writes "Please send me the report" as "Please end me the report", and finds
+    "Please Kubernetes report" about as likely a text; but the term's own tokens are
+    improbable there, so nothing is heard and the final keeps the words said."""
+    config = StreamConfig(keyterms=(TERM, "Dmitri", "PostgreSQL", "Siobhan"))
+    audio = speak("Please send me the report before lunch.")
+    result = transcribe(base_engine, _request(base_engine, audio, config, with_words=True))
+    assert "report" in result.text and result.words and result.heard_keyterms == ()
+
+
 def test_keyterms_that_derail_a_decode_into_a_loop_cost_nothing(tiny_engine):
     """Without the one-letter rule (the continuation's bonus right after " Z"), these
     three terms push tiny.en into a loop of its own (" Zendmar Alembic, Zendesk,

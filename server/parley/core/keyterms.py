@@ -51,13 +51,17 @@ BEGUN_LETTERS = 2  # letters of a term written before it gets the continuation b
 RESPELL_SIMILARITY = 75.0
 RESPELL_UNSURE = 0.7
 RESPELL_EXTRA_WORDS = 2
-# Asking the model (chosen on the espeak-ng half of bench/vocabulary.py's keyterms, the
-# Festival half scored after; bench/VARIANTS.md, "Keyterms the model is asked about"):
-# runs at least ASK_SIMILARITY alike, the ASKED_RUNS most alike of a final, each
-# written as its term where that text is at most HEARD_MARGIN nats less likely.
+# Asking the model (chosen on the espeak-ng half of bench/vocabulary.py's keyterms with
+# tiny.en and base, the Festival half scored after; bench/VARIANTS.md, "Keyterms the
+# model is asked about"): runs at least ASK_SIMILARITY alike, the ASKED_RUNS most alike
+# of a final, each written as its term where that text is at most HEARD_MARGIN nats
+# less likely, and the term's own tokens are HEARD_TERM_LOGPROB probable or more on
+# average (base found fluent terms likelier than unsure runs of plain words: "Please
+# end me the report" → "Please Kubernetes report").
 ASK_SIMILARITY = 40.0
 ASKED_RUNS = 16
 HEARD_MARGIN = 3.0
+HEARD_TERM_LOGPROB = -4.0
 
 
 def check_keyterms(terms: Iterable[str]) -> tuple[str, ...]:

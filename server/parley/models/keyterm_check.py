@@ -5,9 +5,10 @@ could not reach (tiny.en writes "Nguyen" as "an", "Zendesk" as "Nandesk"): the
 model's first token there was another word's. Once the decode is done, its row reads
 the text again with each such run written as its term (``core.keyterms.to_ask``),
 from where the two texts part, over the same audio. A run whose text with the term
-is at most ``HEARD_MARGIN`` nats less likely than the text the model wrote is heard
-as the term: the model, scoring whole texts, finds it nearly as likely, where greedy
-decoding never looked past the first token.
+is at most ``HEARD_MARGIN`` nats less likely than the text the model wrote, and whose
+term's own tokens are ``HEARD_TERM_LOGPROB`` probable on average, is heard as the
+term: the model, scoring whole texts, finds it nearly as likely, where greedy decoding
+never looked past the first token.
 
 The passes run on the ASR thread, after the final's word timings (which read the row
 from its start), just before its row is released.
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from parley.core.keyterms import HEARD_MARGIN, to_ask, written_as
+from parley.core.keyterms import HEARD_MARGIN, HEARD_TERM_LOGPROB, to_ask, written_as
 from parley.core.words import TimedWord
 from parley.models.row_decoder import Row
 
@@ -60,17 +61,21 @@ def heard_keyterms(
         if read is not None:
             kept = len(prompt) + parted  # the row holds the other text after that
             reads.append(read)
-            asked.append((run, parted))
+            asked.append((run, parted, other))
     hidden = torch.cat([h for h, _ in reads])
     logprobs = torch.log_softmax(head(hidden).float(), dim=-1)
     targets = torch.tensor([t for _, tokens in reads for t in tokens], device=hidden.device)
     scores = logprobs.gather(1, targets[:, None])[:, 0].cpu().numpy()
     scored, *theirs = np.split(scores, np.cumsum([len(tokens) for _, tokens in reads])[:-1])
-    return tuple(
-        (run.letters, run.term)
-        for (run, parted), their in zip(asked, theirs)
-        if their.sum() >= scored[parted:].sum() - HEARD_MARGIN
-    )
+    heard = []
+    for (run, parted, other), their in zip(asked, theirs):
+        # The term's own tokens: where the two texts differ, past their shared ending.
+        ending = _common_prefix(written[parted:][::-1], other[parted:][::-1])
+        term = len(other) - parted - ending
+        likely = their.sum() >= scored[parted:].sum() - HEARD_MARGIN
+        if term > 0 and likely and their[:term].mean() >= HEARD_TERM_LOGPROB:
+            heard.append((run.letters, run.term))
+    return tuple(heard)
 
 
 def _read(
