@@ -12,9 +12,9 @@ read again (``respellings``): a run of words spelled like a term, of which the m
 was unsure, is written as the term. A run less alike than that is written as a term
 only where the model, asked once more over the same audio, finds the text with the
 term about as likely as the text it wrote (``to_ask``; the engine asks,
-``Transcription.heard_keyterms``): tiny.en writes "Nguyen" as "an" and "Zendesk" as
-"Nandesk", and finds the term only a little less likely. That reads the decoded words
-after the decode; the tokens stay what the biased decode chose.
+``Transcription.heard_keyterms``): tiny.en writes "Kubernetes" as "Qubanit" in one
+voice, and finds the text with the term as likely. That reads the decoded words after
+the decode; the tokens stay what the biased decode chose.
 
 The terms are not also written into Whisper's prompt (``<|startofprev|>``): measured
 on bench/vocabulary.py's set, a prompt listing 40 terms made tiny.en write lists of

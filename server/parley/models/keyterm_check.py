@@ -1,14 +1,14 @@
 """Asking the model whether it heard a keyterm where it wrote other words.
 
 A final decoded with keyterms has runs of words somewhat like a term, which the bias
-could not reach (tiny.en writes "Nguyen" as "an", "Zendesk" as "Nandesk"): the
-model's first token there was another word's. Once the decode is done, its row reads
-the text again with each such run written as its term (``core.keyterms.to_ask``),
-from where the two texts part, over the same audio. A run whose text with the term
-is at most ``HEARD_MARGIN`` nats less likely than the text the model wrote, and whose
-term's own tokens are ``HEARD_TERM_LOGPROB`` probable on average, is heard as the
-term: the model, scoring whole texts, finds it nearly as likely, where greedy decoding
-never looked past the first token.
+could not reach (tiny.en writes "Kubernetes" as "Qubanit" in one voice, "Siobhan" as
+"Xiao-ban" in another): the model's first token there was another word's. Once the
+decode is done, its row reads the text again with each such run written as its term
+(``core.keyterms.to_ask``), from where the two texts part, over the same audio. A run
+whose text with the term is at most ``HEARD_MARGIN`` nats less likely than the text
+the model wrote, and whose term's own tokens are ``HEARD_TERM_LOGPROB`` probable on
+average, is heard as the term: the model, scoring whole texts, finds it nearly as
+likely, where greedy decoding never looked past the first token.
 
 The passes run on the ASR thread, after the final's word timings (which read the row
 from its start), just before its row is released.
