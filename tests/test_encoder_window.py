@@ -12,9 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_turns
-from parley.core.asr import AsrRequest, Transcription, better_attempt, second_attempt, transcribe
+from parley.core.asr import (
+    RETRY_MARGIN_S,
+    AsrRequest,
+    Transcription,
+    better_attempt,
+    second_attempt,
+    transcribe,
+)
 from parley.core.quality import repeats_itself
-from parley.models.encoder import encoder_layers, token_bound, window_frames
+from parley.models.encoder import encoder_layers, pass_frames, token_bound, window_frames
 
 
 def test_a_window_covers_the_clip_and_its_margin_and_no_more_than_30_s():
@@ -66,14 +73,25 @@ def test_a_run_of_three_words_or_more_said_twice_in_a_row_repeats(run, before):
     assert repeats_itself(" ".join(words))
 
 
-def test_a_decode_that_ran_on_is_decoded_again_over_the_whole_window_and_that_is_kept():
+def test_a_decode_that_ran_on_is_decoded_again_over_a_wider_window_then_the_whole_one():
     request = AsrRequest(np.zeros(16000, np.float32), bias=None)
     ran_on = Transcription("", (), window_too_short=True, avg_logprob=-0.1)
-    again = second_attempt(request, ran_on)
-    assert again == replace(request, whole_window=True)
+    wider = second_attempt(request, ran_on)
+    assert wider == replace(request, margin_s=RETRY_MARGIN_S)
+    again = second_attempt(wider, ran_on)
+    assert again == replace(wider, whole_window=True)
     assert second_attempt(again, ran_on) is None  # the whole window is the last resort
     whole = Transcription("hello", (1,), avg_logprob=-0.9)
     assert better_attempt(ran_on, whole) is whole
+
+
+def test_a_wider_margin_widens_only_its_own_request_and_never_narrows_the_window():
+    clip = np.zeros(16000, np.float32)
+    plain, wider = AsrRequest(clip), AsrRequest(clip, margin_s=RETRY_MARGIN_S)
+    assert pass_frames([plain], 3.0, 1500) == window_frames(1.0, 3.0, 1500)
+    assert pass_frames([plain, wider], 3.0, 1500) == window_frames(1.0, RETRY_MARGIN_S, 1500)
+    assert pass_frames([wider], 20.0, 1500) == window_frames(1.0, 20.0, 1500)
+    assert pass_frames([wider], None, 1500) == 1500  # no margin: every window whole
 
 
 def test_the_short_path_over_the_whole_window_is_transformers_forward(tiny_engine):
@@ -103,9 +121,10 @@ def test_decodes_that_run_on_over_short_windows_come_out_as_the_whole_windows(
 ):
     """Over sample.wav's turns, a short window's decode either ends within its audio's
     token bound and says nothing twice, or is flagged, text and words dropped, and
-    ``transcribe`` gives what the whole window gives."""
+    ``transcribe`` gives what the wider window gives, or the whole window's where that
+    ran on too."""
     engine = short_window_engine
-    flagged = 0
+    flagged = wider_ran_on = 0
     audio = read_wav(SAMPLE_WAV)
     for turn in sample_turns():
         clip = audio[int(turn.start * 16000) : int(turn.end * 16000)]
@@ -118,14 +137,21 @@ def test_decodes_that_run_on_over_short_windows_come_out_as_the_whole_windows(
         if first.window_too_short:
             flagged += 1
             assert (first.text, first.words) == ("", ())
-            whole = transcribe(engine, replace(request, whole_window=True), budget=0)
-            assert transcribe(engine, request, budget=0).text == whole.text
+            wider = replace(request, margin_s=RETRY_MARGIN_S)
+            (decode,) = engine.start([wider])
+            while not decode.finished:
+                engine.step([decode], [0])
+            last = wider if not engine.finish(decode).window_too_short else None
+            wider_ran_on += last is None
+            kept = transcribe(engine, last or replace(wider, whole_window=True), budget=0)
+            assert transcribe(engine, request, budget=0).text == kept.text
         else:
             assert len(first.tokens) < token_bound(request.seconds)
             assert not repeats_itself(first.text)
             if first.text:  # (not dropped as no speech)
                 assert first.words and first.words[-1].end <= request.seconds + 0.02
     assert flagged >= 1  # the margin is short enough that the test sees one
+    assert wider_ran_on < flagged  # the wider window mends some
 
 
 def test_the_settings_reach_the_engine_and_the_scheduler(models_dir):

@@ -101,6 +101,9 @@ class AsrRequest:
     task: Task = Task.TRANSCRIBE
     bias: KeytermBias | None = None  # keyterms the decoder favours (lossless w.r.t. it)
     whole_window: bool = False  # encode a full 30 s window, however short the audio
+    # Padding after the audio past the engine's own margin (``RETRY_MARGIN_S``: a decode
+    # over a short window that ran on, decoded again over a wider one first).
+    margin_s: float = 0.0
     # No run of this many tokens written twice (0: no such rule): how a decode that
     # looped is decoded again (``second_attempt``).
     no_repeat: int = 0
@@ -143,7 +146,7 @@ class Transcription:
     # ``language_unsupported``): an English-only model hearing another language.
     foreign: bool = False
     # Decoded over a window shorter than 30 s, it ran past its audio or repeated itself
-    # (models/encoder.py): to be decoded again over the whole window.
+    # (models/encoder.py): to be decoded again over a wider window (``second_attempt``).
     window_too_short: bool = False
     # Runs of the words the model, asked, found likely enough written as a keyterm:
     # (the run's letters, the term) pairs (``core.keyterms.to_ask``).
@@ -249,12 +252,19 @@ SECOND_LANGUAGE_BELOW = 0.7
 # ("no, no, no, no") and stops a phrase's second time round within its first words.
 NO_REPEAT_TOKENS = 4
 
+# A decode over a short window that ran on past its audio is decoded again over the clip
+# and this much padding before the whole window is tried: over 102 clips of 3.3 s
+# (bench/windows.py, tiny.en) 15 % ran on with 3 s of padding, 2 % with 6 s and none
+# with 10 s, and a 1 s clip's pass over 11 s costs a third of the whole window's.
+RETRY_MARGIN_S = 10.0
+
 
 def second_attempt(request: AsrRequest, result: Transcription) -> AsrRequest | None:
     """What to decode again after ``result``, or None (``better_attempt`` then keeps one).
     Each kind of attempt is made once; an attempt may need another of a later kind:
 
-    - a decode over a short window that ran on past its audio, over the whole window;
+    - a decode over a short window that ran on past its audio, over a wider window
+      (``RETRY_MARGIN_S``), and if that ran on too, over the whole window;
     - a keyterm-biased decode dropped as a repetition loop (the bias may have made it: a
       term written, then another, over and over), without the bias: a caller's keyterms
       never cost it a final;
@@ -264,6 +274,8 @@ def second_attempt(request: AsrRequest, result: Transcription) -> AsrRequest | N
       Indian and the Indian and ..." until the decoder was full);
     - a decode whose detected language was uncertain, in the runner-up language."""
     if result.window_too_short and not request.whole_window:
+        if request.margin_s < RETRY_MARGIN_S:
+            return replace(request, margin_s=RETRY_MARGIN_S)
         return replace(request, whole_window=True)
     if result.rejected == "repetition":
         if request.bias is not None:

@@ -10,7 +10,7 @@ take such windows; finals and recordings' windows only with ``asr.short_final_wi
 Whisper learnt to end a transcript where the padding begins. With less padding after
 the speech it sometimes does not, and repeats itself: a decode over a short window is
 bounded in tokens by its audio, and one that ran past that bound or repeated itself is
-decoded again over the full window (``core.asr.second_attempt``).
+decoded again over a wider window, then the full one (``core.asr.second_attempt``).
 """
 
 from __future__ import annotations
@@ -41,9 +41,13 @@ def window_frames(seconds: float, margin_s: float | None, full: int) -> int:
 
 
 def pass_frames(requests: Sequence[AsrRequest], margin_s: float | None, full: int) -> int:
-    """Encoder positions one pass over ``requests`` reads: as many as the longest needs."""
+    """Encoder positions one pass over ``requests`` reads: as many as the longest needs
+    (each request's padding the engine's ``margin_s``, or its own where that is wider)."""
     return max(
-        full if r.whole_window else window_frames(r.seconds, margin_s, full) for r in requests
+        full
+        if r.whole_window or margin_s is None
+        else window_frames(r.seconds, max(margin_s, r.margin_s), full)
+        for r in requests
     )
 
 

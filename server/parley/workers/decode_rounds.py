@@ -280,7 +280,7 @@ class DecodeRounds:
                 result = better_attempt(job.first, result)
             # A partial is a preview: one look, unless its short window ran on.
             preview = job.owner is None and not job.final
-            if not preview or (result.window_too_short and job.first is None):
+            if not preview or result.window_too_short:
                 again = second_attempt(job.request, result)
                 if again is not None:
                     job.first = result
