@@ -124,24 +124,27 @@ def test_decodes_that_run_on_over_short_windows_come_out_as_the_whole_windows(
     ``transcribe`` gives what the wider window gives, or the whole window's where that
     ran on too."""
     engine = short_window_engine
+
+    def one_look(request: AsrRequest) -> tuple[bool, Transcription]:
+        """``request`` decoded once, with no second attempt: whether its window was
+        short, and the result."""
+        (decode,) = engine.start([request])
+        while not decode.finished:
+            engine.step([decode], [0])
+        return decode.short_window, engine.finish(decode)
+
     flagged = wider_ran_on = 0
     audio = read_wav(SAMPLE_WAV)
     for turn in sample_turns():
         clip = audio[int(turn.start * 16000) : int(turn.end * 16000)]
         request = AsrRequest(clip, with_words=True)
-        (decode,) = engine.start([request])
-        assert decode.short_window
-        while not decode.finished:
-            engine.step([decode], [0])
-        first = engine.finish(decode)
+        short, first = one_look(request)
+        assert short
         if first.window_too_short:
             flagged += 1
             assert (first.text, first.words) == ("", ())
             wider = replace(request, margin_s=RETRY_MARGIN_S)
-            (decode,) = engine.start([wider])
-            while not decode.finished:
-                engine.step([decode], [0])
-            last = wider if not engine.finish(decode).window_too_short else None
+            last = wider if not one_look(wider)[1].window_too_short else None
             wider_ran_on += last is None
             kept = transcribe(engine, last or replace(wider, whole_window=True), budget=0)
             assert transcribe(engine, request, budget=0).text == kept.text
