@@ -31,7 +31,7 @@ import argparse
 import asyncio
 import time
 
-from common import print_table, write_json
+from common import engine_plan, print_table, write_json
 
 import numpy as np
 import torch
@@ -40,7 +40,6 @@ from audio_fixtures import SAMPLE_WAV, read_wav
 from parley.config import Settings
 from parley.core.asr import AsrRequest
 from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
-from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.weights.bundle import resolve_model
 from parley.workers.scheduler import AsrScheduler
@@ -66,7 +65,7 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft:
     models_dir = Settings().models_dir
     assistant = ASSISTANT_FOR.get(name)
     engine = WhisperEngine(
-        resolve_model(name, models_dir), name, plan_device(device), max_draft=max_draft, guards=None
+        resolve_model(name, models_dir), name, engine_plan(device), max_draft=max_draft, guards=None
     )
     engines = {"plain": engine, "hypothesis": engine}
     if assistant:
@@ -75,7 +74,7 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft:
             return WhisperEngine(
                 resolve_model(name, models_dir),
                 name,
-                plan_device(device),
+                engine_plan(device),
                 max_draft=max_draft,
                 guards=None,
                 assistant_label=assistant,
@@ -162,7 +161,7 @@ def run_model(name: str, audio: np.ndarray, step: float, device: str, max_draft:
 def run_queue(name: str, audio: np.ndarray, sizes: list[int], device: str) -> list[dict]:
     """Finals of ``size`` streams waiting at once, each with its earlier partial as a draft."""
     engine = WhisperEngine(
-        resolve_model(name, Settings().models_dir), name, plan_device(device), guards=None
+        resolve_model(name, Settings().models_dir), name, engine_plan(device), guards=None
     )
     language = "en" if engine.multilingual else None
     warmed = AsrScheduler(engine, capacity=64)

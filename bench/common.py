@@ -31,6 +31,16 @@ def machine() -> dict:
     }
 
 
+def engine_plan(device: str = "cpu"):
+    """The device plan of a bench's in-process engine: the server's own compute type
+    (``PARLEY_ASR__COMPUTE_TYPE``, else ``auto``), so that one variable sets it for the
+    in-process benches and the servers the others start alike."""
+    from parley.config import Settings
+    from parley.models.device import plan_device
+
+    return plan_device(device, Settings().asr.compute_type)
+
+
 def print_table(rows: list[dict], columns: list[str]) -> None:
     if not rows:
         return

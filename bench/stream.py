@@ -14,12 +14,11 @@ import bisect
 import statistics
 import time
 
-from common import print_table, write_json
+from common import engine_plan, print_table, write_json
 
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
 from parley.config import Settings
 from parley.core.vad import VadConfig
-from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, Partial, StreamConfig
 from parley.sessions.session import Session
@@ -93,7 +92,7 @@ def main() -> None:
     rows = []
     for name in args.models:
         engine = WhisperEngine(
-            resolve_model(name, Settings().models_dir), name, plan_device("auto")
+            resolve_model(name, Settings().models_dir), name, engine_plan("auto")
         )
         row = asyncio.run(stream_once(engine, audio, not args.fast, args.partial_interval))
         rows.append({"model": name, "mode": "fast" if args.fast else "realtime", **row})

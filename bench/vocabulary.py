@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from common import machine, print_table, write_json
+from common import engine_plan, machine, print_table, write_json
 
 import festival_voices
 from audio_fixtures import speak
@@ -38,7 +38,6 @@ from parley.core.asr import Task, transcribe
 from parley.core.audio import SAMPLE_RATE
 from parley.core.keyterms import normalised, written
 from parley.core.redaction import REDACTED, number_runs
-from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.protocol.messages import Final, FinalReason, StreamConfig, Word
 from parley.weights.bundle import resolve_model
@@ -72,7 +71,7 @@ PARTS = (
 
 
 def engine(label: str) -> WhisperEngine:
-    return WhisperEngine(resolve_model(label, default_models_dir()), label, plan_device("cpu"))
+    return WhisperEngine(resolve_model(label, default_models_dir()), label, engine_plan())
 
 
 def say(text: str, voice: str | festival_voices.FestivalVoice) -> np.ndarray:

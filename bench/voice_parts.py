@@ -22,7 +22,7 @@ import itertools
 import statistics
 import time
 
-from common import print_table, write_json
+from common import engine_plan, print_table, write_json
 
 import numpy as np
 
@@ -38,7 +38,6 @@ from parley.config import default_models_dir
 from parley.core.asr import AsrRequest
 from parley.core.audio import SAMPLE_RATE
 from parley.core.vad import CloseReason, SegmentClosed
-from parley.models.device import plan_device
 from parley.models.whisper_engine import WhisperEngine
 from parley.sessions.voice_parts import decode_by_voice, decode_parts, voice_parts
 from parley.weights.bundle import resolve_model
@@ -110,7 +109,7 @@ def main() -> None:
     parser.add_argument("--model", default="tiny.en")
     args = parser.parse_args()
     engine = WhisperEngine(
-        resolve_model(args.model, default_models_dir()), args.model, plan_device("cpu")
+        resolve_model(args.model, default_models_dir()), args.model, engine_plan()
     )
     rows = asyncio.run(measure(engine))
     summary = [

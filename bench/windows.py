@@ -20,7 +20,7 @@ import argparse
 import time
 from dataclasses import replace
 
-from common import print_table, write_json  # first: it puts tests/ on the path
+from common import engine_plan, print_table, write_json  # first: it puts tests/ on the path
 
 import numpy as np
 
@@ -77,15 +77,13 @@ def main() -> None:
     args = parser.parse_args()
     from parley.config import Settings
     from parley.core.asr import AsrRequest, transcribe
-    from parley.models.device import plan_device
     from parley.models.whisper_engine import WhisperEngine
     from parley.weights.bundle import resolve_model
 
     source = resolve_model(args.model, Settings().models_dir)
-    engines = {None: WhisperEngine(source, args.model, plan_device("cpu"))}
+    engines = {None: WhisperEngine(source, args.model, engine_plan())}
     engines |= {
-        m: WhisperEngine(source, args.model, plan_device("cpu"), window_margin_s=m)
-        for m in args.margins
+        m: WhisperEngine(source, args.model, engine_plan(), window_margin_s=m) for m in args.margins
     }
     made = clips()
     texts: dict[float | None, list[str]] = {m: [] for m in engines}
