@@ -52,11 +52,16 @@ def models_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_engine(models_dir):
-    """The real tiny.en engine, loaded once for the in-process tests."""
+    """The real tiny.en engine, loaded once for the in-process tests: in float32 on every
+    machine, so that their words are the same on a CPU with AMX (where ``auto`` would
+    run the encoder in bfloat16, a word here and there read otherwise) and one without.
+    Servers the tests start take ``auto``; bfloat16's own tests are test_int8's."""
     from parley.models.device import plan_device
     from parley.models.whisper_engine import WhisperEngine
 
-    return WhisperEngine(resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu"))
+    return WhisperEngine(
+        resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu", "float32")
+    )
 
 
 # The share of its ASR thread a real test server's partials may fill. Streaming sample.wav

@@ -112,7 +112,10 @@ def short_window_engine(models_dir):
     from parley.weights.bundle import resolve_model
 
     return WhisperEngine(
-        resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu"), window_margin_s=0.5
+        resolve_model("tiny.en", models_dir),
+        "tiny.en",
+        plan_device("cpu", "float32"),
+        window_margin_s=0.5,
     )
 
 

@@ -26,7 +26,10 @@ def engine(request):
 
     models_dir = request.getfixturevalue("models_dir")
     return WhisperEngine(
-        resolve_model("tiny.en", models_dir), "tiny.en", plan_device("cpu"), max_rows=ROWS
+        resolve_model("tiny.en", models_dir),
+        "tiny.en",
+        plan_device("cpu", "float32"),
+        max_rows=ROWS,
     )
 
 

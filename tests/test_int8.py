@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
-from parley.models.device import plan_device
+from parley.models import device
+from parley.models.device import has_amx, plan_device
 from parley.models.encoder import encoder_layers
 from parley.models.int8 import RowwiseInt8Linear, quantize_linears
 from parley.models.whisper_engine import WhisperEngine
@@ -65,16 +66,18 @@ def test_every_linear_layer_is_replaced_and_nothing_else():
 
 
 def test_the_plan_chooses_the_precision():
-    """auto is float32 on a CPU; int8 is asked for; int8 cannot be asked of CUDA; both
-    lower precisions read the output head in int8."""
+    """auto is bfloat16 on a CPU with AMX, float32 on one without; int8 is asked for;
+    int8 cannot be asked of CUDA; both lower precisions read the output head in int8."""
+    assert plan_device("cpu").bfloat16_encoder == has_amx()
     assert not plan_device("cpu").int8 and not plan_device("cpu", "float32").int8
+    assert not plan_device("cpu", "float32").bfloat16_encoder
     assert plan_device("cpu", "int8").int8
     assert plan_device("cpu", "int8").description == "cpu float32, encoder and output head int8"
     bfloat16 = plan_device("cpu", "bfloat16")
     assert bfloat16.bfloat16_encoder and not bfloat16.int8
     assert bfloat16.description == "cpu float32, encoder bfloat16, output head int8"
     assert plan_device("cpu", "int8").int8_head and bfloat16.int8_head
-    assert not plan_device("cpu").int8_head
+    assert not plan_device("cpu", "float32").int8_head
     with pytest.raises(ValueError, match="compute type must be one of"):
         plan_device("cpu", "int4")
     if torch.cuda.is_available():
@@ -83,12 +86,34 @@ def test_the_plan_chooses_the_precision():
                 plan_device("cuda", compute)
 
 
+@pytest.mark.parametrize(
+    ("flags", "amx"),
+    [
+        ("fpu sse2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", True),
+        ("fpu sse2 avx512f avx512_bf16 avx512_vnni", False),  # AVX-512 BF16 alone
+        (None, False),  # no /proc/cpuinfo (not Linux)
+    ],
+)
+def test_amx_is_read_from_the_cpu_flags(tmp_path, monkeypatch, flags, amx):
+    """AMX (its bfloat16 tiles) is what makes ``auto`` choose bfloat16 on a CPU."""
+    cpuinfo = tmp_path / "cpuinfo"
+    if flags is not None:
+        cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(device, "CPUINFO", cpuinfo)
+    has_amx.cache_clear()
+    try:
+        assert has_amx() is amx
+        assert plan_device("cpu").bfloat16_encoder is amx
+    finally:
+        has_amx.cache_clear()
+
+
 CLIPS = [(6.4, 14.0), (14.0, 21.0), (21.0, 30.0)]  # seconds of sample.wav
 
 
 @pytest.fixture(scope="module")
 def float32_texts(tiny_engine):
-    """The default plan's (float32) texts of ``CLIPS``, decoded once for both precisions."""
+    """float32's texts of ``CLIPS``, decoded once for both precisions."""
     sample = read_wav(SAMPLE_WAV)
     return [tiny_engine.transcribe(sample[int(a * 16000) : int(b * 16000)]).text for a, b in CLIPS]
 

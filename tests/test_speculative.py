@@ -15,7 +15,7 @@ from parley.models.row_decoder import RowDecoder
 from parley.models.whisper_engine import WhisperEngine
 from parley.weights.bundle import resolve_model
 
-CPU = plan_device("cpu")
+CPU = plan_device("cpu", "float32")  # the same words on every machine (conftest.tiny_engine)
 
 
 @pytest.fixture(scope="module")

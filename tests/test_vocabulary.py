@@ -40,7 +40,7 @@ CARD = "My card number is 4 5 3 9, 1 4 8 8, 0 3 4 3, 6 4 6 7, and it expires soo
 
 @pytest.fixture(scope="module")
 def base_engine(models_dir):
-    return WhisperEngine(resolve_model("base", models_dir), "base", plan_device("cpu"))
+    return WhisperEngine(resolve_model("base", models_dir), "base", plan_device("cpu", "float32"))
 
 
 def _request(engine, audio, config: StreamConfig, **fields) -> AsrRequest:

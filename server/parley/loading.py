@@ -86,7 +86,8 @@ def load_diarization(settings: Settings):
     from parley.workers.threads import lower_priority
 
     d = settings.diarization
-    plan = plan_device(settings.asr.device)
+    # CAM++ and the segmentation gain nothing from bfloat16: they run, and log, float32
+    plan = plan_device(settings.asr.device, "float32")
     log.info("loading diarization models (%s) on %s", d.source, plan.description)
     models = load_speaker_models(d.source, settings.models_dir, plan.device)
 
