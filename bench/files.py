@@ -7,9 +7,10 @@ plain voices, in turns, laid end to end until the length is reached. Each system
 transcribes each recording, English, greedy, all cores:
 
 - **parley**: ``FileJobs`` in-process, the server's own pipeline (VAD, 29 s windows,
-  the step scheduler; speakers off, as for the others), in float32 (the default), with
-  ``asr.compute_type`` int8, and bfloat16 where the CPU has bfloat16 matrix
-  instructions (``amx_bf16`` or ``avx512_bf16``);
+  the step scheduler; speakers off, as for the others), in the default precision
+  (``auto``: bfloat16 on a CPU with AMX, else float32), and in the others: float32,
+  int8, and bfloat16 where the CPU has bfloat16 matrix instructions (``amx_bf16`` or
+  ``avx512_bf16``);
 - **(a) transformers**: ``pipeline("automatic-speech-recognition", chunk_length_s=30,
   batch_size=8)`` on the same imported weights, the reference handler's way;
 - **(b) faster-whisper**: ``WhisperModel`` (sequential, no VAD) and
@@ -39,6 +40,7 @@ import numpy as np
 
 from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer
 from devset import SAMPLE_RATE, SENTENCES
+from parley.models.device import has_amx
 
 if TYPE_CHECKING:
     from parley.workers.scheduler import AsrScheduler
@@ -112,6 +114,10 @@ def has_bfloat16_matrices() -> bool:
     cpuinfo = Path("/proc/cpuinfo")
     flags = cpuinfo.read_text().split() if cpuinfo.exists() else []
     return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+# What ``auto`` runs Parley in on this CPU (models/device.py).
+DEFAULT_COMPUTE = "bfloat16" if has_amx() else "float32"
 
 
 def transformers_run(model_dir: Path, audio: np.ndarray, multilingual: bool) -> tuple:
@@ -215,8 +221,8 @@ def main() -> None:
             asyncio.run(parley_run(model, audios)),
             {
                 f"parley {compute}": asyncio.run(parley_run(model, audios, compute_type=compute))
-                for compute in ("int8", "bfloat16")
-                if compute != "bfloat16" or has_bfloat16_matrices()
+                for compute in ("float32", "int8", "bfloat16")
+                if compute != DEFAULT_COMPUTE and (compute != "bfloat16" or has_bfloat16_matrices())
             },
         )
         for model in args.models
@@ -227,7 +233,7 @@ def main() -> None:
         for minutes, (audio, said) in made.items():
             seconds = len(audio) / SAMPLE_RATE
             spent, text, report = ours[minutes]
-            results = [("parley", spent, text)]
+            results = [(f"parley {DEFAULT_COMPUTE} (the default)", spent, text)]
             results += [(system, *runs[minutes][:2]) for system, runs in more.items()]
             if minutes <= args.reference_minutes:
                 results.append(
