@@ -15,6 +15,11 @@ from websockets.exceptions import InvalidStatus
 from conftest import pcm16, refused
 from fake_engine import FakeEngine
 from parley.core.capacity import MEASURE_AUDIO_S, CapacityPolicy, StreamCost
+from parley.core.stream_diarizer import DiarizationConfig
+from parley.runtime.capacity import LiveCapacity
+from parley.workers.diarization import DiarizationWorker
+from parley.workers.scheduler import AsrScheduler
+from test_diarization_worker import CountingModels
 
 
 def test_a_stream_cost_is_unknown_until_measured_and_then_follows_the_measurements():
@@ -48,6 +53,26 @@ def test_a_worker_of_several_threads_carries_that_many_times_the_streams():
     policy = CapacityPolicy(target_busy=0.5)
     one, two = StreamCost(0.1), StreamCost(0.1, threads=2)
     assert one.streams(policy) == pytest.approx(5) and two.streams(policy) == pytest.approx(10)
+
+
+def test_speaker_steps_cost_what_the_steady_state_steps_cost():
+    """A labelled stream's diarization cost is its steady-state steps' (a whole window,
+    every speaker embedded), each standing for step_s of audio: cheaper steps (a window
+    still growing, or thinned under load) would make the threads look roomier than they
+    are, and let in too many streams."""
+    diarization = DiarizationWorker(CountingModels(), DiarizationConfig(step_s=0.5))
+    capacity = LiveCapacity(
+        AsrScheduler(FakeEngine(), 8), diarization, CapacityPolicy(0.6), diarization_step_s=0.5
+    )
+    prior = capacity.diarization_cost.per_audio_s
+    stats = diarization.stats
+    stats.steps, stats.busy_seconds = 400, 6.0  # mostly cheap steps
+    stats.full_steps, stats.full_busy_seconds = 39, 3.9  # under 20 s of audio: not yet
+    capacity.heard()
+    assert capacity.diarization_cost.per_audio_s == prior
+    stats.full_steps, stats.full_busy_seconds = 40, 4.0  # 0.1 s a step, a step each 0.5 s
+    capacity.heard()
+    assert capacity.diarization_cost.per_audio_s == pytest.approx((prior + 0.2) / 2)
 
 
 async def _get(port: int, path: str) -> tuple[int, bytes]:

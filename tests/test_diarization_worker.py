@@ -1,5 +1,6 @@
 """The diarization threads on stand-in speaker models (no weights): due steps are
-segmented together, and several threads step sessions at once."""
+segmented together, several threads step sessions at once, and the steps of a stream's
+steady state are counted apart."""
 
 import asyncio
 import threading
@@ -102,3 +103,19 @@ async def test_a_step_at_a_checkpoint_brings_the_streams_relabel():
     await worker.stop()
     assert len(relabelled) == 2 and 30.0 <= relabelled[0] <= 36.0
     assert relabelled[1] - relabelled[0] == 15.0
+
+
+async def test_only_whole_window_steps_with_every_speaker_embedded_count_as_steady():
+    """A stream's first steps (a window still growing) and thinned steps are counted
+    among all steps, not among the steady-state ones admission measures."""
+    worker = DiarizationWorker(CountingModels(), DiarizationConfig())
+    worker.start()
+    diarizer = worker.new_stream()
+    whole = DiarizationConfig().window_s
+    for heard, thin in ((1.0, False), (whole, False), (whole, True), (whole, False)):
+        window = np.zeros(int(heard * SAMPLE_RATE), np.float32)
+        await asyncio.wrap_future(await worker.submit(diarizer, window, 0.0, heard, thin=thin))
+    await worker.stop()
+    stats = worker.stats
+    assert (stats.steps, stats.full_steps) == (4, 2)
+    assert 0.0 < stats.full_busy_seconds < stats.busy_seconds

@@ -44,8 +44,8 @@ class LiveCapacity:
     The ASR thread's cost is counted against the audio its finals have settled
     (``settled``: a final settles its stream up to its end, silence before it
     included), so a fast stream whose finals are still decoding is not measured as
-    cheap. Speaker steps follow the audio closely, so theirs is counted as audio
-    arrives (``heard``)."""
+    cheap. A speaker step's cost is counted against the ``step_s`` of audio it stands
+    for, looked at as labelled audio arrives (``heard``)."""
 
     def __init__(
         self,
@@ -58,7 +58,7 @@ class LiveCapacity:
         self._diarization = diarization
         self.policy = policy
         self._audio_s = 0.0
-        self._diarized_audio_s = 0.0
+        self._step_s = diarization_step_s
         encoder = asr.encoder_cost.known.get(1)
         # Real-time clients' finals take short windows once finals keep the ASR thread
         # short_finals_busy: below the target, so at the target they are short.
@@ -75,13 +75,16 @@ class LiveCapacity:
         self._audio_s += seconds
         self.asr_cost.observe(self._asr.live_finals_cost_s, self._audio_s)
 
-    def heard(self, seconds: float) -> None:
-        """``seconds`` of a labelled stream's audio arrived."""
-        if self._diarization is not None:
-            self._diarized_audio_s += seconds
-            self.diarization_cost.observe(
-                self._diarization.stats.busy_seconds, self._diarized_audio_s
-            )
+    def heard(self) -> None:
+        """A labelled stream's audio arrived: the speaker steps' cost is looked at. It
+        is counted from steady-state steps only (a whole window, every speaker embedded),
+        each standing for ``step_s`` of its stream's audio: a stream's first steps and
+        steps thinned under load are cheaper, and counting them let 15 labelled streams
+        onto a 2-core machine, 3 to 6 of which then showed too few speakers (bench/README.md,
+        "Admission by measured capacity")."""
+        if self._diarization is not None and self._step_s:
+            stats = self._diarization.stats
+            self.diarization_cost.observe(stats.full_busy_seconds, stats.full_steps * self._step_s)
 
     def streams(self) -> dict[str, float]:
         """Real-time streams each worker carries at the target (inf: not yet known)."""

@@ -59,7 +59,7 @@ class ClientReader:
                 heard = session.stream_time - heard
                 self._metrics.audio_seconds.inc(heard)
                 if self.capacity is not None and session.config.diarization:
-                    self.capacity.heard(heard)
+                    self.capacity.heard()
             if ends:
                 await session.end(EndReason.END_OF_STREAM)
                 return EndReason.END_OF_STREAM

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_relabel import relabel
 from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamDiarizer
@@ -38,11 +39,16 @@ MAX_BATCH = 4
 @dataclass
 class DiarizationStats:
     """What the diarization threads have done: steps, failures, busy seconds (all threads
-    together)."""
+    together); and apart, the steps of a stream in its steady state, over a whole window
+    with every speaker embedded, which admission measures a stream's cost by: a stream's
+    first steps, over a window still growing, and steps thinned under load cost less
+    than the steps they stand for (``runtime.capacity``)."""
 
     steps: int = 0
     failures: int = 0
     busy_seconds: float = 0.0
+    full_steps: int = 0
+    full_busy_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,7 @@ class DiarizationWorker:
                 self._fail(job, exc, shared + time.perf_counter() - began)
             else:
                 job.future.set_result(snapshot)
-                self._count(shared + time.perf_counter() - began)
+                self._count(shared + time.perf_counter() - began, _steady(job))
 
     def _fail(self, job: _Job, exc: Exception, spent: float) -> None:
         with self._stats_lock:
@@ -202,9 +208,19 @@ class DiarizationWorker:
         job.future.set_exception(exc)
         self._count(spent)
 
-    def _count(self, spent: float) -> None:
+    def _count(self, spent: float, steady: bool = False) -> None:
         with self._stats_lock:
             self.stats.steps += 1
             self.stats.busy_seconds += spent
+            if steady:
+                self.stats.full_steps += 1
+                self.stats.full_busy_seconds += spent
         if self.on_step is not None:
             self.on_step(spent)
+
+
+def _steady(job: _Job) -> bool:
+    """Whether a step is one of a stream's steady state: its whole window, every speaker
+    embedded (``DiarizationStats``)."""
+    whole = len(job.window) >= int(job.diarizer.config.window_s * SAMPLE_RATE)
+    return whole and not job.thin
