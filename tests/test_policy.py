@@ -175,6 +175,29 @@ def test_decaying_rate_measures_recent_work():
     assert rate.rate(140.0) < 0.05  # forty idle seconds later
 
 
+def test_a_row_priced_out_of_drafts_is_offered_them_again():
+    """Rejections a row was priced out by fade with the steps that verify nothing, so
+    that the budgets offer it draft tokens again and its drafts are measured again."""
+    acceptance = Acceptance()
+    for _ in range(3):
+        acceptance.observe(proposed=2, accepted=0)  # a draft parted at its first words
+
+    def budget() -> int:  # beside nine rows whose drafts are kept
+        return draft_budgets(
+            [0.9] * 9 + [acceptance.probability], lambda r, t: 0.03 + 0.001 * r + 0.003 * t, 15
+        )[-1]
+
+    assert budget() == 0
+    idle = 0
+    while budget() == 0 and idle < 20:
+        acceptance.observe(proposed=0, accepted=0)
+        idle += 1
+    assert 0 < idle < 10  # offered a token again within ten steps (0.6 s at ten rows)
+    before = acceptance.probability
+    acceptance.observe(proposed=budget(), accepted=budget())  # realigned: kept
+    assert before < acceptance.probability < 0.8
+
+
 def test_acceptance_counts_runs_of_kept_draft_tokens():
     acceptance = Acceptance(prior_kept=0, prior_rejections=0)
     acceptance.observe(proposed=8, accepted=8)  # all kept: no rejection

@@ -267,13 +267,15 @@ class DecodeRounds:
             self.stats.jobs_done += 1
             log.debug(
                 "%s of %.1f s: waited %.3f s, done after %.3f s, cost %.3f s, %d steps, "
-                "%d in flight",
+                "a draft of %d tokens, %d of %d offered kept, %d in flight",
                 "final" if job.final else "partial",
                 job.request.seconds,
                 job.admitted - job.submitted,
                 self._clock() - job.submitted,
                 job.cost,
                 job.steps,
+                len(job.request.draft or ()),
+                *(result.stats.accepted, result.stats.drafted),
                 len(self._active),
             )
             if job.first is not None:
