@@ -40,7 +40,7 @@ import numpy as np
 
 from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer
 from devset import SAMPLE_RATE, SENTENCES
-from parley.models.device import has_amx
+from parley.models.device import cpu_flags, has_amx
 
 if TYPE_CHECKING:
     from parley.workers.scheduler import AsrScheduler
@@ -111,9 +111,7 @@ async def parley_run(
 def has_bfloat16_matrices() -> bool:
     """Whether this CPU multiplies bfloat16 matrices natively (AMX's tiles or AVX-512's
     BF16 dot products), where bfloat16 pays."""
-    cpuinfo = Path("/proc/cpuinfo")
-    flags = cpuinfo.read_text().split() if cpuinfo.exists() else []
-    return "amx_bf16" in flags or "avx512_bf16" in flags
+    return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
 
 
 # What ``auto`` runs Parley in on this CPU (models/device.py).

@@ -100,12 +100,12 @@ def test_amx_is_read_from_the_cpu_flags(tmp_path, monkeypatch, flags, amx):
     if flags is not None:
         cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n")
     monkeypatch.setattr(device, "CPUINFO", cpuinfo)
-    has_amx.cache_clear()
+    device.cpu_flags.cache_clear()
     try:
         assert has_amx() is amx
         assert plan_device("cpu").bfloat16_encoder is amx
     finally:
-        has_amx.cache_clear()
+        device.cpu_flags.cache_clear()
 
 
 CLIPS = [(6.4, 14.0), (14.0, 21.0), (21.0, 30.0)]  # seconds of sample.wav

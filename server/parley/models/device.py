@@ -114,23 +114,29 @@ def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
     )
 
 
-# Where the CPU's flags are listed (Linux); elsewhere no AMX is assumed.
+# Where the CPU's flags are listed (Linux); elsewhere none are known.
 CPUINFO = Path("/proc/cpuinfo")
 
 
 @functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags as the kernel lists them (``amx_bf16``, ``avx512_bf16``…);
+    none where there is no ``/proc/cpuinfo``."""
+    try:
+        text = CPUINFO.read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return frozenset(flags.partition(":")[2].split())
+
+
 def has_amx() -> bool:
     """Whether this CPU has AMX's bfloat16 tiles (Intel Xeon since Sapphire Rapids),
     where the encoder in bfloat16 is the faster plan by far: on a 2-core Xeon ten
     labelled streams' final p50 fell by a third or more, with the same words and
     speakers (bench/README.md, "int8 and bfloat16 on a CPU"). AVX-512's BF16 alone
     gains less, and stays float32 unless asked."""
-    try:
-        text = CPUINFO.read_text(errors="replace")
-    except OSError:
-        return False
-    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return "amx_bf16" in flags.split()
+    return "amx_bf16" in cpu_flags()
 
 
 # torch's own choice (the physical cores), read before anything changes it.

@@ -275,7 +275,8 @@ class DecodeRounds:
                 job.cost,
                 job.steps,
                 len(job.request.draft or ()),
-                *(result.stats.accepted, result.stats.drafted),
+                result.stats.accepted,
+                result.stats.drafted,
                 len(self._active),
             )
             if job.first is not None:
