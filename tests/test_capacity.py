@@ -67,10 +67,10 @@ def test_speaker_steps_cost_what_the_steady_state_steps_cost():
     prior = capacity.diarization_cost.per_audio_s
     stats = diarization.stats
     stats.steps, stats.busy_seconds = 400, 6.0  # mostly cheap steps
-    stats.full_steps, stats.full_busy_seconds = 39, 3.9  # under 20 s of audio: not yet
+    stats.full_steps, stats.full_cost_seconds = 39, 3.9  # under 20 s of audio: not yet
     capacity.heard()
     assert capacity.diarization_cost.per_audio_s == prior
-    stats.full_steps, stats.full_busy_seconds = 40, 4.0  # 0.1 s a step, a step each 0.5 s
+    stats.full_steps, stats.full_cost_seconds = 40, 4.0  # 0.1 s a step, a step each 0.5 s
     capacity.heard()
     assert capacity.diarization_cost.per_audio_s == pytest.approx((prior + 0.2) / 2)
 

@@ -4,6 +4,7 @@ steady state are counted apart."""
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 
@@ -118,4 +119,39 @@ async def test_only_whole_window_steps_with_every_speaker_embedded_count_as_stea
     await worker.stop()
     stats = worker.stats
     assert (stats.steps, stats.full_steps) == (4, 2)
-    assert 0.0 < stats.full_busy_seconds < stats.busy_seconds
+    assert 0.0 < stats.full_cost_seconds < stats.busy_seconds
+
+
+class BusyOrWaitingModels(CountingModels):
+    """Segmentation that either computes for ``seconds`` or waits as long (as a step
+    kept off its core by another thread does)."""
+
+    def __init__(self, seconds: float, busy: bool):
+        super().__init__()
+        self._seconds, self._busy = seconds, busy
+
+    def segment(self, windows):
+        until = time.perf_counter() + self._seconds
+        while self._busy and time.perf_counter() < until:
+            pass
+        if not self._busy:
+            time.sleep(self._seconds)
+        return super().segment(windows)
+
+
+async def test_a_steps_cost_on_the_thread_clock_is_its_work_not_its_wait():
+    """Admission reads steady-state steps on the thread's CPU clock where the models
+    compute on the calling thread: time a step spends waiting is not work it did."""
+    whole = DiarizationConfig().window_s
+    window = np.zeros(int(whole * SAMPLE_RATE), np.float32)
+    costs = {}
+    for busy in (True, False):
+        models = BusyOrWaitingModels(0.2, busy)
+        worker = DiarizationWorker(models, DiarizationConfig(), cost_clock=time.thread_time)
+        worker.start()
+        step = await worker.submit(worker.new_stream(), window, 0.0, whole)
+        await asyncio.wrap_future(step)
+        await worker.stop()
+        assert worker.stats.full_steps == 1 and worker.stats.busy_seconds >= 0.2
+        costs[busy] = worker.stats.full_cost_seconds
+    assert costs[True] >= 0.15 and costs[False] < 0.05

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from parley.config import Settings
 from parley.sessions.streams import AsrService
@@ -95,12 +96,16 @@ def load_diarization(settings: Settings):
         set_threads(d.threads)
         lower_priority(d.nice)
 
+    # One torch thread on the CPU computes on the calling thread, whose CPU time is then
+    # the step's work (DiarizationWorker's cost_clock).
+    on_its_thread = plan.device.type == "cpu" and d.threads == 1
     return DiarizationWorker(
         models,
         d.to_config(),
         capacity=2 * settings.server.max_sessions,
         on_thread_start=on_thread_start,
         threads=d.workers,
+        cost_clock=time.thread_time if on_its_thread else time.perf_counter,
     )
 
 

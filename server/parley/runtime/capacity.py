@@ -23,9 +23,8 @@ ENCODER_PASSES_PER_AUDIO_S = {
     (True, True): 0.15,
 }
 # A labelled stream steps its speaker window every diarization.step_s of audio, each
-# step costing about this much before one is measured: bench/load.py's labelled run
-# (four streams, two diarization threads) measured 0.141 s of steps per audio second
-# at step_s 0.5.
+# step costing about this much before one is measured: nine labelled streams of
+# bench/load.py on this 2-core CPU measured 0.069 s of CPU a steady-state step.
 DIARIZATION_STEP_PRIOR_S = 0.07
 
 
@@ -84,7 +83,7 @@ class LiveCapacity:
         "Admission by measured capacity")."""
         if self._diarization is not None and self._step_s:
             stats = self._diarization.stats
-            self.diarization_cost.observe(stats.full_busy_seconds, stats.full_steps * self._step_s)
+            self.diarization_cost.observe(stats.full_cost_seconds, stats.full_steps * self._step_s)
 
     def streams(self) -> dict[str, float]:
         """Real-time streams each worker carries at the target (inf: not yet known)."""

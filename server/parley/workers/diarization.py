@@ -42,13 +42,14 @@ class DiarizationStats:
     together); and apart, the steps of a stream in its steady state, over a whole window
     with every speaker embedded, which admission measures a stream's cost by: a stream's
     first steps, over a window still growing, and steps thinned under load cost less
-    than the steps they stand for (``runtime.capacity``)."""
+    than the steps they stand for (``runtime.capacity``). Their cost is read on the
+    worker's ``cost_clock``."""
 
     steps: int = 0
     failures: int = 0
     busy_seconds: float = 0.0
     full_steps: int = 0
-    full_busy_seconds: float = 0.0
+    full_cost_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,10 @@ class _Job:
 
 class DiarizationWorker:
     """``threads`` threads run every session's diarization steps, at most ``capacity``
-    queued."""
+    queued. ``cost_clock`` is what a steady-state step's cost is read on: the thread's
+    CPU time (``time.thread_time``) where the models compute on the calling thread, so
+    that a step kept waiting for a core (the ASR thread goes first) is not counted as
+    work; wall time where their work runs elsewhere (a GPU, several torch threads)."""
 
     def __init__(
         self,
@@ -74,6 +78,7 @@ class DiarizationWorker:
         on_thread_start: Callable[[], None] | None = None,
         threads: int = 1,
         max_batch: int = MAX_BATCH,
+        cost_clock: Callable[[], float] = time.perf_counter,
     ):
         if threads < 1 or max_batch < 1:
             raise ValueError("a diarization worker needs at least one thread and a batch of one")
@@ -83,6 +88,7 @@ class DiarizationWorker:
         self.on_step: Callable[[float], None] | None = None  # told each step's seconds
         self._on_thread_start = on_thread_start
         self._max_batch = max_batch
+        self._cost_clock = cost_clock
         self._queue: queue.Queue = queue.Queue(capacity)
         self._stats_lock = threading.Lock()
         self._threads = [
@@ -166,7 +172,7 @@ class DiarizationWorker:
     def _step_all(self, jobs: list[_Job]) -> None:
         if not jobs:
             return
-        started = time.perf_counter()
+        started, cost_from = time.perf_counter(), self._cost_clock()
         segmented = [job for job in jobs if job.diarizer.segments(job.window)]
         try:
             activities = self.models.segment([job.window for job in segmented]) if segmented else []
@@ -175,9 +181,10 @@ class DiarizationWorker:
                 self._fail(job, exc, (time.perf_counter() - started) / len(jobs))
             return
         shared = (time.perf_counter() - started) / len(jobs)  # each step's share of it
+        shared_cost = (self._cost_clock() - cost_from) / len(jobs)
         activity_of = {id(job): activity for job, activity in zip(segmented, activities)}
         for job in jobs:
-            began = time.perf_counter()
+            began, cost_from = time.perf_counter(), self._cost_clock()
             try:
                 snapshot = job.diarizer.step(
                     job.window,
@@ -197,7 +204,8 @@ class DiarizationWorker:
                 self._fail(job, exc, shared + time.perf_counter() - began)
             else:
                 job.future.set_result(snapshot)
-                self._count(shared + time.perf_counter() - began, _steady(job))
+                cost = shared_cost + self._cost_clock() - cost_from if _steady(job) else None
+                self._count(shared + time.perf_counter() - began, cost)
 
     def _fail(self, job: _Job, exc: Exception, spent: float) -> None:
         with self._stats_lock:
@@ -208,13 +216,15 @@ class DiarizationWorker:
         job.future.set_exception(exc)
         self._count(spent)
 
-    def _count(self, spent: float, steady: bool = False) -> None:
+    def _count(self, spent: float, steady_cost: float | None = None) -> None:
+        """A step that took ``spent`` seconds; ``steady_cost``: a steady-state step's cost
+        on the cost clock (None: not one)."""
         with self._stats_lock:
             self.stats.steps += 1
             self.stats.busy_seconds += spent
-            if steady:
+            if steady_cost is not None:
                 self.stats.full_steps += 1
-                self.stats.full_busy_seconds += spent
+                self.stats.full_cost_seconds += steady_cost
         if self.on_step is not None:
             self.on_step(spent)
 
