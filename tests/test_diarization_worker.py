@@ -131,10 +131,11 @@ class BusyOrWaitingModels(CountingModels):
         self._seconds, self._busy = seconds, busy
 
     def segment(self, windows):
-        until = time.perf_counter() + self._seconds
-        while self._busy and time.perf_counter() < until:
-            pass
-        if not self._busy:
+        if self._busy:  # so much CPU, however long the machine makes it take
+            until = time.thread_time() + self._seconds
+            while time.thread_time() < until:
+                pass
+        else:
             time.sleep(self._seconds)
         return super().segment(windows)
 
@@ -154,4 +155,4 @@ async def test_a_steps_cost_on_the_thread_clock_is_its_work_not_its_wait():
         await worker.stop()
         assert worker.stats.full_steps == 1 and worker.stats.busy_seconds >= 0.2
         costs[busy] = worker.stats.full_cost_seconds
-    assert costs[True] >= 0.15 and costs[False] < 0.05
+    assert costs[True] >= 0.19 and costs[False] < 0.05
