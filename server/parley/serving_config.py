@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
+from parley.core.capacity import CapacityPolicy
 from parley.recordings.files import FileLimits
 from parley.runtime.webhook_config import WebhookConfig
 
@@ -44,7 +45,7 @@ class ServerSettings(BaseModel):
         "real time; max_sessions stays the ceiling",
     )
     capacity_target_busy: float = Field(
-        0.6,
+        CapacityPolicy.target_busy,
         gt=0.05,
         le=1.0,
         description="the share of the ASR (and diarization) "
