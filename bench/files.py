@@ -20,6 +20,7 @@ transcribes each recording, English, greedy, all cores:
 Reports audio seconds per second (x real time), each system's ratio to Parley on the
 same recording, and WER (Whisper's English normaliser). Usage:
 python bench/files.py [--models tiny.en base] [--minutes 1 5 20] [--reference-minutes 5]
+  [--recordings N]
   [--parley-windows N … | --parley-compute TYPE … | --parley-gap S …] (Parley's variants only)
 ((a) runs at about 3 times real time here: only on recordings up to --reference-minutes)
 """
@@ -30,9 +31,9 @@ import argparse
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from common import print_table, write_json  # first: it puts tests/ on the path
 
@@ -46,17 +47,22 @@ if TYPE_CHECKING:
     from parley.workers.scheduler import AsrScheduler
 
 BATCH = 8
+Key = TypeVar("Key", bound=Hashable)
 
 
 VOICES = ("en-us", "en-us+f3", "en-gb", "en-us+m3")
 
 
-def recording(minutes: float) -> tuple[np.ndarray, str]:
+def recording(minutes: float, first_round: int = 0) -> tuple[np.ndarray, str]:
     """sample.wav (two real voices) and espeak-ng talk of the held-out sentences in four
-    plain voices, in turns, end to end, to at least ``minutes``; and the text said."""
+    plain voices, in turns, end to end, to at least ``minutes``; and the text said. Each
+    round is sample.wav and eight sentences (about a minute); ``first_round`` picks where
+    the sentences begin, so that recordings of one length differ."""
     real = (read_wav(SAMPLE_WAV), sample_reference_text())
     sentences = SENTENCES["heldout"]
-    audio, text, k = [], [], 0
+    audio: list[np.ndarray] = []
+    text: list[str] = []
+    k = first_round
     while sum(len(a) for a in audio) < minutes * 60 * SAMPLE_RATE:
         lines = [
             (VOICES[(k + i) % len(VOICES)], sentences[(k * 7 + i) % len(sentences)])
@@ -71,12 +77,12 @@ def recording(minutes: float) -> tuple[np.ndarray, str]:
 
 async def parley_run(
     model: str,
-    audios: dict[float, np.ndarray],
+    audios: dict[Key, np.ndarray],
     windows_in_flight: int | None = None,
     compute_type: str = "auto",
     piece_gap_s: float | None = None,
     on_worker: Callable[[AsrScheduler], None] | None = None,
-) -> dict[float, tuple]:
+) -> dict[Key, tuple]:
     """Each recording through ``FileJobs``: (seconds, text, the scheduler's report).
     ``on_worker`` is given the scheduler once it runs (bench/files_gpu.py watches it)."""
     from parley.config import Settings
@@ -98,11 +104,11 @@ async def parley_run(
     jobs = file_jobs(settings, worker, None)
     out = {}
     try:
-        for minutes, audio in audios.items():
+        for key, audio in audios.items():
             began = time.perf_counter()
             with jobs.slot():
                 result = await jobs.transcribe(audio, FileRequest(language="en"))
-            out[minutes] = (time.perf_counter() - began, result.text, result.report.to_json())
+            out[key] = (time.perf_counter() - began, result.text, result.report.to_json())
     finally:
         await worker.stop()
     return out
@@ -156,6 +162,14 @@ def main() -> None:
     parser.add_argument("--minutes", nargs="+", type=float, default=[1, 5, 20])
     parser.add_argument("--reference-minutes", type=float, default=5.0)
     parser.add_argument(
+        "--recordings",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N recordings of each length, their sentences begun at rounds 0..N-1: each "
+        "system's speed over all of them, and its WER over all their words",
+    )
+    parser.add_argument(
         "--parley-windows",
         type=int,
         nargs="+",
@@ -180,8 +194,30 @@ def main() -> None:
     from parley.weights.bundle import ct2_source
 
     models_dir = Settings().models_dir
-    made = {m: recording(m) for m in args.minutes}
-    audios = {m: a for m, (a, _) in made.items()}
+    made = {(m, i): recording(m, i) for m in args.minutes for i in range(args.recordings)}
+    audios = {key: audio for key, (audio, _) in made.items()}
+    said = {m: " ".join(made[m, i][1] for i in range(args.recordings)) for m in args.minutes}
+    seconds = {
+        m: sum(len(made[m, i][0]) for i in range(args.recordings)) / SAMPLE_RATE
+        for m in args.minutes
+    }
+
+    def pooled(minutes: float, run: Callable, directory: Path, *more: object) -> tuple[float, str]:
+        """``run(directory, audio, *more)`` over each recording of that length: the seconds
+        spent, summed, and the texts, joined."""
+        done = [run(directory, made[minutes, i][0], *more) for i in range(args.recordings)]
+        return sum(d[0] for d in done), " ".join(d[1] for d in done)
+
+    def parley_pooled(runs: dict) -> dict[float, tuple[float, str, list]]:
+        return {
+            m: (
+                sum(runs[m, i][0] for i in range(args.recordings)),
+                " ".join(runs[m, i][1] for i in range(args.recordings)),
+                [runs[m, i][2] for i in range(args.recordings)],
+            )
+            for m in args.minutes
+        }
+
     rows = []
     variants = [
         (w, "auto", None, f"parley, {w} windows in flight") for w in args.parley_windows or []
@@ -193,8 +229,8 @@ def main() -> None:
     if variants:
         for model in args.models:
             for windows, compute, gap, system in variants:
-                for minutes, (spent, text, report) in asyncio.run(
-                    parley_run(model, audios, windows, compute, gap)
+                for minutes, (spent, text, reports) in parley_pooled(
+                    asyncio.run(parley_run(model, audios, windows, compute, gap))
                 ).items():
                     rows.append(
                         {
@@ -202,9 +238,11 @@ def main() -> None:
                             "minutes": minutes,
                             "system": system,
                             "seconds": spent,
-                            "x_real_time": len(audios[minutes]) / SAMPLE_RATE / spent,
-                            "wer": wer(made[minutes][1], text),
-                            "rows_per_step": report["mean_batch_rows"],
+                            "x_real_time": seconds[minutes] / spent,
+                            "wer": wer(said[minutes], text),
+                            "rows_per_step": float(
+                                np.mean([r["mean_batch_rows"] for r in reports])
+                            ),
                         }
                     )
         print_table(
@@ -216,9 +254,11 @@ def main() -> None:
     # the torch runs after them (base's Parley ran 0.96 times as fast there as alone).
     parley_runs = {
         model: (
-            asyncio.run(parley_run(model, audios)),
+            parley_pooled(asyncio.run(parley_run(model, audios))),
             {
-                f"parley {compute}": asyncio.run(parley_run(model, audios, compute_type=compute))
+                f"parley {compute}": parley_pooled(
+                    asyncio.run(parley_run(model, audios, compute_type=compute))
+                )
                 for compute in ("float32", "int8", "bfloat16")
                 if compute != DEFAULT_COMPUTE and (compute != "bfloat16" or has_bfloat16_matrices())
             },
@@ -228,8 +268,7 @@ def main() -> None:
     for model in args.models:
         ct2 = ct2_source(model, Path(tempfile.gettempdir()) / f"parley-ct2-{model}")
         ours, more = parley_runs[model]
-        for minutes, (audio, said) in made.items():
-            seconds = len(audio) / SAMPLE_RATE
+        for minutes in args.minutes:
             spent, text, report = ours[minutes]
             results = [(f"parley {DEFAULT_COMPUTE} (the default)", spent, text)]
             results += [(system, *runs[minutes][:2]) for system, runs in more.items()]
@@ -237,20 +276,25 @@ def main() -> None:
                 results.append(
                     (
                         "(a) transformers pipeline batch 8",
-                        *transformers_run(models_dir / model, audio, not model.endswith(".en")),
+                        *pooled(
+                            minutes,
+                            transformers_run,
+                            models_dir / model,
+                            not model.endswith(".en"),
+                        ),
                     )
                 )
             for compute in ("float32", "int8"):
                 results.append(
                     (
                         f"(b) faster-whisper sequential {compute}",
-                        *faster_whisper_run(ct2, audio, compute, batched=False),
+                        *pooled(minutes, faster_whisper_run, ct2, compute, False),
                     )
                 )
                 results.append(
                     (
                         f"(b) faster-whisper batched 8 {compute}",
-                        *faster_whisper_run(ct2, audio, compute, batched=True),
+                        *pooled(minutes, faster_whisper_run, ct2, compute, True),
                     )
                 )
             for system, took, hypothesis in results:
@@ -260,9 +304,9 @@ def main() -> None:
                         "minutes": minutes,
                         "system": system,
                         "seconds": took,
-                        "x_real_time": seconds / took,
+                        "x_real_time": seconds[minutes] / took,
                         "x_parley": spent / took,
-                        "wer": wer(said, hypothesis),
+                        "wer": wer(said[minutes], hypothesis),
                     }
                 )
             rows[-len(results)]["decode"] = report
