@@ -106,6 +106,33 @@ async def test_a_step_at_a_checkpoint_brings_the_streams_relabel():
     assert relabelled[1] - relabelled[0] == 15.0
 
 
+async def test_a_short_streams_last_step_brings_its_live_timeline_to_relabel_from():
+    """A stream too short to cluster still ends with a closing timeline: its live one as
+    it stands, every label settled, so that the finals settled under a label merged away
+    since are relabelled too; with closing_s 0 nothing is relabelled."""
+    for closing_s, relabelled in ((7200.0, True), (0.0, False)):
+        worker = DiarizationWorker(CountingModels(), DiarizationConfig(closing_s=closing_s))
+        worker.start()
+        diarizer = worker.new_stream()
+        for step in range(1, 21):  # 10 s
+            now = step * 0.5
+            heard = min(now, 5.0)
+            window = np.zeros(int(heard * SAMPLE_RATE), np.float32)
+            snapshot = await asyncio.wrap_future(
+                await worker.submit(diarizer, window, now - heard, now)
+            )
+            assert snapshot.closing is None
+        last = await worker.submit(diarizer, np.zeros(0, np.float32), 10.0, 10.0, final=True)
+        snapshot = await asyncio.wrap_future(last)
+        await worker.stop()
+        if not relabelled:
+            assert snapshot.closing is None
+            continue
+        assert snapshot.closing is not None and snapshot.taken_over is None
+        assert snapshot.closing.turns == diarizer.as_recording().turns
+        assert snapshot.closing.speaker_count == 1 and snapshot.closing.turns[-1].end >= 9.5
+
+
 async def test_only_whole_window_steps_with_every_speaker_embedded_count_as_steady():
     """A stream's first steps (a window still growing) and thinned steps are counted
     among all steps, not among the steady-state ones admission measures."""

@@ -4,7 +4,9 @@ The live linking labels a voice when it is first heard, with only the past to co
 with (``speakers.OnlineClustering``). The windows a stream keeps (one a second) can be
 clustered at once, as a recording's are (``recording_speakers``): at the stream's end
 (the closing relabel, which relabels every final) and at checkpoints before it
-(``StreamDiarizer.relabel_due``), which relabel the finals already settled. After a
+(``StreamDiarizer.relabel_due``), which relabel the finals already settled. A stream
+too short to cluster ends relabelled from its own live timeline as it stands
+(``closing_timeline``). After a
 checkpoint, the live speakers keep the labels the clustering gave their voices: each
 clustered speaker is taken over by one live speaker, of those whose windows went mostly
 to it the one that held the most of them, and the other live speakers keep labels of
@@ -62,6 +64,19 @@ def relabel(
     shown = diarizer.clustering.aliases()
     taken_over = take_over(speaker_of, diarizer.kept_speakers, shown, windows)
     return Relabel(timeline, taken_over)
+
+
+def closing_timeline(
+    diarizer: StreamDiarizer, clustering: RecordingClustering = RecordingClustering()
+) -> TimelineSnapshot:
+    """The timeline every final of a stream is labelled from once its last step has
+    settled every label: its kept windows clustered at once, or, for a stream too short
+    for that, its live timeline as it stands. A final settles with the labels of its
+    time, and a voice the live linking founded twice and merged later keeps, in the
+    finals already settled, the label that was merged away; the timeline has every merge
+    applied, as a recording that short gets it (``whole_recording.replay_recording``)."""
+    found = relabel(diarizer, clustering)
+    return diarizer.as_recording() if found is None else found.timeline
 
 
 def take_over(

@@ -5,7 +5,8 @@ the audio window to send it, the latest immutable timeline snapshots, the labels
 client has seen (``SpeakerLabels``), and the finals whose speakers may still change,
 so that a later snapshot can revise them with a ``speaker_update``. At checkpoints and
 at the end of the stream, a step's closing timeline (the stream's voices so far
-clustered at once, ``speaker_relabel``) relabels every settled final it covers: at a
+clustered at once, ``speaker_relabel``; at the end of a stream too short for that, its
+live timeline with every merge applied) relabels every settled final it covers: at a
 checkpoint keeping the labels the client has seen where it can, at the end numbered
 afresh in order of appearance; the live speakers that take over its speakers keep
 their labels from then on.

@@ -6,8 +6,9 @@ an immutable ``TimelineSnapshot`` that the session reads on the event loop, so n
 is shared across threads. A thread takes the steps that are due together (up to
 ``max_batch``) and segments their windows in one forward pass; each session's
 embeddings and linking then follow, and its future is answered as soon as its own
-step is done. A stream's last step also clusters the windows it kept, at once, for
-its closing relabel, and so does a step at each of its checkpoints.
+step is done. A stream's last step also gives the timeline of its closing relabel
+(``speaker_relabel.closing_timeline``), and a step at each of its checkpoints clusters
+the windows kept so far.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_count import SpeakerCount
-from parley.core.speaker_relabel import relabel
+from parley.core.speaker_relabel import closing_timeline, relabel
 from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamDiarizer
 
 log = logging.getLogger(__name__)
@@ -194,12 +195,16 @@ class DiarizationWorker:
                     activity_of.get(id(job)),
                     job.thin,
                 )
-                closing = job.final and job.diarizer.config.closing_s > 0
-                if closing or job.diarizer.relabel_due(job.now):
+                if job.final and job.diarizer.config.closing_s > 0:
+                    # At the end nobody takes over: the labels are numbered afresh.
+                    closing = closing_timeline(job.diarizer)
+                    snapshot = replace(snapshot, closing=closing, taken_over=None)
+                elif job.diarizer.relabel_due(job.now):
                     found = relabel(job.diarizer)
-                    if found is not None:  # at the end, nobody takes over: numbered afresh
-                        taken_over = None if job.final else found.taken_over
-                        snapshot = replace(snapshot, closing=found.timeline, taken_over=taken_over)
+                    if found is not None:
+                        snapshot = replace(
+                            snapshot, closing=found.timeline, taken_over=found.taken_over
+                        )
             except Exception as exc:
                 self._fail(job, exc, shared + time.perf_counter() - began)
             else:
