@@ -207,7 +207,10 @@ def closest_voices(recording: Recording, windows: list, frame_step: float) -> fl
     return float(alike.max())
 
 
-def _score(job: tuple[str, str, int, int, dict]) -> dict:
+def _score(job: tuple[str, str, int, int, dict], as_ended: bool = False) -> dict:
+    """The live labels: each turn with the label it had when it settled (``as_ended``:
+    the timeline as it stands at the end, every merge applied, as a stream too short for
+    the closing clustering ends relabelled)."""
     from parley.core.stream_diarizer import StreamDiarizer
 
     split, kind, speakers, index, overrides = job
@@ -229,6 +232,8 @@ def _score(job: tuple[str, str, int, int, dict]) -> dict:
     linking = time.perf_counter() - began
     steps = len(cached["windows"])
     turns = [(start, end, speaker) for (start, end, _), speaker in sorted(shown.items())]
+    if as_ended:
+        turns = [(t.start, t.end, t.speaker) for t in diarizer.as_recording().turns]
     seconds = (cached["seconds"] + linking) / max(steps, 1)
     return _scored(recording, turns, job, steps, seconds, cached["windows"])
 
@@ -301,8 +306,8 @@ def _cut(recording: Recording, cut_s: float) -> tuple[Recording, int]:
 
 def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
     """What a client keeps once a stream has ended: the closing relabel's timeline (the
-    windows a stream keeps, one every ``CLOSING_STEP_S``, clustered at once), or the live
-    labels where the stream was too short for one."""
+    windows a stream keeps, one every ``CLOSING_STEP_S``, clustered at once), or, where the
+    stream was too short for that, its live timeline as it ended."""
     from parley.core.stream_diarizer import CLOSING_MIN_S, CLOSING_STEP_S, StreamDiarizer
 
     split, kind, speakers, index, overrides = job
@@ -322,10 +327,10 @@ def _score_closing(job: tuple[str, str, int, int, dict]) -> dict:
         kept = diarizer.kept_windows
         overrides = {**overrides, "stride": "1", "step_s": str(CLOSING_STEP_S)}
         return _score_recording((split, kind, speakers, index, overrides), kept)
-    # Too short: the live labels (the overrides are the closing clustering's, not theirs).
+    # Too short: the live timeline (the overrides are the closing clustering's, not its).
     if overrides.get("oracle_count") == "1":  # the count given caps the live linking
-        return _score((split, kind, speakers, index, {"max_speakers": str(speakers), **live}))
-    return _score((split, kind, speakers, index, live))
+        live = {"max_speakers": str(speakers), **live}
+    return _score((split, kind, speakers, index, live), as_ended=True)
 
 
 def _score_held(job: tuple[str, str, int, int, dict]) -> dict:
@@ -399,7 +404,7 @@ def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
     kept; the words' speakers then scored. The labelling the timeline modes leave out
     (words smoothed into turns, label numbers, finals settled or not) is in; the ASR is
     not."""
-    from parley.core.speaker_relabel import relabel
+    from parley.core.speaker_relabel import closing_timeline, relabel
     from parley.core.stream_diarizer import StreamDiarizer
     from parley.core.turns import ChangeCuts
     from parley.protocol.messages import Final, FinalReason
@@ -484,8 +489,8 @@ def _score_client(job: tuple[str, str, int, int, dict]) -> dict:
     snapshot = diarizer.timeline.snapshot(
         diarizer.clustering.aliases(), diarizer.clustering.voices()
     )
-    if not held and diarizer.config.closing_s > 0 and (found := relabel(diarizer)) is not None:
-        snapshot = replace(snapshot, closing=found.timeline, taken_over=None)
+    if not held and diarizer.config.closing_s > 0:
+        snapshot = replace(snapshot, closing=closing_timeline(diarizer), taken_over=None)
     applied(snapshot)
     turns = [
         (w.start, w.end, int(w.speaker[1:]))
