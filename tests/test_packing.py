@@ -238,3 +238,39 @@ def test_the_vector_dtw_takes_transformers_path(rows, cols, seed, ties):
         matrix = np.round(matrix, 1)
     expected = _dynamic_time_warping(matrix)
     assert all(np.array_equal(a, b) for a, b in zip(dynamic_time_warping(matrix), expected))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from([1, 3, 5, 7, 9]),
+    st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(1, 40)),
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+)
+def test_the_sorting_network_median_is_transformers_median(width, shape, seed, ties):
+    """models/median_filter.py against transformers' own filter (the reference): the same
+    values, ties (rounded weights) and windows wider than the frames included."""
+    import torch
+    from transformers.models.whisper.generation_whisper import _median_filter
+
+    from parley.models.median_filter import median_filter
+
+    weights = torch.from_numpy(np.random.default_rng(seed).standard_normal(shape, np.float32))
+    if ties:
+        weights = torch.round(weights)
+    assert torch.equal(median_filter(weights, width), _median_filter(weights, width))
+
+
+@pytest.mark.parametrize("size", range(1, 10))
+def test_the_sorting_network_sorts_every_input(size):
+    """By the 0-1 principle, a comparator network that sorts every input of 0s and 1s
+    sorts every input."""
+    import itertools
+
+    from parley.models.median_filter import sorting_network
+
+    for bits in itertools.product((0, 1), repeat=size):
+        values = list(bits)
+        for a, b in sorting_network(size):
+            values[a], values[b] = min(values[a], values[b]), max(values[a], values[b])
+        assert values == sorted(values)

@@ -13,12 +13,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-# Pinned transformers: its own median filter, the one its Whisper generate uses.
-from transformers.models.whisper.generation_whisper import _median_filter
-
 from parley.core.dtw import dynamic_time_warping
 from parley.core.words import TimedWord, group_words, merge_partial_characters
 from parley.models.greedy import RowDecode
+from parley.models.median_filter import median_filter
 from parley.models.row_decoder import RowDecoder
 
 SECONDS_PER_ENCODER_FRAME = 0.02
@@ -39,7 +37,7 @@ def token_times(
     frames = max(1, min(int(round(audio_seconds / SECONDS_PER_ENCODER_FRAME)), weights.shape[-1]))
     weights = weights[..., :frames].float()
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True)
-    weights = _median_filter((weights - mean) / (std + 1e-10), MEDIAN_FILTER_WIDTH)
+    weights = median_filter((weights - mean) / (std + 1e-10), MEDIAN_FILTER_WIDTH)
     matrix = weights.mean(dim=0)[prompt_length : prompt_length + n + 1]
     text_index, time_index = dynamic_time_warping(-matrix.double().cpu().numpy())
     jumps = np.pad(np.diff(text_index), (1, 0), constant_values=1).astype(bool)
