@@ -18,15 +18,16 @@ import torch
 
 @cache
 def sorting_network(size: int) -> tuple[tuple[int, int], ...]:
-    """Batcher's odd-even merge sort as comparators (a, b), a < b: after every one,
-    in order, has put the smaller value at a, any ``size`` values are sorted."""
+    """Batcher's odd-even merge sort as comparators (a, b), a < b: once each, in order,
+    has put the smaller of its two values at a, any ``size`` values are sorted. Built
+    for the next power of two, without the comparators that reach past ``size``."""
     width = 1
     while width < size:
         width *= 2
     pairs = []
-    p = 1
+    p = 1  # the length of the sorted runs being merged
     while p < width:
-        k = p
+        k = p  # the distance between the two values a comparator compares
         while k >= 1:
             for j in range(k % p, width - k, 2 * k):
                 for i in range(min(k, width - j - k)):
