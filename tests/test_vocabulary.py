@@ -99,6 +99,25 @@ def test_a_keyterm_the_model_hears_when_asked_is_written(tiny_engine):
     assert heard.words and heard.heard_keyterms == ()
 
 
+def test_a_name_the_language_prior_fights_is_heard_with_it_in_the_prompt(tiny_engine):
+    """tiny.en writes "Joaquin" as "Zokwinn": asked once, the text with the name is a
+    little too unlikely (its spelling is rare), so it is asked again with the name in
+    Whisper's prompt, where the model then finds it the likelier by far; the final says
+    "Joaquin". Without that second look nothing would be heard."""
+    config = StreamConfig(keyterms=("Joaquin", TERM, "Siobhan"))
+    decoding = StreamDecoding.of(config, tiny_engine)
+    audio = speak("Tell Joaquin the demo moved to Thursday.")
+    request = _request(tiny_engine, audio, config, with_words=True)
+    result = transcribe(tiny_engine, request)
+    assert "Joaquin" not in result.text
+    assert [term for _, term in result.heard_keyterms] == ["Joaquin"]
+    words = [Word(w.word, w.start, w.end, w.probability) for w in result.words]
+    assert "Joaquin" in " ".join(w.word for w in decoding.respelled(words, result.heard_keyterms))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("parley.models.keyterm_check.PROMPTED_MARGIN", float("inf"))
+        assert transcribe(tiny_engine, request).heard_keyterms == ()
+
+
 def test_a_fluent_term_is_not_heard_in_place_of_plain_words(base_engine):
     """base writes "Please send me the report" as "Please end me the report", and finds
     "Please Kubernetes report" about as likely a text; but the term's own tokens are

@@ -13,8 +13,9 @@ was unsure, is written as the term. A run less alike than that is written as a t
 only where the model, asked once more over the same audio, finds the text with the
 term about as likely as the text it wrote (``to_ask``; the engine asks,
 ``Transcription.heard_keyterms``): tiny.en writes "Kubernetes" as "Qubanit" in one
-voice, and finds the text with the term as likely. That reads the decoded words after
-the decode; the tokens stay what the biased decode chose.
+voice, and finds the text with the term as likely; a near miss is asked again with
+the term in Whisper's prompt (``near_miss``). That reads the decoded words after the
+decode; the tokens stay what the biased decode chose.
 
 The terms are not also written into Whisper's prompt (``<|startofprev|>``): measured
 on bench/vocabulary.py's set, a prompt listing 40 terms made tiny.en write lists of
@@ -62,6 +63,17 @@ ASK_SIMILARITY = 40.0
 ASKED_RUNS = 16
 HEARD_MARGIN = 3.0
 HEARD_TERM_LOGPROB = -4.0
+# A near miss of that (the text with the term at most NEAR_MISS_MARGIN nats less likely,
+# the term's tokens NEAR_MISS_TERM_LOGPROB probable or more) is asked again with the term
+# in Whisper's prompt, and heard where the text with the term is then PROMPTED_MARGIN
+# nats the likelier and the term's tokens PROMPTED_TERM_LOGPROB probable on average.
+# Chosen on the espeak-ng half of bench/vocabulary.py's keyterms with tiny.en (false
+# insertions kept at asking once's), the Festival half and base scored after
+# (bench/VARIANTS.md, "Keyterms the model is asked about").
+NEAR_MISS_MARGIN = 15.0
+NEAR_MISS_TERM_LOGPROB = -6.0
+PROMPTED_MARGIN = 2.0
+PROMPTED_TERM_LOGPROB = -0.5
 
 
 def check_keyterms(terms: Iterable[str]) -> tuple[str, ...]:
@@ -236,6 +248,13 @@ def to_ask(words: Sequence[tuple[str, float]], terms: Sequence[str]) -> list[Res
     on their letters, and not too unlike one; the most alike first, at most ASKED_RUNS."""
     runs = _candidates(words, terms, ASK_SIMILARITY)
     return [run for run in runs if run.alike < RESPELL_SIMILARITY][:ASKED_RUNS]
+
+
+def near_miss(margin: float, term_logprob: float) -> bool:
+    """Whether a run asked about, its text with the term ``margin`` nats likelier than
+    the text the model wrote and the term's tokens ``term_logprob`` probable on average,
+    is asked again with the term in the prompt (``models.keyterm_check``)."""
+    return margin >= -NEAR_MISS_MARGIN and term_logprob >= NEAR_MISS_TERM_LOGPROB
 
 
 def written_as(texts: Sequence[str], run: Respelling) -> str:

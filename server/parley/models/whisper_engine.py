@@ -326,7 +326,9 @@ class WhisperEngine:
         if not (request.bias and request.bias.terms):
             return words, ()
         terms, head = request.bias.terms, self.verifier.head
-        return words, heard_keyterms(main.row, main.prompt, words, terms, self._encode, head, eot)
+        return words, heard_keyterms(
+            main.row, main.prompt, words, terms, self._encode, head, eot, self._prev
+        )
 
     def _drafter(
         self, request: AsrRequest, language: str | None, mel: torch.Tensor, hidden: torch.Tensor
