@@ -65,14 +65,13 @@ def heard_keyterms(
     texts = [w.word.strip() for w in words]
     reading = _Reading(row, texts, encode, head, eot)
     # The row holds the prompt as the decode fed it: the first reading goes on from there.
-    asked = reading.margins(prompt, runs, held=len(prompt))
-    heard = [
-        (run.letters, run.term)
-        for run, margin, term in asked
-        if margin >= -HEARD_MARGIN and term >= HEARD_TERM_LOGPROB
-    ]
-    missed = [run for run, margin, term in asked if near_miss(margin, term)]
-    missed = [run for run in missed if (run.letters, run.term) not in heard]
+    heard: list[tuple[str, str]] = []
+    missed: list[Respelling] = []
+    for run, margin, term_logprob in reading.margins(prompt, runs, held=len(prompt)):
+        if margin >= -HEARD_MARGIN and term_logprob >= HEARD_TERM_LOGPROB:
+            heard.append((run.letters, run.term))
+        elif near_miss(margin, term_logprob):
+            missed.append(run)
     after = list(prompt[1:] if prompt and prompt[0] == prev else prompt)
     for term in dict.fromkeys(run.term for run in missed):  # each once, in the runs' order
         prompted = [prev, *encode(" " + term), *after]
