@@ -72,6 +72,34 @@ async def test_due_steps_of_several_sessions_are_segmented_in_one_pass():
     assert worker.stats.steps == 7 and worker.stats.failures == 0
 
 
+async def test_a_step_a_final_waits_for_goes_before_the_routine_steps_queued():
+    """An urgent step (a final's catch-up) queued behind routine ones runs first; the
+    routine ones keep their order. Urgent steps are counted until run or cancelled."""
+    release = threading.Event()
+    models = CountingModels(release)
+    worker = DiarizationWorker(models, DiarizationConfig(), max_batch=1)
+    worker.start()
+    window = np.zeros(SAMPLE_RATE, np.float32)
+    done: list[str] = []
+
+    async def step(name: str, urgent: bool = False):
+        future = await worker.submit(worker.new_stream(), window, 0.0, 1.0, urgent=urgent)
+        future.add_done_callback(lambda _: done.append(name))
+        return future
+
+    futures = [await step("running")]
+    await asyncio.to_thread(models.entered.wait, 5)  # the thread waits inside the first
+    futures += [await step("routine 1"), await step("routine 2"), await step("final's", True)]
+    cancelled = await step("cancelled", True)
+    assert worker.urgent_waiting == 2  # what the ASR thread leaves the cores for
+    assert cancelled.cancel() and worker.urgent_waiting == 1
+    release.set()
+    await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+    await worker.stop()
+    assert done == ["cancelled", "running", "final's", "routine 1", "routine 2"]
+    assert worker.urgent_waiting == 0
+
+
 async def test_several_threads_step_sessions_and_all_stop():
     """With threads=2 both threads take steps, and stop() ends both."""
     models = CountingModels()

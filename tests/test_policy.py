@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from parley.core.costs import Acceptance, DecayingRate, EncoderCosts, StepCostModel
 from parley.core.policy import (
+    AsrThreads,
     PartialPacing,
     draft_budgets,
     encoder_batch_size,
@@ -203,3 +204,12 @@ def test_acceptance_counts_runs_of_kept_draft_tokens():
     acceptance.observe(proposed=8, accepted=8)  # all kept: no rejection
     acceptance.observe(proposed=8, accepted=2)  # kept 2, then one rejected
     assert acceptance.probability == pytest.approx(10 / 11)
+
+
+def test_the_asr_thread_takes_every_core_only_for_a_burst_of_finals():
+    """Below ``burst_finals`` finals the ASR keeps to its own cores; from there it takes
+    them all; 0 never bursts, and a burst never means fewer threads than the base."""
+    threads = AsrThreads(base=1, burst=2, burst_finals=4)
+    assert [threads.for_finals(n) for n in range(7)] == [1, 1, 1, 1, 2, 2, 2]
+    assert {AsrThreads(1, 2, burst_finals=0).for_finals(n) for n in range(20)} == {1}
+    assert AsrThreads(base=4, burst=2).for_finals(10) == 4

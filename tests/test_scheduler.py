@@ -13,8 +13,10 @@ from fake_engine import FakeEngine
 from parley.core.asr import NO_REPEAT_TOKENS, AsrRequest, Transcription, transcribe
 from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.keyterms import KeytermBias
+from parley.core.policy import AsrThreads
 from parley.workers.calibration import calibrate
 from parley.workers.scheduler import STEP_COST_PRIOR, AsrScheduler
+from parley.workers.threads import ThreadSwitch
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +175,40 @@ async def test_a_final_held_back_for_a_decode_that_runs_on_joins_after_one_pass(
         await results_of([first, second])
     together = engine.step_sizes[before:]
     assert 2 in together  # the second decoded beside the first, not after it
+
+
+class ToldSwitch(ThreadSwitch):
+    """A thread switch that records what it is told, and the threads it sets where."""
+
+    def __init__(self, burst_finals: int = 4):
+        super().__init__(AsrThreads(base=1, burst=2, burst_finals=burst_finals), self._set)
+        self.told: list[int] = []
+        self.set_to: list[tuple[int, str]] = []
+
+    def _set(self, threads: int) -> None:
+        self.set_to.append((threads, threading.current_thread().name))
+
+    def __call__(self, finals: int) -> None:
+        self.told.append(finals)
+        super().__call__(finals)
+
+
+async def test_the_thread_switch_is_told_the_finals_in_hand_and_sets_threads_on_change(speech):
+    """Each round the ASR thread tells the switch how many finals decode or wait; the
+    switch sets that thread's torch threads only when its choice changes: every core
+    for a burst of four finals, back to its own once they are done; none while held
+    (finals wait for speaker steps, whose threads need the cores)."""
+    engine = FakeEngine(encode_s=0.02, step_s=0.005)
+    switch, held = ToldSwitch(), ToldSwitch()
+    held.held = lambda: True
+    for threads in (switch, held):
+        async with running(engine, 16, threads=threads) as scheduler:
+            burst = [await scheduler.submit_final(AsrRequest(speech[i % 4])) for i in range(5)]
+            await results_of(burst)
+            await results_of([await scheduler.submit_final(AsrRequest(speech[0]))])
+        assert max(threads.told) >= 4 and threads.told[-1] <= 1
+    assert switch.set_to == [(2, "parley-asr"), (1, "parley-asr")]
+    assert held.set_to == []
 
 
 async def test_cancelled_partials_leave_at_the_next_step(speech):

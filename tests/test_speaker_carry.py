@@ -1,6 +1,8 @@
 """Thinned diarization steps (core.speaker_carry): a local speaker continuing one of the
-window before keeps its link unembedded, and only in a step thinned under load."""
+window before keeps its link unembedded, and only in a step thinned under load; a
+final's catch-up step goes first and takes the place of a step not yet begun."""
 
+import asyncio
 import concurrent.futures
 
 import numpy as np
@@ -68,10 +70,14 @@ class HeldWorker(DiarizationWorker):
     def __init__(self):
         super().__init__(CountingModels(), DiarizationConfig())
         self.submitted: list[tuple[bool, concurrent.futures.Future]] = []
+        self.urgent: list[bool] = []
 
-    async def submit(self, diarizer, window, window_start, now, final=False, thin=False):
+    async def submit(
+        self, diarizer, window, window_start, now, final=False, thin=False, urgent=False
+    ):
         future: concurrent.futures.Future = concurrent.futures.Future()
         self.submitted.append((thin, future))
+        self.urgent.append(urgent)
         return future
 
 
@@ -88,3 +94,30 @@ async def test_the_step_after_a_skipped_one_is_thinned_and_the_next_is_not():
     worker.submitted[1][1].set_result(None)
     await track.push(half_second)
     assert [thin for thin, _ in worker.submitted] == [False, True, False]
+
+
+async def test_a_finals_catch_up_takes_the_place_of_a_step_not_yet_begun():
+    """A final's catch-up step goes first (urgent); the session's own step still queued is
+    cancelled, its audio left to the catch-up (thinned, as after a skip); one already
+    running is waited for."""
+    worker = HeldWorker()
+    track = SpeakerTrack(worker)
+    half_second = np.zeros(8000, np.float32)
+    await track.push(half_second)
+    await track.push(np.zeros(1600, np.float32))
+    await track.catch_up()
+    queued, catch_up = worker.submitted[0][1], worker.submitted[1][1]
+    assert queued.cancelled() and not catch_up.done()
+    assert [thin for thin, _ in worker.submitted] == [False, True] and worker.urgent == [
+        False,
+        True,
+    ]
+
+    assert catch_up.set_running_or_notify_cancel()  # now running: the next catch-up waits
+    await track.push(np.zeros(1600, np.float32))
+    waiting = asyncio.ensure_future(track.catch_up())
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and len(worker.submitted) == 2
+    catch_up.set_result(None)
+    await waiting
+    assert worker.urgent == [False, True, True] and not catch_up.cancelled()

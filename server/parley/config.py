@@ -18,7 +18,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parley.core.asr import MAX_DRAFT, MAX_ROWS, ComputeType
 from parley.core.audio import MAX_SEGMENT_S
-from parley.core.policy import PARTIAL_INTERVAL_S, SHORT_FINALS_BUSY, PartialPacing
+from parley.core.policy import (
+    BURST_FINALS,
+    PARTIAL_INTERVAL_S,
+    SHORT_FINALS_BUSY,
+    PartialPacing,
+)
 from parley.core.speakers import ClusteringConfig
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.core.turns import TurnConfig
@@ -113,6 +118,14 @@ class AsrSettings(BaseModel):
         description="real-time clients' live finals take short windows too once finals "
         "alone have kept the ASR thread this busy over the last 10 s, or while another "
         "final waits for its encoder pass (1: never)",
+    )
+    burst_finals: int = Field(
+        BURST_FINALS,
+        ge=0,
+        le=4096,
+        description="with speaker labels on a CPU, finals decoding or waiting from which "
+        "the ASR thread computes on every core, not only those the speaker threads leave "
+        "it, while no speaker step a final waits for is queued (0: never)",
     )
     max_batch: int = Field(
         MAX_ROWS,

@@ -9,11 +9,13 @@ import os
 import time
 
 from parley.config import Settings
+from parley.core.policy import AsrThreads
 from parley.sessions.streams import AsrService
 from parley.transport.admission import Access
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
 from parley.workers.diarization import DiarizationWorker
 from parley.workers.scheduler import AsrScheduler
+from parley.workers.threads import ThreadSwitch
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +24,7 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
     """Load the engine (slow, blocking: call it off the event loop)."""
     from transformers.utils.logging import disable_progress_bar
 
-    from parley.models.device import plan_device, set_threads
+    from parley.models.device import DEFAULT_THREADS, plan_device, set_threads
     from parley.models.whisper_engine import WhisperEngine
     from parley.weights.bundle import resolve_model
 
@@ -55,6 +57,9 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
         window_margin_s=asr.window_margin_s,
     )
     threads = asr_threads(settings)
+    switch = None
+    if plan.device.type == "cpu" and threads is not None and threads < DEFAULT_THREADS:
+        switch = ThreadSwitch(AsrThreads(threads, DEFAULT_THREADS, asr.burst_finals), set_threads)
     scheduler = AsrScheduler(
         engine,
         asr.queue_size,
@@ -62,6 +67,7 @@ def load_asr(settings: Settings) -> tuple[AsrScheduler, AsrService]:
         short_finals=asr.short_final_windows,
         short_finals_busy=asr.short_finals_busy,
         on_thread_start=lambda: set_threads(threads),
+        threads=switch,
     )
     return scheduler, AsrService(scheduler, settings.asr.model)
 

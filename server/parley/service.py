@@ -250,6 +250,8 @@ async def start_service(
     if diarization is not None:
         diarization.on_step = metrics.diarization_step.observe
         diarization.start()
+        if worker.threads is not None:  # no burst while finals wait for speaker steps
+            worker.threads.held = lambda: diarization.urgent_waiting > 0
     capacity = None
     if settings.server.admit_by_capacity:  # after the warm-up: it starts from its timings
         capacity = LiveCapacity(

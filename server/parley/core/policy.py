@@ -11,6 +11,7 @@
   only the time finals leave over, shared evenly among the streams that want them.
 - ``SHORT_FINALS_BUSY``: when real-time clients' live finals too take encoder windows
   as long as their clip, not whole 30 s ones.
+- ``AsrThreads``: how many cores the ASR thread computes on, by the finals in hand.
 """
 
 from __future__ import annotations
@@ -145,3 +146,28 @@ class PartialPacing:
         (``final_load``) leave under ``target_busy``."""
         spare = max(self.target_busy - final_load, self.min_spare)
         return max(base_s, min(self.max_interval_s, streams * partial_cost_s / spare))
+
+
+# Finals decoding or waiting from which the ASR thread, kept to the cores the speaker
+# threads leave it, takes every core (bench/VARIANTS.md, "Ten streams' finals at once").
+BURST_FINALS = 4
+
+
+@dataclass(frozen=True)
+class AsrThreads:
+    """The ASR thread's torch threads: ``base`` (with speaker labels on a CPU, the cores
+    the speaker threads leave it), and ``burst`` while ``burst_finals`` or more finals
+    decode or wait (0: never). Many streams' segments ending together (speakers who stop
+    at once: ten copies of one 14 s segment are 3 s of one core's work) are worth more
+    than the speaker steps meanwhile, which run at a lower priority and thin out while
+    the burst lasts."""
+
+    base: int
+    burst: int
+    burst_finals: int = BURST_FINALS
+
+    def for_finals(self, finals: int) -> int:
+        """The threads to compute on with ``finals`` finals decoding or waiting."""
+        if self.burst_finals and finals >= self.burst_finals:
+            return max(self.base, self.burst)
+        return self.base

@@ -54,6 +54,7 @@ class SpeakerTrack:
         self._ring = AudioRing(self._window)
         self._since_step = 0
         self._pending: concurrent.futures.Future | None = None
+        self._pending_new = 0  # samples the pending step was the first to see
         self._skipped = False  # a step was skipped since the last one started: thin the next
         self._snapshot = TimelineSnapshot((), 0.0, 0)  # as applied to the messages sent
         self._newest = self._snapshot  # the newest finished step's, for cutting at a turn
@@ -94,12 +95,25 @@ class SpeakerTrack:
     async def catch_up(self) -> concurrent.futures.Future | None:
         """A step over the latest audio now, so that a final about to be queued is labelled
         from windows that have heard all of it (when sending faster than real time, steps
-        are skipped while the next window still covers them)."""
+        are skipped while the next window still covers them). The final waits for it, so
+        it goes before the routine steps queued, and takes the place of this session's own
+        step if that has not begun (its window covers that step's audio too): under load
+        the catch-up would otherwise wait behind every session's routine step twice."""
         if self._since_step == 0:
             return None
-        return await self._step_now()
+        pending = self._pending
+        if (
+            pending is not None
+            and self._since_step + self._pending_new <= self._window
+            and pending.cancel()
+        ):
+            self._since_step += self._pending_new  # seen by no step after all
+            self._skipped = True
+        return await self._step_now(urgent=True)
 
-    async def _step_now(self, final: bool = False) -> concurrent.futures.Future:
+    async def _step_now(
+        self, final: bool = False, urgent: bool = False
+    ) -> concurrent.futures.Future:
         if self._pending is not None and not self._pending.done():
             await asyncio.wait([asyncio.wrap_future(self._pending)])
         self._note_newest()
@@ -113,8 +127,9 @@ class SpeakerTrack:
             now,
             final=final,
             thin=self._skipped,
+            urgent=urgent,
         )
-        self._since_step, self._skipped = 0, False
+        self._pending_new, self._since_step, self._skipped = self._since_step, 0, False
         self._pending = future
         return future
 

@@ -51,6 +51,7 @@ class DecodeRounds:
         self.step_cost = step_cost
         self.encoder_cost = encoder_cost
         self.observer: SchedulerObserver | None = None  # may be set at any time
+        self.on_finals: Callable[[int], None] = lambda finals: None  # told the finals in hand
         self.finals_taken = 0  # finals taken off the line: started, failed or cancelled
         self.stopping = False
         self._inbox = inbox
@@ -71,6 +72,7 @@ class DecodeRounds:
         ):
             try:
                 self._discard_cancelled()
+                self.on_finals(len(self._finals) + sum(j.final for j in self._active))
                 self._admit()
                 if self._active:
                     self._step()
@@ -172,11 +174,9 @@ class DecodeRounds:
         """How long each final decoding now still needs, steps and finish, by estimate."""
         finals = [j for j in self._active if j.final]
         step = self.step_cost(len(finals), len(finals))
-        remaining = []
+        remaining, rate = [], self.ledger.tokens_per_second
         for job in finals:
-            expected = max(
-                len(job.request.draft or ()), self.ledger.tokens_per_second * job.request.seconds
-            )
+            expected = max(len(job.request.draft or ()), rate * job.request.seconds)
             steps = remaining_steps(job.produced, job.steps, expected, job.running.drafting)
             remaining.append(steps * step + self.ledger.finish_seconds)
         return remaining
@@ -195,9 +195,8 @@ class DecodeRounds:
             self._fail(jobs[0], exc)
             return
         spent = self._work(self._clock() - began)
-        log.debug(
-            "started %d %s in %.3f s", len(jobs), "finals" if jobs[0].final else "partials", spent
-        )
+        kind = "finals" if jobs[0].final else "partials"
+        log.debug("started %d %s in %.3f s", len(jobs), kind, spent)
         self.encoder_cost.observe(len(jobs), spent)
         self.stats.encoder_passes += 1
         self.stats.encoded_clips += len(jobs)

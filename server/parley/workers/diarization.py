@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import logging
 import queue
 import threading
@@ -30,6 +31,10 @@ from parley.core.speaker_relabel import closing_timeline, relabel
 from parley.core.stream_diarizer import DiarizationConfig, SpeakerModel, StreamDiarizer
 
 log = logging.getLogger(__name__)
+
+# Queue priorities: a step a final waits for (``urgent``) before the routine steps, and a
+# thread's end marker after every step queued.
+URGENT, ROUTINE, LAST = 0, 1, 2
 
 # Due steps segmented in one pass. The segmentation costs 20 ms a window alone and 14 ms
 # a window in fours and in tens on one core of this CPU (bench/VARIANTS.md, "Speaker
@@ -90,8 +95,11 @@ class DiarizationWorker:
         self._on_thread_start = on_thread_start
         self._max_batch = max_batch
         self._cost_clock = cost_clock
-        self._queue: queue.Queue = queue.Queue(capacity)
+        # (priority, order, job): urgent steps first, each priority in the order queued
+        self._queue: queue.PriorityQueue = queue.PriorityQueue(capacity)
+        self._order = itertools.count()
         self._stats_lock = threading.Lock()
+        self._urgent = 0  # urgent steps queued or running (under _stats_lock)
         self._threads = [
             threading.Thread(target=self._run, name=f"parley-diarization-{i}", daemon=True)
             for i in range(threads)
@@ -106,6 +114,12 @@ class DiarizationWorker:
         """Start the diarization threads."""
         for thread in self._threads:
             thread.start()
+
+    @property
+    def urgent_waiting(self) -> int:
+        """Steps that finals wait for, queued or running (the ASR thread leaves these
+        threads their cores meanwhile: ``threads.ThreadSwitch``)."""
+        return self._urgent
 
     @property
     def alive(self) -> bool:
@@ -125,22 +139,29 @@ class DiarizationWorker:
         now: float,
         final: bool = False,
         thin: bool = False,
+        urgent: bool = False,
     ) -> concurrent.futures.Future:
-        """Queue one step (``thin``: see ``StreamDiarizer.step``); waits while the queue is
-        full (each session has at most one step queued, so the wait is short)."""
+        """Queue one step (``thin``: see ``StreamDiarizer.step``; ``urgent``: a final waits
+        for it, so it goes before the routine steps queued); waits while the queue is full
+        (each session has at most one step queued, so the wait is short)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         job = _Job(diarizer, window, window_start, now, final, thin, future)
+        item = (URGENT if urgent else ROUTINE, next(self._order), job)
+        if urgent:
+            with self._stats_lock:
+                self._urgent += 1
+            future.add_done_callback(self._urgent_done)  # run, failed or cancelled
         try:
-            self._queue.put_nowait(job)
+            self._queue.put_nowait(item)
         except queue.Full:
-            await asyncio.to_thread(self._queue.put, job)
+            await asyncio.to_thread(self._queue.put, item)
         return future
 
     async def stop(self) -> None:
         """Finish the queued steps, then end the threads (one end marker each)."""
         running = [thread for thread in self._threads if thread.is_alive()]
         for _ in running:
-            await asyncio.to_thread(self._queue.put, None)
+            await asyncio.to_thread(self._queue.put, (LAST, next(self._order), None))
         for thread in running:
             await asyncio.to_thread(thread.join)
 
@@ -156,13 +177,13 @@ class DiarizationWorker:
     def _take(self) -> tuple[list[_Job], bool]:
         """The next due steps (waiting for one, then whatever else is queued, up to
         ``max_batch``), and whether this thread's end marker came with them."""
-        first = self._queue.get()
+        *_, first = self._queue.get()
         if first is None:
             return [], True
         jobs = [first]
         while len(jobs) < self._max_batch:
             try:
-                job = self._queue.get_nowait()
+                *_, job = self._queue.get_nowait()
             except queue.Empty:
                 break
             if job is None:
@@ -211,6 +232,10 @@ class DiarizationWorker:
                 job.future.set_result(snapshot)
                 cost = shared_cost + self._cost_clock() - cost_from if _steady(job) else None
                 self._count(shared + time.perf_counter() - began, cost)
+
+    def _urgent_done(self, _future: concurrent.futures.Future) -> None:
+        with self._stats_lock:
+            self._urgent -= 1
 
     def _fail(self, job: _Job, exc: Exception, spent: float) -> None:
         with self._stats_lock:

@@ -47,6 +47,7 @@ from parley.workers.calibration import calibrate
 from parley.workers.decode_job import Job
 from parley.workers.decode_rounds import STOP, DecodeRounds
 from parley.workers.scheduler_stats import SchedulerObserver, SchedulerStats
+from parley.workers.threads import ThreadSwitch
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class AsrScheduler:
         short_finals: bool = False,
         short_finals_busy: float = SHORT_FINALS_BUSY,
         on_thread_start: Callable[[], None] | None = None,
+        threads: ThreadSwitch | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ):
         if capacity < 2:
@@ -95,6 +97,9 @@ class AsrScheduler:
             EncoderCosts(),
             clock,
         )
+        self.threads = threads  # told the finals in hand each round
+        if threads is not None:
+            self._rounds.on_finals = threads
         self._thread = threading.Thread(target=self._run, name="parley-asr", daemon=True)
         self._ready = threading.Event()
         self._warm_up = False

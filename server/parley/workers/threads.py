@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from parley.core.policy import AsrThreads
+
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 async def in_passing_thread(function: Callable[..., T], *args: Any) -> T:
@@ -48,3 +53,28 @@ def lower_priority(nice: int) -> None:
     if nice > 0:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+
+
+class ThreadSwitch:
+    """Called on the ASR thread with the finals in hand each round: sets that thread's
+    torch threads as ``plan`` chooses, only when its choice changes (``set_threads``:
+    ``models.device.set_threads``; the count is the calling thread's own).
+
+    No burst while ``held()`` (the speaker threads' steps that finals wait for, queued
+    or running: ``DiarizationWorker.urgent_waiting``): they run at a lower priority, and
+    an ASR thread on every core would starve the very steps its next finals need."""
+
+    def __init__(self, plan: AsrThreads, set_threads: Callable[[int], None]):
+        self.plan = plan
+        self.held: Callable[[], bool] = lambda: False
+        self._set_threads = set_threads
+        self._threads = plan.base  # what the thread was started with
+
+    def __call__(self, finals: int) -> None:
+        threads = self.plan.for_finals(finals)
+        if threads > self.plan.base and self.held():
+            threads = self.plan.base
+        if threads != self._threads:
+            self._set_threads(threads)
+            self._threads = threads
+            log.debug("the ASR thread computes on %d threads (%d finals in hand)", threads, finals)
