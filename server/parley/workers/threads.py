@@ -1,4 +1,5 @@
-"""Blocking model work, off the event loop, on threads that end with it."""
+"""Blocking model work, off the event loop, on threads that end with it; the model
+threads' priority, and the ASR thread's torch threads switched by the finals in hand."""
 
 from __future__ import annotations
 
