@@ -585,7 +585,9 @@ def test_respelled_runs_never_overlap_and_each_term_is_written_once(words, terms
         assert len(covered) == len(set(covered))
         assert len({term for _, _, term in runs}) == len(runs)
         assert all(any(p < RESPELL_UNSURE for _, p in words[a:b]) for a, b, _ in runs)
-        assert set(respellings(words, terms)) <= set(runs)  # what the letters respell stays
+        for start, end, term in respellings(words, terms):  # what the letters respell stays,
+            took = [t for a, b, t in runs if t == term or (a < end and start < b)]
+            assert took  # itself, or a run the model heard in its place
 
 
 def test_a_run_unlike_its_term_is_respelled_only_where_the_model_heard_it():
@@ -599,6 +601,15 @@ def test_a_run_unlike_its_term_is_respelled_only_where_the_model_heard_it():
     assert respellings(words, ["Nguyen"]) == []
     assert respellings(words, ["Nguyen"], [("bean", "Nguyen")]) == [(4, 6, "Nguyen")]
     assert respellings(words, ["Nguyen"], [("bean", "Okonkwo"), ("invoice", "Nguyen")]) == []
+
+
+def test_a_run_the_model_heard_as_a_term_goes_before_one_spelled_like_another():
+    """tiny.en writes "Check the Grafana dashboard" as "Check the Ramanash Lord": its
+    letters respell Ramanathan, but the model, asked, hears Grafana there."""
+    words = said("Check the Ramanash Lord for the latency spike.", unsure={2, 3})
+    terms = ["Ramanathan", "Grafana"]
+    assert respellings(words, terms) == [(2, 3, "Ramanathan")]
+    assert respellings(words, terms, [("ramanash", "Grafana")]) == [(2, 3, "Grafana")]
 
 
 def test_a_run_asked_about_is_read_with_its_term_in_its_place():

@@ -223,9 +223,9 @@ def respellings(
     heard: Collection[tuple[str, str]] = (),
 ) -> list[tuple[int, int, str]]:
     """``(start, end, term)``: the runs ``words[start:end]`` (each word's text and
-    probability) to write as ``term``, none overlapping, the most alike first: those
-    spelled like it, and those ``heard`` (``(letters, term)`` pairs the model was asked
-    about and found likely enough: ``Transcription.heard_keyterms``).
+    probability) to write as ``term``, none overlapping: those ``heard`` (``(letters,
+    term)`` pairs the model was asked about and found likely enough:
+    ``Transcription.heard_keyterms``), then those spelled like it, the most alike first.
 
     A term already written is left alone, and so is a run with a word that holds a
     term's letters (an inflection: "Terraforms", "Kafka's"). Each term is written at
@@ -233,7 +233,12 @@ def respellings(
     heard = set(heard)
     taken: set[int] = set()
     chosen: dict[str, tuple[int, int]] = {}
-    for run in _candidates(words, terms, ASK_SIMILARITY if heard else RESPELL_SIMILARITY):
+    runs = _candidates(words, terms, ASK_SIMILARITY if heard else RESPELL_SIMILARITY)
+    # A run the model heard as its term goes before runs only spelled like one: tiny.en's
+    # "Check the Ramanash Lord" is Grafana to the model, whatever its letters make of
+    # Ramanathan (bench/VARIANTS.md, "Keyterms the model is asked about").
+    runs.sort(key=lambda run: (run.letters, run.term) not in heard)  # stable: most alike first
+    for run in runs:
         if run.alike < RESPELL_SIMILARITY and (run.letters, run.term) not in heard:
             continue
         if run.term in chosen or taken.intersection(range(run.start, run.end)):
