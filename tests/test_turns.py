@@ -473,6 +473,37 @@ def test_a_stream_keeps_a_window_every_closing_step_and_short_ones_are_not_relab
     assert closing.taken_over == {0: 0}  # the one live speaker keeps the one voice
 
 
+def test_windows_kept_further_apart_under_load_are_clustered_for_their_spacing(monkeypatch):
+    """A busy server skips steps, so the windows it keeps for the closing relabel can be
+    more than CLOSING_STEP_S apart; the clustering then links each embedding to as many
+    seconds of neighbours as one a CLOSING_STEP_S would, not to as many windows."""
+    from parley.core import speaker_relabel
+    from parley.core.recording_speakers import RecordingClustering
+    from parley.core.stream_diarizer import CLOSING_STEP_S, StreamDiarizer
+    from test_diarization_worker import CountingModels
+
+    used: list[RecordingClustering] = []
+    cluster_windows = speaker_relabel.cluster_windows
+
+    def recorded(windows, settings, count):
+        used.append(settings)
+        return cluster_windows(windows, settings, count)
+
+    monkeypatch.setattr(speaker_relabel, "cluster_windows", recorded)
+    audio = np.zeros(int(60 * 16000), np.float32)
+    for every in (1, 3):  # every step, then one step in three (1.5 s apart)
+        stream = StreamDiarizer(CountingModels(), DiarizationConfig())
+        for k, (window, start, _) in enumerate(stream.windows(audio)):
+            if k % every == 0 and len(window) >= 0.5 * 16000:
+                stream.link(stream.observe(window, start))
+        assert stream.kept_spacing_s == pytest.approx(max(CLOSING_STEP_S, every * 0.5))
+        assert speaker_relabel.relabel(stream) is not None
+    idle, busy = used
+    assert idle == RecordingClustering().for_step(CLOSING_STEP_S)
+    assert busy == RecordingClustering().for_step(1.5)
+    assert busy.neighbours < idle.neighbours
+
+
 class TwoVoices:
     """A voice above zero and one below: each window's local speakers are the frames of
     each sign, and an embedding says which sign its samples have."""

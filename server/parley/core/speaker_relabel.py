@@ -56,7 +56,11 @@ def relabel(
     count = config.speakers
     if count.exactly is None and count.at_most is None:
         count = replace(count, at_most=config.clustering.max_speakers)
-    settings = clustering.for_step(CLOSING_STEP_S)
+    # Each embedding keeps as many seconds of neighbours as the windows' spacing gives:
+    # a busy server's skipped steps keep windows further apart, and the neighbours
+    # counted for one a second then reached across voices (bench/VARIANTS.md, "Windows
+    # kept further apart under load").
+    settings = clustering.for_step(diarizer.kept_spacing_s)
     speaker_of = cluster_windows(windows, settings, count)
     timeline = timeline_of(
         windows, diarizer.timeline.frame_step, speaker_of, settings.active_threshold

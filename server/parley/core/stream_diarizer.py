@@ -187,6 +187,14 @@ class StreamDiarizer:
         return list(self._kept)
 
     @property
+    def kept_spacing_s(self) -> float:
+        """How far apart the kept windows start, on average: CLOSING_STEP_S, or more where
+        steps skipped under load left a second without a window to keep."""
+        if len(self._kept) < 2:
+            return CLOSING_STEP_S
+        return (self._kept[-1].start - self._kept[0].start) / (len(self._kept) - 1)
+
+    @property
     def kept_speakers(self) -> list[tuple[int | None, ...]]:
         """Each kept window's local speakers' stream speakers (None: not linked)."""
         return list(self._kept_speakers)

@@ -219,6 +219,11 @@ class DiarizationWorker:
                 if job.final and job.diarizer.config.closing_s > 0:
                     # At the end nobody takes over: the labels are numbered afresh.
                     closing = closing_timeline(job.diarizer)
+                    log.debug(
+                        "closing relabel: %d windows kept, %.2f s apart",
+                        len(job.diarizer.kept_windows),
+                        job.diarizer.kept_spacing_s,
+                    )
                     snapshot = replace(snapshot, closing=closing, taken_over=None)
                 elif job.diarizer.relabel_due(job.now):
                     found = relabel(job.diarizer)
