@@ -41,7 +41,7 @@ import numpy as np
 
 from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer
 from devset import SAMPLE_RATE, SENTENCES
-from parley.models.device import cpu_flags, has_amx
+from parley.models.device import has_bfloat16_matrices
 
 if TYPE_CHECKING:
     from parley.workers.scheduler import AsrScheduler
@@ -114,14 +114,8 @@ async def parley_run(
     return out
 
 
-def has_bfloat16_matrices() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices natively (AMX's tiles or AVX-512's
-    BF16 dot products), where bfloat16 pays."""
-    return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
-
-
 # What ``auto`` runs Parley in on this CPU (models/device.py).
-DEFAULT_COMPUTE = "bfloat16" if has_amx() else "float32"
+DEFAULT_COMPUTE = "bfloat16" if has_bfloat16_matrices() else "float32"
 
 
 def transformers_run(model_dir: Path, audio: np.ndarray, multilingual: bool) -> tuple:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_reference_text, wer
 from parley.models import device
-from parley.models.device import has_amx, plan_device
+from parley.models.device import has_bfloat16_matrices, plan_device
 from parley.models.encoder import encoder_layers
 from parley.models.int8 import RowwiseInt8Linear, quantize_linears
 from parley.models.whisper_engine import WhisperEngine
@@ -66,9 +66,10 @@ def test_every_linear_layer_is_replaced_and_nothing_else():
 
 
 def test_the_plan_chooses_the_precision():
-    """auto is bfloat16 on a CPU with AMX, float32 on one without; int8 is asked for;
+    """auto is bfloat16 on a CPU with bfloat16 matrix instructions, float32 on one
+    without; int8 is asked for;
     int8 cannot be asked of CUDA; both lower precisions read the output head in int8."""
-    assert plan_device("cpu").bfloat16_encoder == has_amx()
+    assert plan_device("cpu").bfloat16_encoder == has_bfloat16_matrices()
     assert not plan_device("cpu").int8 and not plan_device("cpu", "float32").int8
     assert not plan_device("cpu", "float32").bfloat16_encoder
     assert plan_device("cpu", "int8").int8
@@ -87,23 +88,25 @@ def test_the_plan_chooses_the_precision():
 
 
 @pytest.mark.parametrize(
-    ("flags", "amx"),
+    ("flags", "bfloat16"),
     [
-        ("fpu sse2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", True),
-        ("fpu sse2 avx512f avx512_bf16 avx512_vnni", False),  # AVX-512 BF16 alone
+        ("fpu sse2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", True),  # AMX
+        ("fpu sse2 avx512f avx512_bf16 avx512_vnni", True),  # AVX-512 BF16 alone
+        ("fpu sse2 avx2 avx512f avx512_vnni", False),  # AVX-512 without BF16
         (None, False),  # no /proc/cpuinfo (not Linux)
     ],
 )
-def test_amx_is_read_from_the_cpu_flags(tmp_path, monkeypatch, flags, amx):
-    """AMX (its bfloat16 tiles) is what makes ``auto`` choose bfloat16 on a CPU."""
+def test_bfloat16_matrices_are_read_from_the_cpu_flags(tmp_path, monkeypatch, flags, bfloat16):
+    """bfloat16 matrix instructions (AMX's tiles, AVX-512's BF16 dot products) are what
+    make ``auto`` choose bfloat16 on a CPU."""
     cpuinfo = tmp_path / "cpuinfo"
     if flags is not None:
         cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n")
     monkeypatch.setattr(device, "CPUINFO", cpuinfo)
     device.cpu_flags.cache_clear()
     try:
-        assert has_amx() is amx
-        assert plan_device("cpu").bfloat16_encoder is amx
+        assert has_bfloat16_matrices() is bfloat16
+        assert plan_device("cpu").bfloat16_encoder is bfloat16
     finally:
         device.cpu_flags.cache_clear()
 

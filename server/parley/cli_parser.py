@@ -58,9 +58,9 @@ def add_compute_type(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compute-type",
         choices=COMPUTE_TYPES,
-        help="auto: fp16 on CUDA; on a CPU bfloat16 where it has AMX, else float32; "
-        "int8: faster on a CPU; bfloat16: the encoder in bfloat16, faster on a CPU with "
-        "AMX or AVX-512 BF16",
+        help="auto: fp16 on CUDA; on a CPU bfloat16 where it has AMX or AVX-512 BF16, "
+        "else float32; int8: faster on a CPU; bfloat16: the encoder in bfloat16, faster "
+        "on a CPU with AMX or AVX-512 BF16",
     )
 
 

@@ -77,10 +77,10 @@ class AsrSettings(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     compute_type: ComputeType = Field(
         "auto",
-        description="auto: fp16 on CUDA; on a CPU bfloat16 where it has AMX, else float32; "
-        "int8: the encoder and output head in int8 (CPU only: faster, a word here and "
-        "there differs); bfloat16: the encoder in bfloat16 (CPU only; pays on CPUs with "
-        "AMX or AVX-512 BF16)",
+        description="auto: fp16 on CUDA; on a CPU bfloat16 where it has AMX or AVX-512 "
+        "BF16, else float32; int8: the encoder and output head in int8 (CPU only: "
+        "faster, a word here and there differs); bfloat16: the encoder in bfloat16 (CPU "
+        "only; pays on CPUs with AMX or AVX-512 BF16)",
     )
     threads: int | None = Field(None, ge=1, le=256, description="torch CPU threads")
     partial_interval_s: float = Field(

@@ -88,12 +88,12 @@ def _in_bfloat16(encoder: torch.nn.Module) -> None:
 
 def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
     """``choice`` is auto, cpu or cuda; asking for cuda where there is none is an error.
-    ``compute``: auto (fp16 on CUDA; on a CPU bfloat16 where it has AMX, float32
-    elsewhere), float32, or int8: the encoder's linear layers and the output head in
-    int8, CPU only: faster, and a word here and there differs (bench/README.md, "int8
-    and bfloat16 on a CPU"; on a GPU fp16 is faster still); bfloat16: the encoder in
-    bfloat16 and the output head in int8, CPU only, for CPUs with bfloat16 matrix
-    instructions (AMX, AVX-512 BF16)."""
+    ``compute``: auto (fp16 on CUDA; on a CPU bfloat16 where it has bfloat16 matrix
+    instructions, float32 elsewhere), float32, or int8: the encoder's linear layers and
+    the output head in int8, CPU only: faster, and a word here and there differs
+    (bench/README.md, "int8 and bfloat16 on a CPU"; on a GPU fp16 is faster still);
+    bfloat16: the encoder in bfloat16 and the output head in int8, CPU only, for CPUs
+    with bfloat16 matrix instructions (AMX, AVX-512 BF16)."""
     if choice not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, not {choice!r}")
     if compute not in COMPUTE_TYPES:
@@ -104,7 +104,7 @@ def plan_device(choice: str, compute: str = "auto") -> DevicePlan:
         if compute in ("int8", "bfloat16"):
             raise ValueError(f"compute type {compute} is for the CPU; on CUDA models run in fp16")
         return DevicePlan(torch.device("cuda"), torch.float16)
-    if compute == "auto" and has_amx():
+    if compute == "auto" and has_bfloat16_matrices():
         compute = "bfloat16"
     return DevicePlan(
         torch.device("cpu"),
@@ -130,13 +130,14 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(flags.partition(":")[2].split())
 
 
-def has_amx() -> bool:
-    """Whether this CPU has AMX's bfloat16 tiles (Intel Xeon since Sapphire Rapids),
-    where the encoder in bfloat16 is the faster plan by far: on a 2-core Xeon ten
-    labelled streams' final p50 fell by a third or more, with the same words and
-    speakers (bench/README.md, "int8 and bfloat16 on a CPU"). AVX-512's BF16 alone
-    gains less, and stays float32 unless asked."""
-    return "amx_bf16" in cpu_flags()
+def has_bfloat16_matrices() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively: AMX's tiles (Intel Xeon
+    since Sapphire Rapids) or AVX-512's BF16 dot products (AMD since Zen 4, Intel Cooper
+    Lake). There the encoder in bfloat16 is the faster plan, its words and speakers as
+    good: ten labelled streams' final p50 fell by a third or more on a 2-core Xeon with
+    AMX, and their p95 by a third on a 2-core AMD EPYC with AVX-512 BF16
+    (bench/README.md, "int8 and bfloat16 on a CPU")."""
+    return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
 
 
 # torch's own choice (the physical cores), read before anything changes it.
