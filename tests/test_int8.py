@@ -67,8 +67,8 @@ def test_every_linear_layer_is_replaced_and_nothing_else():
 
 def test_the_plan_chooses_the_precision():
     """auto is bfloat16 on a CPU with bfloat16 matrix instructions, float32 on one
-    without; int8 is asked for;
-    int8 cannot be asked of CUDA; both lower precisions read the output head in int8."""
+    without; int8 is asked for; int8 cannot be asked of CUDA; both lower precisions read
+    the output head in int8."""
     assert plan_device("cpu").bfloat16_encoder == has_bfloat16_matrices()
     assert not plan_device("cpu").int8 and not plan_device("cpu", "float32").int8
     assert not plan_device("cpu", "float32").bfloat16_encoder
