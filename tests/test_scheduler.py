@@ -534,3 +534,23 @@ async def test_a_final_that_waits_behind_another_takes_a_short_window_at_once(sp
         engine.release.set()
         await results_of([first, behind, faster])
     assert engine.whole_windows == [True, False, True]
+
+
+async def test_a_final_submitted_alone_is_short_if_others_wait_with_it_when_it_starts(speech):
+    """Ten segments ending together are queued a few milliseconds apart: the first,
+    submitted while no other final waited, asked for a whole window, but the others
+    waited with it by the time its encoder pass began (the thread was busy), so it is
+    short like them. A faster client's final keeps its whole window."""
+    engine = HeldInItsFirstPass()
+    async with running(engine, 6) as scheduler:
+        partial = await scheduler.try_submit_partial(AsrRequest(speech[0]))
+        await asyncio.to_thread(engine.encoding.wait, 10.0)
+        first = await scheduler.submit_final(AsrRequest(speech[1]), True)
+        second = await scheduler.submit_final(AsrRequest(speech[2]), True)
+        faster = await scheduler.submit_final(AsrRequest(speech[0]), False)
+        engine.release.set()
+        await results_of([first, second, faster])
+        assert partial is not None
+        partial.cancel()
+    assert engine.whole_windows[:1] == [False]  # the partial's pass
+    assert sorted(engine.whole_windows[1:]) == [False, False, True]

@@ -116,8 +116,8 @@ class AsrSettings(BaseModel):
         ge=0.0,
         le=1.0,
         description="real-time clients' live finals take short windows too once finals "
-        "alone have kept the ASR thread this busy over the last 10 s, or while another "
-        "final waits for its encoder pass (1: never)",
+        "alone have kept the ASR thread this busy over the last 10 s, or while other "
+        "finals wait for their encoder passes with them (1: never)",
     )
     burst_finals: int = Field(
         BURST_FINALS,

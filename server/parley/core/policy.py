@@ -109,7 +109,7 @@ def finish_decoding_first(
 
 # A real-time client's live finals take short encoder windows once finals alone have
 # kept the ASR thread this busy over the last load window (asr.short_finals_busy; 1.0:
-# never), and while another final waits (a burst the load window has not seen yet).
+# never), and while other finals wait with it (a burst the load window has not seen yet).
 # Well under partials' 0.8: finals that switch back to whole windows at once fall
 # behind again before the load window sees it (0.5 did, at ten labelled streams).
 # A client streaming faster than real time keeps whole windows (sessions/arrivals.py):

@@ -9,12 +9,7 @@ import queue
 from collections import deque
 from collections.abc import Callable
 
-from parley.core.asr import (
-    AsrRequest,
-    Transcriber,
-    better_attempt,
-    second_attempt,
-)
+from parley.core.asr import AsrRequest, Transcriber, better_attempt, second_attempt
 from parley.core.costs import Acceptance, EncoderCosts, StepCostModel
 from parley.core.load import LoadLedger
 from parley.core.policy import (
@@ -146,7 +141,8 @@ class DecodeRounds:
                 return  # every row decodes a final: the next one joins when one leaves
             free = self.engine.max_rows - len(self._active)
             count = encoder_batch_size(min(len(self._finals), free), self.encoder_cost.known)
-            self._start([self._finals.popleft() for _ in range(count)])
+            waiting = len(self._finals)
+            self._start([self._finals.popleft().among(waiting) for _ in range(count)])
             self.finals_taken += count
             self._take(block=False)  # finals that came meanwhile join this round
         free = self.engine.max_rows - len(self._active)

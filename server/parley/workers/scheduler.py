@@ -181,7 +181,10 @@ class AsrScheduler:
         assert self._slots is not None, "start() the scheduler first"
         await self._slots.acquire()
         self._finals_submitted += 1
-        return self._enqueue(self._final_windowed(request, realtime), final=True)
+        windowed = self._final_windowed(request, realtime)
+        short_may_do = realtime and self.short_finals_busy < 1.0 and not request.whole_window
+        alone = short_may_do and windowed.whole_window
+        return self._enqueue(windowed, final=True, whole_alone=alone)
 
     async def try_submit_partial(self, request: AsrRequest) -> concurrent.futures.Future | None:
         """Queue a partial if it cannot delay a final: none waits, and half the room is
@@ -210,11 +213,13 @@ class AsrScheduler:
             base_s, self._partial_streams, load.partial_cost_s, load.finals.rate(self._clock())
         )
 
-    def _enqueue(self, request: AsrRequest, final: bool) -> concurrent.futures.Future:
+    def _enqueue(
+        self, request: AsrRequest, final: bool, whole_alone: bool = False
+    ) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._in_flight += 1
         future.add_done_callback(self._release_from_any_thread)
-        self._inbox.put(Job(request, future, final, self._clock()))
+        self._inbox.put(Job(request, future, final, self._clock(), whole_alone=whole_alone))
         return future
 
     def submit_background(self, request: AsrRequest, owner: object) -> concurrent.futures.Future:
@@ -228,7 +233,8 @@ class AsrScheduler:
         """A live final's request: a real-time client's over a short window once finals
         keep the thread ``short_finals_busy``, or while another final already waits for
         its encoder pass (a burst the load window has not seen yet: ten streams' first
-        finals), else as ``_windowed`` says."""
+        finals), else as ``_windowed`` says: whole for want of company, so short after
+        all if others wait with it when its encoder pass begins (``Job.among``)."""
         if realtime and self.short_finals_busy < 1.0:
             behind = self._finals_waiting > 1  # this one counted
             if behind or (
