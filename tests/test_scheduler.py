@@ -554,3 +554,35 @@ async def test_a_final_submitted_alone_is_short_if_others_wait_with_it_when_it_s
         partial.cancel()
     assert engine.whole_windows[:1] == [False]  # the partial's pass
     assert sorted(engine.whole_windows[1:]) == [False, False, True]
+
+
+class HoldEndsInTheFirstPass(HeldInItsFirstPass):
+    """A fake whose first encoder pass outlasts the speaker steps' hold (``hold`` is
+    cleared in it) and waits until the test lets it go; notes each pass's threads."""
+
+    def __init__(self, switch: ToldSwitch, hold: threading.Event):
+        super().__init__()
+        self.switch, self.hold = switch, hold
+        self.threads_at_pass: list[int] = []
+
+    def start(self, requests):
+        self.threads_at_pass.append(self.switch.set_to[-1][0] if self.switch.set_to else 1)
+        self.hold.clear()
+        return super().start(requests)
+
+
+async def test_a_burst_takes_every_core_at_its_next_encoder_pass_once_nothing_holds_it(speech):
+    """Finals that came during an encoder pass are encoded in the same round, one pass
+    after another; the switch is asked before each, so once the speaker steps that held
+    the burst back are done, the next pass already computes on every core."""
+    switch, hold = ToldSwitch(), threading.Event()
+    hold.set()
+    switch.held = hold.is_set
+    engine = HoldEndsInTheFirstPass(switch, hold)
+    async with running(engine, 16, threads=switch) as scheduler:
+        burst = [await scheduler.submit_final(AsrRequest(speech[0]))]
+        await asyncio.to_thread(engine.encoding.wait, 10.0)
+        burst += [await scheduler.submit_final(AsrRequest(speech[i % 4])) for i in range(1, 5)]
+        engine.release.set()
+        await results_of(burst)
+    assert engine.threads_at_pass[:2] == [1, 2]

@@ -67,13 +67,16 @@ class DecodeRounds:
         ):
             try:
                 self._discard_cancelled()
-                self.on_finals(len(self._finals) + sum(j.final for j in self._active))
+                self._tell_finals()
                 self._admit()
                 if self._active:
                     self._step()
             except Exception as exc:  # a fault of ours: no request may wait forever on it
                 log.exception("the ASR scheduler failed; its requests end with an error")
                 self._fail_everything(exc)
+
+    def _tell_finals(self) -> None:
+        self.on_finals(len(self._finals) + sum(j.final for j in self._active))
 
     def _fail_everything(self, exc: Exception) -> None:
         for job in list(self._active):
@@ -142,6 +145,7 @@ class DecodeRounds:
             free = self.engine.max_rows - len(self._active)
             count = encoder_batch_size(min(len(self._finals), free), self.encoder_cost.known)
             waiting = len(self._finals)
+            self._tell_finals()  # a burst's passes take both cores once nothing holds them
             self._start([self._finals.popleft().among(waiting) for _ in range(count)])
             self.finals_taken += count
             self._take(block=False)  # finals that came meanwhile join this round

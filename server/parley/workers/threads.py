@@ -57,7 +57,8 @@ def lower_priority(nice: int) -> None:
 
 
 class ThreadSwitch:
-    """Called on the ASR thread with the finals in hand each round: sets that thread's
+    """Called on the ASR thread with the finals in hand each round and before each
+    encoder pass of finals (a burst's passes run in one round): sets that thread's
     torch threads as ``plan`` chooses, only when its choice changes (``set_threads``:
     ``models.device.set_threads``; the count is the calling thread's own).
 
