@@ -181,9 +181,7 @@ class AsrScheduler:
         assert self._slots is not None, "start() the scheduler first"
         await self._slots.acquire()
         self._finals_submitted += 1
-        windowed = self._final_windowed(request, realtime)
-        short_may_do = realtime and self.short_finals_busy < 1.0 and not request.whole_window
-        alone = short_may_do and windowed.whole_window
+        windowed, alone = self._final_windowed(request, realtime)
         return self._enqueue(windowed, final=True, whole_alone=alone)
 
     async def try_submit_partial(self, request: AsrRequest) -> concurrent.futures.Future | None:
@@ -229,19 +227,20 @@ class AsrScheduler:
         self._inbox.put(Job(self._windowed(request), future, False, self._clock(), owner=owner))
         return future
 
-    def _final_windowed(self, request: AsrRequest, realtime: bool) -> AsrRequest:
+    def _final_windowed(self, request: AsrRequest, realtime: bool) -> tuple[AsrRequest, bool]:
         """A live final's request: a real-time client's over a short window once finals
         keep the thread ``short_finals_busy``, or while another final already waits for
         its encoder pass (a burst the load window has not seen yet: ten streams' first
-        finals), else as ``_windowed`` says: whole for want of company, so short after
-        all if others wait with it when its encoder pass begins (``Job.among``)."""
-        if realtime and self.short_finals_busy < 1.0:
-            behind = self._finals_waiting > 1  # this one counted
-            if behind or (
-                self._rounds.ledger.load.finals.rate(self._clock()) >= self.short_finals_busy
-            ):
-                return request
-        return self._windowed(request)
+        finals), else as ``_windowed`` says; and whether it is whole only for want of
+        company (short after all if others wait with it when its pass begins:
+        ``Job.among``)."""
+        windowed = self._windowed(request)
+        if not realtime or self.short_finals_busy >= 1.0:
+            return windowed, False
+        behind = self._finals_waiting > 1  # this one counted
+        if behind or self._rounds.ledger.load.finals.rate(self._clock()) >= self.short_finals_busy:
+            return request, False
+        return windowed, windowed.whole_window and not request.whole_window
 
     def _windowed(self, request: AsrRequest) -> AsrRequest:
         """A final's or recording's request: over a whole window unless ``short_finals``."""
