@@ -301,7 +301,7 @@ class DecodeRounds:
     def _again(self, job: Job, request: AsrRequest) -> None:
         """Put ``job`` back at the front of its line, to be decoded as ``request``."""
         self.stats.second_attempts += 1
-        job.request, job.decode = request, None
+        job.request, job.decode, job.whole_alone = request, None, False  # its window as asked
         job.steps = job.produced = 0
         job.acceptance = Acceptance()
         if job.owner is not None:
