@@ -105,7 +105,7 @@ async def test_a_finals_catch_up_takes_the_place_of_a_step_not_yet_begun():
     half_second = np.zeros(8000, np.float32)
     await track.push(half_second)
     await track.push(np.zeros(1600, np.float32))
-    await track.catch_up()
+    await track.catch_up(speech_end=0.4)  # heard by the queued step: it is replaced anyway
     queued, catch_up = worker.submitted[0][1], worker.submitted[1][1]
     assert queued.cancelled() and not catch_up.done()
     assert [thin for thin, _ in worker.submitted] == [False, True] and worker.urgent == [
@@ -115,9 +115,27 @@ async def test_a_finals_catch_up_takes_the_place_of_a_step_not_yet_begun():
 
     assert catch_up.set_running_or_notify_cancel()  # now running: the next catch-up waits
     await track.push(np.zeros(1600, np.float32))
-    waiting = asyncio.ensure_future(track.catch_up())
+    waiting = asyncio.ensure_future(track.catch_up(speech_end=0.8))
     await asyncio.sleep(0.05)
     assert not waiting.done() and len(worker.submitted) == 2
     catch_up.set_result(None)
     await waiting
     assert worker.urgent == [False, True, True] and not catch_up.cancelled()
+
+
+async def test_no_catch_up_when_a_begun_step_heard_the_speech_to_its_end():
+    """A final whose speech ended inside the window of a step already begun (or done) is
+    labelled from that step, which its session's messages wait for anyway: no catch-up.
+    Speech that went on past that window still gets one."""
+    worker = HeldWorker()
+    track = SpeakerTrack(worker)
+    await track.push(np.zeros(8000, np.float32))  # a step over 0 to 0.5 s
+    await track.push(np.zeros(1600, np.float32))  # and 0.1 s of silence since
+    running = worker.submitted[0][1]
+    assert running.set_running_or_notify_cancel()
+    assert await track.catch_up(speech_end=0.45) is None
+    running.set_result(None)
+    assert await track.catch_up(speech_end=0.45) is None  # done: the same
+    assert len(worker.submitted) == 1
+    assert await track.catch_up(speech_end=0.55) is not None
+    assert worker.urgent == [False, True]

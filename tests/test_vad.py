@@ -215,3 +215,19 @@ def _shape(event):
             event.audio.tobytes(),
         )
     return ("start", event.segment_id, event.start)
+
+
+def test_a_segments_speech_ends_with_its_last_voiced_frame():
+    """Where its speech ended, in stream time: the end of its last voiced frame (the
+    silence that closed it is after), or its end if no frame was voiced."""
+
+    def closed(voiced: list[bool]) -> SegmentClosed:
+        audio = np.zeros(len(voiced) * 480 - 100, np.float32)  # the last frame short
+        return SegmentClosed(
+            3, 10.0, 10.0 + len(audio) / SAMPLE_RATE, audio, CloseReason.SILENCE,
+            np.array(voiced), 0.03,
+        )  # fmt: skip
+
+    assert closed([True, True, False, True, False, False]).speech_end == pytest.approx(10.12)
+    assert closed([False, True, True]).speech_end == pytest.approx(10.0 + 1340 / SAMPLE_RATE)
+    assert closed([False, False]).speech_end == pytest.approx(10.0 + 860 / SAMPLE_RATE)

@@ -108,6 +108,12 @@ class SegmentClosed:
                 regions.append((start, end))
         return regions
 
+    @property
+    def speech_end(self) -> float:
+        """Stream time where its last voiced frame ends (its end if none was voiced)."""
+        regions = self.voiced_regions(0.0)
+        return self.start + regions[-1][1] if regions else self.end
+
 
 @dataclass(frozen=True)
 class OpenSegment:

@@ -269,7 +269,7 @@ class Session:
     async def _submit_final(self, segment: SegmentClosed) -> None:
         self._outbox.final_due(segment.end)  # first: the submit below may wait
         if self._speakers is not None:
-            step = await self._speakers.catch_up()
+            step = await self._speakers.catch_up(segment.speech_end)
             if step is not None:
                 await self._outbox.put_speakers(step)
         draft = self._hints.draft_for(segment.segment_id)

@@ -92,16 +92,21 @@ class SpeakerTrack:
             started.append(await self._step_now())
         return started
 
-    async def catch_up(self) -> concurrent.futures.Future | None:
-        """A step over the latest audio now, so that a final about to be queued is labelled
-        from windows that have heard all of it (when sending faster than real time, steps
-        are skipped while the next window still covers them). The final waits for it, so
-        it goes before the routine steps queued, and takes the place of this session's own
-        step if that has not begun (its window covers that step's audio too): under load
-        the catch-up would otherwise wait behind every session's routine step twice."""
+    async def catch_up(self, speech_end: float) -> concurrent.futures.Future | None:
+        """A step over the latest audio now, so that a final about to be queued, whose
+        speech ended at ``speech_end``, is labelled from windows that have heard all of it
+        (when sending faster than real time, steps are skipped while the next window still
+        covers them). The final waits for it, so it goes before the routine steps queued,
+        and takes the place of this session's own step if that has not begun (its window
+        covers that step's audio too): under load the catch-up would otherwise wait behind
+        every session's routine step twice. None if a step already begun heard the speech
+        to its end: the final's messages wait for that step anyway (bench/VARIANTS.md)."""
         if self._since_step == 0:
             return None
         pending = self._pending
+        heard = (self._ring.total - self._since_step) / SAMPLE_RATE
+        if heard >= speech_end and pending is not None and (pending.running() or pending.done()):
+            return None
         if (
             pending is not None
             and self._since_step + self._pending_new <= self._window
