@@ -5,6 +5,11 @@ The same path as openai/whisper's ``dtw_cpu`` and transformers' ``_dynamic_time_
 each anti-diagonal is one vector step: every cell on it depends only on the two
 diagonals before. transformers' double loop in Python took 0.28 s for one 29 s window
 of 100 tokens (1450 frames) here, a fifth of a recording's decode time.
+
+The tables are kept by anti-diagonal (cell ``(i, j)`` at ``[i + j, i]``), so that a
+cell's three predecessors are plain slices of the two diagonals before it: indexing
+the square tables by diagonal took three times as long (16 ms for a 14 s final of 63
+tokens, against 5 ms), a third of finishing a final.
 """
 
 from __future__ import annotations
@@ -16,29 +21,36 @@ def dynamic_time_warping(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(text indices, time indices) of the cheapest monotonic path through ``matrix``
     (tokens × frames), from the first cell to the last."""
     rows, cols = matrix.shape
-    cost = np.full((rows + 1, cols + 1), np.inf, dtype=np.float32)
-    trace = np.full((rows + 1, cols + 1), -1, dtype=np.int8)
+    diagonals = rows + cols + 1
+    # The cost table has a row and a column of infinity before the matrix, but its
+    # corner, from which every path starts.
+    cost = np.full((diagonals, rows + 1), np.inf, dtype=np.float32)
     cost[0, 0] = 0
-    values = np.asarray(matrix, dtype=np.float64)  # summed in float64, kept in float32: as theirs
-    for diagonal in range(2, rows + cols + 1):
-        i = np.arange(max(1, diagonal - cols), min(rows, diagonal - 1) + 1)
-        j = diagonal - i
-        c0, c1, c2 = cost[i - 1, j - 1], cost[i - 1, j], cost[i, j - 1]
-        step = np.where((c0 < c1) & (c0 < c2), 0, np.where((c1 < c0) & (c1 < c2), 1, 2))
-        cost[i, j] = values[i - 1, j - 1] + np.choose(step, (c0, c1, c2))
-        trace[i, j] = step
-    trace[0, :] = 2
-    trace[:, 0] = 1
+    went_diagonally = np.zeros((diagonals, rows + 1), dtype=bool)
+    went_up = np.zeros((diagonals, rows + 1), dtype=bool)
+    values = np.empty((diagonals, rows + 1))  # summed in float64, kept in float32: as theirs
+    token, frame = np.arange(1, rows + 1)[:, None], np.arange(1, cols + 1)
+    values[token + frame, token] = matrix
+    for diagonal in range(2, diagonals):
+        low, high = max(1, diagonal - cols), min(rows, diagonal - 1)
+        before = cost[diagonal - 2, low - 1 : high]  # (i - 1, j - 1)
+        above = cost[diagonal - 1, low - 1 : high]  # (i - 1, j)
+        left = cost[diagonal - 1, low : high + 1]  # (i, j - 1)
+        diagonally = before < np.minimum(above, left)
+        up = (above < before) & (above < left)
+        chosen = np.where(diagonally, before, np.where(up, above, left))
+        cost[diagonal, low : high + 1] = values[diagonal, low : high + 1] + chosen
+        went_diagonally[diagonal, low : high + 1] = diagonally
+        went_up[diagonal, low : high + 1] = up
     i, j = rows, cols
     text, time = [], []
     while i > 0 or j > 0:
         text.append(i - 1)
         time.append(j - 1)
-        move = trace[i, j]
-        if move == 0:
+        if i > 0 and j > 0 and went_diagonally[i + j, i]:
             i, j = i - 1, j - 1
-        elif move == 1:
-            i -= 1
+        elif j == 0 or (i > 0 and went_up[i + j, i]):
+            i -= 1  # the first column's cells are reached from above
         else:
-            j -= 1
+            j -= 1  # and the first row's from the left
     return np.array(text[::-1]), np.array(time[::-1])
