@@ -241,8 +241,8 @@ def _speak(text: str, voice: Voice) -> np.ndarray:
                 check=True,
                 capture_output=True,
             )
-            subprocess.run(
-                ["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(path)],
+            subprocess.run(  # "-R": the same dither every run (tests/audio_fixtures.py)
+                ["sox", "-R", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(path)],
                 check=True,
                 capture_output=True,
             )

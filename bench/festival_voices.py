@@ -63,9 +63,11 @@ def speak(text: str, voice: FestivalVoice) -> np.ndarray:
             capture_output=True,
         )
         # Some voices peak past full scale: 3 dB less, so that sox does not clip them.
+        # "-R": the same dither every run (tests/audio_fixtures.py).
         subprocess.run(
             [
                 "sox",
+                "-R",
                 str(raw),
                 "-r",
                 str(SAMPLE_RATE),

@@ -59,8 +59,11 @@ def speak(text: str, voice: str = "en-us") -> np.ndarray:
             ["espeak-ng", "-v", name, "-p", pitch or "50", "-s", "150", "-w", str(raw), text],
             check=True,
         )
+        # sox dithers what it writes in 16 bits from a new seed each run; "-R" seeds it
+        # the same every time, so that a test or benchmark hears the same audio each run.
         subprocess.run(
-            ["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(out)], check=True
+            ["sox", "-R", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(out)],
+            check=True,
         )
         return read_wav(out)
 
