@@ -22,7 +22,7 @@ def dynamic_time_warping(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (tokens × frames), from the first cell to the last."""
     rows, cols = matrix.shape
     diagonals = rows + cols + 1
-    # The cost table has a row and a column of infinity before the matrix, but its
+    # The cost table has a row and a column of infinity before the matrix, except its
     # corner, from which every path starts.
     cost = np.full((diagonals, rows + 1), np.inf, dtype=np.float32)
     cost[0, 0] = 0
