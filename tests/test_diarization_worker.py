@@ -1,17 +1,21 @@
 """The diarization threads on stand-in speaker models (no weights): due steps are
-segmented together, several threads step sessions at once, and the steps of a stream's
-steady state are counted apart."""
+segmented together, several threads step sessions at once, the steps of a stream's
+steady state are counted apart, and a recording's windows wait for the streams' steps."""
 
 import asyncio
+import os
 import threading
 import time
 
 import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
+from parley.core.policy import IDLE
 from parley.core.speaker_masks import FrameGrid
 from parley.core.stream_diarizer import DiarizationConfig
+from parley.core.whole_recording import observe_recording
 from parley.workers.diarization import DiarizationWorker
+from parley.workers.threads import lower_priority
 
 GRID = FrameGrid(step=0.1, start=0.0)
 
@@ -26,6 +30,7 @@ class CountingModels:
     def __init__(self, pause: threading.Event | None = None):
         self.batches: list[int] = []
         self.threads: set[str] = set()
+        self.callers: list[str] = []  # each pass's thread, in order
         self.entered = threading.Event()
         self._pause = pause
 
@@ -35,6 +40,7 @@ class CountingModels:
             self._pause.wait(5)
         self.batches.append(len(windows))
         self.threads.add(threading.current_thread().name)
+        self.callers.append(threading.current_thread().name)
         return [np.ones((int(len(w) / SAMPLE_RATE / GRID.step), 1)) for w in windows]
 
     def embed(self, window, masks):
@@ -211,3 +217,74 @@ async def test_a_steps_cost_on_the_thread_clock_is_its_work_not_its_wait():
         assert worker.stats.full_steps == 1 and worker.stats.busy_seconds >= 0.2
         costs[busy] = worker.stats.full_cost_seconds
     assert costs[True] >= 0.19 and costs[False] < 0.05
+
+
+async def test_a_recordings_windows_wait_until_no_streams_step_is_due():
+    """A recording's speaker work that puts the live streams first (``wait_quiet`` before
+    each window) observes no window while a stream's step is queued or running, and goes
+    on once the last is done; a step cancelled while queued is no longer waited for."""
+    release = threading.Event()
+    models = CountingModels(release)
+    worker = DiarizationWorker(models, DiarizationConfig(), max_batch=1)
+    worker.start()
+    steps = await _submit(worker, 2)
+    await asyncio.to_thread(models.entered.wait, 5)  # the first step runs, the second waits
+    cancelled = await _submit(worker, 1)
+    assert cancelled[0].cancel()
+    audio = np.zeros(8 * SAMPLE_RATE, np.float32)
+
+    def recording():
+        threading.current_thread().name = "recording"
+        live_first = lambda: worker.wait_quiet(30)  # noqa: E731
+        return observe_recording(models, audio, DiarizationConfig(), 1.0, None, (0, 1), live_first)
+
+    observing = asyncio.create_task(asyncio.to_thread(recording))
+    await asyncio.sleep(0.3)
+    assert not observing.done() and models.callers == []
+    release.set()
+    windows = await asyncio.wait_for(observing, 10)  # not the 30 s a leaked count would take
+    await asyncio.gather(*(asyncio.wrap_future(f) for f in steps))
+    await worker.stop()
+    assert len(windows) > 1
+    assert models.callers == ["parley-diarization-0"] * 2 + ["recording"] * len(windows)
+
+
+async def test_waiting_for_quiet_ends_at_its_timeout_while_a_step_runs():
+    """With a stream's step still running, ``wait_quiet`` returns after its timeout."""
+    release = threading.Event()
+    models = CountingModels(release)
+    worker = DiarizationWorker(models, DiarizationConfig())
+    worker.start()
+    steps = await _submit(worker, 1)
+    await asyncio.to_thread(models.entered.wait, 5)
+    began = time.perf_counter()
+    await asyncio.to_thread(worker.wait_quiet, 0.2)
+    waited = time.perf_counter() - began
+    release.set()
+    await asyncio.gather(*(asyncio.wrap_future(f) for f in steps))
+    await worker.stop()
+    assert 0.2 <= waited < 5
+
+
+def test_a_thread_lowered_to_idle_runs_under_sched_idle_as_do_the_threads_it_starts():
+    """``lower_priority(IDLE)`` puts the calling thread (not the process) under Linux's
+    SCHED_IDLE, which threads it starts inherit; a nice value sets that thread's nice."""
+    seen: dict[str, int] = {}
+
+    def lowered(priority, name):
+        lower_priority(priority)
+        seen[name] = os.sched_getscheduler(0)
+        seen[name + " nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        child = threading.Thread(
+            target=lambda: seen.update({name + " child": os.sched_getscheduler(0)})
+        )
+        child.start()
+        child.join()
+
+    for priority, name in ((IDLE, "idle"), (7, "nice")):
+        thread = threading.Thread(target=lowered, args=(priority, name))
+        thread.start()
+        thread.join()
+    assert seen["idle"] == seen["idle child"] == os.SCHED_IDLE
+    assert seen["nice"] == seen["nice child"] == os.SCHED_OTHER and seen["nice nice"] == 7
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this thread is untouched

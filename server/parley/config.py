@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,6 +20,7 @@ from parley.core.asr import MAX_DRAFT, MAX_ROWS, ComputeType
 from parley.core.audio import MAX_SEGMENT_S
 from parley.core.policy import (
     BURST_FINALS,
+    IDLE,
     PARTIAL_INTERVAL_S,
     SHORT_FINALS_BUSY,
     PartialPacing,
@@ -253,12 +254,11 @@ class DiarizationSettings(BaseModel):
         le=64,
         description="threads stepping the sessions' diarization, each with `threads` torch threads",
     )
-    nice: int = Field(
-        10,
-        ge=0,
-        le=19,
-        description="nice value of the diarization threads: above 0, "
-        "the ASR thread's finals take the CPU first",
+    nice: Annotated[int, Field(ge=0, le=19)] | Literal["idle"] = Field(
+        IDLE,
+        description="priority of the diarization threads: a nice value (above 0, the ASR "
+        "thread's finals take the CPU first), or idle (Linux's SCHED_IDLE: they run only "
+        "on a core nothing else wants)",
     )
 
     def to_config(self) -> DiarizationConfig:

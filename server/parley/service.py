@@ -333,5 +333,6 @@ def file_jobs(
         speaker_models=cast(RecordingSpeakers, diarization.models) if diarization else None,
         diarization_config=diarization.config if diarization else None,
         clustering=RecordingClustering(),
+        live_quiet=diarization.wait_quiet if diarization else None,
         max_window_s=worker.engine.max_audio_s,
     )

@@ -20,6 +20,7 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 
 def draft_budgets(
@@ -147,6 +148,11 @@ class PartialPacing:
         spare = max(self.target_busy - final_load, self.min_spare)
         return max(base_s, min(self.max_interval_s, streams * partial_cost_s / spare))
 
+
+# A model thread's CPU priority (``workers.threads.lower_priority``): a nice value, or
+# IDLE, Linux's SCHED_IDLE, below every nice value.
+IDLE: Literal["idle"] = "idle"
+Priority = int | Literal["idle"]
 
 # Finals decoding or waiting from which the ASR thread, kept to the cores the speaker
 # threads leave it, takes every core (bench/VARIANTS.md, "Ten streams' finals at once").

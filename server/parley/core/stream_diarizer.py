@@ -29,6 +29,9 @@ from parley.core.turns import TurnConfig
 
 # Told the share of a recording its windows have heard so far (0 to 1).
 Heard = Callable[[float], None]
+# Called before each window of a recording's speaker work; returns once the live
+# streams' steps have gone first (``DiarizationWorker.wait_quiet``).
+LiveFirst = Callable[[], None]
 # Past this much stream, a stream is relabelled only at its end: the clustering's cost
 # grows with the windows kept (about 0.6 s for 2,400 embeddings, half an hour or so, on
 # one core of this CPU), and a diarization thread clustering is one not stepping others.
@@ -217,13 +220,16 @@ class StreamDiarizer:
         audio: np.ndarray,
         phase_s: float = 0.0,
         on_heard: Heard | None = None,
+        live_first: LiveFirst | None = None,
     ) -> int:
         """Step through a whole recording as the server does (the last ``window_s`` every
         ``step_s``, the first step ``phase_s`` early), then settle every label; returns
         the number of steps. ``on_heard`` is told the share of ``audio`` heard after each
-        step."""
+        step; ``live_first`` is called before each."""
         steps = 0
         for window, start, now in self.windows(audio, phase_s):
+            if live_first is not None:
+                live_first()
             self.step(window, start, now)
             steps += 1
             if on_heard is not None:

@@ -21,6 +21,7 @@ from parley.core.stream_diarizer import (
     CLOSING_STEP_S,
     DiarizationConfig,
     Heard,
+    LiveFirst,
     SpeakerModel,
     StreamDiarizer,
     WindowSpeakers,
@@ -56,11 +57,13 @@ def observe_recording(
     step_s: float,
     on_heard: Heard | None = None,
     part: tuple[int, int] = (0, 1),
+    live_first: LiveFirst | None = None,
 ) -> list[WindowSpeakers]:
     """The models' part over a whole recording: the live window (``config.window_s``)
     every ``step_s``, the last one ending where the recording does. ``part`` (k, n): only
     the k-th of n runs of consecutive windows, so that n threads may share the work (the
-    windows are the same either way). ``on_heard`` is told the share of them observed."""
+    windows are the same either way). ``on_heard`` is told the share of them observed;
+    ``live_first`` is called before each."""
     diarizer = StreamDiarizer(
         models, replace(config, step_s=step_s, latency_s=max(config.latency_s, step_s))
     )
@@ -76,6 +79,8 @@ def observe_recording(
     mine = due[k * len(due) // n : (k + 1) * len(due) // n]
     windows = []
     for window, start in mine:
+        if live_first is not None:
+            live_first()
         windows.append(diarizer.observe(window, start))
         if on_heard is not None:
             on_heard(len(windows) / len(mine))
@@ -89,6 +94,7 @@ def replay_recording(
     audio: np.ndarray,
     config: DiarizationConfig,
     on_heard: Heard | None = None,
+    live_first: LiveFirst | None = None,
 ) -> TimelineSnapshot:
     """Who spoke when in a recording, as a real-time stream of it ends up labelled
     without a closing relabel: every window linked live, then every label settled.
@@ -96,8 +102,8 @@ def replay_recording(
     For recordings too short to cluster (``diarized_live``), as for streams: clustered at
     once, a voice heard a few seconds has one or two embeddings, too few for the graph to
     link, and the live linking, which sees every window, labels them better
-    (bench/README.md, "Recordings: speakers of a whole file"). ``on_heard``: as for
-    ``observe_recording``."""
+    (bench/README.md, "Recordings: speakers of a whole file"). ``on_heard`` and
+    ``live_first``: as for ``observe_recording``."""
     diarizer = StreamDiarizer(models, config)
-    diarizer.replay(audio, on_heard=on_heard)
+    diarizer.replay(audio, on_heard=on_heard, live_first=live_first)
     return diarizer.as_recording()

@@ -64,24 +64,33 @@ class SpeakerModels:
         return named_voices(voices, references)
 
     def diarize_recording(
-        self, audio: np.ndarray, config, clustering, count, step_s: float, on_heard=None
+        self,
+        audio: np.ndarray,
+        config,
+        clustering,
+        count,
+        step_s: float,
+        on_heard=None,
+        live_first=None,
     ):
         """Who spoke when in a whole recording (a ``TimelineSnapshot``): a pyannote
         pipeline's own offline algorithm when one was loaded; else every window's
         speakers clustered at once (``core.recording_speakers``), or, for a recording too
         short to cluster so (``diarized_live``), the live linking a stream of it keeps.
-        ``on_heard`` is told the share of the recording its windows have heard."""
+        ``on_heard`` is told the share of the recording its windows have heard;
+        ``live_first`` is called before each window (not by a pipeline, which runs
+        whole)."""
         from parley.core.recording_speakers import diarize_windows
         from parley.core.whole_recording import diarized_live, replay_recording
 
         if self.pipeline is not None:
             return _pipeline_snapshot(self.pipeline, audio, count)
         if diarized_live(len(audio) / SAMPLE_RATE, config.window_s, count):
-            return replay_recording(self, audio, config.for_count(count), on_heard)
-        windows = self._observe_recording(audio, config, step_s, on_heard)
+            return replay_recording(self, audio, config.for_count(count), on_heard, live_first)
+        windows = self._observe_recording(audio, config, step_s, on_heard, live_first)
         return diarize_windows(windows, self.grid.step, clustering.for_step(step_s), count)
 
-    def _observe_recording(self, audio: np.ndarray, config, step_s: float, on_heard):
+    def _observe_recording(self, audio: np.ndarray, config, step_s: float, on_heard, live_first):
         """``observe_recording`` shared among as many threads as there are cores (torch's
         count), each with one torch thread of its own, as every model thread sets: they
         inherit the caller's priority, so they take only what live work leaves (a
@@ -98,7 +107,7 @@ class SpeakerModels:
                 if on_heard is not None:
                     on_heard(sum(shares) / threads)
 
-            return observe_recording(self, audio, config, step_s, heard, (k, threads))
+            return observe_recording(self, audio, config, step_s, heard, (k, threads), live_first)
 
         with concurrent.futures.ThreadPoolExecutor(
             threads, "parley-speakers", initializer=set_threads, initargs=(1,)

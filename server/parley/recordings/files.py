@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,13 +31,14 @@ from parley.core.asr import Task
 from parley.core.audio import SAMPLE_RATE, WHISPER_WINDOW_S
 from parley.core.keyterms import check_keyterms
 from parley.core.packing import Piece, pack
+from parley.core.policy import IDLE
 from parley.core.recording_speakers import RecordingClustering
 from parley.core.redaction import parse_redact
 from parley.core.replacements import check_replacements
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_names import KnownSpeaker
 from parley.core.speaker_timeline import TimelineSnapshot, Turn
-from parley.core.stream_diarizer import CLOSING_STEP_S, Heard
+from parley.core.stream_diarizer import CLOSING_STEP_S, Heard, LiveFirst
 from parley.core.vad import VadConfig
 from parley.core.whole_recording import clustered_step_s
 from parley.core.word_timing import WordTimingConfig
@@ -54,7 +53,7 @@ from parley.recordings.progress import JobProgress, Progress
 from parley.recordings.window_decodes import decode_windows
 from parley.workers.decoding import StreamDecoding
 from parley.workers.scheduler import AsrScheduler
-from parley.workers.threads import in_passing_thread
+from parley.workers.threads import in_passing_thread, lower_priority
 
 if TYPE_CHECKING:
     from parley.core.stream_diarizer import DiarizationConfig
@@ -71,6 +70,7 @@ class RecordingSpeakers(Protocol):
         count: SpeakerCount,
         step_s: float,
         on_heard: Heard | None = None,
+        live_first: LiveFirst | None = None,
     ) -> TimelineSnapshot:
         """Who spoke when in a whole recording (``SpeakerModels.diarize_recording``)."""
 
@@ -82,7 +82,10 @@ class RecordingSpeakers(Protocol):
 
 log = logging.getLogger(__name__)
 WINDOW_MARGIN_S = 1.0  # a packed window leaves this much of the decoder's 30 s free
-LOWEST_PRIORITY = 19  # nice value of the thread that clusters a recording's speakers
+# A window of a recording's speaker work waits at most this long for the live streams'
+# steps to be done: as often as their steps never stop, it gets about a tenth of a core
+# (a window is some 60 ms here), about what the lowest nice value got beside theirs.
+LIVE_FIRST_WAIT_S = 0.5
 # Of the speakers' progress, the windows' share: the clustering and naming after them
 # are the rest, and tell only that they are done.
 HEARING_SHARE = 0.95
@@ -163,6 +166,8 @@ class FileJobs:
     word_timing: WordTimingConfig = WordTimingConfig()
     max_window_s: float = WHISPER_WINDOW_S
     observe: Callable[[str, float], None] | None = None  # (outcome, audio seconds)
+    # The live streams' diarization worker's ``wait_quiet``, with speakers on.
+    live_quiet: Callable[[float], None] | None = None
     _running: set[asyncio.Task] = field(default_factory=set)
     _draining: bool = False
 
@@ -304,19 +309,21 @@ class FileJobs:
         on_heard: Heard | None,
     ) -> tuple[TimelineSnapshot, dict[int, str]]:
         """Who spoke when, and the names of the known speakers' voices; on a passing
-        thread at the lowest CPU priority: live diarization comes first. ``on_heard`` is
-        told how much of the recording is heard, and 1 once all is done."""
+        thread at the lowest CPU priority, each window after the live streams' steps due:
+        live diarization comes first. ``on_heard`` is told how much of the recording is
+        heard, and 1 once all is done."""
         from parley.models.device import set_threads
 
-        with contextlib.suppress(OSError):  # not permitted everywhere; then at par
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+        lower_priority(IDLE)
         set_threads(1)
+        quiet = self.live_quiet
+        live_first = None if quiet is None else lambda: quiet(LIVE_FIRST_WAIT_S)
         # Only asked of a server with speakers, which has both.
         assert self.speaker_models is not None and self.diarization_config is not None
         step_s = clustered_step_s(len(audio) / SAMPLE_RATE, self.limits.diarization_step_s)
         heard = None if on_heard is None else lambda share: on_heard(HEARING_SHARE * share)
         snapshot = self.speaker_models.diarize_recording(
-            audio, self.diarization_config, self.clustering, count, step_s, heard
+            audio, self.diarization_config, self.clustering, count, step_s, heard, live_first
         )
         names = self.speaker_models.name_voices(audio, snapshot.turns, known) if known else {}
         if on_heard is not None:  # clustered and named (a hub pipeline tells only this)

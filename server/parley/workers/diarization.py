@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import itertools
 import logging
 import queue
@@ -100,6 +101,8 @@ class DiarizationWorker:
         self._order = itertools.count()
         self._stats_lock = threading.Lock()
         self._urgent = 0  # urgent steps queued or running (under _stats_lock)
+        self._live = 0  # every step queued or running (under _stats_lock)
+        self._quiet = threading.Condition(self._stats_lock)  # told when _live falls to 0
         self._threads = [
             threading.Thread(target=self._run, name=f"parley-diarization-{i}", daemon=True)
             for i in range(threads)
@@ -120,6 +123,15 @@ class DiarizationWorker:
         """Steps that finals wait for, queued or running (the ASR thread leaves these
         threads their cores meanwhile: ``threads.ThreadSwitch``)."""
         return self._urgent
+
+    def wait_quiet(self, timeout_s: float) -> None:
+        """Wait until no session's step is queued or running, or ``timeout_s`` has passed.
+        A recording's speaker work calls it before each window: its threads run at the
+        lowest priority, as these do (``threads.lower_priority``), so the live streams'
+        steps go first this way, and the recording still gets a window at least every
+        ``timeout_s`` when they never stop."""
+        with self._quiet:
+            self._quiet.wait_for(lambda: self._live == 0, timeout_s)
 
     @property
     def alive(self) -> bool:
@@ -147,14 +159,18 @@ class DiarizationWorker:
         future: concurrent.futures.Future = concurrent.futures.Future()
         job = _Job(diarizer, window, window_start, now, final, thin, future)
         item = (URGENT if urgent else ROUTINE, next(self._order), job)
-        if urgent:
-            with self._stats_lock:
-                self._urgent += 1
-            future.add_done_callback(self._urgent_done)  # run, failed or cancelled
+        with self._stats_lock:
+            self._live += 1
+            self._urgent += urgent
+        future.add_done_callback(functools.partial(self._done, urgent))  # or cancelled
         try:
             self._queue.put_nowait(item)
         except queue.Full:
-            await asyncio.to_thread(self._queue.put, item)
+            try:
+                await asyncio.to_thread(self._queue.put, item)
+            except BaseException:
+                future.cancel()  # counted out; if it was queued after all, it is skipped
+                raise
         return future
 
     async def stop(self) -> None:
@@ -238,9 +254,12 @@ class DiarizationWorker:
                 cost = shared_cost + self._cost_clock() - cost_from if _steady(job) else None
                 self._count(shared + time.perf_counter() - began, cost)
 
-    def _urgent_done(self, _future: concurrent.futures.Future) -> None:
+    def _done(self, urgent: bool, _future: concurrent.futures.Future) -> None:
         with self._stats_lock:
-            self._urgent -= 1
+            self._live -= 1
+            self._urgent -= urgent
+            if not self._live:
+                self._quiet.notify_all()
 
     def _fail(self, job: _Job, exc: Exception, spent: float) -> None:
         with self._stats_lock:

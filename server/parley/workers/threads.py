@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from parley.core.policy import AsrThreads
+from parley.core.policy import AsrThreads, Priority
 
 T = TypeVar("T")
 
@@ -47,13 +47,27 @@ async def in_passing_thread(function: Callable[..., T], *args: Any) -> T:
         await loop.run_in_executor(None, thread.join)
 
 
-def lower_priority(nice: int) -> None:
-    """Give the calling thread (Linux: a thread has its own nice value) the priority
-    ``nice``; 0 leaves it as it is. Raising one's own nice value needs no privilege;
-    where the system refuses anyway, the thread runs at par."""
-    if nice > 0:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+LOWEST_NICE = 19
+
+
+def lower_priority(priority: Priority) -> None:
+    """Give the calling thread (Linux: a thread has its own) a lower CPU priority: a nice
+    value (0 leaves it as it is), or IDLE, Linux's SCHED_IDLE (elsewhere the lowest nice
+    value). A thread under SCHED_IDLE runs only on a core no other thread wants, and a
+    thread that wakes takes the core from it at once: at a nice value it still took
+    turns with the ASR thread's OpenMP threads, and each turn stalled both of them
+    (bench/VARIANTS.md, "Speaker threads that only take idle cores"). Lowering one's own
+    priority needs no privilege; where the system refuses anyway, the thread runs at par.
+    The threads it starts inherit it."""
+    thread = threading.get_native_id()
+    with contextlib.suppress(OSError):
+        if isinstance(priority, int):
+            if priority > 0:
+                os.setpriority(os.PRIO_PROCESS, thread, priority)
+        elif hasattr(os, "SCHED_IDLE"):
+            os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+        else:
+            os.setpriority(os.PRIO_PROCESS, thread, LOWEST_NICE)
 
 
 class ThreadSwitch:
