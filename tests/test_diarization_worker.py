@@ -234,9 +234,15 @@ async def test_a_recordings_windows_wait_until_no_streams_step_is_due():
     audio = np.zeros(8 * SAMPLE_RATE, np.float32)
 
     def recording():
-        threading.current_thread().name = "recording"
+        thread = threading.current_thread()
+        name, thread.name = thread.name, "recording"  # an executor's thread: given back
         live_first = lambda: worker.wait_quiet(30)  # noqa: E731
-        return observe_recording(models, audio, DiarizationConfig(), 1.0, None, (0, 1), live_first)
+        try:
+            return observe_recording(
+                models, audio, DiarizationConfig(), 1.0, None, (0, 1), live_first
+            )
+        finally:
+            thread.name = name
 
     observing = asyncio.create_task(asyncio.to_thread(recording))
     await asyncio.sleep(0.3)

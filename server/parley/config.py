@@ -21,8 +21,10 @@ from parley.core.audio import MAX_SEGMENT_S
 from parley.core.policy import (
     BURST_FINALS,
     IDLE,
+    LOWEST_NICE,
     PARTIAL_INTERVAL_S,
     SHORT_FINALS_BUSY,
+    Idle,
     PartialPacing,
 )
 from parley.core.speakers import ClusteringConfig
@@ -254,7 +256,7 @@ class DiarizationSettings(BaseModel):
         le=64,
         description="threads stepping the sessions' diarization, each with `threads` torch threads",
     )
-    nice: Annotated[int, Field(ge=0, le=19)] | Literal["idle"] = Field(
+    nice: Annotated[int, Field(ge=0, le=LOWEST_NICE)] | Idle = Field(
         IDLE,
         description="priority of the diarization threads: a nice value (above 0, the ASR "
         "thread's finals take the CPU first), or idle (Linux's SCHED_IDLE: they run only "

@@ -149,10 +149,12 @@ class PartialPacing:
         return max(base_s, min(self.max_interval_s, streams * partial_cost_s / spare))
 
 
-# A model thread's CPU priority (``workers.threads.lower_priority``): a nice value, or
-# IDLE, Linux's SCHED_IDLE, below every nice value.
-IDLE: Literal["idle"] = "idle"
-Priority = int | Literal["idle"]
+# A model thread's CPU priority (``workers.threads.lower_priority``): a nice value up to
+# LOWEST_NICE, or IDLE, Linux's SCHED_IDLE, below every nice value.
+Idle = Literal["idle"]
+IDLE: Idle = "idle"
+LOWEST_NICE = 19
+Priority = int | Idle
 
 # Finals decoding or waiting from which the ASR thread, kept to the cores the speaker
 # threads leave it, takes every core (bench/VARIANTS.md, "Ten streams' finals at once").

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from parley.core.policy import AsrThreads, Priority
+from parley.core.policy import LOWEST_NICE, AsrThreads, Priority
 
 T = TypeVar("T")
 
@@ -45,9 +45,6 @@ async def in_passing_thread(function: Callable[..., T], *args: Any) -> T:
         # unwinds native code (its OpenMP team) aborts ("terminate called without an
         # active exception"), as `parley transcribe` did under load.
         await loop.run_in_executor(None, thread.join)
-
-
-LOWEST_NICE = 19
 
 
 def lower_priority(priority: Priority) -> None:
