@@ -61,6 +61,8 @@ async def decode_file(path: Path, max_s: float) -> np.ndarray:
     reason = (await errors).decode(errors="replace").strip()
     if code != 0:
         last = reason.splitlines()[-1] if reason else f"ffmpeg exited with {code}"
+        # ffmpeg names its input first; the caller never sees the server's temporary path
+        last = last.removeprefix(f"{path}: ")
         raise UndecodableAudio(f"the file could not be decoded: {last}")
     pcm = b"".join(chunks)
     if len(pcm) < 2:
