@@ -208,3 +208,78 @@ async def test_parley_js_resumes_a_dropped_connection(talk):
     assert proxy.cuts == 1 and result["resumes"] == 1, result["seen"]
     assert result["closed"]["code"] == 1000 and "error" not in result["seen"]
     assert [parse(f) for f in result["finals"]] == direct.finals and len(direct.finals) == 3
+
+
+class _OtherOrigin:
+    """A plain page on another loopback port: another origin than the server's, as a web
+    application calling Parley from its own site is."""
+
+    def __enter__(self) -> str:
+        import http.server
+        import threading
+
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = b"<!doctype html><title>an application</title>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+async def test_a_page_of_an_allowed_origin_sends_a_recording_with_its_key(tmp_path):
+    """From a page of an origin the operator allows, Chromium's preflight passes and the
+    answer (a recording's transcript, then the model listing) is readable; from any other
+    origin the browser refuses the request (a CORS failure) and no recording is run."""
+    KEY = "browser-key"
+    speech = write_wav(tmp_path / "hello.wav", read_wav(SAMPLE_WAV)[6 * 16000 : 12 * 16000])
+    wav = base64.b64encode(speech.read_bytes()).decode()
+    with _OtherOrigin() as allowed, _OtherOrigin() as other:
+        running = await serve_fake(token=KEY, server={"allowed_origins": [allowed]})
+        try:
+            parley = f"http://127.0.0.1:{running.port}"
+            async with async_playwright() as playwright:
+                browser = await launch(playwright)
+                answers = {}
+                for origin in (allowed, other):
+                    page = await browser.new_page()
+                    await page.goto(f"{origin}/")
+                    answers[origin] = await page.evaluate(
+                        """async ([url, key, wavBase64]) => {
+                        const bytes = Uint8Array.from(atob(wavBase64), (c) => c.charCodeAt(0));
+                        const form = new FormData();
+                        form.append('file', new Blob([bytes], { type: 'audio/wav' }), 'a.wav');
+                        form.append('model', 'whisper-1');
+                        const headers = { Authorization: 'Bearer ' + key };
+                        try {
+                          const posted = await fetch(url + '/v1/audio/transcriptions',
+                                                     { method: 'POST', body: form, headers });
+                          const listed = await fetch(url + '/v1/models', { headers });
+                          return { status: posted.status, body: await posted.json(),
+                                   models: (await listed.json()).data.map((m) => m.id) };
+                        } catch (error) {
+                          return { error: String(error) };
+                        }
+                    }""",
+                        [parley, KEY, wav],
+                    )
+                await browser.close()
+            jobs = running.service.metrics.render().decode()
+        finally:
+            await running.stop()
+    assert answers[allowed]["status"] == 200, answers[allowed]
+    assert answers[allowed]["body"]["text"] and answers[allowed]["models"]
+    assert "Failed to fetch" in answers[other].get("error", ""), answers[other]
+    assert 'parley_file_jobs_total{outcome="done"} 1.0' in jobs  # the allowed page's alone

@@ -228,6 +228,18 @@ async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_pat
         f"{url}/predict", files={"file": ("a.wav", speech_wav)}, data={"parameters": "{not json"}
     )
     assert predict.status_code == 400 and "parameters" in predict.json()["detail"]
+    async with httpx.AsyncClient(timeout=10) as client:  # a route's path, another method
+        wrong = [await client.get(f"{url}/predict"), await client.put(f"{url}/v1/listen")]
+        upgrade = await client.get(
+            f"{url}/v1/listen?encoding=linear16&sample_rate=16000",
+            headers={"Authorization": f"Token {KEY}"},
+        )
+    assert [(r.status_code, r.headers["Allow"]) for r in wrong] == [
+        (405, "POST"),
+        (405, "GET, POST"),
+    ]
+    assert wrong[0].json()["error"] == "method_not_allowed"
+    assert upgrade.status_code == 426  # the live wire's path still answers as one
     assert not (temporary / "a.wav").exists()  # never written under the client's name
     assert list(temporary.glob("parley-upload-*")) == []  # and deleted after the answer
 
@@ -291,9 +303,10 @@ async def test_the_model_listing_answers_openais_client(fake):
     assert missing.value.code == "model_not_found"
     with pytest.raises(AuthenticationError):
         await AsyncOpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).models.list()
-    # A path of the listing with another method is no route of it: the documented 404.
+    # A path of the listing with another method: 405, with the methods it takes.
     other = await _post(f"{url}/v1/models")
-    assert other.status_code == 404 and other.json()["error"] == "not_found"
+    assert other.status_code == 405 and other.json()["error"] == "method_not_allowed"
+    assert other.headers["Allow"] == "GET, HEAD"
 
 
 def _long_wav(tmp_path) -> bytes:

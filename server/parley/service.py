@@ -30,6 +30,7 @@ from parley.runtime.webhooks import WebhookSender
 from parley.sessions.session_options import SessionOptions
 from parley.sessions.streams import AsrService, StreamFactory
 from parley.transport.admission import Access, Admission, StreamLimits
+from parley.transport.auth import OriginPolicy
 from parley.transport.connection import Connection
 from parley.transport.file_routes import FileRoutes
 from parley.transport.followers import Followers
@@ -194,6 +195,7 @@ class Service:
     file_jobs: FileJobs | None = None
     file_routes: FileRoutes | None = None
     model_routes: ModelRoutes | None = None
+    origins: OriginPolicy = OriginPolicy()  # the pages that may call the HTTP routes too
 
     def front_door(self) -> FrontDoor:
         """The one ASGI application serving this pipeline (recordings' and the model
@@ -202,7 +204,7 @@ class Service:
             *(self.file_routes.routes() if self.file_routes is not None else ()),
             *(self.model_routes.routes() if self.model_routes is not None else ()),
         ]
-        return FrontDoor(self, routes)
+        return FrontDoor(self, routes, self.endpoint.paths, self.origins)
 
     async def drain(self, timeout_s: float) -> None:
         """Admit nothing new; let live sessions and recordings finish (``timeout_s``)."""
@@ -316,6 +318,7 @@ async def start_service(
         file_jobs=jobs,
         file_routes=FileRoutes(door, asr.model_label, webhooks),
         model_routes=ModelRoutes(door, asr.model_label, created=int(time.time())),
+        origins=access.origins,
     )
 
 

@@ -73,7 +73,9 @@ class ServerSettings(BaseModel):
         description="on SIGTERM, how long live sessions may take to finish their audio",
     )
     allowed_origins: list[str] | None = Field(
-        None, description='browser origins that may stream (None: the server\'s own; ["*"]: any)'
+        None,
+        description="browser origins that may stream and call the HTTP routes"
+        ' (None: the server\'s own; ["*"]: any)',
     )
     ssl_certfile: Path | None = Field(
         None, description="serve TLS (wss://) with this certificate chain"

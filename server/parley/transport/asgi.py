@@ -81,6 +81,18 @@ def _headers(response: Response) -> list[tuple[bytes, bytes]]:
     ]
 
 
+async def send_response(send: Send, response: Response) -> None:
+    """Send websockets' ``Response`` as an ASGI HTTP answer."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": _headers(response),
+        }
+    )
+    await send({"type": "http.response.body", "body": response.body})
+
+
 class AsgiConnection:
     """One accepted ASGI WebSocket as a ``Connection``.
 
@@ -177,14 +189,7 @@ class AsgiApp:
                 HTTPStatus.UPGRADE_REQUIRED,
                 {"error": "upgrade_required", "message": "this path is a WebSocket"},
             )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status_code,
-                "headers": _headers(response),
-            }
-        )
-        await send({"type": "http.response.body", "body": response.body})
+        await send_response(send, response)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (await receive())["type"] != "websocket.connect":

@@ -73,9 +73,11 @@ class StaticFiles:
         )
 
 
-def json_response(status: HTTPStatus, data: dict) -> Response:
-    """An HTTP response of ``data`` as JSON."""
-    return _response(status, json.dumps(data).encode(), "application/json")
+def json_response(
+    status: HTTPStatus, data: dict, extra: Sequence[tuple[str, str]] = ()
+) -> Response:
+    """An HTTP response of ``data`` as JSON (``extra``: more headers)."""
+    return _response(status, json.dumps(data).encode(), "application/json", extra)
 
 
 def text_response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
