@@ -49,6 +49,8 @@ async def test_predict_as_the_reference_readme_sends_it(diarized_base):
     answer = response.json()
     assert set(answer) >= {"speakers", "chunks", "text"}
     assert all(len(c["timestamp"]) == 2 and c["text"] for c in answer["chunks"])
+    times = [t for part in answer["chunks"] + answer["speakers"] for t in part["timestamp"]]
+    assert times == [round(t, 3) for t in times]  # milliseconds, as every wire's times
     assert {s["speaker"] for s in answer["speakers"]} == {"SPEAKER_00", "SPEAKER_01"}
     assert answer["parley"]["parameters"]["batch_size"] == 1
     assert answer["parley"]["warnings"] == ["unknown parameter 'temperature' ignored"]

@@ -124,8 +124,8 @@ def finals_of(
             finals.append(
                 Final(
                     len(finals),
-                    piece.start if first else run[0].start,
-                    piece.end if last else run[-1].end,
+                    round(piece.start if first else run[0].start, 3),
+                    round(piece.end if last else run[-1].end, 3),
                     decoding.text(result.text, labelled)
                     if alone
                     else " ".join(w.word for w in labelled),
