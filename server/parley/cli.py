@@ -224,8 +224,12 @@ def _transcribe(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    missing = [source for source in args.sources if not Path(source).is_file()]
+    if missing:  # before a model loads or a request is sent
+        print(f"parley: no such file: {', '.join(missing)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.url:
-        from parley.client.files import transcribe_file
+        from parley.client.files import UnreadableRecording, transcribe_file
         from parley.client.live import Unreachable
 
         token = args.token or os.environ.get("PARLEY_TOKEN")
@@ -246,11 +250,12 @@ def _transcribe(args: argparse.Namespace) -> int:
                 return EXIT_UNREACHABLE
             except (RuntimeError, ValueError, OSError) as exc:
                 print(f"parley: {source}: {exc}", file=sys.stderr)
-                return EXIT_FAILED
+                return EXIT_BAD_INPUT if isinstance(exc, UnreadableRecording) else EXIT_FAILED
             _write(args.output, text)
         return EXIT_OK
     from parley.config import Settings
     from parley.local import transcribe_locally
+    from parley.recordings.media import UndecodableAudio
 
     try:
         settings = Settings(
@@ -279,7 +284,7 @@ def _transcribe(args: argparse.Namespace) -> int:
         )
     except (RuntimeError, ValueError, OSError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_BAD_INPUT if isinstance(exc, UndecodableAudio) else EXIT_FAILED
     for text in outputs:
         _write(args.output, text)
     return EXIT_OK

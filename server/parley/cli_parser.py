@@ -15,6 +15,8 @@ def known_voice(value: str) -> tuple[str, Path]:
     name, equals, clip = value.partition("=")
     if not equals or not clip:
         raise argparse.ArgumentTypeError(f"--speaker takes NAME=CLIP, not {value!r}")
+    if not Path(clip).is_file():
+        raise argparse.ArgumentTypeError(f"--speaker {name}: no such file: {clip}")
     return name, Path(clip)
 
 

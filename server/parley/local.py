@@ -12,7 +12,7 @@ from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_names import KnownSpeaker
 from parley.loading import load_asr, load_diarization
 from parley.recordings.files import FileRequest
-from parley.recordings.media import decode_file, decode_reference
+from parley.recordings.media import UndecodableAudio, decode_file, decode_reference
 from parley.service import file_jobs
 from parley.transport.file_answers import rendered
 from parley.workers.threads import in_passing_thread
@@ -56,7 +56,10 @@ async def transcribe_locally(
     try:
         asr.check_language(language)
         for source in sources:
-            audio = await decode_file(Path(source), settings.files.max_duration_s)
+            try:
+                audio = await decode_file(Path(source), settings.files.max_duration_s)
+            except UndecodableAudio as exc:  # which of the files, for the command line
+                raise UndecodableAudio(f"{source}: {exc}") from exc
             with tqdm(total=100, desc=Path(source).name, unit="%", leave=False) as bar:
 
                 def advance(fraction: float, bar=bar) -> None:

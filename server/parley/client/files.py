@@ -10,6 +10,11 @@ import httpx
 
 from parley.client.live import Unreachable
 
+
+class UnreadableRecording(ValueError):
+    """The server could not decode the recording (400 ``bad_audio``); the message says why."""
+
+
 # `parley transcribe --url` formats, as the server's response_format.
 REMOTE_FORMATS = {"text": "text", "srt": "srt", "vtt": "vtt", "json": "verbose_json"}
 
@@ -30,7 +35,8 @@ def transcribe_file(
     ``decoding``: ``parley stream``'s decoding options (keyterms, prompt, task, redact,
     numerals, replace, filler_words), sent as the endpoint's fields; ``known_speakers``:
     (name, clip) of voices to label by name, sent as OpenAI's known speakers (the clips as
-    data URLs). RuntimeError with the server's message on an error answer."""
+    data URLs). UnreadableRecording where the server could not decode it, RuntimeError
+    with the server's message on any other error answer."""
     if fmt not in REMOTE_FORMATS:
         raise ValueError(f"--url formats are {', '.join(REMOTE_FORMATS)}")
     data: dict[str, str | list[str]] = {
@@ -72,8 +78,11 @@ def transcribe_file(
             raise Unreachable(url, exc) from exc
     if response.status_code != 200:
         try:
-            message = response.json()["error"]["message"]
+            error = response.json()["error"]
+            message, code = error["message"], error.get("code")
         except (ValueError, KeyError, TypeError):
-            message = response.text
+            message, code = response.text, None
+        if code == "bad_audio":
+            raise UnreadableRecording(message)
         raise RuntimeError(f"the server answered {response.status_code}: {message}")
     return response.text
