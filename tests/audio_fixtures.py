@@ -34,11 +34,13 @@ def read_wav(path: Path) -> np.ndarray:
 
 
 def write_wav(path: Path, audio: np.ndarray) -> Path:
+    """16 kHz PCM16: mono, or (channels, samples) interleaved."""
+    channels = audio.reshape(-1, audio.shape[-1])
     with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
+        w.setnchannels(len(channels))
         w.setsampwidth(2)
         w.setframerate(SAMPLE_RATE)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+        w.writeframes((np.clip(channels.T, -1, 1) * 32767).astype("<i2").tobytes())
     return path
 
 

@@ -15,6 +15,7 @@ from pyannote.database.util import load_rttm
 
 from audio_fixtures import (
     DIALOGUE_LINES,
+    PLAIN_VOICES,
     SAMPLE_WAV,
     SPEAKERS,
     conversation,
@@ -65,6 +66,41 @@ async def test_predict_as_the_reference_readme_sends_it(diarized_base):
     words = listened.json()["results"]["channels"][0]["alternatives"][0]["words"]
     reference = load_rttm(str(sample_dir() / "sample.rttm"))["sample"]
     assert der(reference, word_turns(words)) <= 0.08  # 0.071 here; the live path's 0.074
+
+
+async def test_deepgram_sdk_multichannel_transcribes_each_channel(diarized_base, tmp_path):
+    """deepgram-sdk's transcribe_file with multichannel: a call recorded in stereo, the
+    agent on the left and the caller on the right, taking turns. Each channel's words
+    are its own speaker's (WER against that speaker's lines), and the utterances come in
+    time order, each naming its channel; without multichannel the file is one channel."""
+    from deepgram import DeepgramClient
+
+    audio, truth = conversation([(v, line) for v, line in zip(PLAIN_VOICES * 2, DIALOGUE_LINES)])
+    stereo = np.zeros((2, len(audio)), dtype=np.float32)
+    for turn in truth:  # each turn on its speaker's channel alone
+        where = slice(int((turn.start - 0.3) * 16000), int((turn.end + 0.3) * 16000))
+        stereo[PLAIN_VOICES.index(turn.voice), where] = audio[where]
+    path = write_wav(tmp_path / "call.wav", stereo)
+    client = DeepgramClient(api_key="unused", environment=deepgram_environment(diarized_base))
+    response = await asyncio.to_thread(
+        client.listen.v1.media.transcribe_file,
+        request=path.read_bytes(),
+        multichannel=True,
+        utterances=True,
+        punctuate=True,
+        model="nova-3",
+    )
+    assert response.metadata.channels == 2 and len(response.results.channels) == 2
+    for channel, voice in zip(response.results.channels, PLAIN_VOICES):
+        said = " ".join(turn.text for turn in truth if turn.voice == voice)
+        assert wer(said, channel.alternatives[0].transcript) < 0.2, (voice, channel)
+    utterances = response.results.utterances
+    assert [u.channel for u in utterances] == [0, 1, 0, 1]
+    assert [u.start for u in utterances] == sorted(u.start for u in utterances)
+    mixed = await asyncio.to_thread(
+        client.listen.v1.media.transcribe_file, request=path.read_bytes(), model="nova-3"
+    )
+    assert mixed.metadata.channels == 1 and len(mixed.results.channels) == 1
 
 
 async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarized_base, tmp_path):

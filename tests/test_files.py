@@ -244,6 +244,25 @@ async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_pat
     assert list(temporary.glob("parley-upload-*")) == []  # and deleted after the answer
 
 
+async def test_deepgram_multichannel_is_bounded_by_channels_and_their_audio(fake, tmp_path):
+    """multichannel=true transcribes each channel: the duration limit (20 s here) counts
+    every channel's audio, so 12 s of stereo is 413 too_long that mixed is not; a file of
+    more than 8 channels is 400 bad_request; both in Deepgram's error shape."""
+    url, _ = fake
+    listen = f"{url}/v1/listen"
+    headers = {"Authorization": f"Token {KEY}"}
+    tone = np.sin(np.arange(12 * 16000) / 16000 * 2 * np.pi * 300).astype(np.float32) * 0.1
+    stereo = write_wav(tmp_path / "stereo.wav", np.stack([tone, tone])).read_bytes()
+    nine = write_wav(tmp_path / "nine.wav", np.stack([tone[:16000]] * 9)).read_bytes()
+    mixed = await _post(listen, content=stereo, headers=headers)
+    apart = await _post(f"{listen}?multichannel=true", content=stereo, headers=headers)
+    many = await _post(f"{listen}?multichannel=true", content=nine, headers=headers)
+    assert mixed.status_code == 200 and mixed.json()["metadata"]["channels"] == 1
+    assert (apart.status_code, apart.json()["err_code"]) == (413, "TOO_LONG")
+    assert (many.status_code, many.json()["err_code"]) == (400, "BAD_REQUEST")
+    assert "9 channels" in many.json()["err_msg"]
+
+
 async def test_a_full_server_answers_429_with_retry_after_and_a_drain_503(fake, speech_wav):
     url, server = fake
     jobs = server.service.file_jobs

@@ -7,9 +7,12 @@ WHISPER_WINDOW_S = 30.0  # the most audio Whisper reads at once
 MAX_SEGMENT_S = WHISPER_WINDOW_S - 1.0
 
 
-def ffmpeg_pcm16_command(source: str, sample_rate: int = SAMPLE_RATE) -> list[str]:
-    """ffmpeg decoding any file's first audio stream to mono PCM16 LE on stdout, its own
-    errors only on stderr (the client's and the server's file readers both run it)."""
+def ffmpeg_pcm16_command(
+    source: str, sample_rate: int = SAMPLE_RATE, channels: int = 1
+) -> list[str]:
+    """ffmpeg decoding any file's first audio stream to PCM16 LE on stdout (mono, or
+    ``channels`` interleaved), its own errors only on stderr (the client's and the
+    server's file readers both run it)."""
     return [
         "ffmpeg",
         "-nostdin",
@@ -24,7 +27,7 @@ def ffmpeg_pcm16_command(source: str, sample_rate: int = SAMPLE_RATE) -> list[st
         "-acodec",
         "pcm_s16le",
         "-ac",
-        "1",
+        str(channels),
         "-ar",
         str(sample_rate),
         "pipe:1",

@@ -13,6 +13,7 @@ import hashlib
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 
 from starlette.responses import JSONResponse, Response
 
@@ -136,7 +137,7 @@ def _bare(word: str) -> str:
 
 
 def deepgram_response(
-    result: FileTranscript,
+    channels: Sequence[FileTranscript],
     request_id: str,
     model: str,
     *,
@@ -150,10 +151,10 @@ def deepgram_response(
     search: tuple[str, ...] = (),
     extra: tuple[tuple[str, str], ...] = (),
 ) -> dict:
-    """Deepgram's pre-recorded response: one channel, one alternative (``paragraphs``:
-    with its words in paragraphs); ``search``: the queries looked for in its words;
-    ``extra``: pairs told back in the metadata."""
-    finals = _spoken(result)
+    """Deepgram's pre-recorded response: a channel for each transcript (the file mixed to
+    one, or each of its channels with ``multichannel``), one alternative each
+    (``paragraphs``: with its words in paragraphs); ``search``: the queries looked for in
+    its words; ``extra``: pairs told back in the metadata."""
 
     def word(w) -> dict:
         entry = {"word": _bare(w.word), "start": w.start, "end": w.end, "confidence": w.probability}
@@ -167,55 +168,69 @@ def deepgram_response(
     def text(final: Final) -> str:
         return final.text if punctuate else " ".join(_bare(w.word) for w in final.words)
 
-    words = [word(w) for f in finals for w in f.words]
-    confidences = [w["confidence"] for w in words]
-    alternative = {
-        "transcript": " ".join(text(f) for f in finals),
-        "confidence": round(sum(confidences) / len(confidences), 3) if confidences else 0.0,
-        "words": words,
-    }
-    if paragraphs:
-        alternative["paragraphs"] = deepgram_paragraphs(finals, diarize)
+    def channel_of(finals: list[Final]) -> dict:
+        words = [word(w) for f in finals for w in f.words]
+        confidences = [w["confidence"] for w in words]
+        alternative = {
+            "transcript": " ".join(text(f) for f in finals),
+            "confidence": round(sum(confidences) / len(confidences), 3) if confidences else 0.0,
+            "words": words,
+        }
+        if paragraphs:
+            alternative["paragraphs"] = deepgram_paragraphs(finals, diarize)
+        languages = Counter(f.language for f in finals if f.language)
+        channel: dict = {"alternatives": [alternative]}
+        if search:
+            spoken = [SearchWord(w.word, w.start, w.end) for f in finals for w in f.words]
+            channel["search"] = search_results(search, spoken)
+        if languages:
+            alternative["languages"] = [code for code, _ in languages.most_common()]
+            if detected:  # detect_language=true, or no language given
+                channel["detected_language"] = languages.most_common(1)[0][0]
+                probabilities = [
+                    f.language_probability for f in finals if f.language_probability is not None
+                ]
+                if probabilities:
+                    channel["language_confidence"] = round(
+                        sum(probabilities) / len(probabilities), 3
+                    )
+        return channel
+
+    spoken = [_spoken(result) for result in channels]
     model_id = hashlib.sha1(model.encode()).hexdigest()[:8]
     metadata = {
         "request_id": request_id,
         "sha256": audio_sha256,
         "created": dt.datetime.now(dt.UTC).isoformat(),
-        "duration": round(result.duration, 3),
-        "channels": 1,
+        "duration": round(max(result.duration for result in channels), 3),
+        "channels": len(channels),
         "models": [model_id],
         "model_info": {model_id: {"name": model, "version": "parley", "arch": "whisper"}},
     }
     if extra:
         metadata["extra"] = dict(extra)
-    languages = Counter(f.language for f in finals if f.language)
-    channel: dict = {"alternatives": [alternative]}
-    if search:
-        spoken = [SearchWord(w.word, w.start, w.end) for f in finals for w in f.words]
-        channel["search"] = search_results(search, spoken)
-    if languages:
-        alternative["languages"] = [code for code, _ in languages.most_common()]
-        if detected:  # detect_language=true, or no language given
-            channel["detected_language"] = languages.most_common(1)[0][0]
-            probabilities = [
-                f.language_probability for f in finals if f.language_probability is not None
-            ]
-            if probabilities:
-                channel["language_confidence"] = round(sum(probabilities) / len(probabilities), 3)
-    results: dict = {"channels": [channel]}
-    if utterances:
+    results: dict = {"channels": [channel_of(finals) for finals in spoken]}
+    if utterances:  # every channel's, in time order, each saying its channel
+        runs = sorted(
+            (
+                (run, index)
+                for index, finals in enumerate(spoken)
+                for run in utterance_words(finals, diarize, utt_split)
+            ),
+            key=lambda item: (item[0][0].start, item[1]),
+        )
         results["utterances"] = [
             {
                 "id": f"{request_id}-{i}",
                 "start": run[0].start,
                 "end": run[-1].end,
-                "channel": 0,
+                "channel": index,
                 "confidence": round(sum(w.probability for w in run) / len(run), 3),
                 "transcript": " ".join(w.word if punctuate else _bare(w.word) for w in run),
                 "words": [word(w) for w in run],
                 **({"speaker": speaker_number(run[0].speaker) or 0} if diarize else {}),
             }
-            for i, run in enumerate(utterance_words(finals, diarize, utt_split))
+            for i, (run, index) in enumerate(runs)
         ]
     return {"metadata": metadata, "results": results}
 

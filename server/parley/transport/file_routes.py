@@ -37,8 +37,8 @@ from parley.transport.deepgram_query import (
     recording_language,
 )
 from parley.transport.known_speakers import known_speakers
-from parley.transport.predict_parameters import predict_decoding, predict_parameters
-from parley.transport.uploads import FileDoor, Form, UploadCode, UploadError, speaker_count
+from parley.transport.predict_parameters import predict_decoding, predict_parameters, speaker_count
+from parley.transport.uploads import FileDoor, Form, UploadCode, UploadError
 
 log = logging.getLogger(__name__)
 OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
@@ -215,6 +215,7 @@ class FileRoutes:
             paragraphs or _flag(params.get("punctuate")) or _flag(params.get("smart_format"))
         )
         utterances = _flag(params.get("utterances"))
+        multichannel = _flag(params.get("multichannel"))  # each channel a recording
 
         async def run(path, key) -> dict:
             digest = await asyncio.to_thread(_sha256, path)
@@ -235,9 +236,9 @@ class FileRoutes:
                 replace=vocabulary.replace,
                 filler_words=vocabulary.filler_words,
             )
-            result = await self._door.transcribe(path, job, key)
+            channels = await self._door.transcribe_channels(path, job, key, apart=multichannel)
             return file_answers.deepgram_response(
-                result,
+                channels,
                 request_id,
                 self._model,
                 diarize=diarize,

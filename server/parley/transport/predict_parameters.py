@@ -8,6 +8,7 @@ import json
 import logging
 
 from parley.core.asr import Task
+from parley.core.speaker_count import SpeakerCount
 from parley.transport.uploads import UploadCode, UploadError
 
 log = logging.getLogger(__name__)
@@ -73,3 +74,30 @@ def predict_decoding(parameters: dict) -> dict:
             "parameters",
         )
     return {"task": task, "keyterms": tuple(keyterms), "replace": tuple(replace), "prompt": prompt}
+
+
+def speaker_count(
+    num: str | int | None,
+    least: str | int | None,
+    most: str | int | None,
+) -> SpeakerCount:
+    """The reference handler's num/min/max_speakers (None or blank: not given)."""
+
+    def number(value, name: str) -> int | None:
+        if value is None or value == "":
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise UploadError(
+                UploadCode.BAD_REQUEST, f"{name} must be an integer", param=name
+            ) from None
+
+    try:
+        return SpeakerCount(
+            number(num, "num_speakers"),
+            number(least, "min_speakers") or 1,
+            number(most, "max_speakers"),
+        )
+    except ValueError as exc:
+        raise UploadError(UploadCode.BAD_REQUEST, str(exc)) from None

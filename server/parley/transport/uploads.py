@@ -21,16 +21,22 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+import numpy as np
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from websockets.datastructures import Headers
 
 from parley.core.asr import Decoding
-from parley.core.speaker_count import SpeakerCount
 from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import Busy, Draining, FileJobs, FileRequest
-from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_file
+from parley.recordings.media import (
+    AudioTooLong,
+    TooManyChannels,
+    UndecodableAudio,
+    decode_channels,
+    decode_file,
+)
 from parley.runtime.metrics import Metrics
 from parley.transport.admission import Access
 from parley.transport.dialect import ANONYMOUS, by_key
@@ -214,8 +220,21 @@ class FileDoor:
         key: str,
         on_text: Callable[[str], None] | None = None,
     ) -> FileTranscript:
-        """Decode and transcribe, within the job bound and the key's; UploadError on
-        anything the client should be told."""
+        """Decode (mixed to one channel) and transcribe, within the job bound and the
+        key's; UploadError on anything the client should be told."""
+        (transcript,) = await self.transcribe_channels(path, request, key, on_text, apart=False)
+        return transcript
+
+    async def transcribe_channels(
+        self,
+        path: Path,
+        request: FileRequest,
+        key: str,
+        on_text: Callable[[str], None] | None = None,
+        apart: bool = True,
+    ) -> list[FileTranscript]:
+        """As ``transcribe``, each channel of the file a recording of its own (``apart``),
+        one after the other in the one job."""
         outcome = "done"
         try:
             self._check_request(request)
@@ -231,7 +250,7 @@ class FileDoor:
                     self._per_key[key] += 1
                     self.metrics.files_running.inc()
                     try:
-                        return await self._run(path, request, on_text)
+                        return await self._run(path, request, on_text, apart)
                     except asyncio.CancelledError:
                         task = asyncio.current_task()
                         if not self.jobs.draining or task is None:
@@ -279,14 +298,28 @@ class FileDoor:
             )
 
     async def _run(
-        self, path: Path, request: FileRequest, on_text: Callable[[str], None] | None
-    ) -> FileTranscript:
+        self,
+        path: Path,
+        request: FileRequest,
+        on_text: Callable[[str], None] | None,
+        apart: bool,
+    ) -> list[FileTranscript]:
+        limit = self.jobs.limits.max_seconds
         try:
-            audio = await decode_file(path, self.jobs.limits.max_seconds)
+            channels = (
+                await decode_channels(path, limit) if apart else [await decode_file(path, limit)]
+            )
         except UndecodableAudio as exc:
             raise UploadError(UploadCode.BAD_AUDIO, str(exc), param="file") from None
         except AudioTooLong as exc:
             raise UploadError(UploadCode.TOO_LONG, str(exc), param="file") from None
+        except TooManyChannels as exc:
+            raise UploadError(UploadCode.BAD_REQUEST, str(exc), param="multichannel") from None
+        return [await self._transcribed(audio, request, on_text) for audio in channels]
+
+    async def _transcribed(
+        self, audio: np.ndarray, request: FileRequest, on_text: Callable[[str], None] | None
+    ) -> FileTranscript:
         try:
             transcript = await self.jobs.transcribe(audio, request, on_text=on_text)
         except Exception as exc:
@@ -301,30 +334,3 @@ class FileDoor:
                 transcript.duration / transcript.processing_s
             )
         return transcript
-
-
-def speaker_count(
-    num: str | int | None,
-    least: str | int | None,
-    most: str | int | None,
-) -> SpeakerCount:
-    """The reference handler's num/min/max_speakers (None or blank: not given)."""
-
-    def number(value, name: str) -> int | None:
-        if value is None or value == "":
-            return None
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise UploadError(
-                UploadCode.BAD_REQUEST, f"{name} must be an integer", param=name
-            ) from None
-
-    try:
-        return SpeakerCount(
-            number(num, "num_speakers"),
-            number(least, "min_speakers") or 1,
-            number(most, "max_speakers"),
-        )
-    except ValueError as exc:
-        raise UploadError(UploadCode.BAD_REQUEST, str(exc)) from None
