@@ -162,6 +162,47 @@ async def test_deepgram_finalize_flushes_and_keepalive_and_bad_messages(start, t
     assert not got[2]["from_finalize"]
 
 
+async def test_deepgram_multichannel_transcribes_each_channel_on_its_own(start, turns):
+    """multichannel=true with two channels (a stereo call: one voice a side): each
+    channel's Results are exactly its own audio's, with channel_index [i, 2], finals in
+    the order they ended across channels; SpeechStarted and UtteranceEnd name their
+    channel; Metadata says 2 channels. Without multichannel the channels are mixed."""
+    import numpy as np
+
+    from conftest import as_received
+
+    left, _ = turns
+    other, _ = conversation([("en-us", "The train leaves from platform number nine.")], 2.0, 1.5)
+    right = np.zeros_like(left)
+    right[: min(len(left), len(other))] = as_received(other)[: len(left)]
+    stereo = np.stack([left, right], axis=1)  # interleaved: left, right, left, …
+    _, server = await start(token=KEY)
+    got = await deepgram_session(
+        server.port,
+        stereo,
+        channels="2",
+        multichannel="true",
+        vad_events="true",
+        utterance_end_ms="1000",
+    )
+    results = [m for m in got if m.type == "Results"]
+    assert sorted(r.channel_index[0] for r in results) == [0, 0, 1]
+    for result in results:
+        index, count = result.channel_index
+        heard = heard_between((left, right)[index], result.start, result.start + result.duration)
+        assert count == 2 and result.channel.alternatives[0].transcript == heard
+    ends = [r.start + r.duration for r in results]
+    assert ends == sorted(ends)
+    starts = [m.channel for m in got if m.type == "SpeechStarted"]
+    assert sorted(c[0] for c in starts) == [0, 0, 1] and all(c[1] == 2 for c in starts)
+    utterance_ends = {tuple(m.channel): m.last_word_end for m in got if m.type == "UtteranceEnd"}
+    last = {r.channel_index[0]: r.channel.alternatives[0].words[-1].end for r in results}
+    assert utterance_ends[(1, 2)] == last[1] and (0, 2) in utterance_ends
+    assert got[-1].type == "Metadata" and got[-1].channels == 2
+    mixed = await deepgram_session(server.port, stereo, channels="2")
+    assert {tuple(m.channel_index) for m in mixed if m.type == "Results"} == {(0, 1)}
+
+
 async def test_deepgram_refusals_are_http_errors_as_deepgram_gives_them(start):
     """A wrong key is HTTP 401 (the SDK's ApiError); settings Parley cannot honour are 400
     with Deepgram's error body; the browser's token subprotocol is a key too."""
@@ -177,7 +218,6 @@ async def test_deepgram_refusals_are_http_errors_as_deepgram_gives_them(start):
         ("sample_rate=16000", "containerised"),
         ("encoding=opus&sample_rate=16000", "not supported"),
         ("encoding=linear16", "sample_rate is required"),
-        ("encoding=linear16&sample_rate=16000&multichannel=true", "multichannel"),
         ("encoding=linear16&sample_rate=16000&diarize=true", "diarization is not available"),
     ):
         with pytest.raises(InvalidStatus) as refusal:

@@ -73,6 +73,7 @@ class SessionGroup:
         self._ended = False
         # Each track numbers its segments from 0; the connection's numbers are unique.
         self._segment_ids: dict[tuple[str, int], int] = {}
+        self._track_of: dict[int, str] = {}
         self._next_segment_id = itertools.count()
         self._order = _TimeOrder()
         self._resting: set[str] = set()  # tracks that left: they hold nothing back
@@ -160,7 +161,12 @@ class SessionGroup:
         key = (track, message.segment_id)
         if key not in self._segment_ids:
             self._segment_ids[key] = next(self._next_segment_id)
+            self._track_of[self._segment_ids[key]] = track
         return self._segment_ids[key]
+
+    def track_of(self, segment_id: int) -> str | None:
+        """The track whose segment has this connection-wide ``segment_id``."""
+        return self._track_of.get(segment_id)
 
     async def finalize(self) -> None:
         """Close every track's open segment now; each track's ``finalized`` follows its finals."""

@@ -99,6 +99,11 @@ class StreamFactory:
             ),
         )
 
+    def channels(self, config: StreamConfig, vad: VadConfig | None) -> SessionGroup:
+        """A group that makes one session per channel of a connection's audio, each as
+        ``single`` makes it (labelled by the diarization worker when ``config`` asks)."""
+        return SessionGroup(config, lambda track_config, _, __: self.single(track_config, vad))
+
     def single(self, config: StreamConfig, vad: VadConfig | None) -> Session:
         """One session, labelled by the diarization worker when ``config`` asks for
         speakers and the server has one; ``vad`` as for ``tracks``."""

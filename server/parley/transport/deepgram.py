@@ -12,6 +12,7 @@ import json
 import string
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from http import HTTPStatus
 
@@ -37,7 +38,9 @@ from parley.protocol.messages import (
 from parley.protocol.paths import LISTEN_PATH
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
+from parley.sessions.session_group import SessionGroup
 from parley.sessions.streams import StreamFactory
+from parley.transport.deepgram_channels import Channels
 from parley.transport.deepgram_query import (
     ListenOptions,
     endpointing_vad,
@@ -48,7 +51,6 @@ from parley.transport.dialect import KeyOffered, Opened, Setup
 from parley.transport.http import json_response
 from parley.transport.native import bearer_or_token
 
-CHANNEL = [0, 1]  # channel_index: channel 0 of 1 (several channels are mixed to one)
 _HTTP_STATUS = {
     ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,
     ErrorCode.FORBIDDEN_ORIGIN: HTTPStatus.FORBIDDEN,
@@ -109,7 +111,10 @@ class DeepgramDialect(KeyOffered):
     def translator(
         self, opened: Opened[ListenOptions], streams: StreamFactory
     ) -> DeepgramTranslator:
-        return DeepgramTranslator(opened, streams.single(opened.setup.config, opened.setup.vad))
+        config, vad = opened.setup.config, opened.setup.vad
+        if opened.setup.options.multichannel and config.channels > 1:
+            return DeepgramTranslator(opened, streams.channels(replace(config, channels=1), vad))
+        return DeepgramTranslator(opened, streams.single(config, vad))
 
 
 def _search_words(start: float, end: float, text: str, words: list[Word]) -> list[SearchWord]:
@@ -134,17 +139,18 @@ def bare(word: str) -> str:
     return word.strip().strip(string.punctuation + "“”‘’¿¡…").lower()
 
 
-# The Reply a translator queues when utterance_end_ms of quiet has passed after the last
-# segment: sent as UtteranceEnd once every final before it has gone out.
-_UTTERANCE_END_DUE = Reply("utterance_end")
+# The Reply a translator queues when utterance_end_ms of quiet has passed after a
+# channel's last segment: sent as UtteranceEnd once every final before it has gone out.
+UTTERANCE_END = "utterance_end"
 
 
 class DeepgramTranslator:
     """One Deepgram connection: its messages to and from a Parley session."""
 
-    def __init__(self, opened: Opened[ListenOptions], session: Session):
+    def __init__(self, opened: Opened[ListenOptions], stream: Session | SessionGroup):
         self._opened = opened
-        self._session = session
+        self._stream = stream
+        self._channels = Channels(opened.setup.config, stream)
         self._options = opened.setup.options
         # Deepgram's extra: told back in every Results' and the Metadata's metadata.
         self._extra = {"extra": dict(self._options.extra)} if self._options.extra else {}
@@ -153,24 +159,24 @@ class DeepgramTranslator:
         self._model_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"parley:{opened.model}"))
         self._model_info = {"name": opened.model, "version": __version__, "arch": "whisper"}
         self._audio_sha256 = hashlib.sha256()
-        self._quiet_marked: float | None = None  # the quiet an UtteranceEnd was queued for
-        self._last_word_end: float | None = None  # of finals since the last UtteranceEnd
+        # By channel: the quiet an UtteranceEnd was queued for; the last word since one.
+        self._quiet_marked: dict[int, float] = {}
+        self._last_word_end: dict[int, float] = {}
 
     def opening(self) -> list[str]:
         return []  # Deepgram says nothing until there are results
 
     @property
-    def stream(self) -> Session:
-        return self._session
+    def stream(self) -> Session | SessionGroup:
+        return self._stream
 
     async def receive(self, message: str | bytes) -> bool:
-        session = self._session
         if isinstance(message, bytes):
             if not message:
                 return True  # Deepgram's older way to say CloseStream
-            await session.feed(message)
+            await self._channels.feed(message)
             self._audio_sha256.update(message)
-            await self._maybe_utterance_end(session)
+            await self._maybe_utterance_end()
             return False
         try:
             data = json.loads(message)
@@ -180,7 +186,7 @@ class DeepgramTranslator:
         if kind == "KeepAlive":
             return False
         if kind == "Finalize":
-            await session.finalize()
+            await self._stream.finalize()
             return False
         if kind == "CloseStream":
             return True
@@ -190,26 +196,30 @@ class DeepgramTranslator:
             f"Finalize or CloseStream; got {message[:100]!r}",
         )
 
-    async def _maybe_utterance_end(self, session: Session) -> None:
+    async def _maybe_utterance_end(self) -> None:
         wait = self._options.utterance_end_s
-        quiet = session.quiet_since
-        if (
-            wait is not None
-            and quiet is not None
-            and quiet != self._quiet_marked
-            and session.stream_time - quiet >= wait
-        ):
-            self._quiet_marked = quiet
-            await session.mark(_UTTERANCE_END_DUE)
+        if wait is None:
+            return
+        for channel, session in enumerate(self._channels.sessions()):
+            quiet = session.quiet_since
+            if (
+                quiet is not None
+                and quiet != self._quiet_marked.get(channel)
+                and session.stream_time - quiet >= wait
+            ):
+                self._quiet_marked[channel] = quiet
+                await self._stream.mark(Reply(UTTERANCE_END, {"channel": channel}))
 
     def outbound(self, message: ServerMessage | Mark) -> list[str]:
         out = self._translate(message)
         return [json.dumps(m, ensure_ascii=False) for m in out]
 
     def _translate(self, message: ServerMessage | Mark) -> list[dict]:
+        channel = self._channels.of(getattr(message, "segment_id", None))
+        index = [channel, self._channels.count]  # channel_index: channel i of n
         if isinstance(message, Final):
             if message.words:
-                self._last_word_end = message.words[-1].end
+                self._last_word_end[channel] = message.words[-1].end
             return [
                 self._results(
                     message.start,
@@ -219,6 +229,7 @@ class DeepgramTranslator:
                     is_final=True,
                     reason=message.reason,
                     language=message.language,
+                    channel_index=index,
                 )
             ]
         if isinstance(message, Partial):
@@ -233,19 +244,24 @@ class DeepgramTranslator:
                     is_final=False,
                     reason=None,
                     language=message.language,
+                    channel_index=index,
                 )
             ]
         if isinstance(message, SpeechStarted):
             if not self._options.vad_events:
                 return []
             return [
-                {"type": "SpeechStarted", "channel": CHANNEL, "timestamp": round(message.start, 3)}
+                {"type": "SpeechStarted", "channel": index, "timestamp": round(message.start, 3)}
             ]
-        if isinstance(message, Mark) and message.payload == _UTTERANCE_END_DUE:
-            if self._last_word_end is None:
+        if isinstance(message, Mark) and isinstance(message.payload, Reply):
+            if message.payload.kind != UTTERANCE_END:
                 return []
-            last, self._last_word_end = self._last_word_end, None
-            return [{"type": "UtteranceEnd", "channel": CHANNEL, "last_word_end": round(last, 3)}]
+            channel = message.payload.data["channel"]
+            last = self._last_word_end.pop(channel, None)
+            if last is None:
+                return []
+            index = [channel, self._channels.count]
+            return [{"type": "UtteranceEnd", "channel": index, "last_word_end": round(last, 3)}]
         if isinstance(message, SessionEnded):
             return [self._metadata(message.audio_duration)]
         if isinstance(message, Error):
@@ -262,6 +278,7 @@ class DeepgramTranslator:
         is_final: bool,
         reason: FinalReason | None,
         language: str | None,
+        channel_index: list[int],
     ) -> dict:
         if self._options.punctuate:
             transcript = text.strip()
@@ -289,7 +306,7 @@ class DeepgramTranslator:
             )
         return {
             "type": "Results",
-            "channel_index": CHANNEL,
+            "channel_index": channel_index,
             "start": round(start, 3),
             "duration": round(end - start, 3),
             "is_final": is_final,

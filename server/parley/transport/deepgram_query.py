@@ -29,6 +29,7 @@ class ListenOptions:
     vad_events: bool = False
     search: tuple[str, ...] = ()  # terms or phrases looked for in every result's words
     extra: tuple[tuple[str, str], ...] = ()  # key:value pairs told back in the metadata
+    multichannel: bool = False  # each channel transcribed on its own, not mixed
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> ListenOptions:
@@ -45,6 +46,7 @@ class ListenOptions:
             vad_events=bool_param(params, "vad_events"),
             search=listen_searches(params),
             extra=listen_extra(params),
+            multichannel=bool_param(params, "multichannel"),
         )
 
 
@@ -187,7 +189,8 @@ def listen_language(raw: str | None) -> str | None:
 
 def listen_config(params: Mapping[str, str]) -> StreamConfig:
     """A live connection's stream settings: raw audio only (its encoding and rate are
-    required), one channel or several mixed; ProtocolError for what is not served."""
+    required), one channel or several (mixed, or each its own with ``multichannel``);
+    ProtocolError for what is not served."""
     raw_encoding = params.get("encoding")
     if raw_encoding is None:
         raise ProtocolError(
@@ -203,11 +206,6 @@ def listen_config(params: Mapping[str, str]) -> StreamConfig:
         )
     if "sample_rate" not in params:
         raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
-    if bool_param(params, "multichannel"):
-        raise ProtocolError(
-            ErrorCode.BAD_CONFIG,
-            "multichannel=true is not supported: send one connection per channel",
-        )
     native = {
         "encoding": encoding.value,
         "sample_rate": params["sample_rate"],
