@@ -68,27 +68,32 @@ async def test_predict_as_the_reference_readme_sends_it(diarized_base):
     assert der(reference, word_turns(words)) <= 0.08  # 0.071 here; the live path's 0.074
 
 
+async def _transcribe_file(base: str, path, **options):
+    """deepgram-sdk's pre-recorded ``transcribe_file`` of ``path`` against the server."""
+    from deepgram import DeepgramClient
+
+    client = DeepgramClient(api_key="unused", environment=deepgram_environment(base))
+    return await asyncio.to_thread(
+        client.listen.v1.media.transcribe_file,
+        request=path.read_bytes(),
+        model="nova-3",
+        **options,
+    )
+
+
 async def test_deepgram_sdk_multichannel_transcribes_each_channel(diarized_base, tmp_path):
     """deepgram-sdk's transcribe_file with multichannel: a call recorded in stereo, the
     agent on the left and the caller on the right, taking turns. Each channel's words
     are its own speaker's (WER against that speaker's lines), and the utterances come in
     time order, each naming its channel; without multichannel the file is one channel."""
-    from deepgram import DeepgramClient
-
     audio, truth = conversation([(v, line) for v, line in zip(PLAIN_VOICES * 2, DIALOGUE_LINES)])
     stereo = np.zeros((2, len(audio)), dtype=np.float32)
     for turn in truth:  # each turn on its speaker's channel alone
         where = slice(int((turn.start - 0.3) * 16000), int((turn.end + 0.3) * 16000))
         stereo[PLAIN_VOICES.index(turn.voice), where] = audio[where]
     path = write_wav(tmp_path / "call.wav", stereo)
-    client = DeepgramClient(api_key="unused", environment=deepgram_environment(diarized_base))
-    response = await asyncio.to_thread(
-        client.listen.v1.media.transcribe_file,
-        request=path.read_bytes(),
-        multichannel=True,
-        utterances=True,
-        punctuate=True,
-        model="nova-3",
+    response = await _transcribe_file(
+        diarized_base, path, multichannel=True, utterances=True, punctuate=True
     )
     assert response.metadata.channels == 2 and len(response.results.channels) == 2
     for channel, voice in zip(response.results.channels, PLAIN_VOICES):
@@ -97,9 +102,7 @@ async def test_deepgram_sdk_multichannel_transcribes_each_channel(diarized_base,
     utterances = response.results.utterances
     assert [u.channel for u in utterances] == [0, 1, 0, 1]
     assert [u.start for u in utterances] == sorted(u.start for u in utterances)
-    mixed = await asyncio.to_thread(
-        client.listen.v1.media.transcribe_file, request=path.read_bytes(), model="nova-3"
-    )
+    mixed = await _transcribe_file(diarized_base, path)
     assert mixed.metadata.channels == 1 and len(mixed.results.channels) == 1
 
 
@@ -107,19 +110,10 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarize
     """deepgram-sdk's pre-recorded transcribe_file: an espeak meeting of three voices with
     known text and turns; three speakers, utterances, words in order, and paragraphs (one
     per turn here: each turn is another speaker's) with their sentences."""
-    from deepgram import DeepgramClient
-
     audio, truth = dialogue(["A", "B", "C"], turns=6)
     path = write_wav(tmp_path / "three.wav", audio)
-    client = DeepgramClient(api_key="unused", environment=deepgram_environment(diarized_base))
-    response = await asyncio.to_thread(
-        client.listen.v1.media.transcribe_file,
-        request=path.read_bytes(),
-        diarize=True,
-        utterances=True,
-        punctuate=True,
-        paragraphs=True,
-        model="nova-3",
+    response = await _transcribe_file(
+        diarized_base, path, diarize=True, utterances=True, punctuate=True, paragraphs=True
     )
     alternative = response.results.channels[0].alternatives[0]
     live = await run_stream(
@@ -152,13 +146,7 @@ async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarize
     # 0.8); without speakers and with utt_split=2, the whole meeting is one
     utterances = response.results.utterances
     assert [u.speaker for u in utterances] == [p.speaker for p in paragraphs.paragraphs]
-    whole = await asyncio.to_thread(
-        client.listen.v1.media.transcribe_file,
-        request=path.read_bytes(),
-        utterances=True,
-        utt_split=2.0,
-        model="nova-3",
-    )
+    whole = await _transcribe_file(diarized_base, path, utterances=True, utt_split=2.0)
     (one,) = whole.results.utterances
     assert len(one.words) == len(whole.results.channels[0].alternatives[0].words)
     refused = await asyncio.to_thread(
