@@ -263,6 +263,46 @@ async def test_deepgram_multichannel_is_bounded_by_channels_and_their_audio(fake
     assert "9 channels" in many.json()["err_msg"]
 
 
+async def test_deepgram_reads_a_headerless_body_by_its_encoding(fake, speech_wav, tmp_path):
+    """Raw PCM16 or mu-law (no container) is read as encoding, sample_rate and channels
+    say, as Deepgram reads it (each channel apart with multichannel); a WAV is read by its
+    header whatever they say; a raw encoding without its rate is 400."""
+    url, _ = fake
+    listen = f"{url}/v1/listen"
+    headers = {"Authorization": f"Token {KEY}"}
+    wav = tmp_path / "speech.wav"
+    wav.write_bytes(speech_wav)
+    mulaw = subprocess.run(
+        ["ffmpeg", "-loglevel", "error", "-i", str(wav), "-f", "mulaw", "-ar", "8000", "-"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    pcm = speech_wav[44:]  # the WAV's samples alone: 16 kHz PCM16 mono
+    stereo = np.repeat(np.frombuffer(pcm, dtype="<i2"), 2).tobytes()  # each sample twice
+    seconds = len(pcm) / 32000
+    cases = {
+        "encoding=linear16&sample_rate=16000": pcm,
+        "encoding=mulaw&sample_rate=8000": mulaw,
+        "encoding=linear16&sample_rate=16000&channels=2&multichannel=true": stereo,
+        "encoding=linear16&sample_rate=8000": speech_wav,  # the header wins
+        "encoding=linear16": pcm,
+    }
+    answers = {
+        q: await _post(f"{listen}?{q}", content=body, headers=headers) for q, body in cases.items()
+    }
+    for query, answer in list(answers.items())[:4]:
+        assert answer.status_code == 200, (query, answer.text)
+        metadata = answer.json()["metadata"]
+        assert metadata["duration"] == pytest.approx(seconds, abs=0.01), query
+        channels = answer.json()["results"]["channels"]
+        assert metadata["channels"] == len(channels) == (2 if "multichannel" in query else 1)
+        assert all(c["alternatives"][0]["transcript"] for c in channels), query
+    refused = answers["encoding=linear16"]
+    assert refused.status_code == 400 and "sample_rate" in refused.json()["err_msg"]
+    plain = await _post(listen, content=pcm, headers=headers)  # no encoding: no container
+    assert plain.status_code == 400 and plain.json()["err_code"] == "BAD_AUDIO"
+
+
 async def test_a_full_server_answers_429_with_retry_after_and_a_drain_503(fake, speech_wav):
     url, server = fake
     jobs = server.service.file_jobs

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,20 +42,59 @@ def ffmpeg_available() -> bool:
 MAX_CHANNELS = 8
 
 
-async def decode_file(path: Path, max_s: float) -> np.ndarray:
-    """The file's audio, downmixed and resampled by ffmpeg; UndecodableAudio with ffmpeg's
-    own reason, AudioTooLong past ``max_s``."""
-    return (await _decode(path, max_s, 1))[0]
+@dataclass(frozen=True)
+class RawAudio:
+    """What headerless audio is, as its sender says (nothing in it tells ffmpeg)."""
+
+    demuxer: str  # ffmpeg's raw format: s16le, mulaw, alaw
+    sample_rate: int
+    channels: int = 1
+
+    def input_args(self) -> list[str]:
+        return ["-f", self.demuxer, "-ar", str(self.sample_rate), "-ac", str(self.channels)]
 
 
-async def decode_channels(path: Path, max_s: float) -> np.ndarray:
+async def decode_file(path: Path, max_s: float, raw: RawAudio | None = None) -> np.ndarray:
+    """The file's audio, downmixed and resampled by ffmpeg (read as ``raw`` where no
+    container is found); UndecodableAudio with ffmpeg's own reason, AudioTooLong past
+    ``max_s``."""
+    return (await _decode_any(path, max_s, raw, apart=False))[0]
+
+
+async def decode_channels(path: Path, max_s: float, raw: RawAudio | None = None) -> np.ndarray:
     """Each channel of the file's first audio stream, resampled: (channels, samples).
     ``max_s`` bounds the channels' audio together (AudioTooLong past it: each channel
     costs a transcription); TooManyChannels past MAX_CHANNELS."""
-    channels = await _channel_count(path)
+    return await _decode_any(path, max_s, raw, apart=True)
+
+
+# How container files begin: a body that begins so is read by its header, whatever
+# encoding its sender named (guessing from raw samples is not safe: ffprobe takes
+# some PCM for ADPCM).
+CONTAINER_MAGIC = (b"RIFF", b"RF64", b"OggS", b"fLaC", b"ID3", b"FORM", b"caff", b"#!AMR")
+CONTAINER_MAGIC_AT = {4: (b"ftyp",), 0: (b"\x1a\x45\xdf\xa3", b"\x30\x26\xb2\x75")}
+
+
+def has_container(path: Path) -> bool:
+    """Whether the file begins as a container does (WAV, Ogg, FLAC, MP3 with its tag,
+    MP4, Matroska or WebM, AIFF, CAF, AMR, ASF)."""
+    with path.open("rb") as file:
+        head = file.read(12)
+    return head.startswith(CONTAINER_MAGIC) or any(
+        head[at:].startswith(magics) for at, magics in CONTAINER_MAGIC_AT.items()
+    )
+
+
+async def _decode_any(path: Path, max_s: float, raw: RawAudio | None, apart: bool) -> np.ndarray:
+    if raw is not None and has_container(path):
+        raw = None
+    if raw is not None:
+        channels = raw.channels if apart else 1
+    else:
+        channels = await _channel_count(path) if apart else 1
     if channels > MAX_CHANNELS:
         raise TooManyChannels(f"the recording has {channels} channels; at most {MAX_CHANNELS}")
-    return await _decode(path, max_s / channels, channels)
+    return await _decode(path, max_s / channels, channels, raw)
 
 
 async def _channel_count(path: Path) -> int:
@@ -82,11 +122,15 @@ async def _channel_count(path: Path) -> int:
     return int(count[0])
 
 
-async def _decode(path: Path, max_s: float, channels: int) -> np.ndarray:
+async def _decode(
+    path: Path, max_s: float, channels: int, raw: RawAudio | None = None
+) -> np.ndarray:
     if not ffmpeg_available():
         raise RuntimeError("ffmpeg is needed to decode recordings (apt-get install ffmpeg)")
     process = await asyncio.create_subprocess_exec(
-        *ffmpeg_pcm16_command(str(path), channels=channels),
+        *ffmpeg_pcm16_command(
+            str(path), channels=channels, input_args=raw.input_args() if raw else ()
+        ),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

@@ -10,6 +10,7 @@ from parley.core.search import SearchWord, check_searches, search
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
 from parley.protocol.stream_config import bool_param, language_tag
+from parley.recordings.media import RawAudio
 from parley.transport.deepgram_groups import MAX_UTT_SPLIT_S, UTT_SPLIT_S
 from parley.transport.dialect import every, turn_detection
 
@@ -239,6 +240,29 @@ def recording_language(params: Mapping[str, str]) -> str | None:
         return None
     raw = listen_language(params.get("language"))
     return language_tag(raw, "language") if raw else None
+
+
+RAW_DEMUXERS = {Encoding.PCM_S16LE: "s16le", Encoding.MULAW: "mulaw", Encoding.ALAW: "alaw"}
+
+
+def recording_raw(params: Mapping[str, str]) -> RawAudio | None:
+    """How to read a pre-recorded body that has no container: ``encoding`` (linear16,
+    mulaw, alaw) with ``sample_rate`` (8000 to 48000) and ``channels`` (1 to 8, else 1);
+    None for any other encoding, or none (ffmpeg reads the container). ProtocolError for a
+    headerless encoding without its rate, or either out of range."""
+    encoding = ENCODINGS.get(params.get("encoding", "").lower())
+    if encoding is None:
+        return None
+    if "sample_rate" not in params:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
+    config = StreamConfig.from_query(
+        {
+            "encoding": encoding.value,
+            "sample_rate": params["sample_rate"],
+            "channels": params.get("channels", "1"),
+        }
+    )
+    return RawAudio(RAW_DEMUXERS[encoding], config.sample_rate, config.channels)
 
 
 def listen_utt_split(params: Mapping[str, str]) -> float:

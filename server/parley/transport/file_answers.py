@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import math
 import re
 from collections import Counter
@@ -118,6 +119,11 @@ def openai_diarized(result: FileTranscript) -> dict:
         ],
         "usage": {"type": "duration", "seconds": round(result.duration, 3)},
     }
+
+
+def sse_event(data: dict) -> str:
+    """One server-sent event of ``data`` (OpenAI's streamed transcription)."""
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
 def openai_stream_end(result: FileTranscript, diarized: bool) -> list[dict]:

@@ -35,6 +35,7 @@ from parley.transport.deepgram_query import (
     listen_searches,
     listen_utt_split,
     recording_language,
+    recording_raw,
 )
 from parley.transport.known_speakers import known_speakers
 from parley.transport.predict_parameters import predict_decoding, predict_parameters, speaker_count
@@ -185,14 +186,16 @@ class FileRoutes:
                 while (text := await deltas.get()) is not None:
                     delta = text if first else " " + text
                     first = False
-                    yield _sse({"type": "transcript.text.delta", "delta": delta})
+                    yield file_answers.sse_event({"type": "transcript.text.delta", "delta": delta})
                 try:
                     result = await task
                 except UploadError as error:
-                    yield _sse({"type": "error", "error": file_answers.openai_error_body(error)})
+                    yield file_answers.sse_event(
+                        {"type": "error", "error": file_answers.openai_error_body(error)}
+                    )
                     return
                 for event in file_answers.openai_stream_end(result, diarized):
-                    yield _sse(event)
+                    yield file_answers.sse_event(event)
             finally:
                 if not task.done():
                     task.cancel()
@@ -225,6 +228,7 @@ class FileRoutes:
                 searches = listen_searches(params)
                 extra = listen_extra(params)
                 utt_split = listen_utt_split(params)
+                raw = recording_raw(params)
             except ProtocolError as exc:
                 raise UploadError(UploadCode.BAD_REQUEST, exc.message) from None
             job = FileRequest(
@@ -236,7 +240,9 @@ class FileRoutes:
                 replace=vocabulary.replace,
                 filler_words=vocabulary.filler_words,
             )
-            channels = await self._door.transcribe_channels(path, job, key, apart=multichannel)
+            channels = await self._door.transcribe_channels(
+                path, job, key, apart=multichannel, raw=raw
+            )
             return file_answers.deepgram_response(
                 channels,
                 request_id,
@@ -342,7 +348,3 @@ def _sha256(path) -> str:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _sse(data: dict) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"

@@ -32,6 +32,7 @@ from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import Busy, Draining, FileJobs, FileRequest
 from parley.recordings.media import (
     AudioTooLong,
+    RawAudio,
     TooManyChannels,
     UndecodableAudio,
     decode_channels,
@@ -232,9 +233,10 @@ class FileDoor:
         key: str,
         on_text: Callable[[str], None] | None = None,
         apart: bool = True,
+        raw: RawAudio | None = None,
     ) -> list[FileTranscript]:
         """As ``transcribe``, each channel of the file a recording of its own (``apart``),
-        one after the other in the one job."""
+        one after the other in the one job; ``raw``: what a headerless body is."""
         outcome = "done"
         try:
             self._check_request(request)
@@ -250,7 +252,7 @@ class FileDoor:
                     self._per_key[key] += 1
                     self.metrics.files_running.inc()
                     try:
-                        return await self._run(path, request, on_text, apart)
+                        return await self._run(path, request, on_text, apart, raw)
                     except asyncio.CancelledError:
                         task = asyncio.current_task()
                         if not self.jobs.draining or task is None:
@@ -303,11 +305,14 @@ class FileDoor:
         request: FileRequest,
         on_text: Callable[[str], None] | None,
         apart: bool,
+        raw: RawAudio | None,
     ) -> list[FileTranscript]:
         limit = self.jobs.limits.max_seconds
         try:
             channels = (
-                await decode_channels(path, limit) if apart else [await decode_file(path, limit)]
+                await decode_channels(path, limit, raw)
+                if apart
+                else [await decode_file(path, limit, raw)]
             )
         except UndecodableAudio as exc:
             raise UploadError(UploadCode.BAD_AUDIO, str(exc), param="file") from None
