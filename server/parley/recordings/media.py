@@ -19,6 +19,18 @@ from parley.core.audio import SAMPLE_RATE, ffmpeg_pcm16_command
 from parley.core.speaker_names import REFERENCE_SECONDS, check_reference
 
 READ_BYTES = 1 << 16
+# Deepgram's multichannel: each channel is transcribed as a recording of its own.
+MAX_CHANNELS = 8
+# How container files begin, (offset, bytes): a body that begins so is read by its header
+# whatever encoding its sender named (ffprobe's guess from raw samples is not safe: it
+# takes some PCM for ADPCM).
+CONTAINER_MAGIC = (
+    *((0, magic) for magic in (b"RIFF", b"RF64", b"OggS", b"fLaC", b"ID3", b"FORM", b"caff")),
+    (0, b"#!AMR"),
+    (0, b"\x1a\x45\xdf\xa3"),  # Matroska, WebM
+    (0, b"\x30\x26\xb2\x75"),  # ASF
+    (4, b"ftyp"),  # MP4, M4A, MOV
+)
 
 
 class UndecodableAudio(ValueError):
@@ -36,10 +48,6 @@ class TooManyChannels(ValueError):
 def ffmpeg_available() -> bool:
     """Whether ffmpeg, which decodes every recording, is on the PATH."""
     return shutil.which("ffmpeg") is not None
-
-
-# Deepgram's multichannel: each channel is transcribed as a recording of its own.
-MAX_CHANNELS = 8
 
 
 @dataclass(frozen=True)
@@ -68,21 +76,12 @@ async def decode_channels(path: Path, max_s: float, raw: RawAudio | None = None)
     return await _decode_any(path, max_s, raw, apart=True)
 
 
-# How container files begin: a body that begins so is read by its header, whatever
-# encoding its sender named (guessing from raw samples is not safe: ffprobe takes
-# some PCM for ADPCM).
-CONTAINER_MAGIC = (b"RIFF", b"RF64", b"OggS", b"fLaC", b"ID3", b"FORM", b"caff", b"#!AMR")
-CONTAINER_MAGIC_AT = {4: (b"ftyp",), 0: (b"\x1a\x45\xdf\xa3", b"\x30\x26\xb2\x75")}
-
-
 def has_container(path: Path) -> bool:
     """Whether the file begins as a container does (WAV, Ogg, FLAC, MP3 with its tag,
     MP4, Matroska or WebM, AIFF, CAF, AMR, ASF)."""
     with path.open("rb") as file:
         head = file.read(12)
-    return head.startswith(CONTAINER_MAGIC) or any(
-        head[at:].startswith(magics) for at, magics in CONTAINER_MAGIC_AT.items()
-    )
+    return any(head[at:].startswith(magic) for at, magic in CONTAINER_MAGIC)
 
 
 async def _decode_any(path: Path, max_s: float, raw: RawAudio | None, apart: bool) -> np.ndarray:
