@@ -187,8 +187,8 @@ def deepgram_response(
         languages = Counter(f.language for f in finals if f.language)
         channel: dict = {"alternatives": [alternative]}
         if search:
-            spoken = [SearchWord(w.word, w.start, w.end) for f in finals for w in f.words]
-            channel["search"] = search_results(search, spoken)
+            heard = [SearchWord(w.word, w.start, w.end) for f in finals for w in f.words]
+            channel["search"] = search_results(search, heard)
         if languages:
             alternative["languages"] = [code for code, _ in languages.most_common()]
             if detected:  # detect_language=true, or no language given
