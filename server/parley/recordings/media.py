@@ -46,8 +46,9 @@ class TooManyChannels(ValueError):
 
 
 def ffmpeg_available() -> bool:
-    """Whether ffmpeg, which decodes every recording, is on the PATH."""
-    return shutil.which("ffmpeg") is not None
+    """Whether ffmpeg, which decodes every recording, and its ffprobe, which counts a
+    recording's channels, are on the PATH (Debian's ffmpeg package has both)."""
+    return shutil.which("ffmpeg") is not None and shutil.which("ffprobe") is not None
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ def has_container(path: Path) -> bool:
 
 
 async def _decode_any(path: Path, max_s: float, raw: RawAudio | None, apart: bool) -> np.ndarray:
+    if not ffmpeg_available():
+        raise RuntimeError("ffmpeg is needed to decode recordings (apt-get install ffmpeg)")
     if raw is not None and has_container(path):
         raw = None
     if raw is not None:
@@ -124,8 +127,6 @@ async def _channel_count(path: Path) -> int:
 async def _decode(
     path: Path, max_s: float, channels: int, raw: RawAudio | None = None
 ) -> np.ndarray:
-    if not ffmpeg_available():
-        raise RuntimeError("ffmpeg is needed to decode recordings (apt-get install ffmpeg)")
     process = await asyncio.create_subprocess_exec(
         *ffmpeg_pcm16_command(
             str(path), channels=channels, input_args=raw.input_args() if raw else ()
