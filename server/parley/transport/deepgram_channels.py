@@ -5,8 +5,6 @@ or with one channel, the connection is one session of the channels mixed."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from parley.protocol.messages import ErrorCode, ProtocolError, StreamConfig
@@ -22,14 +20,14 @@ class Channels:
         self._stream = stream
         self.count = config.channels if isinstance(stream, SessionGroup) else 1
         self._sample_bytes = config.encoding.sample_width
-        self._track_config = replace(config, channels=1)
 
     def sessions(self) -> list[Session]:
         """Each channel's session (every channel's at once, so that none holds the
         others' finals back by starting late)."""
         if isinstance(self._stream, Session):
             return [self._stream]
-        return [self._stream.track(str(i), self._track_config, "") for i in range(self.count)]
+        # the group's config is each channel's: one channel
+        return [self._stream.track(str(i), self._stream.config, "") for i in range(self.count)]
 
     async def feed(self, audio: bytes) -> None:
         """One audio message: mixed by the session, or split into its channels."""

@@ -188,6 +188,12 @@ def listen_language(raw: str | None) -> str | None:
     return raw
 
 
+def _require_sample_rate(params: Mapping[str, str]) -> None:
+    """Headerless audio says nothing of its rate: Deepgram requires it beside encoding."""
+    if "sample_rate" not in params:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
+
+
 def listen_config(params: Mapping[str, str]) -> StreamConfig:
     """A live connection's stream settings: raw audio only (its encoding and rate are
     required), one channel or several (mixed, or each its own with ``multichannel``);
@@ -205,8 +211,7 @@ def listen_config(params: Mapping[str, str]) -> StreamConfig:
             ErrorCode.BAD_CONFIG,
             f"encoding {raw_encoding!r} is not supported; use one of {', '.join(ENCODINGS)}",
         )
-    if "sample_rate" not in params:
-        raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
+    _require_sample_rate(params)
     native = {
         "encoding": encoding.value,
         "sample_rate": params["sample_rate"],
@@ -253,8 +258,7 @@ def recording_raw(params: Mapping[str, str]) -> RawAudio | None:
     encoding = ENCODINGS.get(params.get("encoding", "").lower())
     if encoding is None:
         return None
-    if "sample_rate" not in params:
-        raise ProtocolError(ErrorCode.BAD_CONFIG, "sample_rate is required with encoding")
+    _require_sample_rate(params)
     config = StreamConfig.from_query(
         {
             "encoding": encoding.value,
