@@ -137,7 +137,7 @@ def test_every_path_the_server_answers_on_is_in_protocol_md():
 def test_recording_error_codes_and_statuses():
     """Section 16's table of HTTP errors is the recordings' (and model listing's) codes,
     each with its status."""
-    from parley.transport.uploads import STATUS, UploadCode
+    from parley.transport.upload_errors import STATUS, UploadCode
 
     errors = section("16").split("### Limits and errors")[1]
     documented = {ticked(code): int(status) for status, code, _ in table_rows(errors)}

@@ -101,7 +101,7 @@ def test_predict_takes_replace_as_a_list_of_strings():
     """``/predict``'s ``parameters`` carry Parley's own ``replace`` as keyterms are
     carried; anything but a list of strings is a 400."""
     from parley.transport.predict_parameters import predict_decoding
-    from parley.transport.uploads import UploadError
+    from parley.transport.upload_errors import UploadError
 
     assert predict_decoding({"replace": ["monika:Monica"]})["replace"] == ("monika:Monica",)
     with pytest.raises(UploadError, match="replace must be lists of strings"):

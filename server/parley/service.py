@@ -38,6 +38,7 @@ from parley.transport.front_door import FrontDoor
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
 from parley.transport.model_routes import ModelRoutes
 from parley.transport.sinks import FollowerSinks, MetricsSinks, SinkFactory, WebhookSinks
+from parley.transport.upload_body import UploadReceiver
 from parley.transport.uploads import FileDoor
 from parley.transport.ws_server import StreamEndpoint
 from parley.workers.diarization import DiarizationWorker
@@ -306,7 +307,15 @@ async def start_service(
         endpoint.check_handshake,
     )
     jobs = file_jobs(settings, worker, diarization)
-    door = FileDoor(jobs, access, metrics, asr.check_decoding, settings.server.max_sessions_per_key)
+    receiver = UploadReceiver(
+        jobs.limits.max_bytes,
+        settings.server.idle_timeout_s,
+        jobs.limits.max_receiving,
+        jobs.retry_after_s(),
+    )
+    door = FileDoor(
+        jobs, access, metrics, asr.check_decoding, receiver, settings.server.max_sessions_per_key
+    )
     return Service(
         endpoint,
         worker,

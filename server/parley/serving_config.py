@@ -105,6 +105,12 @@ class FilesSettings(BaseModel):
     max_upload_mb: float = Field(
         _FILES.max_bytes / 2**20, gt=0, le=100_000, description="an upload's size"
     )
+    max_receiving: int = Field(
+        _FILES.max_receiving,
+        ge=1,
+        le=10_000,
+        description="uploads arriving at once; one more is answered 429 before it is read",
+    )
     max_duration_s: float = Field(
         _FILES.max_seconds, gt=0, le=7 * 86400, description="a recording's duration"
     )
@@ -132,6 +138,7 @@ class FilesSettings(BaseModel):
         return FileLimits(
             max_jobs=self.max_jobs,
             max_bytes=int(self.max_upload_mb * 2**20),
+            max_receiving=self.max_receiving,
             max_seconds=self.max_duration_s,
             windows_in_flight=self.windows_in_flight,
             diarization_step_s=self.diarization_step_s,

@@ -97,6 +97,7 @@ class FileLimits:
 
     max_jobs: int = 2  # recordings transcribed at once; one more gets Busy
     max_bytes: int = 200 << 20  # an upload's size
+    max_receiving: int = 8  # uploads arriving at once, each up to max_bytes of disk
     max_seconds: float = 4 * 3600.0  # a recording's duration
     windows_in_flight: int = 8  # a job's windows queued or decoding at once
     # A recording's diarization windows are this far apart (at least: clustered_step_s),

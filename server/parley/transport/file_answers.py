@@ -31,7 +31,7 @@ from parley.transport.deepgram_groups import (
     utterance_words,
 )
 from parley.transport.deepgram_query import search_results
-from parley.transport.uploads import UploadError
+from parley.transport.upload_errors import UploadError
 
 _PUNCTUATION = re.compile(r"[^\w'’-]+")
 

@@ -39,7 +39,9 @@ from parley.transport.deepgram_query import (
 )
 from parley.transport.known_speakers import known_speakers
 from parley.transport.predict_parameters import predict_decoding, predict_parameters, speaker_count
-from parley.transport.uploads import FileDoor, Form, UploadCode, UploadError
+from parley.transport.upload_body import Form
+from parley.transport.upload_errors import UploadCode, UploadError
+from parley.transport.uploads import FileDoor
 
 log = logging.getLogger(__name__)
 OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
@@ -95,7 +97,7 @@ class FileRoutes:
         async with contextlib.AsyncExitStack() as stack:
             try:
                 key = self._door.authorize(request)
-                form = await stack.enter_async_context(self._door.form(request))
+                form = await stack.enter_async_context(self._door.form(request, key))
                 fmt = form.get("response_format") or "json"
                 if fmt not in OPENAI_FORMATS:
                     raise UploadError(
@@ -269,7 +271,7 @@ class FileRoutes:
             callback = params.get("callback")
             if callback:
                 return await self._deepgram_callback(request, callback, request_id, key, run)
-            async with self._door.body(request) as path:
+            async with self._door.body(request, key) as path:
                 return JSONResponse(await run(path, key))
         except UploadError as error:
             return JSONResponse(
@@ -289,14 +291,8 @@ class FileRoutes:
                 "this server sends no callback to that URL (see webhooks.allowed_targets)",
                 "callback",
             )
-        if not self._door.jobs.has_room():
-            raise UploadError(
-                UploadCode.SERVER_BUSY,
-                "the server is transcribing its limit of recordings; try again later",
-                retry_after_s=self._door.jobs.retry_after_s(),
-            )
         stack = contextlib.AsyncExitStack()
-        path = await stack.enter_async_context(self._door.body(request))
+        path = await stack.enter_async_context(self._door.body(request, key))
         webhooks = self._webhooks
 
         async def deliver() -> None:
@@ -318,7 +314,7 @@ class FileRoutes:
         """The reference handler's ``POST /predict``: protocol.md section 16."""
         try:
             key = self._door.authorize(request)
-            async with self._door.form(request) as form:
+            async with self._door.form(request, key) as form:
                 parameters, warnings = predict_parameters(form.get("parameters"))
                 count = speaker_count(
                     parameters.get("num_speakers"),

@@ -14,7 +14,8 @@ import numpy as np
 
 from parley.core.speaker_names import KnownSpeaker, check_known_speakers
 from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_reference
-from parley.transport.uploads import Form, UploadCode, UploadError
+from parley.transport.upload_body import Form
+from parley.transport.upload_errors import UploadCode, UploadError
 
 NAMES = "known_speaker_names"
 REFERENCES = "known_speaker_references"

@@ -14,7 +14,8 @@ from starlette.routing import Route
 
 from parley.protocol.paths import MODELS_PATH
 from parley.transport import file_answers
-from parley.transport.uploads import FileDoor, UploadCode, UploadError
+from parley.transport.upload_errors import UploadCode, UploadError
+from parley.transport.uploads import FileDoor
 
 OWNER = "parley"
 

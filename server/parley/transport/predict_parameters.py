@@ -9,7 +9,7 @@ import logging
 
 from parley.core.asr import Task
 from parley.core.speaker_count import SpeakerCount
-from parley.transport.uploads import UploadCode, UploadError
+from parley.transport.upload_errors import UploadCode, UploadError
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,8 @@
 """What every recording endpoint does before and around its own shapes: who may send,
-how an upload is received within its limits, and how a job's failures become HTTP
-answers (protocol.md §"Recordings").
-
-An upload streams to an anonymous temporary file as it arrives, counted against
-``files.max_upload_mb`` (a Content-Length over it is refused before reading); the
-client's file name is never used for anything. The surfaces (OpenAI, Deepgram, the
-reference handler) turn an ``UploadError`` into their own error shapes.
+whether a job could start before its upload is read (upload_body.py receives it
+within its bounds), and how a job's failures become HTTP answers (protocol.md
+§"Recordings"). The surfaces (OpenAI, Deepgram, the reference handler) turn an
+``UploadError`` into their own error shapes.
 """
 
 from __future__ import annotations
@@ -13,17 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
-import tempfile
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from websockets.datastructures import Headers
 
@@ -41,80 +35,12 @@ from parley.recordings.media import (
 from parley.runtime.metrics import Metrics
 from parley.transport.admission import Access
 from parley.transport.dialect import ANONYMOUS, by_key
-from parley.transport.form_parser import BoundedFormParser
 from parley.transport.native import bearer_or_token
+from parley.transport.upload_body import Form, UploadReceiver
+from parley.transport.upload_errors import UploadCode, UploadError
 
 log = logging.getLogger(__name__)
-
-
-class UploadCode(str, Enum):
-    """The errors an upload (or a model lookup) may get (protocol.md section 16)."""
-
-    UNAUTHORIZED = "unauthorized"  # 401
-    FORBIDDEN_ORIGIN = "forbidden_origin"  # 403
-    MODEL_NOT_FOUND = "model_not_found"  # 404: GET /v1/models/{model} of another model
-    BAD_REQUEST = "bad_request"  # 400: a missing or malformed field
-    BAD_AUDIO = "bad_audio"  # 400: undecodable or empty audio
-    TOO_LARGE = "too_large"  # 413: over files.max_upload_mb
-    TOO_LONG = "too_long"  # 413: over files.max_duration_s
-    SERVER_BUSY = "server_busy"  # 429: every job slot is taken
-    TOO_MANY_JOBS = "too_many_jobs"  # 429: this key's limit
-    SHUTTING_DOWN = "shutting_down"  # 503: draining
-    TRANSCRIPTION_FAILED = "transcription_failed"  # 500
-
-
-STATUS = {
-    UploadCode.UNAUTHORIZED: 401,
-    UploadCode.FORBIDDEN_ORIGIN: 403,
-    UploadCode.MODEL_NOT_FOUND: 404,
-    UploadCode.BAD_REQUEST: 400,
-    UploadCode.BAD_AUDIO: 400,
-    UploadCode.TOO_LARGE: 413,
-    UploadCode.TOO_LONG: 413,
-    UploadCode.SERVER_BUSY: 429,
-    UploadCode.TOO_MANY_JOBS: 429,
-    UploadCode.SHUTTING_DOWN: 503,
-    UploadCode.TRANSCRIPTION_FAILED: 500,
-}
-
-
-class UploadError(Exception):
-    """A refused upload: its code, HTTP status and message."""
-
-    def __init__(
-        self,
-        code: UploadCode,
-        message: str,
-        param: str | None = None,
-        retry_after_s: int | None = None,
-    ):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.param = param
-        self.retry_after_s = retry_after_s
-
-    @property
-    def status(self) -> int:
-        return STATUS[self.code]
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after_s)} if self.retry_after_s else {}
-
-
-@dataclass
-class Form:
-    """A multipart form: its file (a temporary file of ours) and its other fields."""
-
-    path: Path
-    fields: dict[str, list[str]]
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        values = self.fields.get(name)
-        return values[-1] if values else default
-
-    def all(self, name: str) -> list[str]:
-        return self.fields.get(name, [])
+T = TypeVar("T")
 
 
 @dataclass
@@ -125,6 +51,7 @@ class FileDoor:
     access: Access
     metrics: Metrics
     check_decoding: Callable[[Decoding], None]
+    receiver: UploadReceiver
     max_jobs_per_key: int | None = None
 
     def __post_init__(self) -> None:
@@ -143,76 +70,51 @@ class FileDoor:
             raise UploadError(UploadCode.UNAUTHORIZED, "a valid API key is required")
         return key
 
-    def _check_length(self, request: Request) -> None:
-        length = request.headers.get("content-length")
-        if (
-            length is not None
-            and length.isascii()
-            and length.isdigit()
-            and int(length) > self.jobs.limits.max_bytes
-        ):
-            raise self._too_large()
+    def form(self, request: Request, key: str) -> AbstractAsyncContextManager[Form]:
+        """The multipart form with its file, once ``key`` could start a job."""
+        return self._received(key, self.receiver.form(request))
 
-    def _too_large(self) -> UploadError:
+    def body(self, request: Request, key: str) -> AbstractAsyncContextManager[Path]:
+        """The request body as a file, once ``key`` could start a job."""
+        return self._received(key, self.receiver.body(request))
+
+    @contextlib.asynccontextmanager
+    async def _received(self, key: str, upload: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+        """``upload`` entered once its job could start now, so that nothing is read only to
+        be refused; a refusal before the job is counted among the jobs' outcomes."""
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                self._admit(key)
+                received = await stack.enter_async_context(upload)
+            except UploadError as error:
+                self.metrics.file_jobs.labels(error.code.value).inc()
+                raise
+            yield received
+
+    def _admit(self, key: str) -> None:
+        if self.jobs.draining:
+            raise self._draining()
+        if not self.jobs.has_room():
+            raise self._busy(self.jobs.retry_after_s())
+        per_key = self.max_jobs_per_key
+        if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
+            raise UploadError(
+                UploadCode.TOO_MANY_JOBS,
+                f"this key has its limit of {per_key} recordings running",
+                retry_after_s=self.jobs.retry_after_s(),
+            )
+
+    def _busy(self, retry_after_s: int) -> UploadError:
         return UploadError(
-            UploadCode.TOO_LARGE, f"the upload exceeds {self.jobs.limits.max_bytes / 2**20:g} MiB"
+            UploadCode.SERVER_BUSY,
+            f"the server is transcribing its limit of {self.jobs.limits.max_jobs} recordings; "
+            "try again later",
+            retry_after_s=retry_after_s,
         )
 
-    async def _counted(self, request: Request) -> AsyncGenerator[bytes, None]:
-        received = 0
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > self.jobs.limits.max_bytes:
-                raise self._too_large()
-            yield chunk
-
-    @contextlib.asynccontextmanager
-    async def form(self, request: Request, file_field: str = "file") -> AsyncIterator[Form]:
-        """The multipart form, its file copied to a temporary file of ours (deleted after)."""
-        self._check_length(request)
-        if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-            raise UploadError(
-                UploadCode.BAD_REQUEST,
-                "send the recording as "
-                "multipart/form-data, with the audio in the field "
-                f"{file_field!r}",
-                param=file_field,
-            )
-        parser = BoundedFormParser(request.headers, self._counted(request), max_files=4)
-        try:
-            data = await parser.parse()
-        except MultiPartException as exc:
-            raise UploadError(UploadCode.BAD_REQUEST, f"malformed form: {exc.message}") from None
-        try:
-            upload = data.get(file_field)
-            if not isinstance(upload, UploadFile):
-                raise UploadError(
-                    UploadCode.BAD_REQUEST,
-                    f"the form has no file field {file_field!r}",
-                    param=file_field,
-                )
-            fields: dict[str, list[str]] = {}
-            for name, value in data.multi_items():
-                if isinstance(value, str):
-                    fields.setdefault(name, []).append(value)
-            with tempfile.NamedTemporaryFile(prefix="parley-upload-") as copy:
-                await upload.seek(0)
-                # up to max_upload_mb of disk I/O: off the event loop
-                await asyncio.to_thread(shutil.copyfileobj, upload.file, copy)
-                copy.flush()
-                yield Form(Path(copy.name), fields)
-        finally:
-            await data.close()
-
-    @contextlib.asynccontextmanager
-    async def body(self, request: Request) -> AsyncIterator[Path]:
-        """The request body, streamed to a temporary file of ours (deleted after)."""
-        self._check_length(request)
-        with tempfile.NamedTemporaryFile(prefix="parley-upload-") as copy:
-            async for chunk in self._counted(request):
-                copy.write(chunk)
-            copy.flush()
-            yield Path(copy.name)
+    @staticmethod
+    def _draining() -> UploadError:
+        return UploadError(UploadCode.SHUTTING_DOWN, "the server is shutting down")
 
     async def transcribe(
         self,
@@ -240,13 +142,7 @@ class FileDoor:
         outcome = "done"
         try:
             self._check_request(request)
-            per_key = self.max_jobs_per_key
-            if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
-                raise UploadError(
-                    UploadCode.TOO_MANY_JOBS,
-                    f"this key has its limit of {per_key} recordings running",
-                    retry_after_s=5,
-                )
+            self._admit(key)
             try:
                 with self.jobs.slot():
                     self._per_key[key] += 1
@@ -266,15 +162,9 @@ class FileDoor:
                         self._per_key[key] -= 1
                         self.metrics.files_running.dec()
             except Busy as busy:
-                raise UploadError(
-                    UploadCode.SERVER_BUSY,
-                    f"the server is transcribing its "
-                    f"limit of {self.jobs.limits.max_jobs} recordings; try "
-                    "again later",
-                    retry_after_s=busy.retry_after_s,
-                ) from None
+                raise self._busy(busy.retry_after_s) from None
             except Draining:
-                raise UploadError(UploadCode.SHUTTING_DOWN, "the server is shutting down") from None
+                raise self._draining() from None
         except UploadError as error:
             outcome = error.code.value
             raise
