@@ -148,3 +148,20 @@ async def test_a_request_head_must_arrive_within_the_idle_timeout(server):
     assert status == 408
     for writer in (silent_writer, half_writer, later_writer):
         writer.close()
+
+
+async def test_a_request_head_is_bounded_in_size(server):
+    """A head of MAX_HEAD_BYTES is served; one byte more (its end not yet come) is
+    answered 431 and closed, not gathered for as long as the client sends."""
+    from parley.transport.head_timeout import MAX_HEAD_BYTES
+
+    start = b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Filler: "
+    end = b"\r\n\r\n"
+    largest = start + b"a" * (MAX_HEAD_BYTES - len(start) - len(end)) + end
+    served, served_writer = await _open(server, largest)
+    assert (await _answer(served, 5.0))[0] == 200
+    over, over_writer = await _open(server, largest[: -len(end)] + b"a" * (len(end) + 1))
+    status, headers, body = await _answer(over, 5.0)
+    assert status == 431 and headers["connection"] == "close" and b"exceeds" in body
+    for writer in (served_writer, over_writer):
+        writer.close()
