@@ -228,6 +228,10 @@ async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_pat
         f"{url}/predict", files={"file": ("a.wav", speech_wav)}, data={"parameters": "{not json"}
     )
     assert predict.status_code == 400 and "parameters" in predict.json()["detail"]
+    nested = await _post(  # nested past Python's stack: still the same answer, not a 500
+        f"{url}/predict", files={"file": ("a.wav", speech_wav)}, data={"parameters": "[" * 200_000}
+    )
+    assert nested.status_code == 400 and nested.json()["error"] == "bad_request"
     async with httpx.AsyncClient(timeout=10) as client:  # a route's path, another method
         wrong = [await client.get(f"{url}/predict"), await client.put(f"{url}/v1/listen")]
         upgrade = await client.get(

@@ -36,7 +36,7 @@ def predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
         return {}, []
     try:
         parameters = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
         raise UploadError(
             UploadCode.BAD_REQUEST, "parameters must be a JSON object", "parameters"
         ) from None
