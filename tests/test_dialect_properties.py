@@ -268,3 +268,113 @@ def test_any_handshake_query_is_a_setup_or_bad_config(params):
             assert exc.code is ErrorCode.BAD_CONFIG and exc.message
         else:
             assert setup.vad is None or setup.vad.min_silence_ms >= setup.vad.speech_pad_ms
+
+
+PREDICT_KEYS = [
+    "task",
+    "batch_size",
+    "chunk_length_s",
+    "sampling_rate",
+    "assisted",
+    "language",
+    "num_speakers",
+    "min_speakers",
+    "max_speakers",
+    "prompt",
+    "keyterms",
+    "replace",
+    "x",
+]
+LISTEN_KEYS = [
+    "encoding",
+    "sample_rate",
+    "channels",
+    "multichannel",
+    "language",
+    "detect_language",
+    "diarize",
+    "utterances",
+    "utt_split",
+    "paragraphs",
+    "keyterm",
+    "keywords",
+    "redact",
+    "replace",
+    "search",
+    "numerals",
+    "extra",
+    "callback",
+]
+OPENAI_KEYS = [
+    "response_format",
+    "language",
+    "prompt",
+    "timestamp_granularities[]",
+    "stream",
+    "diarize",
+    "keyterms",
+    "redact",
+    "replace",
+    "known_speaker_names[]",
+    "known_speaker_references[]",
+]
+field_text = st.text(max_size=12) | st.sampled_from(
+    ["nan", "inf", "-1", "0", "1e400", "true", "json", "srt", "word", "pci", "a:b", "multi"]
+)
+
+
+@pytest.fixture(scope="module")
+def short_wav():
+    import io
+    import wave
+
+    import numpy as np
+
+    tone = (np.sin(np.arange(8000) / 16000 * 2 * np.pi * 300) * 3000).astype("<i2")
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(tone.tobytes())
+    return buffer.getvalue()
+
+
+def test_any_recording_fields_get_a_result_or_a_documented_error(port, short_wav):
+    """Whatever the reference handler's parameters (any JSON), Deepgram's query or
+    OpenAI's form fields, a recording is answered 200 or a 4xx in the API's own error
+    shape, never a 500."""
+    import requests
+
+    base = f"http://127.0.0.1:{port}"
+
+    def documented(response, code_of) -> None:
+        assert response.status_code == 200 or 400 <= response.status_code < 500, response.text
+        if response.status_code != 200:
+            assert code_of(response.json()), response.text
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        st.dictionaries(st.sampled_from(PREDICT_KEYS), json_values | field_text),
+        st.dictionaries(st.sampled_from(LISTEN_KEYS), field_text),
+        st.dictionaries(st.sampled_from(OPENAI_KEYS), field_text),
+    )
+    def check(parameters, query, form) -> None:
+        predict = requests.post(
+            f"{base}/predict",
+            files={"file": ("a.wav", short_wav)},
+            data={"parameters": json.dumps(parameters)},
+            timeout=30,
+        )
+        documented(predict, lambda body: body["error"])
+        listen = requests.post(f"{base}/v1/listen", params=query, data=short_wav, timeout=30)
+        documented(listen, lambda body: body["err_code"])
+        openai = requests.post(
+            f"{base}/v1/audio/transcriptions",
+            files={"file": ("a.wav", short_wav)},
+            data=form,
+            timeout=30,
+        )
+        documented(openai, lambda body: body["error"]["code"])
+
+    check()

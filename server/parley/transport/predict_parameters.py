@@ -77,21 +77,22 @@ def predict_decoding(parameters: dict) -> dict:
 
 
 def speaker_count(
-    num: str | int | None,
-    least: str | int | None,
-    most: str | int | None,
+    num: str | int | float | None,
+    least: str | int | float | None,
+    most: str | int | float | None,
 ) -> SpeakerCount:
     """The reference handler's num/min/max_speakers (None or blank: not given)."""
 
     def number(value, name: str) -> int | None:
         if value is None or value == "":
             return None
+        refused = UploadError(UploadCode.BAD_REQUEST, f"{name} must be an integer", param=name)
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise refused  # JSON's true, 2.5, and 1e400 (infinity)
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise UploadError(
-                UploadCode.BAD_REQUEST, f"{name} must be an integer", param=name
-            ) from None
+            raise refused from None
 
     try:
         return SpeakerCount(
