@@ -323,7 +323,6 @@ class FileRoutes:
                 )
                 diarize = self._door.jobs.can_diarize
                 job = FileRequest(
-                    language=parameters.get("language") or None,
                     diarize=diarize,
                     speakers=count,
                     **predict_decoding(parameters),

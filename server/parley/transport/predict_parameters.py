@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 
 from parley.core.asr import Task
 from parley.core.speaker_count import SpeakerCount
@@ -35,7 +36,9 @@ def predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
     if raw is None or not raw.strip():
         return {}, []
     try:
-        parameters = json.loads(raw)
+        # NaN, Infinity and numbers past a float's range are not JSON's, and could not
+        # be answered back in the result's ``parameters``
+        parameters = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
         raise UploadError(
             UploadCode.BAD_REQUEST, "parameters must be a JSON object", "parameters"
@@ -52,9 +55,20 @@ def predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
     return {k: v for k, v in parameters.items() if k in PREDICT_PARAMETERS}, warnings
 
 
+def _not_json(constant: str) -> float:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(number: str) -> float:
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{number} is past a float's range")
+    return value
+
+
 def predict_decoding(parameters: dict) -> dict:
-    """The reference handler's ``task``, and Parley's ``prompt``, ``keyterms`` and
-    ``replace`` (lists of strings)."""
+    """The reference handler's ``task`` and ``language``, and Parley's ``prompt``,
+    ``keyterms`` and ``replace`` (lists of strings)."""
     try:
         task = Task(str(parameters.get("task", "transcribe")))
     except ValueError:
@@ -64,16 +78,24 @@ def predict_decoding(parameters: dict) -> dict:
     keyterms = parameters.get("keyterms") or []
     replace = parameters.get("replace") or []
     prompt = parameters.get("prompt") or ""
+    language = parameters.get("language") or None
     if not (
         all(isinstance(k, list) and all(isinstance(i, str) for i in k) for k in (keyterms, replace))
         and isinstance(prompt, str)
+        and (language is None or isinstance(language, str))
     ):
         raise UploadError(
             UploadCode.BAD_REQUEST,
-            "keyterms and replace must be lists of strings and prompt a string",
+            "keyterms and replace must be lists of strings, prompt and language strings",
             "parameters",
         )
-    return {"task": task, "keyterms": tuple(keyterms), "replace": tuple(replace), "prompt": prompt}
+    return {
+        "task": task,
+        "language": language,
+        "keyterms": tuple(keyterms),
+        "replace": tuple(replace),
+        "prompt": prompt,
+    }
 
 
 def speaker_count(
@@ -88,7 +110,7 @@ def speaker_count(
             return None
         refused = UploadError(UploadCode.BAD_REQUEST, f"{name} must be an integer", param=name)
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise refused  # JSON's true, 2.5, and 1e400 (infinity)
+            raise refused  # JSON's true, or 2.5
         try:
             return int(value)
         except (TypeError, ValueError):
