@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import tempfile
 import time
 
@@ -91,6 +92,32 @@ async def test_an_upload_whose_body_stops_is_answered_408_and_forgotten(
     async with httpx.AsyncClient() as client:
         metrics = (await client.get(f"http://127.0.0.1:{server.port}/metrics")).text
     assert 'parley_file_jobs_total{outcome="idle_timeout"} 2.0' in metrics
+
+
+async def test_a_client_that_leaves_mid_upload_is_counted_not_logged_as_an_error(
+    server, tmp_path, monkeypatch, caplog
+):
+    """Closing the connection halfway through the body: the upload's temporary file is
+    gone, its outcome counted as cancelled, and no error logged."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    metrics_url = f"http://127.0.0.1:{server.port}/metrics"
+    async with httpx.AsyncClient() as client:
+        before = (await client.get(metrics_url)).text
+        reader, writer = await _open(
+            server, _form_head("/v1/audio/transcriptions", 100_000) + FORM_START + b"0" * 5000
+        )
+        await asyncio.sleep(IDLE_S / 5)
+        writer.close()
+        await asyncio.sleep(IDLE_S / 2)
+        after = (await client.get(metrics_url)).text
+    assert _count(after, "cancelled") == _count(before, "cancelled") + 1
+    assert list(tmp_path.glob("parley-upload-*")) == []
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def _count(metrics: str, outcome: str) -> float:
+    line = f'parley_file_jobs_total{{outcome="{outcome}"}} '
+    return sum(float(x[len(line) :]) for x in metrics.splitlines() if x.startswith(line))
 
 
 async def test_uploads_past_the_receiving_bound_are_refused_before_they_are_read(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from parley.transport.form_parser import BoundedFormParser
 from parley.transport.upload_errors import UploadCode, UploadError
@@ -154,6 +154,10 @@ class UploadReceiver:
                     chunk = await anext(chunks)
             except StopAsyncIteration:
                 return
+            except ClientDisconnect:
+                raise UploadError(
+                    UploadCode.CANCELLED, "the client left before its upload was in"
+                ) from None
             except TimeoutError:
                 raise UploadError(
                     UploadCode.IDLE_TIMEOUT,

@@ -22,6 +22,9 @@ class UploadCode(str, Enum):
     TOO_MANY_JOBS = "too_many_jobs"  # 429: this key's limit
     SHUTTING_DOWN = "shutting_down"  # 503: draining
     TRANSCRIPTION_FAILED = "transcription_failed"  # 500
+    # The client closed its connection before its upload was in: an answer nobody reads
+    # (nginx's 499), so that the route ends quietly and the outcome is counted.
+    CANCELLED = "cancelled"  # 499
 
 
 STATUS = {
@@ -37,6 +40,7 @@ STATUS = {
     UploadCode.TOO_MANY_JOBS: 429,
     UploadCode.SHUTTING_DOWN: 503,
     UploadCode.TRANSCRIPTION_FAILED: 500,
+    UploadCode.CANCELLED: 499,
 }
 
 
