@@ -192,3 +192,37 @@ async def test_a_session_may_name_an_allowed_target(start, talk):
     for kinds in sessions.values():
         assert kinds[0] == "session.started" and kinds[-1] == "session.ended"
         assert "transcript.final" in kinds
+
+
+def test_a_target_is_allowed_by_where_it_goes_not_by_how_it_begins():
+    """A session's own target must go where a listed prefix goes: the same scheme, host
+    and port, no user info, a path at or below the prefix's, as aiohttp reads it."""
+    sender = WebhookSender(
+        WebhookConfig(
+            url=None,
+            secret=SECRET,
+            allowed_targets=("https://hooks.example.com", "http://10.0.0.5:8080/tenants/a"),
+        )
+    )
+    allowed = [
+        "https://hooks.example.com/",
+        "https://hooks.example.com/parley?x=1",
+        "https://HOOKS.example.com:443/parley",
+        "http://10.0.0.5:8080/tenants/a",
+        "http://10.0.0.5:8080/tenants/a/calls",
+    ]
+    refused = [
+        "https://hooks.example.com@evil.example/",  # the host is evil.example
+        "https://hooks.example.com.evil.example/",
+        "https://hooks.example.com:8443/",
+        "http://hooks.example.com/",
+        "https://user:pw@hooks.example.com/",
+        "https://hooks.example.com\\@evil.example/",
+        "http://10.0.0.5:8080/tenants/ab",
+        "http://10.0.0.5:8080/tenants/a/../b",
+        "http://10.0.0.5:8081/tenants/a",
+        "file:///etc/passwd",
+        "not a url",
+    ]
+    assert [url for url in allowed if not sender.allows(url)] == []
+    assert [url for url in refused if sender.allows(url)] == []

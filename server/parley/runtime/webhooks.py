@@ -20,11 +20,23 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import aiohttp
+import yarl
 from standardwebhooks import Webhook
 
 from parley.runtime.webhook_config import WebhookConfig
 
 log = logging.getLogger(__name__)
+
+
+def _under(target: yarl.URL, prefix: yarl.URL) -> bool:
+    if (target.scheme, target.host, target.port) != (prefix.scheme, prefix.host, prefix.port):
+        return False
+    if prefix.raw_query_string and target.raw_query_string != prefix.raw_query_string:
+        return False
+    base = prefix.path
+    if base.endswith("/"):
+        return target.path.startswith(base)
+    return target.path == base or target.path.startswith(base + "/")
 
 
 class WebhookSender:
@@ -39,6 +51,7 @@ class WebhookSender:
         self._on_outcome = on_outcome
         self._client: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._targets = [yarl.URL(prefix) for prefix in config.allowed_targets]
 
     async def start(self) -> None:
         """Open the HTTP client (on the event loop that will post)."""
@@ -47,8 +60,23 @@ class WebhookSender:
         )
 
     def allows(self, url: str) -> bool:
-        """Whether a session may have its events sent to ``url``."""
-        return any(url.startswith(prefix) for prefix in self.config.allowed_targets)
+        """Whether a session may have its events sent to ``url``: a URL under one of
+        ``allowed_targets``, read as aiohttp will read it (yarl): the same scheme, host
+        and port, no user info, and a path at or below the prefix's (by whole
+        segments, dot segments resolved). Compared as strings, a prefix
+        ``https://hooks.example.com`` let ``https://hooks.example.com@evil.example/``
+        and ``https://hooks.example.com.evil.example/`` through."""
+        try:
+            target = yarl.URL(url)
+        except ValueError:
+            return False
+        if (
+            target.scheme not in ("http", "https")
+            or target.user is not None
+            or target.password is not None
+        ):
+            return False
+        return any(_under(target, prefix) for prefix in self._targets)
 
     def feed(self, session_id: str, url: str | None = None) -> WebhookFeed | None:
         """A new session's feed, to ``url`` (allowed by the caller) or the server's URL;
