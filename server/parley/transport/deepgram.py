@@ -14,10 +14,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from http import HTTPStatus
 
 from websockets.datastructures import Headers
-from websockets.http11 import Response
 
 from parley import __version__
 from parley.core.redaction import REDACTED
@@ -41,46 +39,23 @@ from parley.sessions.session import Session
 from parley.sessions.session_group import SessionGroup
 from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_channels import Channels
+from parley.transport.deepgram_handshake import DeepgramHandshake
 from parley.transport.deepgram_query import (
     ListenOptions,
     endpointing_vad,
     listen_config,
     search_results,
 )
-from parley.transport.dialect import KeyOffered, Opened, Setup
-from parley.transport.http import json_response
-from parley.transport.native import bearer_or_token
-
-_HTTP_STATUS = {
-    ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,
-    ErrorCode.FORBIDDEN_ORIGIN: HTTPStatus.FORBIDDEN,
-    ErrorCode.BAD_CONFIG: HTTPStatus.BAD_REQUEST,
-    ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS,
-    ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
-    ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE,
-}
+from parley.transport.dialect import Opened, Setup
 
 
-class DeepgramDialect(KeyOffered):
+class DeepgramDialect(DeepgramHandshake):
     """Deepgram's live API on ``/v1/listen`` (protocol.md section 9)."""
 
     path = LISTEN_PATH
-    resumable = False
 
     def __init__(self, vad: VadConfig):
         self._vad = vad
-
-    @staticmethod
-    def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
-        # Browsers cannot set headers: Deepgram's browser SDK offers the subprotocols
-        # ``token, KEY`` instead.
-        offered = [p.strip() for p in headers.get("Sec-WebSocket-Protocol", "").split(",")]
-        if len(offered) >= 2 and offered[0].lower() in ("token", "bearer"):
-            return offered[1]
-        return bearer_or_token(headers)
-
-    def subprotocol(self, offered: list[str]) -> str | None:
-        return offered[0] if offered and offered[0].lower() in ("token", "bearer") else None
 
     def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[ListenOptions]:
         # Deepgram's callback: results also POSTed there (Parley signs them as webhooks).
@@ -90,20 +65,6 @@ class DeepgramDialect(KeyOffered):
             params.get("callback"),
             options=ListenOptions.of(params),
         )
-
-    def refusal(self, error: Error) -> Response:
-        """Refused at the handshake: Deepgram's SDKs expect an HTTP 401 for a bad key."""
-        status = _HTTP_STATUS.get(error.code, HTTPStatus.BAD_REQUEST)
-        response = json_response(
-            status,
-            {
-                "err_code": error.code.value.upper(),
-                "err_msg": error.message,
-                "request_id": str(uuid.uuid4()),
-            },
-        )
-        response.headers["dg-error"] = error.message
-        return response
 
     def error(self, error: Error) -> str:
         return json.dumps(_error_message(error))
