@@ -1,7 +1,7 @@
 """The vendors' own clients against a real Parley (tiny.en, speaker models): a two-voice
 espeak conversation through deepgram-sdk, the openai package's realtime client and
-livekit-plugins-deepgram's STT stream, each transcribed with WER ≤ 0.10; Deepgram's
-diarize=true tells the two voices apart."""
+livekit-plugins-deepgram's STT streams (Deepgram's /v1/listen and Flux's /v2/listen),
+each transcribed with WER ≤ 0.10; Deepgram's diarize=true tells the two voices apart."""
 
 import asyncio
 import base64
@@ -137,3 +137,51 @@ async def test_livekit_deepgram_plugin_stt_stream(diarized_server, meeting):
     starts = [e for e in events if e.type is kinds.START_OF_SPEECH]
     ends = [e for e in events if e.type is kinds.END_OF_SPEECH]
     assert len(starts) == len(ends) >= 2
+
+
+async def test_livekit_deepgram_flux_plugin_stt_stream(diarized_server, meeting):
+    """LiveKit Agents' Deepgram Flux plugin (STTv2, eager mode), base_url on Parley's
+    /v2/listen, fed 10 ms frames: start and end of speech around final transcripts that
+    read the conversation, each turn's preflight transcript before its final."""
+    audio, said, _ = meeting
+    data = pcm16(audio)
+    events = []
+    async with aiohttp.ClientSession() as http:
+        stt = livekit_deepgram.STTv2(
+            api_key="unused",
+            http_session=http,
+            base_url=f"ws://127.0.0.1:{diarized_server.port}/v2/listen",
+            sample_rate=16000,
+            eager_eot_threshold=0.5,
+        )
+        stream = stt.stream()
+
+        async def feed():
+            for i in range(0, len(data), 320):
+                frame = data[i : i + 320]
+                stream.push_frame(rtc.AudioFrame(frame, 16000, 1, len(frame) // 2))
+                if i % 3200 == 0:
+                    await asyncio.sleep(0.05)
+            stream.end_input()
+
+        async def receive():
+            async for event in stream:
+                events.append(event)
+
+        feeding = asyncio.create_task(feed())
+        await asyncio.wait_for(receive(), timeout=300)  # a failure, never a hang
+        await feeding
+    kinds = agents_stt.SpeechEventType
+    finals = [e.alternatives[0] for e in events if e.type is kinds.FINAL_TRANSCRIPT]
+    assert wer(said, " ".join(f.text for f in finals)) <= MAX_WER, [f.text for f in finals]
+    starts = [e for e in events if e.type is kinds.START_OF_SPEECH]
+    ends = [e for e in events if e.type is kinds.END_OF_SPEECH]
+    assert len(starts) == len(ends) == len(finals) >= 1
+    order = [
+        e.type for e in events if e.type in (kinds.PREFLIGHT_TRANSCRIPT, kinds.FINAL_TRANSCRIPT)
+    ]
+    assert all(
+        order[i - 1] is kinds.PREFLIGHT_TRANSCRIPT
+        for i, k in enumerate(order)
+        if k is kinds.FINAL_TRANSCRIPT
+    )

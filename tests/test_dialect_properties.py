@@ -33,6 +33,13 @@ WIRES = {
         "type",
         json.dumps({"type": "CloseStream"}),
     ),
+    "flux": (
+        "/v2/listen?model=flux-general-en&encoding=linear16&sample_rate=16000"
+        "&eager_eot_threshold=0.5",
+        ["CloseStream", "ForceEndTurn", "Configure", "KeepAlive"],
+        "type",
+        json.dumps({"type": "CloseStream"}),
+    ),
     "openai": (
         "/v1/realtime?intent=transcription",
         [
@@ -100,6 +107,17 @@ SHAPED = {
         ),
         json_values,
         json_values,
+    ),
+    "flux": st.builds(
+        lambda thresholds, keyterms: json.dumps(
+            {"type": "Configure", "thresholds": thresholds, "keyterms": keyterms}
+        ),
+        json_values
+        | st.dictionaries(
+            st.sampled_from(["eot_threshold", "eager_eot_threshold", "eot_timeout_ms"]),
+            json_values,
+        ),
+        json_values | st.lists(st.text(max_size=60), max_size=4),
     ),
     "twilio": st.builds(
         lambda fmt, params, tracks, track, payload, at: [
@@ -218,6 +236,11 @@ def test_any_messages_get_documented_answers(port, wire):
                 "callback",
                 "intent",
                 "webhook_url",
+                "model",
+                "eot_threshold",
+                "eager_eot_threshold",
+                "eot_timeout_ms",
+                "language_hint",
                 "diarization",
                 "partials",
                 "x",
@@ -236,6 +259,8 @@ def test_any_messages_get_documented_answers(port, wire):
                 "transcription",
                 "en-US",
                 "multi",
+                "flux-general-multi",
+                "0.8",
                 "0",
                 "-5",
                 "1000",
@@ -250,6 +275,7 @@ def test_any_handshake_query_is_a_setup_or_bad_config(params):
     from parley.core.vad import VadConfig
     from parley.protocol.messages import ErrorCode, ProtocolError
     from parley.transport.deepgram import DeepgramDialect
+    from parley.transport.flux import FluxDialect
     from parley.transport.meeting import MeetingDialect
     from parley.transport.native import NativeDialect
     from parley.transport.openai_realtime import OpenAIRealtimeDialect
@@ -258,6 +284,7 @@ def test_any_handshake_query_is_a_setup_or_bad_config(params):
     for dialect in (
         NativeDialect(),
         DeepgramDialect(VadConfig()),
+        FluxDialect(),
         OpenAIRealtimeDialect(VadConfig()),
         TwilioDialect(None),
         MeetingDialect(),

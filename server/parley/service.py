@@ -63,6 +63,7 @@ def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None
 def dialects(settings: Settings) -> list:
     """The wires the streaming endpoint speaks: Parley's own, and the compatible ones."""
     from parley.transport.deepgram import DeepgramDialect
+    from parley.transport.flux import FluxDialect
     from parley.transport.meeting import MeetingDialect
     from parley.transport.native import NativeDialect
     from parley.transport.openai_realtime import OpenAIRealtimeDialect
@@ -73,6 +74,7 @@ def dialects(settings: Settings) -> list:
     return [
         NativeDialect(),
         DeepgramDialect(vad),
+        FluxDialect(),
         OpenAIRealtimeDialect(vad),
         TwilioDialect(
             twilio_token.get_secret_value() if twilio_token else None, settings.twilio.public_url
@@ -307,11 +309,8 @@ async def start_service(
         endpoint.check_handshake,
     )
     jobs = file_jobs(settings, worker, diarization)
-    receiver = UploadReceiver(
-        jobs.limits.max_bytes,
-        settings.server.idle_timeout_s,
-        jobs.limits.max_receiving,
-        jobs.retry_after_s(),
+    receiver = UploadReceiver.within(
+        jobs.limits, settings.server.idle_timeout_s, jobs.retry_after_s()
     )
     door = FileDoor(
         jobs, access, metrics, asr.check_decoding, receiver, settings.server.max_sessions_per_key

@@ -9,6 +9,7 @@ import re
 # WebSocket wires
 STREAM_PATH = "/v1/stream"  # Parley's own (sections 1 to 8)
 LISTEN_PATH = "/v1/listen"  # Deepgram's live API (section 9); POST: its pre-recorded API
+FLUX_PATH = "/v2/listen"  # Deepgram Flux's turn-based live API (section 9a)
 REALTIME_PATH = "/v1/realtime"  # OpenAI's realtime transcription (section 10)
 TWILIO_PATH = "/v1/twilio"  # Twilio Media Streams (section 11)
 MEETING_PATH = "/v1/meeting"  # meeting bots, a track per participant (section 13)

@@ -27,6 +27,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect, Request
 
+from parley.recordings.files import FileLimits
 from parley.transport.form_parser import BoundedFormParser
 from parley.transport.upload_errors import UploadCode, UploadError
 
@@ -57,6 +58,13 @@ class UploadReceiver:
 
     def __post_init__(self) -> None:
         self._receiving = 0
+
+    @classmethod
+    def within(
+        cls, limits: FileLimits, idle_timeout_s: float, retry_after_s: int
+    ) -> UploadReceiver:
+        """A receiver of uploads within ``limits``' size and number at once."""
+        return cls(limits.max_bytes, idle_timeout_s, limits.max_receiving, retry_after_s)
 
     @property
     def receiving(self) -> int:

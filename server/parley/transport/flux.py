@@ -1,0 +1,317 @@
+"""/v2/listen: Deepgram Flux's turn-based wire, over the same session as /v1/stream.
+
+Flux tells a voice agent about turns, not segments: ``StartOfTurn`` when the user
+begins, ``Update`` as the transcript grows, ``EndOfTurn`` when they are done, and, in
+eager mode, ``EagerEndOfTurn`` (start preparing a reply) and ``TurnResumed`` (they
+went on after all). Parley's turns are its VAD's: a turn ends with a final cut by
+silence, unless speech has begun again by the time that final is decoded (or by
+``ForceEndTurn``, or after ``eot_timeout_ms`` of quiet when ``eot_threshold`` is 1,
+which leaves the ending to the client), and the eager end is the moment the VAD closes
+the segment, before its final is decoded. What is honoured,
+approximated and ignored is listed in protocol.md, section 9a.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from websockets.datastructures import Headers
+
+from parley.core.keyterms import check_keyterms
+from parley.protocol.messages import (
+    Error,
+    ErrorCode,
+    Final,
+    FinalReason,
+    Partial,
+    ProtocolError,
+    SegmentEnded,
+    ServerMessage,
+    SpeechStarted,
+    Word,
+)
+from parley.protocol.paths import FLUX_PATH
+from parley.protocol.stream_config import language_tag
+from parley.sessions.marks import Mark, Reply
+from parley.sessions.session import Session
+from parley.sessions.streams import StreamFactory
+from parley.transport.deepgram_handshake import DeepgramHandshake
+from parley.transport.deepgram_query import listen_config
+from parley.transport.dialect import Opened, Setup, every
+
+# Flux's own bounds on its turn settings (its End-of-Turn Configuration page).
+EOT_THRESHOLD = (0.5, 1.0, 0.7)  # least, most, default
+EAGER_EOT_THRESHOLD = (0.3, 0.9)
+EOT_TIMEOUT_MS = (500, 60_000, 5000)
+# The Replies a translator queues, each sent once every final before it has gone out:
+TIMEOUT = "eot_timeout"  # a turn left to the client has been quiet eot_timeout_ms
+FORCED = "force_end_turn"  # ForceEndTurn: its segment is final, the turn ends
+CONFIGURED = "configure"  # Configure's answer
+ENDS_A_TURN = (FinalReason.SILENCE, FinalReason.END_OF_STREAM)
+
+
+@dataclass(frozen=True)
+class TurnSettings:
+    """A connection's end-of-turn settings (``Configure`` changes them)."""
+
+    eot_threshold: float = EOT_THRESHOLD[2]
+    eager_eot_threshold: float | None = None  # None: no eager events
+    eot_timeout_ms: int = EOT_TIMEOUT_MS[2]
+
+    @classmethod
+    def of(cls, given: Mapping[str, object], base: TurnSettings | None = None) -> TurnSettings:
+        """``base`` with what ``given`` sets (query values or Configure's numbers);
+        ProtocolError(bad_config) for a value out of Flux's ranges."""
+        settings = base or cls()
+        values: dict[str, float] = {}
+        for name, (least, most) in (
+            ("eot_threshold", EOT_THRESHOLD[:2]),
+            ("eager_eot_threshold", EAGER_EOT_THRESHOLD),
+            ("eot_timeout_ms", EOT_TIMEOUT_MS[:2]),
+        ):
+            raw = given.get(name)
+            if raw is None:
+                continue
+            try:
+                value = float(str(raw))
+            except ValueError:
+                value = float("nan")
+            if not least <= value <= most:
+                raise ProtocolError(
+                    ErrorCode.BAD_CONFIG, f"{name} must be a number from {least:g} to {most:g}"
+                )
+            values[name] = value
+        return cls(
+            values.get("eot_threshold", settings.eot_threshold),
+            values.get("eager_eot_threshold", settings.eager_eot_threshold),
+            int(values.get("eot_timeout_ms", settings.eot_timeout_ms)),
+        )
+
+
+class FluxDialect(DeepgramHandshake):
+    """Deepgram Flux on ``/v2/listen`` (protocol.md section 9a): keys and refusals as on
+    ``/v1/listen``."""
+
+    path = FLUX_PATH
+
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[TurnSettings]:
+        config = replace(listen_config(params), partials=True, diarization=False)
+        hints = tuple(language_tag(h, "language_hint") for h in every(params, "language_hint"))
+        if "multi" in params.get("model", ""):
+            config = replace(config, language=None, languages=hints)
+        else:  # flux-general-en
+            config = replace(config, language="en", languages=())
+        return Setup(config, None, None, options=TurnSettings.of(params))
+
+    def error(self, error: Error) -> str:
+        # A fatal error is the endpoint's, outside the connection's numbering.
+        return json.dumps({**_error(error), "sequence_id": 0})
+
+    def translator(self, opened: Opened[TurnSettings], streams: StreamFactory) -> FluxTranslator:
+        return FluxTranslator(opened, streams.single(opened.setup.config, opened.setup.vad))
+
+
+def _error(error: Error) -> dict:
+    return {"type": "Error", "code": error.code.value.upper(), "description": error.message}
+
+
+class FluxTranslator:
+    """One Flux connection: its turn's state, its messages to and from a session."""
+
+    def __init__(self, opened: Opened[TurnSettings], stream: Session):
+        self._stream = stream
+        self._settings = opened.setup.options
+        self._request_id = opened.session_id
+        self._sequence = 0
+        self._turn_index = 0
+        self._in_turn = False
+        self._turn_start = 0.0
+        self._words: list[Word] = []  # the turn's finals' words
+        self._texts: list[str] = []  # and their texts
+        self._partial = ""  # the open segment's latest partial
+        self._eager: str | None = None  # the transcript an EagerEndOfTurn gave
+        self._timeout_marked: float | None = None
+
+    @property
+    def stream(self) -> Session:
+        return self._stream
+
+    def opening(self) -> list[str]:
+        return [self._send({"type": "Connected", "request_id": self._request_id})]
+
+    async def receive(self, message: str | bytes) -> bool:
+        if isinstance(message, bytes):
+            await self._stream.feed(message)
+            await self._maybe_timeout()
+            return False
+        try:
+            data = json.loads(message)
+        except (ValueError, RecursionError):
+            data = None
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind == "CloseStream":
+            return True
+        if kind == "ForceEndTurn":
+            await self._stream.finalize()
+            await self._stream.mark(Reply(FORCED))
+            return False
+        if kind == "Configure":
+            assert isinstance(data, dict)
+            await self._stream.mark(Reply(CONFIGURED, self._configure(data)))
+            return False
+        if kind == "KeepAlive":
+            return False
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE,
+            "expected audio, or a JSON message of type CloseStream, ForceEndTurn or "
+            f"Configure; got {message[:100]!r}",
+        )
+
+    def _configure(self, data: dict) -> dict:
+        """Configure's new thresholds and keyterms, as its answer will say them."""
+        try:
+            thresholds = data.get("thresholds") or {}
+            if not isinstance(thresholds, dict):
+                raise ProtocolError(ErrorCode.BAD_CONFIG, "thresholds must be a JSON object")
+            settings = TurnSettings.of(thresholds, self._settings)
+            keyterms = data.get("keyterms")
+            config = self._stream.config
+            if keyterms is not None:
+                if not isinstance(keyterms, list) or not all(isinstance(k, str) for k in keyterms):
+                    raise ProtocolError(ErrorCode.BAD_CONFIG, "keyterms must be a list of strings")
+                config = replace(config, keyterms=check_keyterms(keyterms))
+                self._stream.reconfigure(config)
+        except (ProtocolError, ValueError) as exc:
+            message = exc.message if isinstance(exc, ProtocolError) else str(exc)
+            return {
+                "type": "ConfigureFailure",
+                "code": "INVALID_CONFIGURATION",
+                "description": message,
+            }
+        self._settings = settings
+        return {
+            "type": "ConfigureSuccess",
+            "thresholds": {
+                "eot_threshold": settings.eot_threshold,
+                "eager_eot_threshold": settings.eager_eot_threshold,
+                "eot_timeout_ms": settings.eot_timeout_ms,
+            },
+            "keyterms": list(config.keyterms),
+        }
+
+    async def _maybe_timeout(self) -> None:
+        """Once a turn that only the client may end has been quiet eot_timeout_ms, queue
+        its end (it goes out after every final before it)."""
+        quiet = self._stream.quiet_since
+        if (
+            self._in_turn
+            and quiet is not None
+            and quiet != self._timeout_marked
+            and self._stream.stream_time - quiet >= self._settings.eot_timeout_ms / 1000
+        ):
+            self._timeout_marked = quiet
+            await self._stream.mark(Reply(TIMEOUT, {}))
+
+    def outbound(self, message: ServerMessage | Mark) -> list[str]:
+        return [self._send(m) for m in self._translate(message)]
+
+    def _send(self, message: dict) -> str:
+        message = {**message, "request_id": self._request_id, "sequence_id": self._sequence}
+        self._sequence += 1
+        return json.dumps(message, ensure_ascii=False)
+
+    def _translate(self, message: ServerMessage | Mark) -> list[dict]:
+        if isinstance(message, SpeechStarted):
+            if self._in_turn:
+                return []
+            self._in_turn, self._turn_start = True, message.start
+            return [self._turn_info("StartOfTurn", message.start)]
+        if isinstance(message, Partial) and self._in_turn and message.text.strip():
+            self._partial = message.text.strip()
+            return [self._turn_info("Update", message.end)]
+        if isinstance(message, SegmentEnded) and self._eager_due(message.reason):
+            self._eager = self._transcript()
+            return [self._turn_info("EagerEndOfTurn", message.end)]
+        if isinstance(message, Final) and self._in_turn:
+            return self._final(message)
+        if isinstance(message, Mark) and isinstance(message.payload, Reply):
+            kind = message.payload.kind
+            if kind in (TIMEOUT, FORCED) and self._in_turn:
+                return self._end(message.stream_time, "timeout" if kind == TIMEOUT else "manual")
+            return [message.payload.data] if kind == CONFIGURED else []
+        if isinstance(message, Error):
+            return [_error(message)]
+        return []  # speaker_update, finalized, session_ended (the close follows)
+
+    def _eager_due(self, reason: FinalReason) -> bool:
+        return (
+            self._in_turn
+            and self._settings.eager_eot_threshold is not None
+            and self._settings.eot_threshold < 1.0
+            and reason in ENDS_A_TURN
+            and bool(self._transcript())
+        )
+
+    def _final(self, final: Final) -> list[dict]:
+        self._partial = ""
+        if final.text.strip():
+            self._texts.append(final.text.strip())
+            self._words.extend(final.words)
+        # Speech open again by the time this final is decoded goes on with the turn (its
+        # messages wait behind this final, in stream order).
+        resumed = self._stream.quiet_since is None
+        if final.reason is FinalReason.END_OF_STREAM or (
+            final.reason is FinalReason.SILENCE
+            and self._settings.eot_threshold < 1.0
+            and not resumed
+        ):
+            return self._end(final.end, "model")
+        if self._eager is not None:  # the eager end taken back: they spoke again
+            self._eager = None
+            return [self._turn_info("TurnResumed", final.end)]
+        return [self._turn_info("Update", final.end)]
+
+    def _end(self, at: float, trigger: str) -> list[dict]:
+        """EndOfTurn. In eager mode a turn the model ends goes through EagerEndOfTurn with
+        the same transcript first: sent now if none was (no partial had text when the
+        segment closed), or again after a TurnResumed where the final changed it."""
+        out = []
+        transcript = self._transcript()
+        eager = trigger == "model" and self._settings.eager_eot_threshold is not None
+        if eager and transcript and self._eager != transcript:
+            if self._eager is not None:
+                out.append(self._turn_info("TurnResumed", at))
+            out.append(self._turn_info("EagerEndOfTurn", at))
+        out.append({**self._turn_info("EndOfTurn", at), "trigger": trigger})
+        self._turn_index += 1
+        self._in_turn, self._eager = False, None
+        self._words, self._texts, self._partial = [], [], ""
+        return out
+
+    def _transcript(self) -> str:
+        return " ".join([*self._texts, self._partial] if self._partial else self._texts)
+
+    def _turn_info(self, event: str, at: float) -> dict:
+        confidence = {"EagerEndOfTurn": self._settings.eager_eot_threshold, "EndOfTurn": 1.0}
+        return {
+            "type": "TurnInfo",
+            "event": event,
+            "turn_index": self._turn_index,
+            "audio_window_start": round(self._turn_start, 3),
+            "audio_window_end": round(max(at, self._turn_start), 3),
+            "transcript": self._transcript(),
+            "words": [
+                {
+                    "word": w.word.strip(),
+                    "confidence": round(w.probability, 4),
+                    "start": round(w.start, 3),
+                    "end": round(w.end, 3),
+                }
+                for w in self._words
+            ]
+            # a partial's words have no times, nor a confidence yet
+            + [{"word": word, "confidence": 0.0} for word in self._partial.split()],
+            "end_of_turn_confidence": confidence.get(event) or 0.0,
+        }
