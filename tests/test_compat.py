@@ -33,26 +33,36 @@ def deepgram_client(port: int, key: str = KEY) -> AsyncDeepgramClient:
     )
 
 
+async def socket_session(socket, audio, pace_s: float, finish) -> list:
+    """Stream ``audio`` through a deepgram-sdk socket client (100 ms messages, ``pace_s``
+    apart), then ``await finish()``; every message the server sent, as the SDK's types."""
+    data = pcm16(audio)
+
+    async def receive():
+        return [message async for message in socket]
+
+    received = asyncio.create_task(receive())
+    for i in range(0, len(data), 3200):
+        await socket.send_media(data[i : i + 3200])
+        await asyncio.sleep(pace_s)
+    await finish()
+    return await asyncio.wait_for(received, timeout=300)  # a failure, never a hang
+
+
 async def deepgram_session(
     port: int, audio, *, pace_s: float = 0.0, finalize: bool = False, **query
 ) -> list:
-    """Stream ``audio`` through the Deepgram SDK (100 ms messages), then CloseStream; every
-    message the server sent, as the SDK's types."""
-    data = pcm16(audio)
+    """Stream ``audio`` through the Deepgram SDK's live client, then (Finalize and)
+    CloseStream; every message the server sent."""
     query = {"model": "nova-3", "encoding": "linear16", "sample_rate": "16000", **query}
     async with deepgram_client(port).listen.v1.connect(**query) as dg:
 
-        async def receive():
-            return [message async for message in dg]
+        async def finish():
+            if finalize:
+                await dg.send_finalize()
+            await dg.send_close_stream()
 
-        received = asyncio.create_task(receive())
-        for i in range(0, len(data), 3200):
-            await dg.send_media(data[i : i + 3200])
-            await asyncio.sleep(pace_s)
-        if finalize:
-            await dg.send_finalize()
-        await dg.send_close_stream()
-        return await asyncio.wait_for(received, timeout=300)  # a failure, never a hang
+        return await socket_session(dg, audio, pace_s, finish)
 
 
 @pytest.fixture(scope="module")

@@ -98,29 +98,20 @@ async def test_openai_realtime_transcription_session(diarized_server, meeting):
     assert wer(said, " ".join(completed)) <= MAX_WER, completed
 
 
-async def test_livekit_deepgram_plugin_stt_stream(diarized_server, meeting):
-    """LiveKit Agents' Deepgram plugin, base_url on Parley, fed 10 ms frames as a room
-    track gives them: start and end of speech around final transcripts that read the
-    conversation, with speaker ids."""
-    audio, said, _ = meeting
+async def livekit_events(make_stt, audio, pause_s: float) -> list:
+    """Every speech event of a LiveKit Agents STT stream (``make_stt(http_session)``) fed
+    ``audio`` in 10 ms frames as a room track gives them, ``pause_s`` after each 100 ms."""
     data = pcm16(audio)
     events = []
     async with aiohttp.ClientSession() as http:
-        stt = livekit_deepgram.STT(
-            api_key="unused",
-            http_session=http,
-            base_url=f"http://127.0.0.1:{diarized_server.port}/v1/listen",
-            sample_rate=16000,
-            enable_diarization=True,
-        )
-        stream = stt.stream()
+        stream = make_stt(http).stream()
 
         async def feed():
             for i in range(0, len(data), 320):
                 frame = data[i : i + 320]
                 stream.push_frame(rtc.AudioFrame(frame, 16000, 1, len(frame) // 2))
                 if i % 3200 == 0:
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(pause_s)
             stream.end_input()
 
         async def receive():
@@ -130,6 +121,25 @@ async def test_livekit_deepgram_plugin_stt_stream(diarized_server, meeting):
         feeding = asyncio.create_task(feed())
         await asyncio.wait_for(receive(), timeout=300)  # a failure, never a hang
         await feeding
+    return events
+
+
+async def test_livekit_deepgram_plugin_stt_stream(diarized_server, meeting):
+    """LiveKit Agents' Deepgram plugin, base_url on Parley, fed 10 ms frames as a room
+    track gives them: start and end of speech around final transcripts that read the
+    conversation, with speaker ids."""
+    audio, said, _ = meeting
+    events = await livekit_events(
+        lambda http: livekit_deepgram.STT(
+            api_key="unused",
+            http_session=http,
+            base_url=f"http://127.0.0.1:{diarized_server.port}/v1/listen",
+            sample_rate=16000,
+            enable_diarization=True,
+        ),
+        audio,
+        0.02,
+    )
     kinds = agents_stt.SpeechEventType
     finals = [e.alternatives[0] for e in events if e.type is kinds.FINAL_TRANSCRIPT]
     assert wer(said, " ".join(f.text for f in finals)) <= MAX_WER, [f.text for f in finals]
@@ -144,33 +154,17 @@ async def test_livekit_deepgram_flux_plugin_stt_stream(diarized_server, meeting)
     /v2/listen, fed 10 ms frames: start and end of speech around final transcripts that
     read the conversation, each turn's preflight transcript before its final."""
     audio, said, _ = meeting
-    data = pcm16(audio)
-    events = []
-    async with aiohttp.ClientSession() as http:
-        stt = livekit_deepgram.STTv2(
+    events = await livekit_events(
+        lambda http: livekit_deepgram.STTv2(
             api_key="unused",
             http_session=http,
             base_url=f"ws://127.0.0.1:{diarized_server.port}/v2/listen",
             sample_rate=16000,
             eager_eot_threshold=0.5,
-        )
-        stream = stt.stream()
-
-        async def feed():
-            for i in range(0, len(data), 320):
-                frame = data[i : i + 320]
-                stream.push_frame(rtc.AudioFrame(frame, 16000, 1, len(frame) // 2))
-                if i % 3200 == 0:
-                    await asyncio.sleep(0.05)
-            stream.end_input()
-
-        async def receive():
-            async for event in stream:
-                events.append(event)
-
-        feeding = asyncio.create_task(feed())
-        await asyncio.wait_for(receive(), timeout=300)  # a failure, never a hang
-        await feeding
+        ),
+        audio,
+        0.05,
+    )
     kinds = agents_stt.SpeechEventType
     finals = [e.alternatives[0] for e in events if e.type is kinds.FINAL_TRANSCRIPT]
     assert wer(said, " ".join(f.text for f in finals)) <= MAX_WER, [f.text for f in finals]

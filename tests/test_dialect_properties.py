@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from parley.transport.predict_parameters import PREDICT_PARAMETERS
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: (
@@ -297,21 +299,7 @@ def test_any_handshake_query_is_a_setup_or_bad_config(params):
             assert setup.vad is None or setup.vad.min_silence_ms >= setup.vad.speech_pad_ms
 
 
-PREDICT_KEYS = [
-    "task",
-    "batch_size",
-    "chunk_length_s",
-    "sampling_rate",
-    "assisted",
-    "language",
-    "num_speakers",
-    "min_speakers",
-    "max_speakers",
-    "prompt",
-    "keyterms",
-    "replace",
-    "x",
-]
+PREDICT_KEYS = [*PREDICT_PARAMETERS, "x"]
 LISTEN_KEYS = [
     "encoding",
     "sample_rate",

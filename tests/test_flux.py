@@ -2,15 +2,14 @@
 the fake engine decoding: every turn's events follow Flux's state machine and carry
 exactly its own audio's transcription (protocol.md section 9a)."""
 
-import asyncio
 import json
 
 import pytest
 from deepgram.core.api_error import ApiError
 from websockets.asyncio.client import connect
 
-from conftest import heard_between, pcm16
-from test_compat import KEY, deepgram_client, turns  # noqa: F401 (turns: a fixture)
+from conftest import heard_between
+from test_compat import KEY, deepgram_client, socket_session, turns  # noqa: F401 (turns: a fixture)
 
 
 async def flux_session(
@@ -19,23 +18,17 @@ async def flux_session(
     """Stream ``audio`` through deepgram-sdk's Flux client (100 ms messages, ``pace_s``
     apart), optionally Configure first and ForceEndTurn at the end, then CloseStream;
     every message the server sent, as the SDK's types."""
-    data = pcm16(audio)
     query = {"model": "flux-general-en", "encoding": "linear16", "sample_rate": "16000", **query}
     async with deepgram_client(port).listen.v2.connect(**query) as flux:
-
-        async def receive():
-            return [message async for message in flux]
-
-        received = asyncio.create_task(receive())
         if configure is not None:
             await flux.send_configure(configure)
-        for i in range(0, len(data), 3200):
-            await flux.send_media(data[i : i + 3200])
-            await asyncio.sleep(pace_s)
-        if force_end:
-            await flux.send_force_end_turn()
-        await flux.send_close_stream()
-        return await asyncio.wait_for(received, timeout=120)
+
+        async def finish():
+            if force_end:
+                await flux.send_force_end_turn()
+            await flux.send_close_stream()
+
+        return await socket_session(flux, audio, pace_s, finish)
 
 
 def _turn_events(got) -> list[tuple[int, str]]:

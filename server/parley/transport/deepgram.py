@@ -39,7 +39,7 @@ from parley.sessions.session import Session
 from parley.sessions.session_group import SessionGroup
 from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_channels import Channels
-from parley.transport.deepgram_handshake import DeepgramHandshake
+from parley.transport.deepgram_handshake import DeepgramHandshake, control_type
 from parley.transport.deepgram_query import (
     ListenOptions,
     endpointing_vad,
@@ -139,11 +139,7 @@ class DeepgramTranslator:
             self._audio_sha256.update(message)
             await self._maybe_utterance_end()
             return False
-        try:
-            data = json.loads(message)
-        except (ValueError, RecursionError):
-            data = None
-        kind = data.get("type") if isinstance(data, dict) else None
+        kind = control_type(message)
         if kind == "KeepAlive":
             return False
         if kind == "Finalize":

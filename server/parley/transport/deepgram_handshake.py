@@ -1,8 +1,10 @@
-"""What Deepgram's two live wires (/v1/listen and Flux's /v2/listen) share at the
-handshake: where a client offers its key, and how a refusal is answered."""
+"""What Deepgram's two live wires (/v1/listen and Flux's /v2/listen) share: where a
+client offers its key at the handshake, how a refusal is answered, and how a control
+message says what it is."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -55,3 +57,13 @@ class DeepgramHandshake(KeyOffered):
         )
         response.headers["dg-error"] = error.message
         return response
+
+
+def control_type(message: str) -> str | None:
+    """A text message's ``type``, as both wires name their control messages; None for
+    anything that is no JSON object with one."""
+    try:
+        data = json.loads(message)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
+        return None
+    return data.get("type") if isinstance(data, dict) else None

@@ -37,7 +37,7 @@ from parley.protocol.stream_config import language_tag
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
-from parley.transport.deepgram_handshake import DeepgramHandshake
+from parley.transport.deepgram_handshake import DeepgramHandshake, control_type
 from parley.transport.deepgram_query import listen_config
 from parley.transport.dialect import Opened, Setup, every
 
@@ -146,11 +146,7 @@ class FluxTranslator:
             await self._stream.feed(message)
             await self._maybe_timeout()
             return False
-        try:
-            data = json.loads(message)
-        except (ValueError, RecursionError):
-            data = None
-        kind = data.get("type") if isinstance(data, dict) else None
+        kind = control_type(message)
         if kind == "CloseStream":
             return True
         if kind == "ForceEndTurn":
@@ -158,8 +154,7 @@ class FluxTranslator:
             await self._stream.mark(Reply(FORCED))
             return False
         if kind == "Configure":
-            assert isinstance(data, dict)
-            await self._stream.mark(Reply(CONFIGURED, self._configure(data)))
+            await self._stream.mark(Reply(CONFIGURED, self._configure(json.loads(message))))
             return False
         if kind == "KeepAlive":
             return False
