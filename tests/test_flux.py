@@ -90,8 +90,9 @@ async def test_eager_mode_and_a_turn_left_to_the_client(start, turns):  # noqa: 
 
 async def test_configure_and_bad_settings(start, turns):  # noqa: F811
     """Configure answers ConfigureSuccess with the thresholds now in force, or
-    ConfigureFailure for one out of Flux's range (the session goes on); a bad query is
-    refused at the handshake with 400, a bad key with 401, as Flux refuses them."""
+    ConfigureFailure for one out of Flux's range (the session goes on); flux-general-multi's
+    turns say the languages detected; a bad query is refused at the handshake with 400, a
+    bad key with 401, as Flux refuses them."""
     audio, _ = turns
     url, server = await start(token=KEY)
     got = await flux_session(
@@ -101,6 +102,11 @@ async def test_configure_and_bad_settings(start, turns):  # noqa: F811
     )
     success = next(m for m in got if m.type == "ConfigureSuccess")
     assert success.thresholds.eot_threshold == 0.8
+    ends = [m for m in got if m.type == "TurnInfo" and m.event == "EndOfTurn"]
+    assert ends and all(end.languages is None for end in ends)  # flux-general-en's
+    multi = await flux_session(server.port, audio[: 16000 * 2], model="flux-general-multi")
+    ends = [m for m in multi if m.type == "TurnInfo" and m.event == "EndOfTurn"]
+    assert ends and all(end.languages == ["en"] for end in ends)  # what was detected
     base = f"ws://127.0.0.1:{server.port}/v2/listen?model=flux-general-en&encoding=linear16"
     async with connect(
         f"{base}&sample_rate=16000", additional_headers={"Authorization": f"Token {KEY}"}

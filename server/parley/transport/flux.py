@@ -14,6 +14,7 @@ approximated and ignored is listed in protocol.md, section 9a.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -130,6 +131,8 @@ class FluxTranslator:
         self._turn_start = 0.0
         self._words: list[Word] = []  # the turn's finals' words
         self._texts: list[str] = []  # and their texts
+        self._languages: Counter[str] = Counter()  # and the words decoded in each language
+        self._detects = opened.setup.config.language is None  # flux-general-multi
         self._partial = ""  # the open segment's latest partial
         self._eager: str | None = None  # the transcript an EagerEndOfTurn gave
         self._timeout_marked: float | None = None
@@ -254,6 +257,8 @@ class FluxTranslator:
         if final.text.strip():
             self._texts.append(final.text.strip())
             self._words.extend(final.words)
+            if final.language is not None:
+                self._languages[final.language] += max(len(final.words), 1)
         # Speech open again by the time this final is decoded goes on with the turn (its
         # messages wait behind this final, in stream order).
         resumed = self._stream.quiet_since is None
@@ -283,6 +288,7 @@ class FluxTranslator:
         self._turn_index += 1
         self._in_turn, self._eager = False, None
         self._words, self._texts, self._partial = [], [], ""
+        self._languages = Counter()
         return out
 
     def _transcript(self) -> str:
@@ -309,4 +315,10 @@ class FluxTranslator:
             # a partial's words have no times, nor a confidence yet
             + [{"word": word, "confidence": 0.0} for word in self._partial.split()],
             "end_of_turn_confidence": confidence.get(event) or 0.0,
+            # flux-general-multi's: the turn's languages, most heard first
+            **(
+                {"languages": [lang for lang, _ in self._languages.most_common()]}
+                if self._detects
+                else {}
+            ),
         }
