@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 from conftest import pcm16
 from parley.protocol.messages import Partial
 from parley.transport.dialect import ANONYMOUS
-from parley.transport.followers import FOLLOWER_QUEUE
+from parley.transport.followers import FOLLOWER_QUEUE, FOLLOWERS_PER_SESSION
 
 
 async def _session_started(ws) -> dict:
@@ -53,6 +53,28 @@ async def test_a_follower_ends_even_when_its_queue_filled_as_the_session_ended(s
             if follower.close_code == 1000:
                 assert len(received) == burst
             followers.opened(session_id, ANONYMOUS)  # follow the same session again
+
+
+async def test_a_session_has_at_most_its_followers_cap(start):
+    """FOLLOWERS_PER_SESSION followers of one session are served; one more is refused
+    with too_many_sessions (4429); once one leaves, another is taken."""
+    url, server = await start()
+    async with connect(url) as stream, contextlib.AsyncExitStack() as stack:
+        session_id = (await _session_started(stream))["session_id"]
+        follow = f"ws://127.0.0.1:{server.port}/v1/sessions/{session_id}/events"
+        followers = []
+        for _ in range(FOLLOWERS_PER_SESSION):
+            follower = await stack.enter_async_context(connect(follow))
+            assert json.loads(await follower.recv())["type"] == "following"
+            followers.append(follower)
+        async with connect(follow) as refused:
+            assert json.loads(await refused.recv())["code"] == "too_many_sessions"
+            await asyncio.wait_for(_all(refused), timeout=5)
+        assert refused.close_code == 4429
+        await followers[0].close()
+        await asyncio.sleep(0.1)  # its handler has let go of its queue
+        async with connect(follow) as taken:
+            assert json.loads(await taken.recv())["type"] == "following"
 
 
 async def test_a_meeting_carries_at_most_its_participant_cap(start):

@@ -4,7 +4,8 @@ For streams whose own connection cannot carry results back (a Twilio call) or th
 several parties watch (a meeting's dashboard). A follower gets every message the
 session produces, in Parley's own form (protocol.md section 3), from when it joins
 until ``session_ended``; then close 1000. Each follower has a bounded queue: one that
-falls that far behind is closed (``server_busy``, 1013) rather than slowing anything.
+falls that far behind is closed (``server_busy``, 1013) rather than slowing anything;
+and a session has at most ``FOLLOWERS_PER_SESSION``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from parley.transport.native import NativeDialect
 
 log = logging.getLogger(__name__)
 FOLLOWER_QUEUE = 256
-_END, _BEHIND = object(), object()
+# Each follower is a connection, a queue, and a copy of every message: a session's
+# followers are bounded, so that one key cannot open them without end.
+FOLLOWERS_PER_SESSION = 16
+_END, _BEHIND, _GONE = object(), object(), object()
 
 
 class Followers:
@@ -87,12 +91,24 @@ class Followers:
                 connection, Error(ErrorCode.NOT_FOUND, f"no live session {session_id} to follow")
             )
             return
+        if len(self._queues[session_id]) >= FOLLOWERS_PER_SESSION:
+            await _refuse(
+                connection,
+                Error(
+                    ErrorCode.TOO_MANY_SESSIONS,
+                    f"session {session_id} has its limit of {FOLLOWERS_PER_SESSION} followers",
+                ),
+            )
+            return
         queue: asyncio.Queue = asyncio.Queue(FOLLOWER_QUEUE + 1)  # + the end marker
         self._queues[session_id].add(queue)
         log.info("key %s follows session %s", key, session_id, extra={"session_id": session_id})
+        gone = asyncio.ensure_future(_until_gone(connection))
         try:
             await connection.send(json.dumps({"type": "following", "session_id": session_id}))
-            while (item := await queue.get()) is not _END:
+            while (item := await _next(queue, gone)) is not _END:
+                if item is _GONE:
+                    return
                 if item is _BEHIND:
                     await _refuse(
                         connection,
@@ -102,12 +118,32 @@ class Followers:
                         ),
                     )
                     return
+                assert isinstance(item, str)  # an encoded message
                 await connection.send(item)
             await connection.close(CloseCode.NORMAL, "session ended")
         except ConnectionClosed:
             pass
         finally:
+            gone.cancel()
             self._queues.get(session_id, set()).discard(queue)
+
+
+async def _until_gone(connection: Connection) -> None:
+    """Read (and ignore) what a follower sends, until it leaves."""
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            await connection.recv()
+
+
+async def _next(queue: asyncio.Queue, gone: asyncio.Future) -> object:
+    """The follower's next queued item, or _GONE once it has left (so that a follower
+    who leaves a quiet session gives its place back at once, not at the next message)."""
+    item = asyncio.ensure_future(queue.get())
+    await asyncio.wait({item, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if item.done():
+        return item.result()
+    item.cancel()
+    return _GONE
 
 
 async def _refuse(connection: Connection, error: Error) -> None:
