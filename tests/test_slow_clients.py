@@ -94,6 +94,29 @@ async def test_an_upload_whose_body_stops_is_answered_408_and_forgotten(
     assert 'parley_file_jobs_total{outcome="idle_timeout"} 2.0' in metrics
 
 
+async def test_an_upload_that_trickles_is_answered_408(server):
+    """Ten bytes every fifth of the idle timeout: never idle, but past the first
+    idle_timeout_s it has come slower than MIN_BYTES_PER_S, and gets 408."""
+    from parley.transport.upload_body import MIN_BYTES_PER_S
+
+    reader, writer = await _open(
+        server, _form_head("/v1/audio/transcriptions", 100_000) + FORM_START
+    )
+    started = asyncio.get_running_loop().time()
+
+    async def trickle():
+        while not writer.is_closing():
+            writer.write(b"0" * 10)
+            await asyncio.sleep(IDLE_S / 5)
+
+    trickling = asyncio.ensure_future(trickle())
+    status, _, body = await _answer(reader, 10 * IDLE_S)
+    trickling.cancel()
+    writer.close()
+    assert status == 408 and str(MIN_BYTES_PER_S) in json.loads(body)["error"]["message"]
+    assert asyncio.get_running_loop().time() - started < 4 * IDLE_S
+
+
 async def test_a_client_that_leaves_mid_upload_is_counted_not_logged_as_an_error(
     server, tmp_path, monkeypatch, caplog
 ):

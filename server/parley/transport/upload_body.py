@@ -10,7 +10,10 @@ while it arrives:
   client that stopped sending mid-body held its connection and its temporary file for
   ever;
 - how many arrive at once, ``files.max_receiving``: each may be ``max_upload_mb`` of
-  disk until its answer.
+  disk until its answer;
+- its pace: past its first ``server.idle_timeout_s``, an upload must have come at
+  ``MIN_BYTES_PER_S`` on average, or a client sending a byte every few seconds would
+  hold one of those places for ever (Apache's mod_reqtimeout asks 500 bytes a second).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,8 @@ from starlette.requests import ClientDisconnect, Request
 from parley.recordings.files import FileLimits
 from parley.transport.form_parser import BoundedFormParser
 from parley.transport.upload_errors import UploadCode, UploadError
+
+MIN_BYTES_PER_S = 1024  # a 200 MiB upload at this pace would take 57 hours
 
 
 @dataclass
@@ -155,7 +161,7 @@ class UploadReceiver:
 
     async def _chunks(self, request: Request) -> AsyncGenerator[bytes, None]:
         chunks = request.stream()
-        received = 0
+        received, started = 0, time.monotonic()
         while True:
             try:
                 async with asyncio.timeout(self.idle_timeout_s):
@@ -174,4 +180,10 @@ class UploadReceiver:
             received += len(chunk)
             if received > self.max_bytes:
                 raise self._too_large()
+            elapsed = time.monotonic() - started
+            if elapsed > self.idle_timeout_s and received < MIN_BYTES_PER_S * elapsed:
+                raise UploadError(
+                    UploadCode.IDLE_TIMEOUT,
+                    f"the upload arrived slower than {MIN_BYTES_PER_S} bytes a second",
+                )
             yield chunk
