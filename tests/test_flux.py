@@ -122,6 +122,16 @@ async def test_configure_and_bad_settings(start, turns):  # noqa: F811
         ):
             pass
     assert refused.value.status_code == 400
+    with pytest.raises(ApiError) as eager_after_end:
+        async with deepgram_client(server.port).listen.v2.connect(
+            model="flux-general-en",
+            encoding="linear16",
+            sample_rate="16000",
+            eot_threshold="0.6",
+            eager_eot_threshold="0.8",
+        ):
+            pass
+    assert eager_after_end.value.status_code == 400
     with pytest.raises(ApiError) as unauthorised:
         async with deepgram_client(server.port, key="wrong").listen.v2.connect(
             model="flux-general-en", encoding="linear16", sample_rate="16000"

@@ -84,11 +84,14 @@ class TurnSettings:
                     ErrorCode.BAD_CONFIG, f"{name} must be a number from {least:g} to {most:g}"
                 )
             values[name] = value
-        return cls(
-            values.get("eot_threshold", settings.eot_threshold),
-            values.get("eager_eot_threshold", settings.eager_eot_threshold),
-            int(values.get("eot_timeout_ms", settings.eot_timeout_ms)),
-        )
+        eager = values.get("eager_eot_threshold", settings.eager_eot_threshold)
+        eot = values.get("eot_threshold", settings.eot_threshold)
+        if eager is not None and eager > eot:
+            # as Flux's clients check it: an eager end can only come before the end
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG, "eager_eot_threshold must be at most eot_threshold"
+            )
+        return cls(eot, eager, int(values.get("eot_timeout_ms", settings.eot_timeout_ms)))
 
 
 class FluxDialect(DeepgramHandshake):
