@@ -19,6 +19,7 @@ from websockets.exceptions import InvalidStatus
 
 from audio_fixtures import conversation
 from conftest import heard_between, pcm16, refused
+from test_webhooks import SECRET, Receiver
 
 KEY = "s3cret"
 
@@ -176,7 +177,8 @@ async def test_deepgram_multichannel_transcribes_each_channel_on_its_own(start, 
     """multichannel=true with two channels (a stereo call: one voice a side): each
     channel's Results are exactly its own audio's, with channel_index [i, 2], finals in
     the order they ended across channels; SpeechStarted and UtteranceEnd name their
-    channel; Metadata says 2 channels. Without multichannel the channels are mixed."""
+    channel; Metadata says 2 channels, and the webhooks' finals their channel (track).
+    Without multichannel the channels are mixed."""
     import numpy as np
 
     from conftest import as_received
@@ -186,15 +188,20 @@ async def test_deepgram_multichannel_transcribes_each_channel_on_its_own(start, 
     right = np.zeros_like(left)
     right[: min(len(left), len(other))] = as_received(other)[: len(left)]
     stereo = np.stack([left, right], axis=1)  # interleaved: left, right, left, …
-    _, server = await start(token=KEY)
-    got = await deepgram_session(
-        server.port,
-        stereo,
-        channels="2",
-        multichannel="true",
-        vad_events="true",
-        utterance_end_ms="1000",
-    )
+    receiver = Receiver()
+    async with receiver as hooks:
+        _, server = await start(token=KEY, webhooks={"url": hooks, "secret": SECRET})
+        got = await deepgram_session(
+            server.port,
+            stereo,
+            channels="2",
+            multichannel="true",
+            vad_events="true",
+            utterance_end_ms="1000",
+        )
+        while not any(e["type"] == "session.ended" for e in receiver.events):
+            await asyncio.sleep(0.01)
+        await server.stop()  # before the receiver: nothing left to deliver to it
     results = [m for m in got if m.type == "Results"]
     assert sorted(r.channel_index[0] for r in results) == [0, 0, 1]
     for result in results:
@@ -209,6 +216,10 @@ async def test_deepgram_multichannel_transcribes_each_channel_on_its_own(start, 
     last = {r.channel_index[0]: r.channel.alternatives[0].words[-1].end for r in results}
     assert utterance_ends[(1, 2)] == last[1] and (0, 2) in utterance_ends
     assert got[-1].type == "Metadata" and got[-1].channels == 2
+    # the webhooks' finals say the channel each is of
+    hooked = [e["data"] for e in receiver.events if e["type"] == "transcript.final"]
+    assert sorted(f["track"] for f in hooked if f["text"]) == ["0", "0", "1"]
+    _, server = await start(token=KEY)
     mixed = await deepgram_session(server.port, stereo, channels="2")
     assert {tuple(m.channel_index) for m in mixed if m.type == "Results"} == {(0, 1)}
 

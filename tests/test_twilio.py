@@ -311,8 +311,8 @@ async def native_text(port: int, audio: np.ndarray) -> str:
 
 async def test_a_call_can_be_followed_live(start):
     """A Twilio call's results, which its own socket never carries, reach a follower of
-    /v1/sessions/{id}/events in Parley's own messages, labelled, until session_ended;
-    a wrong key or an unknown session is refused."""
+    /v1/sessions/{id}/events in Parley's own messages, labelled and each with its track,
+    until session_ended; a wrong key or an unknown session is refused."""
     tracks, said = two_tracks(turns=2)
     receiver = Receiver()
     async with receiver as hooks:
@@ -337,6 +337,13 @@ async def test_a_call_can_be_followed_live(start):
     assert followed[-1]["type"] == "session_ended" and ws.close_code == 1000
     finals = [m for m in followed if m["type"] == "final" and m["text"]]
     assert {f["speaker"] for f in finals} == {"caller", "agent"}
+    # each segment's messages say which direction of the call they are of, as do its
+    # webhooks' finals
+    directions = {"caller": "inbound", "agent": "outbound"}
+    assert all(f["track"] == directions[f["speaker"]] for f in finals)
+    assert all("track" in m for m in followed if "segment_id" in m)
+    hooked = [e["data"] for e in receiver.events if e["type"] == "transcript.final"]
+    assert hooked and all(f["track"] == directions[f["speaker"]] for f in hooked)
 
 
 async def test_a_calls_parameters_set_its_decoding(start):

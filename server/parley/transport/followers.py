@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlsplit
 from websockets.exceptions import ConnectionClosed
 
 from parley.protocol.errors import CloseCode, close_reason
-from parley.protocol.messages import Error, ErrorCode, ServerMessage, encode
+from parley.protocol.messages import Error, ErrorCode, ServerMessage, as_json, encode
 from parley.protocol.paths import FOLLOW_PATH
 from parley.transport.auth import ApiKeys
 from parley.transport.connection import Connection
@@ -52,12 +52,17 @@ class Followers:
         self._live[session_id] = key
         self._queues[session_id] = set()
 
-    def publish(self, session_id: str, message: ServerMessage) -> None:
-        """Give a session's message to its followers (never waits; encoded only if any)."""
+    def publish(self, session_id: str, message: ServerMessage, track: str | None = None) -> None:
+        """Give a session's message to its followers (never waits; encoded only if any),
+        with the ``track`` it is of on a connection of several."""
         queues = self._queues.get(session_id)
         if not queues:
             return
-        text = encode(message)
+        text = (
+            encode(message)
+            if track is None
+            else json.dumps({**as_json(message), "track": track}, ensure_ascii=False)
+        )
         for queue in queues:
             if queue.qsize() < FOLLOWER_QUEUE:
                 queue.put_nowait(text)

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from parley.sessions.session_group import SessionGroup
 from parley.sessions.streams import AsrService, Stream, StreamFactory
 from parley.transport.admission import StreamLimits
 from parley.transport.dialect import Dialect, Opened, Setup
@@ -61,6 +62,7 @@ class SessionOpener:
             setup.config,
             extra={"session_id": this.session_id, "key": this.key},
         )
+        stream = this.translator.stream
         opened = SessionOpened(
             this.session_id,
             this.key,
@@ -68,9 +70,10 @@ class SessionOpener:
             setup.config,
             self._asr.model_label,
             setup.webhook_url,
+            stream.track_of if isinstance(stream, SessionGroup) else None,
         )
         this.sinks = SessionSinks(self._sinks, opened)
-        return this.translator.stream
+        return stream
 
     def closed(self, this: Served, session: Stream) -> None:
         """The session's end: it is closed, and its sinks and the log are told."""

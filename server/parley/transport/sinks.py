@@ -8,7 +8,7 @@ a client is connected to read it), and how it ended; it knows nothing of what th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +37,17 @@ class SessionOpened:
     config: StreamConfig
     model: str
     webhook_url: str | None = None  # its own webhook target, if it named one
+    # A connection of several tracks (a call's two directions, a meeting's participants,
+    # a multichannel stream's channels): the track a segment is of, told with its
+    # messages so that webhooks and followers can tell the tracks apart.
+    track_of: Callable[[int], str | None] | None = None
+
+    def track(self, message: ServerMessage) -> str | None:
+        """The track ``message`` is of; None on a connection of one track."""
+        segment_id = getattr(message, "segment_id", None)
+        if self.track_of is None or not isinstance(segment_id, int):
+            return None
+        return self.track_of(segment_id)
 
 
 @dataclass(frozen=True)
@@ -99,17 +110,21 @@ class FollowerSinks:
         """Register the session for ``/v1/sessions/{id}/events`` followers, and pass its
         messages to them."""
         self.followers.opened(session.session_id, session.key)
-        return _FollowerSink(self.followers, session.session_id)
+        return _FollowerSink(self.followers, session)
 
 
 @dataclass(frozen=True)
 class _FollowerSink:
     followers: Followers
-    session_id: str
+    session: SessionOpened
+
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
 
     def message(self, message: ServerMessage | Mark) -> None:
         if not isinstance(message, Mark):  # marks are the session's own bookkeeping
-            self.followers.publish(self.session_id, message)
+            self.followers.publish(self.session_id, message, self.session.track(message))
 
     def closed(self, summary: SessionClosed) -> None:
         self.followers.closed(self.session_id)
@@ -134,16 +149,21 @@ class WebhookSinks:
             "session.started",
             {"path": session.path, "config": session.config.to_json(), "model": session.model},
         )
-        return _WebhookSink(feed)
+        return _WebhookSink(feed, session)
 
 
 @dataclass(frozen=True)
 class _WebhookSink:
     feed: WebhookFeed
+    session: SessionOpened
 
     def message(self, message: ServerMessage | Mark) -> None:
         if isinstance(message, Final):
-            self.feed.publish("transcript.final", as_json(message))
+            track = self.session.track(message)
+            final = as_json(message)
+            self.feed.publish(
+                "transcript.final", final if track is None else {**final, "track": track}
+            )
         elif isinstance(message, SpeakerUpdate):
             self.feed.publish("transcript.speaker_update", as_json(message))
         elif isinstance(message, Mark) and isinstance(message.payload, WebhookEvent):
