@@ -14,7 +14,6 @@ approximated and ignored is listed in protocol.md, section 9a.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -31,7 +30,6 @@ from parley.protocol.messages import (
     SegmentEnded,
     ServerMessage,
     SpeechStarted,
-    Word,
 )
 from parley.protocol.paths import FLUX_PATH
 from parley.protocol.stream_config import language_tag
@@ -41,6 +39,7 @@ from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_handshake import DeepgramHandshake, control_type
 from parley.transport.deepgram_query import listen_config
 from parley.transport.dialect import Opened, Setup, every
+from parley.transport.turn_state import Turn, speech_resumed
 
 # Flux's own bounds on its turn settings (its End-of-Turn Configuration page).
 EOT_THRESHOLD = (0.5, 1.0, 0.7)  # least, most, default
@@ -129,14 +128,8 @@ class FluxTranslator:
         self._settings = opened.setup.options
         self._request_id = opened.session_id
         self._sequence = 0
-        self._turn_index = 0
-        self._in_turn = False
-        self._turn_start = 0.0
-        self._words: list[Word] = []  # the turn's finals' words
-        self._texts: list[str] = []  # and their texts
-        self._languages: Counter[str] = Counter()  # and the words decoded in each language
+        self._turn = Turn()
         self._detects = opened.setup.config.language is None  # flux-general-multi
-        self._partial = ""  # the open segment's latest partial
         self._eager: str | None = None  # the transcript an EagerEndOfTurn gave
         self._timeout_marked: float | None = None
 
@@ -207,7 +200,7 @@ class FluxTranslator:
         its end (it goes out after every final before it)."""
         quiet = self._stream.quiet_since
         if (
-            self._in_turn
+            self._turn.open
             and quiet is not None
             and quiet != self._timeout_marked
             and self._stream.stream_time - quiet >= self._settings.eot_timeout_ms / 1000
@@ -225,21 +218,21 @@ class FluxTranslator:
 
     def _translate(self, message: ServerMessage | Mark) -> list[dict]:
         if isinstance(message, SpeechStarted):
-            if self._in_turn:
+            if self._turn.open:
                 return []
-            self._in_turn, self._turn_start = True, message.start
+            self._turn.begin(message.start)
             return [self._turn_info("StartOfTurn", message.start)]
-        if isinstance(message, Partial) and self._in_turn and message.text.strip():
-            self._partial = message.text.strip()
+        if isinstance(message, Partial) and self._turn.open and message.text.strip():
+            self._turn.partial = message.text.strip()
             return [self._turn_info("Update", message.end)]
         if isinstance(message, SegmentEnded) and self._eager_due(message.reason):
-            self._eager = self._transcript()
+            self._eager = self._turn.transcript()
             return [self._turn_info("EagerEndOfTurn", message.end)]
-        if isinstance(message, Final) and self._in_turn:
+        if isinstance(message, Final) and self._turn.open:
             return self._final(message)
         if isinstance(message, Mark) and isinstance(message.payload, Reply):
             kind = message.payload.kind
-            if kind in (TIMEOUT, FORCED) and self._in_turn:
+            if kind in (TIMEOUT, FORCED) and self._turn.open:
                 return self._end(message.stream_time, "timeout" if kind == TIMEOUT else "manual")
             return [message.payload.data] if kind == CONFIGURED else []
         if isinstance(message, Error):
@@ -248,27 +241,19 @@ class FluxTranslator:
 
     def _eager_due(self, reason: FinalReason) -> bool:
         return (
-            self._in_turn
+            self._turn.open
             and self._settings.eager_eot_threshold is not None
             and self._settings.eot_threshold < 1.0
             and reason in ENDS_A_TURN
-            and bool(self._transcript())
+            and bool(self._turn.transcript())
         )
 
     def _final(self, final: Final) -> list[dict]:
-        self._partial = ""
-        if final.text.strip():
-            self._texts.append(final.text.strip())
-            self._words.extend(final.words)
-            if final.language is not None:
-                self._languages[final.language] += max(len(final.words), 1)
-        # Speech open again by the time this final is decoded goes on with the turn (its
-        # messages wait behind this final, in stream order).
-        resumed = self._stream.quiet_since is None
+        self._turn.heard(final)
         if final.reason is FinalReason.END_OF_STREAM or (
             final.reason is FinalReason.SILENCE
             and self._settings.eot_threshold < 1.0
-            and not resumed
+            and not speech_resumed(self._stream)
         ):
             return self._end(final.end, "model")
         if self._eager is not None:  # the eager end taken back: they spoke again
@@ -281,31 +266,27 @@ class FluxTranslator:
         the same transcript first: sent now if none was (no partial had text when the
         segment closed), or again after a TurnResumed where the final changed it."""
         out = []
-        transcript = self._transcript()
+        transcript = self._turn.transcript()
         eager = trigger == "model" and self._settings.eager_eot_threshold is not None
         if eager and transcript and self._eager != transcript:
             if self._eager is not None:
                 out.append(self._turn_info("TurnResumed", at))
             out.append(self._turn_info("EagerEndOfTurn", at))
         out.append({**self._turn_info("EndOfTurn", at), "trigger": trigger})
-        self._turn_index += 1
-        self._in_turn, self._eager = False, None
-        self._words, self._texts, self._partial = [], [], ""
-        self._languages = Counter()
+        self._turn.finish()
+        self._eager = None
         return out
 
-    def _transcript(self) -> str:
-        return " ".join([*self._texts, self._partial] if self._partial else self._texts)
-
     def _turn_info(self, event: str, at: float) -> dict:
+        turn = self._turn
         confidence = {"EagerEndOfTurn": self._settings.eager_eot_threshold, "EndOfTurn": 1.0}
         return {
             "type": "TurnInfo",
             "event": event,
-            "turn_index": self._turn_index,
-            "audio_window_start": round(self._turn_start, 3),
-            "audio_window_end": round(max(at, self._turn_start), 3),
-            "transcript": self._transcript(),
+            "turn_index": turn.index,
+            "audio_window_start": round(turn.start, 3),
+            "audio_window_end": round(max(at, turn.start), 3),
+            "transcript": turn.transcript(),
             "words": [
                 {
                     "word": w.word.strip(),
@@ -313,14 +294,14 @@ class FluxTranslator:
                     "start": round(w.start, 3),
                     "end": round(w.end, 3),
                 }
-                for w in self._words
+                for w in turn.words
             ]
             # a partial's words have no times, nor a confidence yet
-            + [{"word": word, "confidence": 0.0} for word in self._partial.split()],
+            + [{"word": word, "confidence": 0.0} for word in turn.partial.split()],
             "end_of_turn_confidence": confidence.get(event) or 0.0,
             # flux-general-multi's: the turn's languages, most heard first
             **(
-                {"languages": [lang for lang, _ in self._languages.most_common()]}
+                {"languages": [lang for lang, _ in turn.languages.most_common()]}
                 if self._detects
                 else {}
             ),

@@ -1,0 +1,58 @@
+"""A voice agent's turn over a session's messages, for the turn-based wires (Deepgram
+Flux's /v2/listen, AssemblyAI's /v3/ws).
+
+A turn starts at the first speech after the last one ended and gathers its segments'
+finals; the open segment's latest partial is its tail. When it ends is each wire's
+rule, but both share one sign: a final cut by silence finds speech begun again when
+it is decoded (the next segment's messages wait behind it, in stream order), so the
+speaker went on after a pause shorter than the decode, and the turn goes on too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from parley.protocol.messages import Final, Word
+from parley.sessions.session import Session
+
+
+@dataclass
+class Turn:
+    """The open turn: its index, start, finals and partial (None between turns)."""
+
+    index: int = 0
+    start: float = 0.0
+    open: bool = False
+    texts: list[str] = field(default_factory=list)  # its finals' texts
+    words: list[Word] = field(default_factory=list)  # and words
+    languages: Counter[str] = field(default_factory=Counter)  # words by their language
+    partial: str = ""  # the open segment's latest partial
+
+    def begin(self, at: float) -> None:
+        self.open, self.start = True, at
+
+    def heard(self, final: Final) -> None:
+        """A segment's final: its text and words join the turn's; the partial is done."""
+        self.partial = ""
+        if final.text.strip():
+            self.texts.append(final.text.strip())
+            self.words.extend(final.words)
+            if final.language is not None:
+                self.languages[final.language] += max(len(final.words), 1)
+
+    def transcript(self) -> str:
+        """What the turn has said so far: its finals, then the partial."""
+        return " ".join([*self.texts, self.partial] if self.partial else self.texts)
+
+    def finish(self) -> None:
+        """The turn ended: the next one starts empty, numbered one more."""
+        self.index += 1
+        self.open = False
+        self.texts, self.words, self.partial = [], [], ""
+        self.languages = Counter()
+
+
+def speech_resumed(stream: Session) -> bool:
+    """Whether speech is open again as a final is told (see the module's docstring)."""
+    return stream.quiet_since is None
