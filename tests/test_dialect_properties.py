@@ -42,6 +42,12 @@ WIRES = {
         "type",
         json.dumps({"type": "CloseStream"}),
     ),
+    "assemblyai": (
+        "/v3/ws?sample_rate=16000&format_turns=true",
+        ["Terminate", "ForceEndpoint", "UpdateConfiguration", "KeepAlive"],
+        "type",
+        json.dumps({"type": "Terminate"}),
+    ),
     "openai": (
         "/v1/realtime?intent=transcription",
         [
@@ -243,6 +249,11 @@ def test_any_messages_get_documented_answers(port, wire):
                 "eager_eot_threshold",
                 "eot_timeout_ms",
                 "language_hint",
+                "format_turns",
+                "speaker_labels",
+                "keyterms_prompt",
+                "min_turn_silence",
+                "speech_model",
                 "diarization",
                 "partials",
                 "x",
@@ -262,6 +273,10 @@ def test_any_messages_get_documented_answers(port, wire):
                 "en-US",
                 "multi",
                 "flux-general-multi",
+                "pcm_s16le",
+                "pcm_mulaw",
+                '["Okonkwo"]',
+                "universal-streaming-multilingual",
                 "0.8",
                 "0",
                 "-5",
@@ -276,6 +291,7 @@ def test_any_handshake_query_is_a_setup_or_bad_config(params):
 
     from parley.core.vad import VadConfig
     from parley.protocol.messages import ErrorCode, ProtocolError
+    from parley.transport.assemblyai import AssemblyAIDialect
     from parley.transport.deepgram import DeepgramDialect
     from parley.transport.flux import FluxDialect
     from parley.transport.meeting import MeetingDialect
@@ -287,6 +303,7 @@ def test_any_handshake_query_is_a_setup_or_bad_config(params):
         NativeDialect(),
         DeepgramDialect(VadConfig()),
         FluxDialect(),
+        AssemblyAIDialect(VadConfig()),
         OpenAIRealtimeDialect(VadConfig()),
         TwilioDialect(None),
         MeetingDialect(),

@@ -62,6 +62,7 @@ def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None
 
 def dialects(settings: Settings) -> list:
     """The wires the streaming endpoint speaks: Parley's own, and the compatible ones."""
+    from parley.transport.assemblyai import AssemblyAIDialect
     from parley.transport.deepgram import DeepgramDialect
     from parley.transport.flux import FluxDialect
     from parley.transport.meeting import MeetingDialect
@@ -70,15 +71,15 @@ def dialects(settings: Settings) -> list:
     from parley.transport.twilio import TwilioDialect
 
     vad = settings.vad.to_config()
-    twilio_token = settings.twilio.auth_token
+    secret = settings.twilio.auth_token
+    twilio_token = secret.get_secret_value() if secret else None
     return [
         NativeDialect(),
         DeepgramDialect(vad),
         FluxDialect(),
+        AssemblyAIDialect(vad),
         OpenAIRealtimeDialect(vad),
-        TwilioDialect(
-            twilio_token.get_secret_value() if twilio_token else None, settings.twilio.public_url
-        ),
+        TwilioDialect(twilio_token, settings.twilio.public_url),
         MeetingDialect(),
     ]
 

@@ -13,6 +13,7 @@ FLUX_PATH = "/v2/listen"  # Deepgram Flux's turn-based live API (section 9a)
 REALTIME_PATH = "/v1/realtime"  # OpenAI's realtime transcription (section 10)
 TWILIO_PATH = "/v1/twilio"  # Twilio Media Streams (section 11)
 MEETING_PATH = "/v1/meeting"  # meeting bots, a track per participant (section 13)
+ASSEMBLYAI_PATH = "/v3/ws"  # AssemblyAI's Universal-Streaming v3 (section 10a)
 # /v1/sessions/{session_id}/events: a live session's results, for its followers
 FOLLOW_PATH = re.compile(r"^/v1/sessions/([0-9a-f]{32})/events$")
 

@@ -39,14 +39,14 @@ from parley.sessions.session import Session
 from parley.sessions.session_group import SessionGroup
 from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_channels import Channels
-from parley.transport.deepgram_handshake import DeepgramHandshake, control_type
+from parley.transport.deepgram_handshake import DeepgramHandshake
 from parley.transport.deepgram_query import (
     ListenOptions,
     endpointing_vad,
     listen_config,
     search_results,
 )
-from parley.transport.dialect import Opened, Setup
+from parley.transport.dialect import Opened, Setup, control_of
 
 
 class DeepgramDialect(DeepgramHandshake):
@@ -139,7 +139,7 @@ class DeepgramTranslator:
             self._audio_sha256.update(message)
             await self._maybe_utterance_end()
             return False
-        kind = control_type(message)
+        kind, _ = control_of(message)
         if kind == "KeepAlive":
             return False
         if kind == "Finalize":

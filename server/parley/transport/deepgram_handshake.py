@@ -1,30 +1,18 @@
-"""What Deepgram's two live wires (/v1/listen and Flux's /v2/listen) share: where a
-client offers its key at the handshake, how a refusal is answered, and how a control
-message says what it is."""
+"""What Deepgram's two live wires (/v1/listen and Flux's /v2/listen) share at the
+handshake: where a client offers its key, and how a refusal is answered."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
-from http import HTTPStatus
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
-from parley.protocol.messages import Error, ErrorCode
+from parley.protocol.messages import Error
 from parley.transport.dialect import KeyOffered
-from parley.transport.http import json_response
+from parley.transport.http import json_response, refusal_status
 from parley.transport.native import bearer_or_token
-
-_HTTP_STATUS = {
-    ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,
-    ErrorCode.FORBIDDEN_ORIGIN: HTTPStatus.FORBIDDEN,
-    ErrorCode.BAD_CONFIG: HTTPStatus.BAD_REQUEST,
-    ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS,
-    ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
-    ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE,
-}
 
 
 class DeepgramHandshake(KeyOffered):
@@ -46,9 +34,8 @@ class DeepgramHandshake(KeyOffered):
 
     def refusal(self, error: Error) -> Response:
         """Refused at the handshake: Deepgram's SDKs expect an HTTP 401 for a bad key."""
-        status = _HTTP_STATUS.get(error.code, HTTPStatus.BAD_REQUEST)
         response = json_response(
-            status,
+            refusal_status(error.code),
             {
                 "err_code": error.code.value.upper(),
                 "err_msg": error.message,
@@ -57,13 +44,3 @@ class DeepgramHandshake(KeyOffered):
         )
         response.headers["dg-error"] = error.message
         return response
-
-
-def control_type(message: str) -> str | None:
-    """A text message's ``type``, as both wires name their control messages; None for
-    anything that is no JSON object with one."""
-    try:
-        data = json.loads(message)
-    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
-        return None
-    return data.get("type") if isinstance(data, dict) else None

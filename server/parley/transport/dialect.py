@@ -63,6 +63,19 @@ def every(params: Mapping[str, str], name: str) -> list[str]:
     return [params[name]] if name in params else []
 
 
+def control_of(message: str) -> tuple[str | None, dict]:
+    """A text message's ``type`` and body, as the compatible wires name their control
+    messages; (None, {}) for anything that is no JSON object."""
+    try:
+        data = json.loads(message)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
+        return None, {}
+    if not isinstance(data, dict):
+        return None, {}
+    kind = data.get("type")
+    return (kind if isinstance(kind, str) else None), data
+
+
 def json_object(value: object, name: str) -> dict:
     """A client's JSON field that must be an object (absent or null: empty);
     ProtocolError(bad_message) for anything else."""

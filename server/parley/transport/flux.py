@@ -36,9 +36,9 @@ from parley.protocol.stream_config import language_tag
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
-from parley.transport.deepgram_handshake import DeepgramHandshake, control_type
+from parley.transport.deepgram_handshake import DeepgramHandshake
 from parley.transport.deepgram_query import listen_config
-from parley.transport.dialect import Opened, Setup, every
+from parley.transport.dialect import Opened, Setup, control_of, every
 from parley.transport.turn_state import Turn, speech_resumed
 
 # Flux's own bounds on its turn settings (its End-of-Turn Configuration page).
@@ -145,7 +145,7 @@ class FluxTranslator:
             await self._stream.feed(message)
             await self._maybe_timeout()
             return False
-        kind = control_type(message)
+        kind, data = control_of(message)
         if kind == "CloseStream":
             return True
         if kind == "ForceEndTurn":
@@ -153,7 +153,7 @@ class FluxTranslator:
             await self._stream.mark(Reply(FORCED))
             return False
         if kind == "Configure":
-            await self._stream.mark(Reply(CONFIGURED, self._configure(json.loads(message))))
+            await self._stream.mark(Reply(CONFIGURED, self._configure(data)))
             return False
         if kind == "KeepAlive":
             return False

@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from parley.protocol.messages import ErrorCode
+
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -71,6 +73,22 @@ class StaticFiles:
                 ("Referrer-Policy", "no-referrer"),
             ],
         )
+
+
+# A refused handshake as the vendors' wires answer it (Deepgram's, AssemblyAI's): the
+# HTTP status of each error code; any other is 400.
+_REFUSAL_STATUS = {
+    ErrorCode.UNAUTHORIZED: HTTPStatus.UNAUTHORIZED,
+    ErrorCode.FORBIDDEN_ORIGIN: HTTPStatus.FORBIDDEN,
+    ErrorCode.TOO_MANY_SESSIONS: HTTPStatus.TOO_MANY_REQUESTS,
+    ErrorCode.SERVER_BUSY: HTTPStatus.SERVICE_UNAVAILABLE,
+    ErrorCode.SHUTTING_DOWN: HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+
+def refusal_status(code: ErrorCode) -> HTTPStatus:
+    """The HTTP status a handshake refused with ``code`` is answered with."""
+    return _REFUSAL_STATUS.get(code, HTTPStatus.BAD_REQUEST)
 
 
 def json_response(

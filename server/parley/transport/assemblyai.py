@@ -1,0 +1,283 @@
+"""/v3/ws: AssemblyAI's Universal-Streaming (v3) wire, over the same session as
+/v1/stream.
+
+AssemblyAI tells its client about turns: each ``Turn`` message carries every word of
+the turn so far, those that will not change marked ``word_is_final``, its ``transcript``
+(the final words) and, once the turn is over, ``end_of_turn``; with ``format_turns`` a
+second ``Turn`` then gives the formatted text. Parley's turns are those of the Flux
+wire (transport/turn_state.py): a turn ends with a final cut by the VAD's silence,
+unless speech has begun again by the time it is decoded, or on ``ForceEndpoint``. What
+is honoured, approximated and ignored is listed in protocol.md, section 10a.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+from parley.core.keyterms import check_keyterms
+from parley.core.vad import VadConfig
+from parley.protocol.messages import (
+    Error,
+    ErrorCode,
+    Final,
+    FinalReason,
+    Partial,
+    ProtocolError,
+    ServerMessage,
+    SessionEnded,
+    SpeechStarted,
+    StreamConfig,
+    Word,
+)
+from parley.protocol.paths import ASSEMBLYAI_PATH
+from parley.protocol.stream_config import bool_param
+from parley.sessions.marks import Mark, Reply
+from parley.sessions.session import Session
+from parley.sessions.streams import StreamFactory
+from parley.transport.deepgram import bare
+from parley.transport.dialect import KeyOffered, Opened, Setup, control_of, turn_detection
+from parley.transport.http import json_response, refusal_status
+from parley.transport.turn_state import Turn, speech_resumed
+
+ENCODINGS = {"pcm_s16le": "pcm_s16le", "pcm_mulaw": "mulaw"}
+FORCED = "force_endpoint"  # the Reply queued after ForceEndpoint's finals
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """What a /v3/ws connection asked for beyond the stream's config."""
+
+    format_turns: bool = False
+
+
+def keyterms_prompt(raw: object) -> tuple[str, ...]:
+    """``keyterms_prompt``: a JSON list of strings (as a query value, or in
+    UpdateConfiguration); ProtocolError(bad_config) for anything else or past the bounds."""
+    try:
+        terms = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+            raise ValueError("keyterms_prompt must be a JSON list of strings")
+        return check_keyterms(terms)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(ErrorCode.BAD_CONFIG, str(exc)) from None
+
+
+class AssemblyAIDialect(KeyOffered):
+    """AssemblyAI's Universal-Streaming v3 on ``/v3/ws`` (protocol.md section 10a)."""
+
+    path = ASSEMBLYAI_PATH
+    resumable = False
+
+    def __init__(self, vad: VadConfig):
+        self._vad = vad
+
+    @staticmethod
+    def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
+        # AssemblyAI's SDKs send the key itself as Authorization; browsers a ?token=.
+        offered = headers.get("Authorization", "").strip()
+        scheme, _, rest = offered.partition(" ")
+        key = rest.strip() if scheme.lower() in ("bearer", "token") and rest else offered
+        return key or params.get("token")
+
+    def subprotocol(self, offered: list[str]) -> str | None:
+        return None
+
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[TurnOptions]:
+        encoding = ENCODINGS.get(params.get("encoding", "pcm_s16le"))
+        if encoding is None or "sample_rate" not in params:
+            raise ProtocolError(
+                ErrorCode.BAD_CONFIG,
+                f"encoding must be one of {', '.join(ENCODINGS)}, with its sample_rate",
+            )
+        multilingual = "multilingual" in params.get("speech_model", "") or bool_param(
+            params, "language_detection", False
+        )
+        native = {
+            "encoding": encoding,
+            "sample_rate": params["sample_rate"],
+            "partials": "true",
+            "diarization": str(bool_param(params, "speaker_labels", False)).lower(),
+        }
+        if not multilingual:
+            native["language"] = "en"
+        config = StreamConfig.from_query(native)
+        if params.get("keyterms_prompt"):
+            config = replace(config, keyterms=keyterms_prompt(params["keyterms_prompt"]))
+        silence = params.get("min_turn_silence") or params.get(
+            "min_end_of_turn_silence_when_confident"
+        )
+        vad = None
+        if silence is not None:
+            if not silence.isdigit():
+                raise ProtocolError(ErrorCode.BAD_CONFIG, "min_turn_silence is whole ms")
+            vad = turn_detection(self._vad, int(silence))
+        options = TurnOptions(bool_param(params, "format_turns", False))
+        return Setup(config, vad, None, options=options)
+
+    def refusal(self, error: Error) -> Response:
+        return json_response(refusal_status(error.code), {"error": error.message})
+
+    def error(self, error: Error) -> str:
+        return json.dumps({"type": "Error", "error": error.message})
+
+    def translator(
+        self, opened: Opened[TurnOptions], streams: StreamFactory
+    ) -> AssemblyAITranslator:
+        return AssemblyAITranslator(opened, streams.single(opened.setup.config, opened.setup.vad))
+
+
+def _speaker(label: str | None) -> str | None:
+    """Parley's S1, S2… as AssemblyAI's A, B…"""
+    if label is None or not label[1:].isdigit():
+        return None
+    index = int(label[1:]) - 1
+    return chr(ord("A") + index) if 0 <= index < 26 else label
+
+
+class AssemblyAITranslator:
+    """One /v3/ws connection: its turn, its messages to and from a session."""
+
+    def __init__(self, opened: Opened[TurnOptions], stream: Session):
+        self._stream = stream
+        self._opened = opened
+        self._turn = Turn()
+        self._partial_span = (0.0, 0.0)
+        self._started = time.monotonic()
+
+    @property
+    def stream(self) -> Session:
+        return self._stream
+
+    def opening(self) -> list[str]:
+        lasts = float(self._opened.limits.get("max_session_s", 0))
+        expires = int(time.time() + lasts)
+        return [json.dumps({"type": "Begin", "id": self._opened.session_id, "expires_at": expires})]
+
+    async def receive(self, message: str | bytes) -> bool:
+        if isinstance(message, bytes):
+            await self._stream.feed(message)
+            return False
+        kind, data = control_of(message)
+        if kind == "Terminate":
+            return True
+        if kind == "ForceEndpoint":
+            await self._stream.finalize()
+            await self._stream.mark(Reply(FORCED))
+            return False
+        if kind == "UpdateConfiguration":
+            if data.get("keyterms_prompt") is not None:
+                terms = keyterms_prompt(data["keyterms_prompt"])
+                self._stream.reconfigure(replace(self._stream.config, keyterms=terms))
+            return False
+        if kind == "KeepAlive":
+            return False
+        raise ProtocolError(
+            ErrorCode.BAD_MESSAGE,
+            "expected audio, or a JSON message of type Terminate, ForceEndpoint, "
+            f"UpdateConfiguration or KeepAlive; got {message[:100]!r}",
+        )
+
+    def outbound(self, message: ServerMessage | Mark) -> list[str]:
+        return [json.dumps(m, ensure_ascii=False) for m in self._translate(message)]
+
+    def _translate(self, message: ServerMessage | Mark) -> list[dict]:
+        turn = self._turn
+        if isinstance(message, SpeechStarted):
+            if turn.open:
+                return []
+            turn.begin(message.start)
+            return [{"type": "SpeechStarted", "timestamp": round(message.start * 1000)}]
+        if isinstance(message, Partial) and turn.open and message.text.strip():
+            turn.partial, self._partial_span = message.text.strip(), (message.start, message.end)
+            return [self._turn_message()]
+        if isinstance(message, Final) and turn.open:
+            turn.heard(message)
+            utterance = message.text.strip()
+            if message.reason is FinalReason.END_OF_STREAM or (
+                message.reason is FinalReason.SILENCE and not speech_resumed(self._stream)
+            ):
+                return self._end(utterance)
+            return [self._turn_message(utterance=utterance)]
+        if isinstance(message, Mark) and isinstance(message.payload, Reply):
+            return self._end("") if message.payload.kind == FORCED and turn.open else []
+        if isinstance(message, SessionEnded):
+            return [
+                {
+                    "type": "Termination",
+                    "audio_duration_seconds": round(message.audio_duration),
+                    "session_duration_seconds": round(time.monotonic() - self._started),
+                }
+            ]
+        if isinstance(message, Error):
+            return [{"type": "Error", "error": message.message}]
+        return []  # speaker_update (not revised here), segment_ended, finalized
+
+    def _end(self, utterance: str) -> list[dict]:
+        """The turn's last Turn (and, with format_turns, its formatted one)."""
+        out = [self._turn_message(utterance=utterance, end=True)]
+        if self._opened.setup.options.format_turns:
+            out.append(self._turn_message(end=True, formatted=True))
+        self._turn.finish()
+        return out
+
+    def _turn_message(
+        self, utterance: str = "", end: bool = False, formatted: bool = False
+    ) -> dict:
+        turn = self._turn
+        words = [self._word(w) for w in turn.words]
+        partial = turn.partial.split()
+        start, stop = self._partial_span
+        step = (stop - start) / max(len(partial), 1)
+        words += [  # a partial's words have no times: spread over its span
+            {
+                "start": round((start + k * step) * 1000),
+                "end": round((start + (k + 1) * step) * 1000),
+                "confidence": 0.0,
+                "text": text,
+                "word_is_final": False,
+            }
+            for k, text in enumerate(partial)
+        ]
+        transcript = (
+            " ".join(turn.texts)
+            if formatted
+            else " ".join(filter(None, (bare(w.word) for w in turn.words)))
+        )
+        out: dict = {
+            "type": "Turn",
+            "turn_order": turn.index,
+            "turn_is_formatted": formatted,
+            "end_of_turn": end,
+            "transcript": transcript,
+            "end_of_turn_confidence": 1.0 if end else 0.0,
+            "words": words,
+            "utterance": utterance,
+        }
+        if turn.languages:
+            out["language_code"] = turn.languages.most_common(1)[0][0]
+        speakers = Counter(w.speaker for w in turn.words if w.speaker is not None)
+        if self._opened.setup.config.diarization:
+            out["speaker_label"] = (
+                _speaker(speakers.most_common(1)[0][0]) if speakers else "UNKNOWN"
+            )
+        return out
+
+    @staticmethod
+    def _word(word: Word) -> dict:
+        out = {
+            "start": round(word.start * 1000),
+            "end": round(word.end * 1000),
+            "confidence": round(word.probability, 4),
+            "text": word.word.strip(),
+            "word_is_final": True,
+        }
+        if word.speaker is not None:
+            out["speaker"] = _speaker(word.speaker)
+        return out

@@ -1,0 +1,100 @@
+"""/v3/ws as AssemblyAI's Universal-Streaming v3, driven by the assemblyai package's own
+streaming client on loopback, the fake engine decoding: each turn's messages carry its
+own audio's words, final ones marked, and end with end_of_turn (protocol.md 10a)."""
+
+import asyncio
+import json
+
+from assemblyai.streaming.v3 import (
+    AsyncStreamingClient,
+    RealTimeEvents,
+    RealTimeParameters,
+    RealTimeTranscriberOptions,
+)
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from conftest import heard_between, pcm16
+from test_compat import KEY, turns  # noqa: F401 (turns: a fixture)
+
+
+async def aai_session(port: int, audio, key: str = KEY, force: bool = False, **params) -> list:
+    """Stream ``audio`` through the assemblyai package's async client (100 ms chunks,
+    0.1 s apart), optionally ForceEndpoint, then Terminate; every event it dispatched."""
+    events: list = []
+    options = RealTimeTranscriberOptions(api_key=key, api_host=f"ws://127.0.0.1:{port}")
+    client = AsyncStreamingClient(options)
+    for kind in (RealTimeEvents.Begin, RealTimeEvents.Turn, RealTimeEvents.Termination):
+        client.on(kind, lambda _, event: events.append(event))
+    client.on(RealTimeEvents.Error, lambda _, error: events.append(error))
+    await client.connect(RealTimeParameters(sample_rate=16000, **params))
+    data = pcm16(audio)
+    for i in range(0, len(data), 3200):
+        await client.stream(data[i : i + 3200])
+        await asyncio.sleep(0.1)
+    if force:
+        await client.force_endpoint()
+        await asyncio.sleep(0.5)
+    await client.disconnect(terminate=True)
+    return events
+
+
+async def test_each_turn_grows_then_ends_with_its_own_words(start, turns):  # noqa: F811
+    """Begin first; per turn, Turn messages with growing words, the final ones marked,
+    then one end_of_turn whose transcript is exactly its audio's (Parley's decode,
+    unformatted) and, with format_turns, a formatted one; turn_order counts turns;
+    Termination last."""
+    audio, truth = turns
+    _, server = await start(token=KEY)
+    events = await aai_session(server.port, audio, format_turns=True)
+    assert type(events[0]).__name__ == "BeginEvent" and events[0].id
+    assert type(events[-1]).__name__ == "TerminationEvent"
+    turn_events = [e for e in events if type(e).__name__ == "TurnEvent"]
+    ends = [e for e in turn_events if e.end_of_turn and not e.turn_is_formatted]
+    formatted = [e for e in turn_events if e.turn_is_formatted]
+    assert [e.turn_order for e in ends] == [0, 1] == [e.turn_order for e in formatted]
+    for end, said in zip(ends, truth):
+        assert all(w.word_is_final for w in end.words)
+        assert end.transcript == " ".join(w.text for w in end.words)
+        first, last = end.words[0].start / 1000, end.words[-1].end / 1000
+        assert said.start - 0.3 <= first and last <= said.end + 0.3
+        assert end.transcript == heard_between(audio, first - 0.3, last + 0.3)
+        assert end.end_of_turn_confidence == 1.0
+    for turn in (0, 1):
+        growing = [e for e in turn_events if e.turn_order == turn and not e.end_of_turn]
+        assert growing and any(not w.word_is_final for e in growing for w in e.words)
+
+
+async def test_force_endpoint_and_refusals(start, turns):  # noqa: F811
+    """ForceEndpoint ends the open turn at once; a wrong key is refused at the
+    handshake with 401; a missing sample rate, an encoding not served, or speakers asked
+    of a server without diarization with 400; UpdateConfiguration with keyterms_prompt is
+    taken, a bad message gets an Error and the session goes on."""
+    audio, truth = turns
+    _, server = await start(token=KEY)
+    cut = round((truth[0].end - 0.2) * 16000)  # mid-sentence: only the force ends it
+    events = await aai_session(server.port, audio[:cut], force=True)
+    ends = [e for e in events if type(e).__name__ == "TurnEvent" and e.end_of_turn]
+    assert len(ends) == 1 and ends[0].transcript
+    base = f"ws://127.0.0.1:{server.port}/v3/ws"
+    for url, headers, status in (
+        (f"{base}?sample_rate=16000", {"Authorization": "wrong"}, 401),
+        (base, {"Authorization": KEY}, 400),
+        (f"{base}?sample_rate=16000&encoding=opus", {"Authorization": KEY}, 400),
+        (f"{base}?sample_rate=16000&speaker_labels=true", {"Authorization": KEY}, 400),
+    ):
+        try:
+            async with connect(url, additional_headers=headers):
+                raise AssertionError("admitted")
+        except InvalidStatus as refused:
+            assert refused.response.status_code == status
+    async with connect(
+        f"{base}?sample_rate=16000", additional_headers={"Authorization": KEY}
+    ) as ws:
+        assert json.loads(await ws.recv())["type"] == "Begin"
+        update = {"type": "UpdateConfiguration", "keyterms_prompt": ["Okonkwo"]}
+        await ws.send(json.dumps(update))
+        await ws.send(json.dumps({"type": "Nonsense"}))
+        assert json.loads(await ws.recv())["type"] == "Error"
+        await ws.send(json.dumps({"type": "Terminate"}))
+        assert json.loads(await ws.recv())["type"] == "Termination"
