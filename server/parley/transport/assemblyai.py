@@ -44,10 +44,9 @@ from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram import bare
 from parley.transport.dialect import KeyOffered, Opened, Setup, control_of, turn_detection
 from parley.transport.http import json_response, refusal_status
-from parley.transport.turn_state import Turn, speech_resumed
+from parley.transport.turn_state import FORCED, Turn, end_turn_now, speech_resumed
 
 ENCODINGS = {"pcm_s16le": "pcm_s16le", "pcm_mulaw": "mulaw"}
-FORCED = "force_endpoint"  # the Reply queued after ForceEndpoint's finals
 
 
 @dataclass(frozen=True)
@@ -168,8 +167,7 @@ class AssemblyAITranslator:
         if kind == "Terminate":
             return True
         if kind == "ForceEndpoint":
-            await self._stream.finalize()
-            await self._stream.mark(Reply(FORCED))
+            await end_turn_now(self._stream)
             return False
         if kind == "UpdateConfiguration":
             if data.get("keyterms_prompt") is not None:

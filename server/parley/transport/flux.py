@@ -39,7 +39,7 @@ from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_handshake import DeepgramHandshake
 from parley.transport.deepgram_query import listen_config
 from parley.transport.dialect import Opened, Setup, control_of, every
-from parley.transport.turn_state import Turn, speech_resumed
+from parley.transport.turn_state import FORCED, Turn, end_turn_now, speech_resumed
 
 # Flux's own bounds on its turn settings (its End-of-Turn Configuration page).
 EOT_THRESHOLD = (0.5, 1.0, 0.7)  # least, most, default
@@ -47,7 +47,6 @@ EAGER_EOT_THRESHOLD = (0.3, 0.9)
 EOT_TIMEOUT_MS = (500, 60_000, 5000)
 # The Replies a translator queues, each sent once every final before it has gone out:
 TIMEOUT = "eot_timeout"  # a turn left to the client has been quiet eot_timeout_ms
-FORCED = "force_end_turn"  # ForceEndTurn: its segment is final, the turn ends
 CONFIGURED = "configure"  # Configure's answer
 ENDS_A_TURN = (FinalReason.SILENCE, FinalReason.END_OF_STREAM)
 
@@ -149,8 +148,7 @@ class FluxTranslator:
         if kind == "CloseStream":
             return True
         if kind == "ForceEndTurn":
-            await self._stream.finalize()
-            await self._stream.mark(Reply(FORCED))
+            await end_turn_now(self._stream)
             return False
         if kind == "Configure":
             await self._stream.mark(Reply(CONFIGURED, self._configure(data)))

@@ -14,7 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from parley.protocol.messages import Final, Word
+from parley.sessions.marks import Reply
 from parley.sessions.session import Session
+
+FORCED = "force_end"  # the Reply that follows a turn its client ended (its final first)
 
 
 @dataclass
@@ -56,3 +59,10 @@ class Turn:
 def speech_resumed(stream: Session) -> bool:
     """Whether speech is open again as a final is told (see the module's docstring)."""
     return stream.quiet_since is None
+
+
+async def end_turn_now(stream: Session) -> None:
+    """The client ends the open turn (Flux's ForceEndTurn, AssemblyAI's ForceEndpoint):
+    its segment is finalized, and a Reply(FORCED) follows that final."""
+    await stream.finalize()
+    await stream.mark(Reply(FORCED))
