@@ -27,7 +27,6 @@ from parley.protocol.messages import (
     Error,
     ErrorCode,
     Final,
-    FinalReason,
     Partial,
     ProtocolError,
     ServerMessage,
@@ -44,7 +43,7 @@ from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram import bare
 from parley.transport.dialect import KeyOffered, Opened, Setup, control_of, turn_detection
 from parley.transport.http import json_response, refusal_status
-from parley.transport.turn_state import FORCED, Turn, end_turn_now, speech_resumed
+from parley.transport.turn_state import FORCED, Turn, end_turn_now, turn_ends
 
 ENCODINGS = {"pcm_s16le": "pcm_s16le", "pcm_mulaw": "mulaw"}
 
@@ -198,9 +197,7 @@ class AssemblyAITranslator:
         if isinstance(message, Final) and turn.open:
             turn.heard(message)
             utterance = message.text.strip()
-            if message.reason is FinalReason.END_OF_STREAM or (
-                message.reason is FinalReason.SILENCE and not speech_resumed(self._stream)
-            ):
+            if turn_ends(message, self._stream):
                 return self._end(utterance)
             return [self._turn_message(utterance=utterance)]
         if isinstance(message, Mark) and isinstance(message.payload, Reply):
@@ -260,11 +257,10 @@ class AssemblyAITranslator:
         }
         if turn.languages:
             out["language_code"] = turn.languages.most_common(1)[0][0]
-        speakers = Counter(w.speaker for w in turn.words if w.speaker is not None)
-        if self._opened.setup.config.diarization:
-            out["speaker_label"] = (
-                _speaker(speakers.most_common(1)[0][0]) if speakers else "UNKNOWN"
-            )
+        if self._opened.setup.config.diarization:  # the turn's most heard voice
+            speakers = Counter(w.speaker for w in turn.words if w.speaker is not None)
+            most = speakers.most_common(1)
+            out["speaker_label"] = _speaker(most[0][0]) if most else "UNKNOWN"
         return out
 
     @staticmethod

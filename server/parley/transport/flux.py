@@ -39,7 +39,7 @@ from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_handshake import DeepgramHandshake
 from parley.transport.deepgram_query import listen_config
 from parley.transport.dialect import Opened, Setup, control_of, every
-from parley.transport.turn_state import FORCED, Turn, end_turn_now, speech_resumed
+from parley.transport.turn_state import FORCED, Turn, end_turn_now, turn_ends
 
 # Flux's own bounds on its turn settings (its End-of-Turn Configuration page).
 EOT_THRESHOLD = (0.5, 1.0, 0.7)  # least, most, default
@@ -248,11 +248,7 @@ class FluxTranslator:
 
     def _final(self, final: Final) -> list[dict]:
         self._turn.heard(final)
-        if final.reason is FinalReason.END_OF_STREAM or (
-            final.reason is FinalReason.SILENCE
-            and self._settings.eot_threshold < 1.0
-            and not speech_resumed(self._stream)
-        ):
+        if turn_ends(final, self._stream, silence_ends=self._settings.eot_threshold < 1.0):
             return self._end(final.end, "model")
         if self._eager is not None:  # the eager end taken back: they spoke again
             self._eager = None

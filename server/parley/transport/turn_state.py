@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from parley.protocol.messages import Final, Word
+from parley.protocol.messages import Final, FinalReason, Word
 from parley.sessions.marks import Reply
 from parley.sessions.session import Session
 
@@ -56,9 +56,14 @@ class Turn:
         self.languages = Counter()
 
 
-def speech_resumed(stream: Session) -> bool:
-    """Whether speech is open again as a final is told (see the module's docstring)."""
-    return stream.quiet_since is None
+def turn_ends(final: Final, stream: Session, silence_ends: bool = True) -> bool:
+    """Whether ``final`` ends its turn: the stream's end always does; a final cut by
+    silence does where the wire lets silence end turns (``silence_ends``), unless speech
+    is open again as it is told (see the module's docstring)."""
+    if final.reason is FinalReason.END_OF_STREAM:
+        return True
+    speech_open = stream.quiet_since is None
+    return silence_ends and final.reason is FinalReason.SILENCE and not speech_open
 
 
 async def end_turn_now(stream: Session) -> None:

@@ -92,10 +92,14 @@ class FileDoor:
             yield received
 
     def _admit(self, key: str) -> None:
+        """Refuse, before its upload is read, what its job would be refused."""
         if self.jobs.draining:
             raise self._draining()
         if not self.jobs.has_room():
             raise self._busy(self.jobs.retry_after_s())
+        self._check_key(key)
+
+    def _check_key(self, key: str) -> None:
         per_key = self.max_jobs_per_key
         if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
             raise UploadError(
@@ -142,7 +146,7 @@ class FileDoor:
         outcome = "done"
         try:
             self._check_request(request)
-            self._admit(key)
+            self._check_key(key)  # the slot below checks the room and the drain
             try:
                 with self.jobs.slot():
                     self._per_key[key] += 1
