@@ -8,11 +8,12 @@ could produce by accident.
 
 import asyncio
 import json
+import logging
 import urllib.request
 
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import (
     assert_finals_are_their_audio,
@@ -233,6 +234,28 @@ async def test_shutdown_tells_clients_with_1001(start):
         with pytest.raises(ConnectionClosed):
             await ws.recv()
     assert (message["code"], ws.close_code) == ("shutting_down", 1001)
+
+
+async def test_a_handshake_refused_over_http_gets_its_status_and_logs_no_error(start, caplog):
+    """A WebSocket asked for where there is none (a probe, the page, an HTTP route, an
+    unknown path) is 404 `not_found`; a vendor wire's wrong key is 401. Neither is an
+    error of the server's: nothing is logged at ERROR (uvicorn's sans-I/O protocol did,
+    for every refusal)."""
+    url, _ = await start(token="server-key")
+    base = url.removesuffix("/v1/stream")
+    for path in ("/healthz", "/", "/v1/models", "/v1/audio/transcriptions", "/nope"):
+        with pytest.raises(InvalidStatus) as caught:
+            async with connect(base + path):
+                pass
+        answer = caught.value.response
+        assert answer.status_code == 404, path
+        assert json.loads(answer.body)["error"] == "not_found", path
+    with pytest.raises(InvalidStatus) as caught:
+        async with connect(base + "/v1/listen", additional_headers={"Authorization": "Token no"}):
+            pass
+    assert caught.value.response.status_code == 401
+    await asyncio.sleep(0.1)  # uvicorn logs once the application has returned
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 async def test_health_and_unknown_paths(start):

@@ -19,6 +19,7 @@ from parley.service import Service, start_service
 from parley.sessions.streams import AsrService
 from parley.transport.admission import Access
 from parley.transport.head_timeout import with_head_timeout
+from parley.transport.ws_denial import RefusalEndsHandshake
 from parley.transport.ws_server import StreamEndpoint
 from parley.workers.diarization import DiarizationWorker
 from parley.workers.scheduler import AsrScheduler
@@ -97,6 +98,7 @@ async def start_server(
         access_log=False,
         server_header=False,
         http=with_head_timeout(server.idle_timeout_s),
+        ws=RefusalEndsHandshake,
         ws_max_size=server.max_frame_bytes * FRAME_HARD_LIMIT_FACTOR,
         ws_per_message_deflate=False,  # audio does not compress; deflate would only cost CPU
         ssl_certfile=server.ssl_certfile,

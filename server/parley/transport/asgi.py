@@ -31,6 +31,7 @@ from parley.transport.http import json_response
 INBOX_MESSAGES = 16
 INBOX_BYTES = 1024 * 1024  # 32 s of 16 kHz PCM16; one message more than this is let in
 HTTP_RESPONSE_EXTENSION = "websocket.http.response"
+HTTP_RESPONSE_BODY = HTTP_RESPONSE_EXTENSION + ".body"  # a refusal's body, its last one ending it
 
 
 class Subprotocols(Protocol):
@@ -214,12 +215,12 @@ async def _refuse(scope: Scope, send: Send, response: Response) -> None:
     if HTTP_RESPONSE_EXTENSION in (scope.get("extensions") or {}):
         await send(
             {
-                "type": "websocket.http.response.start",
+                "type": HTTP_RESPONSE_EXTENSION + ".start",
                 "status": response.status_code,
                 "headers": _headers(response),
             }
         )
-        await send({"type": "websocket.http.response.body", "body": response.body})
+        await send({"type": HTTP_RESPONSE_BODY, "body": response.body})
     else:
         await send({"type": "websocket.close", "code": 1008})
 

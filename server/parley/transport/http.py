@@ -113,7 +113,7 @@ def make_request_router(
     """websockets' process_request hook: let the ``streams`` paths through to the
     WebSocket handshake (unless ``check_handshake`` answers instead), and the paths that
     ``follows`` a session; answer ``routes`` (path → answer) and the static files, and
-    404 the rest."""
+    404 the rest, and a WebSocket handshake on any of those."""
 
     def route(connection: object, request: Request) -> Response | None:
         path = urlsplit(request.path).path
@@ -121,6 +121,11 @@ def make_request_router(
             return check_handshake(request)
         if follows(path):
             return None
+        if _upgrades(request):  # a probe's or a page's answer is no refusal to it
+            return json_response(
+                HTTPStatus.NOT_FOUND,
+                {"error": "not_found", "message": f"no WebSocket at this path: {path}"},
+            )
         if path in routes:
             return routes[path]()
         page = static.get(path)
@@ -131,3 +136,8 @@ def make_request_router(
         )
 
     return route
+
+
+def _upgrades(request: Request) -> bool:
+    """Whether the request asks for a WebSocket."""
+    return request.headers.get("Upgrade", "").lower() == "websocket"
