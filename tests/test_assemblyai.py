@@ -15,23 +15,34 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from conftest import heard_between, pcm16
+from parley.protocol.messages import Final, FinalReason, SpeakerUpdate, Word
+from parley.transport.speaker_revision import RevisedTurns, most_heard
 from test_compat import KEY, turns  # noqa: F401 (turns: a fixture)
 
 
-async def aai_session(port: int, audio, key: str = KEY, force: bool = False, **params) -> list:
+async def aai_session(
+    port: int, audio, key: str = KEY, force: bool = False, pace_s: float = 0.1, **params
+) -> list:
     """Stream ``audio`` through the assemblyai package's async client (100 ms chunks,
-    0.1 s apart), optionally ForceEndpoint, then Terminate; every event it dispatched."""
+    ``pace_s`` apart), optionally ForceEndpoint, then Terminate; every event it
+    dispatched."""
     events: list = []
     options = RealTimeTranscriberOptions(api_key=key, api_host=f"ws://127.0.0.1:{port}")
     client = AsyncStreamingClient(options)
-    for kind in (RealTimeEvents.Begin, RealTimeEvents.Turn, RealTimeEvents.Termination):
+    kinds = (
+        RealTimeEvents.Begin,
+        RealTimeEvents.Turn,
+        RealTimeEvents.SpeakerRevision,
+        RealTimeEvents.Termination,
+    )
+    for kind in kinds:
         client.on(kind, lambda _, event: events.append(event))
     client.on(RealTimeEvents.Error, lambda _, error: events.append(error))
     await client.connect(RealTimeParameters(sample_rate=16000, **params))
     data = pcm16(audio)
     for i in range(0, len(data), 3200):
         await client.stream(data[i : i + 3200])
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(pace_s)
     if force:
         await client.force_endpoint()
         await asyncio.sleep(0.5)
@@ -98,3 +109,31 @@ async def test_force_endpoint_and_refusals(start, turns):  # noqa: F811
         assert json.loads(await ws.recv())["type"] == "Error"
         await ws.send(json.dumps({"type": "Terminate"}))
         assert json.loads(await ws.recv())["type"] == "Termination"
+
+
+def _final(segment_id: int, speakers: list[str]) -> Final:
+    words = [
+        Word(f"w{segment_id}{k}", segment_id + k / 10, segment_id + (k + 1) / 10, 0.9, s)
+        for k, s in enumerate(speakers)
+    ]
+    return Final(segment_id, words[0].start, words[-1].end, "text", FinalReason.SILENCE, words)
+
+
+def test_speaker_updates_revise_the_turns_of_their_finals_once_with_all_their_words():
+    """Finals 1 and 2 in turn 0, final 3 in turn 1. Updates of finals 2 and 3 revise
+    turns 0 and 1 (in the order revised), each with all its words as they now stand;
+    an update that moves no speaker, or of a final no turn holds, revises nothing; what
+    was taken is not taken again."""
+    turns = RevisedTurns()
+    turns.heard(0, _final(1, ["S1"]))
+    turns.heard(0, _final(2, ["S1", "S2"]))
+    turns.heard(1, _final(3, ["S2"]))
+    assert turns.revise(SpeakerUpdate(3, "S3", _final(3, ["S3"]).words)) == 1
+    assert turns.revise(SpeakerUpdate(2, "S2", _final(2, ["S2", "S2"]).words)) == 0
+    assert turns.revise(SpeakerUpdate(1, "S1", _final(1, ["S1"]).words)) is None
+    assert turns.revise(SpeakerUpdate(9, "S1", _final(9, ["S1"]).words)) is None
+    assert turns.take() == [1, 0] and turns.take() == []
+    assert [w.speaker for w in turns.words(0)] == ["S1", "S2", "S2"]
+    assert [w.word for w in turns.words(0)] == ["w10", "w20", "w21"]
+    assert most_heard(turns.words(0)) == "S2" and most_heard(turns.words(1)) == "S3"
+    assert most_heard([]) is None

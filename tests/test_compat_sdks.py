@@ -14,8 +14,9 @@ from livekit.plugins import assemblyai as livekit_assemblyai
 from livekit.plugins import deepgram as livekit_deepgram
 from openai import AsyncOpenAI
 
-from audio_fixtures import DIALOGUE_LINES, PLAIN_VOICES, conversation, wer
+from audio_fixtures import DIALOGUE_LINES, PLAIN_VOICES, conversation, dialogue, wer
 from conftest import pcm16
+from test_assemblyai import aai_session
 from test_compat import at_24k, deepgram_session
 
 MAX_WER = 0.10
@@ -211,3 +212,52 @@ async def test_livekit_assemblyai_plugin_stt_stream(diarized_server, meeting):
     # speaker_labels: each turn names its voice (how many turns there are depends on how
     # soon each final is decoded: speech begun again before it goes on with the turn)
     assert all(f.speaker_id in ("A", "B") for f in finals)
+
+
+def _turns_as_revised(events: list) -> dict[int, list]:
+    """Each turn's final words as a client keeps them: the latest Turn's, then every
+    SpeakerRevision applied in its place (each revises the speakers of words the turn
+    already holds, its texts and times unchanged, and at least one of them)."""
+    turns: dict[int, list] = {}
+    for event in events:
+        if type(event).__name__ == "TurnEvent" and not event.turn_is_formatted:
+            turns[event.turn_order] = [w for w in event.words if w.word_is_final]
+        elif type(event).__name__ == "SpeakerRevisionEvent":
+            for revised in event.revisions:
+                held = turns[revised.turn_order]
+                assert [(w.text, w.start, w.end) for w in revised.words] == [
+                    (w.text, w.start, w.end) for w in held
+                ]
+                assert [w.speaker for w in revised.words] != [w.speaker for w in held]
+                speakers = [w.speaker for w in revised.words]
+                assert revised.speaker_label == max(set(speakers), key=speakers.count)
+                turns[revised.turn_order] = revised.words
+    return turns
+
+
+async def test_assemblyai_sdk_speaker_revisions_and_max_speakers(diarized_server):
+    """AssemblyAI's own client, speaker_labels on, a meeting of three voices sent as fast
+    as the server takes it: a newcomer's first words, confirmed later, are revised with
+    SpeakerRevision (texts and times kept), and the turns as revised give each voice one
+    label of its own. With max_speakers=2 no third label is shown."""
+    audio, truth = dialogue(["A", "B", "C"], turns=12)
+    events = await aai_session(diarized_server.port, audio, pace_s=0, speaker_labels=True)
+    assert any(type(e).__name__ == "SpeakerRevisionEvent" for e in events)
+    words = [w for turn in _turns_as_revised(events).values() for w in turn]
+    by_voice: dict[str, set] = {}
+    for said in truth:
+        heard = [
+            w.speaker
+            for w in words
+            if said.start - 0.3 <= (w.start + w.end) / 2000 <= said.end + 0.3
+        ]
+        top = max(set(heard), key=heard.count)
+        assert heard.count(top) >= 0.7 * len(heard)
+        by_voice.setdefault(said.voice, set()).add(top)
+    assert all(len(labels) == 1 for labels in by_voice.values())
+    assert set.union(*by_voice.values()) == {"A", "B", "C"}
+    capped = await aai_session(
+        diarized_server.port, audio, pace_s=0, speaker_labels=True, max_speakers=2
+    )
+    shown = {w.speaker for turn in _turns_as_revised(capped).values() for w in turn}
+    assert shown == {"A", "B"}

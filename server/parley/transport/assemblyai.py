@@ -6,15 +6,16 @@ the turn so far, those that will not change marked ``word_is_final``, its ``tran
 (the final words) and, once the turn is over, ``end_of_turn``; with ``format_turns`` a
 second ``Turn`` then gives the formatted text. Parley's turns are those of the Flux
 wire (transport/turn_state.py): a turn ends with a final cut by the VAD's silence,
-unless speech has begun again by the time it is decoded, or on ``ForceEndpoint``. What
-is honoured, approximated and ignored is listed in protocol.md, section 10a.
+unless speech has begun again by the time it is decoded, or on ``ForceEndpoint``. A
+``speaker_update`` of a final already sent is told as a ``SpeakerRevision`` of its turn
+(transport/speaker_revision.py). What is honoured, approximated and ignored is listed in
+protocol.md, section 10a.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -31,6 +32,7 @@ from parley.protocol.messages import (
     ProtocolError,
     ServerMessage,
     SessionEnded,
+    SpeakerUpdate,
     SpeechStarted,
     StreamConfig,
     Word,
@@ -43,6 +45,7 @@ from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram import bare
 from parley.transport.dialect import KeyOffered, Opened, Setup, control_of, turn_detection
 from parley.transport.http import json_response, refusal_status
+from parley.transport.speaker_revision import RevisedTurns, most_heard
 from parley.transport.turn_state import FORCED, Turn, end_turn_now, turn_ends
 
 ENCODINGS = {"pcm_s16le": "pcm_s16le", "pcm_mulaw": "mulaw"}
@@ -97,12 +100,15 @@ class AssemblyAIDialect(KeyOffered):
         multilingual = "multilingual" in params.get("speech_model", "") or bool_param(
             params, "language_detection", False
         )
+        diarized = bool_param(params, "speaker_labels", False)
         native = {
             "encoding": encoding,
             "sample_rate": params["sample_rate"],
             "partials": "true",
-            "diarization": str(bool_param(params, "speaker_labels", False)).lower(),
+            "diarization": str(diarized).lower(),
         }
+        if diarized and params.get("max_speakers"):  # without speaker_labels, it says nothing
+            native["max_speakers"] = params["max_speakers"]
         if not multilingual:
             native["language"] = "en"
         config = StreamConfig.from_query(native)
@@ -146,6 +152,7 @@ class AssemblyAITranslator:
         self._stream = stream
         self._opened = opened
         self._turn = Turn()
+        self._revised = RevisedTurns()
         self._partial_span = (0.0, 0.0)
         self._started = time.monotonic()
 
@@ -182,7 +189,33 @@ class AssemblyAITranslator:
         )
 
     def outbound(self, message: ServerMessage | Mark) -> list[str]:
-        return [json.dumps(m, ensure_ascii=False) for m in self._translate(message)]
+        if isinstance(message, SpeakerUpdate):
+            self._revise(message)
+            return []
+        out = self._revision() + self._translate(message)
+        return [json.dumps(m, ensure_ascii=False) for m in out]
+
+    def _revise(self, update: SpeakerUpdate) -> None:
+        turn = self._revised.revise(update)
+        if turn is not None and turn == self._turn.index and self._turn.open:
+            self._turn.words = self._revised.words(turn)  # its next Turn says them too
+
+    def _revision(self) -> list[dict]:
+        """The turns revised since the last message, as one SpeakerRevision."""
+        turns = self._revised.take()
+        if not turns:
+            return []
+        revisions = []
+        for turn in turns:
+            words = self._revised.words(turn)
+            revisions.append(
+                {
+                    "turn_order": turn,
+                    "speaker_label": _speaker(most_heard(words)) or "UNKNOWN",
+                    "words": [self._word(w) for w in words],
+                }
+            )
+        return [{"type": "SpeakerRevision", "revisions": revisions}]
 
     def _translate(self, message: ServerMessage | Mark) -> list[dict]:
         turn = self._turn
@@ -196,6 +229,8 @@ class AssemblyAITranslator:
             return [self._turn_message()]
         if isinstance(message, Final) and turn.open:
             turn.heard(message)
+            if message.text.strip() and self._opened.setup.config.diarization:
+                self._revised.heard(turn.index, message)
             utterance = message.text.strip()
             if turn_ends(message, self._stream):
                 return self._end(utterance)
@@ -212,7 +247,7 @@ class AssemblyAITranslator:
             ]
         if isinstance(message, Error):
             return [{"type": "Error", "error": message.message}]
-        return []  # speaker_update (not revised here), segment_ended, finalized
+        return []  # segment_ended, finalized
 
     def _end(self, utterance: str) -> list[dict]:
         """The turn's last Turn (and, with format_turns, its formatted one)."""
@@ -258,9 +293,7 @@ class AssemblyAITranslator:
         if turn.languages:
             out["language_code"] = turn.languages.most_common(1)[0][0]
         if self._opened.setup.config.diarization:  # the turn's most heard voice
-            speakers = Counter(w.speaker for w in turn.words if w.speaker is not None)
-            most = speakers.most_common(1)
-            out["speaker_label"] = _speaker(most[0][0]) if most else "UNKNOWN"
+            out["speaker_label"] = _speaker(most_heard(turn.words)) or "UNKNOWN"
         return out
 
     @staticmethod
