@@ -124,16 +124,16 @@ def test_speaker_updates_revise_the_turns_of_their_finals_once_with_all_their_wo
     turns 0 and 1 (in the order revised), each with all its words as they now stand;
     an update that moves no speaker, or of a final no turn holds, revises nothing; what
     was taken is not taken again."""
-    turns = RevisedTurns()
-    turns.heard(0, _final(1, ["S1"]))
-    turns.heard(0, _final(2, ["S1", "S2"]))
-    turns.heard(1, _final(3, ["S2"]))
-    assert turns.revise(SpeakerUpdate(3, "S3", _final(3, ["S3"]).words)) == 1
-    assert turns.revise(SpeakerUpdate(2, "S2", _final(2, ["S2", "S2"]).words)) == 0
-    assert turns.revise(SpeakerUpdate(1, "S1", _final(1, ["S1"]).words)) is None
-    assert turns.revise(SpeakerUpdate(9, "S1", _final(9, ["S1"]).words)) is None
-    assert turns.take() == [1, 0] and turns.take() == []
-    assert [w.speaker for w in turns.words(0)] == ["S1", "S2", "S2"]
-    assert [w.word for w in turns.words(0)] == ["w10", "w20", "w21"]
-    assert most_heard(turns.words(0)) == "S2" and most_heard(turns.words(1)) == "S3"
+    sent = RevisedTurns()
+    sent.heard(0, _final(1, ["S1"]))
+    sent.heard(0, _final(2, ["S1", "S2"]))
+    sent.heard(1, _final(3, ["S2"]))
+    assert sent.revise(SpeakerUpdate(3, "S3", _final(3, ["S3"]).words)) == 1
+    assert sent.revise(SpeakerUpdate(2, "S2", _final(2, ["S2", "S2"]).words)) == 0
+    assert sent.revise(SpeakerUpdate(1, "S1", _final(1, ["S1"]).words)) is None
+    assert sent.revise(SpeakerUpdate(9, "S1", _final(9, ["S1"]).words)) is None
+    assert sent.take() == [1, 0] and sent.take() == []
+    assert [w.speaker for w in sent.words(0)] == ["S1", "S2", "S2"]
+    assert [w.word for w in sent.words(0)] == ["w10", "w20", "w21"]
+    assert most_heard(sent.words(0)) == "S2" and most_heard(sent.words(1)) == "S3"
     assert most_heard([]) is None
