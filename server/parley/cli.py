@@ -74,7 +74,7 @@ def _settings(args: argparse.Namespace, flags: list[tuple[str, str, str]]):
     from pydantic import ValidationError
 
     from parley.config import Settings
-    from parley.loading import access_of, secrets_of
+    from parley.loading import access_of, redaction_of
     from parley.logs import configure_logging
 
     overrides: dict = {section: {} for _, section, _ in flags}
@@ -93,7 +93,7 @@ def _settings(args: argparse.Namespace, flags: list[tuple[str, str, str]]):
     except (ValidationError, ValueError, OSError) as exc:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
         return None
-    configure_logging(settings.log_level, settings.log_format, secrets_of(access, settings))
+    configure_logging(settings.log_level, settings.log_format, *redaction_of(access, settings))
     return settings, access
 
 

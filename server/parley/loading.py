@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 
 from parley.config import Settings
 from parley.core.policy import AsrThreads
 from parley.sessions.streams import AsrService
+from parley.transport import access_tokens
 from parley.transport.admission import Access
 from parley.transport.auth import ApiKeys, OriginPolicy, read_key_file
 from parley.workers.diarization import DiarizationWorker
@@ -132,11 +134,16 @@ def access_of(settings: Settings) -> Access:
     return Access(ApiKeys.of(named), OriginPolicy.of(settings.server.allowed_origins))
 
 
-def secrets_of(access: Access, settings: Settings) -> list[str]:
-    """Every secret the process knows, for the log filter that redacts them."""
+def redaction_of(
+    access: Access, settings: Settings
+) -> tuple[list[str], tuple[re.Pattern[str], ...]]:
+    """Every secret the process knows, and the pattern of those it makes (access
+    tokens, as good as their key until they expire), for the log filter that redacts
+    them."""
     others = (settings.webhooks.secret, settings.twilio.auth_token)
-    return [
+    secrets = [
         *access.keys.values,
         os.environ.get("HF_TOKEN", ""),
         *(secret.get_secret_value() for secret in others if secret is not None),
     ]
+    return secrets, (access_tokens.PATTERN,)

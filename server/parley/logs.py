@@ -1,7 +1,8 @@
 """Logging set-up: text or JSON lines, and no secret in any line.
 
 Every record passes a filter that replaces each configured secret (API keys, the
-Hugging Face token) wherever it appears, arguments and tracebacks included. That
+Hugging Face token), and whatever matches a secret's pattern (access tokens), wherever
+it appears, arguments and tracebacks included. That
 covers lines Parley does not write itself, such as websockets' request lines at
 debug level, which carry the query string and so a ``token=`` parameter.
 """
@@ -9,6 +10,7 @@ debug level, which carry the query string and so a ``token=`` parameter.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable
 from typing import Literal
 
@@ -25,15 +27,16 @@ SESSION_FIELDS = ("session_id", "key", "outcome", "audio_s", "error_codes")
 class RedactSecrets(logging.Filter):
     """A log filter that replaces every secret (API keys, ``HF_TOKEN``) wherever it appears."""
 
-    def __init__(self, secrets: Iterable[str]):
+    def __init__(self, secrets: Iterable[str], patterns: Iterable[re.Pattern[str]] = ()):
         super().__init__()
         # Longest first, so that a secret containing another is replaced whole.
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._patterns = tuple(patterns)
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Write the record with every configured secret replaced, in its message, its
         exception and its session fields; never drops a record."""
-        if not self._secrets:
+        if not self._secrets and not self._patterns:
             return True
         record.msg = self._redact(record.getMessage())
         record.args = None
@@ -49,13 +52,19 @@ class RedactSecrets(logging.Filter):
     def _redact(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
+        for pattern in self._patterns:
+            text = pattern.sub(REDACTED, text)
         return text
 
 
 def configure_logging(
-    level: str, log_format: Literal["text", "json"] = "text", secrets: Iterable[str] = ()
+    level: str,
+    log_format: Literal["text", "json"] = "text",
+    secrets: Iterable[str] = (),
+    patterns: Iterable[re.Pattern[str]] = (),
 ) -> None:
-    """Log to stderr at ``level`` in ``log_format``, with ``secrets`` redacted."""
+    """Log to stderr at ``level`` in ``log_format``, with ``secrets`` and what matches
+    ``patterns`` redacted."""
     handler = logging.StreamHandler()
     formatter = (
         JsonFormatter(
@@ -65,7 +74,7 @@ def configure_logging(
         else logging.Formatter(TEXT_FORMAT)
     )
     handler.setFormatter(formatter)
-    handler.addFilter(RedactSecrets(secrets))
+    handler.addFilter(RedactSecrets(secrets, patterns))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

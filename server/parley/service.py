@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import cast
 
+from starlette.routing import BaseRoute
 from websockets.http11 import Request, Response
 
 from parley.config import Settings
@@ -38,6 +39,7 @@ from parley.transport.front_door import FrontDoor
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
 from parley.transport.model_routes import ModelRoutes
 from parley.transport.sinks import FollowerSinks, MetricsSinks, SinkFactory, WebhookSinks
+from parley.transport.token_routes import TokenRoutes
 from parley.transport.upload_body import UploadReceiver
 from parley.transport.uploads import FileDoor
 from parley.transport.ws_server import StreamEndpoint
@@ -197,18 +199,13 @@ class Service:
     webhooks: WebhookSender | None = None
     webhook_grace_s: float = 10.0  # for deliveries still pending at the stop
     file_jobs: FileJobs | None = None
-    file_routes: FileRoutes | None = None
-    model_routes: ModelRoutes | None = None
+    routes: tuple[BaseRoute, ...] = ()  # HTTP: recordings, the model listing, tokens
     origins: OriginPolicy = OriginPolicy()  # the pages that may call the HTTP routes too
 
     def front_door(self) -> FrontDoor:
-        """The one ASGI application serving this pipeline (recordings' and the model
-        listing's routes, and the rest)."""
-        routes = [
-            *(self.file_routes.routes() if self.file_routes is not None else ()),
-            *(self.model_routes.routes() if self.model_routes is not None else ()),
-        ]
-        return FrontDoor(self, routes, self.endpoint.paths, self.origins)
+        """The one ASGI application serving this pipeline (its HTTP routes, and the
+        rest)."""
+        return FrontDoor(self, self.routes, self.endpoint.paths, self.origins)
 
     async def drain(self, timeout_s: float) -> None:
         """Admit nothing new; let live sessions and recordings finish (``timeout_s``)."""
@@ -325,8 +322,11 @@ async def start_service(
         diarization,
         webhooks,
         file_jobs=jobs,
-        file_routes=FileRoutes(door, asr.model_label, webhooks),
-        model_routes=ModelRoutes(door, asr.model_label, created=int(time.time())),
+        routes=(
+            *FileRoutes(door, asr.model_label, webhooks).routes(),
+            *ModelRoutes(door, asr.model_label, created=int(time.time())).routes(),
+            *TokenRoutes(access, time.time).routes(),
+        ),
         origins=access.origins,
     )
 

@@ -24,6 +24,13 @@ PREDICT_PATH = "/predict"  # the reference handler's
 # OpenAI's model listing (HTTP GET; /v1/models/{model}: one model)
 MODELS_PATH = "/v1/models"
 
+# Access tokens for browsers, minted with a key (section 17): Parley's, Deepgram's,
+# AssemblyAI's (GET) and OpenAI's
+TOKEN_PATH = "/v1/auth/token"
+GRANT_PATH = "/v1/auth/grant"
+TEMPORARY_TOKEN_PATH = "/v3/token"
+CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
+
 # Probes and metrics (HTTP GET)
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"

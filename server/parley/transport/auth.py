@@ -1,17 +1,21 @@
-"""Who may stream: named API keys, and which browser pages may open a stream.
+"""Who may stream: named API keys (or their access tokens), and which browser pages
+may open a stream.
 
 A key's *name* is what logs and metrics show; its value is only ever compared, in
-constant time, against what a client offers.
+constant time, against what a client offers, or used to check a token's signature.
 """
 
 from __future__ import annotations
 
 import hmac
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from parley.transport import access_tokens
 
 KEY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -46,9 +50,22 @@ class ApiKeys:
         """The secrets themselves, for the log filter that redacts them."""
         return tuple(value.decode() for _, value in self.keys)
 
-    def identify(self, offered: str | None) -> str | None:
-        """The name of the key ``offered`` is, or None. Every key is compared, each in
-        constant time, so the time taken does not tell which key nearly matched."""
+    def identify(self, offered: str | None, now: float | None = None) -> str | None:
+        """The name of the key ``offered`` is, or that an access token ``offered`` stands
+        for while it is valid (at ``now``, Unix seconds), or None."""
+        found = self.identify_key(offered)
+        if found is None and offered is not None:
+            name = access_tokens.claimed_key(offered)
+            secret = self.secret_of(name) if name is not None else None
+            now = time.time() if now is None else now
+            if secret is not None and access_tokens.valid(offered, secret, now):
+                found = name
+        return found
+
+    def identify_key(self, offered: str | None) -> str | None:
+        """The name of the key ``offered`` is (a key itself, not a token), or None. Every
+        key is compared, each in constant time, so the time taken does not tell which
+        key nearly matched."""
         if offered is None:
             return None
         candidate = offered.encode()
@@ -57,6 +74,10 @@ class ApiKeys:
             if hmac.compare_digest(candidate, value) and found is None:
                 found = name
         return found
+
+    def secret_of(self, name: str) -> bytes | None:
+        """The value of the key named ``name`` (None if there is none)."""
+        return next((value for key, value in self.keys if key == name), None)
 
 
 def read_key_file(path: Path) -> dict[str, str]:

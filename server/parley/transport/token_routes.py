@@ -1,0 +1,161 @@
+"""Access tokens minted over HTTP (protocol.md section 17): Parley's own request, and
+Deepgram's, AssemblyAI's and OpenAI's, so that each vendor's SDK gets its browser
+tokens from the server as it would from the vendor (transport/access_tokens.py says
+what a token is).
+
+Minting takes the key itself: a token cannot mint another, so a leaked token dies with
+its expiry. Origins are checked as on the uploads; a backend sends none.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from websockets.datastructures import Headers
+
+from parley.protocol.paths import (
+    CLIENT_SECRETS_PATH,
+    GRANT_PATH,
+    TEMPORARY_TOKEN_PATH,
+    TOKEN_PATH,
+)
+from parley.transport import access_tokens, file_answers
+from parley.transport.admission import Access
+from parley.transport.assemblyai import AssemblyAIDialect
+from parley.transport.dialect import ANONYMOUS
+from parley.transport.native import bearer_or_token
+from parley.transport.upload_errors import UploadCode, UploadError
+
+
+class TokenRoutes:
+    """The four ways to ask for a token, each in its vendor's shapes."""
+
+    def __init__(self, access: Access, clock: Callable[[], float]):
+        self._access = access
+        self._clock = clock
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(TOKEN_PATH, self.native, methods=["POST"]),
+            Route(GRANT_PATH, self.deepgram, methods=["POST"]),
+            Route(TEMPORARY_TOKEN_PATH, self.assemblyai, methods=["GET"]),
+            Route(CLIENT_SECRETS_PATH, self.openai, methods=["POST"]),
+        ]
+
+    async def native(self, request: Request) -> Response:
+        """``POST /v1/auth/token``, ``{"ttl_s": N}`` (1 to 7200 s; 60 without a body)."""
+        try:
+            asked = await _json_body(request)
+            ttl = _seconds(asked.get("ttl_s"), "ttl_s", access_tokens.DEFAULT_TTL_S, 1, 7200)
+            token, expires_at = self._mint(request, bearer_or_token(_headers(request)), ttl)
+        except UploadError as error:
+            body = {"error": error.code.value, "message": error.message}
+            return JSONResponse(body, status_code=error.status)
+        return JSONResponse({"token": token, "expires_at": expires_at, "expires_in": ttl})
+
+    async def deepgram(self, request: Request) -> Response:
+        """Deepgram's ``POST /v1/auth/grant``, ``{"ttl_seconds": N}`` (1 to 3600; 30)."""
+        try:
+            asked = await _json_body(request)
+            ttl = _seconds(asked.get("ttl_seconds"), "ttl_seconds", 30, 1, 3600)
+            token, _ = self._mint(request, bearer_or_token(_headers(request)), ttl)
+        except UploadError as error:
+            body = file_answers.deepgram_error(error, str(uuid.uuid4()))
+            return JSONResponse(body, status_code=error.status)
+        return JSONResponse({"access_token": token, "expires_in": ttl})
+
+    async def assemblyai(self, request: Request) -> Response:
+        """AssemblyAI's ``GET /v3/token?expires_in_seconds=N`` (1 to 600, required;
+        ``max_session_duration_seconds`` is accepted and ignored)."""
+        try:
+            raw = request.query_params.get("expires_in_seconds")
+            if raw is None:
+                raise UploadError(UploadCode.BAD_REQUEST, "expires_in_seconds is required")
+            ttl = _seconds(_number(raw), "expires_in_seconds", 0, 1, 600)
+            offered = AssemblyAIDialect.offered_key({}, _headers(request))
+            token, _ = self._mint(request, offered, ttl)
+        except UploadError as error:
+            return JSONResponse({"error": error.message}, status_code=error.status)
+        return JSONResponse({"token": token, "expires_in_seconds": ttl})
+
+    async def openai(self, request: Request) -> Response:
+        """OpenAI's ``POST /v1/realtime/client_secrets``: ``expires_after.seconds`` (10
+        to 7200; 600); its ``session`` is told back, not applied (a connection
+        configures its own session)."""
+        try:
+            asked = await _json_body(request)
+            after = asked.get("expires_after") or {}
+            if not isinstance(after, dict):
+                raise UploadError(UploadCode.BAD_REQUEST, "expires_after must be an object")
+            ttl = _seconds(after.get("seconds"), "expires_after.seconds", 600, 10, 7200)
+            session = asked.get("session") or {}
+            if not isinstance(session, dict):
+                raise UploadError(UploadCode.BAD_REQUEST, "session must be an object")
+            token, expires_at = self._mint(request, bearer_or_token(_headers(request)), ttl)
+        except UploadError as error:
+            return file_answers.openai_error(error)
+        session = {"type": "transcription", **session}
+        return JSONResponse({"value": token, "expires_at": expires_at, "session": session})
+
+    def _mint(self, request: Request, offered: str | None, ttl_s: int) -> tuple[str, int]:
+        headers = _headers(request)
+        if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
+            raise UploadError(
+                UploadCode.FORBIDDEN_ORIGIN, "pages from this origin may not ask for tokens"
+            )
+        keys = self._access.keys
+        name = keys.identify_key(offered) if keys.required else ANONYMOUS
+        secret = keys.secret_of(name) if name is not None else None
+        if name is None or (keys.required and secret is None):
+            raise UploadError(
+                UploadCode.UNAUTHORIZED, "an API key is required (a token cannot ask for another)"
+            )
+        return access_tokens.mint(name, secret or b"", ttl_s, self._clock())
+
+
+def _headers(request: Request) -> Headers:
+    return Headers(request.headers.items())
+
+
+async def _json_body(request: Request) -> Mapping[str, Any]:
+    """The request's JSON object, or {} for an empty body; UploadError otherwise."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        asked = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        raise UploadError(UploadCode.BAD_REQUEST, "the body must be a JSON object") from None
+    if not isinstance(asked, dict):
+        raise UploadError(UploadCode.BAD_REQUEST, "the body must be a JSON object")
+    return asked
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _number(raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise UploadError(UploadCode.BAD_REQUEST, f"{raw!r} is not a number") from None
+
+
+def _seconds(value: object, name: str, default: int, low: int, high: int) -> int:
+    """A lifetime in whole seconds (a fraction rounded up), within ``low`` .. ``high``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UploadError(UploadCode.BAD_REQUEST, f"{name} must be a number of seconds")
+    seconds = math.ceil(value)
+    if not low <= seconds <= high:
+        raise UploadError(UploadCode.BAD_REQUEST, f"{name} must be {low} to {high} seconds")
+    return seconds
