@@ -145,16 +145,19 @@ async def test_an_undecodable_file_fails_the_stream_within_a_second(start, tmp_p
     assert time.monotonic() - began < 1.0
 
 
-def test_transcribe_of_a_missing_or_unreadable_file_exits_2(server_url, models_dir, tmp_path):
+def test_transcribe_of_a_missing_or_unreadable_file_exits_2(
+    server_url, models_dir, tmp_path, dialogue_wav
+):
     """`parley transcribe`: a file that is not there is named before anything loads or is
     sent; a file that is no audio gets the decoder's reason, named by its file, in process
-    and from a server; a known speaker's missing clip is a bad argument. All exit 2."""
+    (after the transcript of the file before it, which is not lost) and from a server; a
+    known speaker's missing clip is a bad argument. All exit 2."""
     notes = tmp_path / "notes.txt"
     notes.write_text("minutes of the meeting\n")
     http = server_url.replace("ws://", "http://").removesuffix("/v1/stream")
     runs = {
         "missing": [str(tmp_path / "nowhere.wav")],
-        "in process": [str(notes)],
+        "in process": [str(dialogue_wav[0]), str(notes)],
         "from a server": [str(notes), "--url", http],
         "a clip missing": [str(notes), "--url", http, "--speaker", f"host={tmp_path}/no.wav"],
     }
@@ -170,6 +173,7 @@ def test_transcribe_of_a_missing_or_unreadable_file_exits_2(server_url, models_d
     for name in ("in process", "from a server"):
         assert b"notes.txt: the file could not be decoded" in done[name].stderr, name
     assert b"--speaker host: no such file" in done["a clip missing"].stderr
+    assert "platform" in words_of(done["in process"].stdout.decode())
     assert not any(b"Traceback" in d.stderr for d in done.values())
 
 

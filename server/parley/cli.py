@@ -271,13 +271,14 @@ def _transcribe(args: argparse.Namespace) -> int:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        outputs = asyncio.run(
+        asyncio.run(
             transcribe_locally(
                 settings,
                 args.sources,
                 args.format,
                 args.language,
                 args.num_speakers,
+                lambda text: _write(args.output, text),  # each file's as soon as it is done
                 decoding,
                 known,
             )
@@ -285,8 +286,6 @@ def _transcribe(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError, OSError) as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT if isinstance(exc, UndecodableAudio) else EXIT_FAILED
-    for text in outputs:
-        _write(args.output, text)
     return EXIT_OK
 
 
@@ -296,6 +295,7 @@ def _write(output: str | None, text: str) -> None:
             file.write(text)
     else:
         sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 def _models(args: argparse.Namespace) -> int:

@@ -1,10 +1,16 @@
-"""`parley transcribe` without a server: the server's own file pipeline, in-process."""
+"""`parley transcribe` without a server: the server's own file pipeline, in-process.
+
+The first file is decoded before any model loads, so a file that is no audio is told
+at once, not after the models' seconds of loading; each file's transcript is given out
+as soon as it is done, so that one failing later loses none of those before it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from parley.config import Settings
@@ -24,17 +30,19 @@ async def transcribe_locally(
     fmt: str,
     language: str | None,
     num_speakers: int | None,
+    emit: Callable[[str], None],
     decoding: dict | None = None,
     known: Sequence[tuple[str, Path]] = (),
-) -> list[str]:
-    """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file;
-    ``decoding``: FileRequest's decoding fields (keyterms, prompt, task, redact, …);
-    ``known``: (name, clip) of voices to label by name."""
+) -> None:
+    """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file, given
+    to ``emit`` in order; ``decoding``: FileRequest's decoding fields (keyterms, prompt,
+    task, redact, …); ``known``: (name, clip) of voices to label by name."""
     if known and settings.diarization.source == "off":
         raise ValueError("known speakers name speakers: add --diarization bundle")
     known_speakers = tuple(
         [KnownSpeaker(name, await decode_reference(clip, name)) for name, clip in known]
     )
+    first = await _decoded(sources[0], settings.files.max_duration_s)
     worker, asr = await in_passing_thread(load_asr, settings)
     diarization = await in_passing_thread(load_diarization, settings)
     if fmt == "rttm" and diarization is None:
@@ -52,14 +60,10 @@ async def transcribe_locally(
         known_speakers=known_speakers,
         **(decoding or {}),
     )
-    outputs = []
     try:
         asr.check_language(language)
-        for source in sources:
-            try:
-                audio = await decode_file(Path(source), settings.files.max_duration_s)
-            except UndecodableAudio as exc:  # which of the files, for the command line
-                raise UndecodableAudio(f"{source}: {exc}") from exc
+        for index, source in enumerate(sources):
+            audio = first if index == 0 else await _decoded(source, settings.files.max_duration_s)
             with tqdm(total=100, desc=Path(source).name, unit="%", leave=False) as bar:
 
                 def advance(fraction: float, bar=bar) -> None:
@@ -67,9 +71,15 @@ async def transcribe_locally(
 
                 with jobs.slot():
                     result = await jobs.transcribe(audio, request, on_progress=advance)
-            outputs.append(rendered(result, fmt, Path(source).stem))
+            emit(rendered(result, fmt, Path(source).stem))
     finally:
         await worker.stop()
         if diarization is not None:
             await diarization.stop()
-    return outputs
+
+
+async def _decoded(source: str, max_s: float) -> np.ndarray:
+    try:
+        return await decode_file(Path(source), max_s)
+    except UndecodableAudio as exc:  # which of the files, for the command line
+        raise UndecodableAudio(f"{source}: {exc}") from exc
