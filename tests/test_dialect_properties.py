@@ -410,3 +410,39 @@ def test_any_recording_fields_get_a_result_or_a_documented_error(port, short_wav
         documented(openai, lambda body: body["error"]["code"])
 
     check()
+
+
+def test_any_token_request_gets_a_token_or_a_documented_error(port):
+    """Whatever body or query the four token requests get (section 17), the answer is a
+    token or a 400 in the API's own error shape, never a 500."""
+    import requests
+
+    base = f"http://127.0.0.1:{port}"
+    lifetimes = json_values | st.integers(-10, 10_000) | st.floats(allow_nan=False)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        lifetimes,
+        lifetimes,
+        field_text,
+        json_values | st.dictionaries(st.text(max_size=8), lifetimes),
+    )
+    def check(ttl, seconds, expires, after) -> None:
+        for path, body, token_of, error_of in (
+            ("/v1/auth/token", {"ttl_s": ttl}, "token", lambda b: b["error"]),
+            ("/v1/auth/grant", {"ttl_seconds": ttl}, "access_token", lambda b: b["err_code"]),
+            (
+                "/v1/realtime/client_secrets",
+                {"expires_after": after, "session": seconds},
+                "value",
+                lambda b: b["error"]["code"],
+            ),
+        ):
+            answer = requests.post(f"{base}{path}", data=json.dumps(body), timeout=10)
+            assert answer.status_code in (200, 400), (path, body, answer.text)
+            assert answer.json()[token_of] if answer.ok else error_of(answer.json())
+        aai = requests.get(f"{base}/v3/token", params={"expires_in_seconds": expires}, timeout=10)
+        assert aai.status_code in (200, 400), aai.text
+        assert aai.json()["token"] if aai.ok else aai.json()["error"]
+
+    check()
