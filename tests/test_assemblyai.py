@@ -27,7 +27,14 @@ async def aai_session(
     ``pace_s`` apart), optionally ForceEndpoint, then Terminate; every event it
     dispatched."""
     events: list = []
-    options = RealTimeTranscriberOptions(api_key=key, api_host=f"ws://127.0.0.1:{port}")
+    options = RealTimeTranscriberOptions(
+        api_key=key,
+        api_host=f"ws://127.0.0.1:{port}",
+        # a loaded machine's server may answer or finish slower than the SDK's defaults
+        # (1 s, 5 s) wait: a failure, never a stream cut short
+        connect_timeout=30,
+        terminate_timeout=120,
+    )
     client = AsyncStreamingClient(options)
     kinds = (
         RealTimeEvents.Begin,

@@ -242,6 +242,7 @@ async def test_assemblyai_sdk_speaker_revisions_and_max_speakers(diarized_server
     label of its own. With max_speakers=2 no third label is shown."""
     audio, truth = dialogue(["A", "B", "C"], turns=12)
     events = await aai_session(diarized_server.port, audio, pace_s=0, speaker_labels=True)
+    assert type(events[-1]).__name__ == "TerminationEvent"  # every turn in
     assert any(type(e).__name__ == "SpeakerRevisionEvent" for e in events)
     words = [w for turn in _turns_as_revised(events).values() for w in turn]
     by_voice: dict[str, set] = {}
@@ -259,5 +260,6 @@ async def test_assemblyai_sdk_speaker_revisions_and_max_speakers(diarized_server
     capped = await aai_session(
         diarized_server.port, audio, pace_s=0, speaker_labels=True, max_speakers=2
     )
+    assert type(capped[-1]).__name__ == "TerminationEvent"
     shown = {w.speaker for turn in _turns_as_revised(capped).values() for w in turn}
     assert shown == {"A", "B"}
