@@ -7,6 +7,7 @@ on loopback, the fake engine."""
 import asyncio
 import json
 import random
+import time
 import urllib.parse
 
 import numpy as np
@@ -157,3 +158,22 @@ def test_any_resume_parameters_get_a_documented_answer(threaded_fake_port, resum
         except ConnectionClosed:
             pass
     assert (first["code"], ws.close_code) in DOCUMENTED, first
+
+
+async def test_a_session_opened_with_an_access_token_resumes_after_it_expires(start):
+    """A page's token is short-lived and its stream long: the session's resume_token is
+    the proof, so the expired token of its key still resumes it (a forged one does
+    not), while no new session opens with that token."""
+    from parley.transport import access_tokens
+
+    url, _ = await start(api_keys={"ada": "key-a"})
+    token, _ = access_tokens.mint("ada", b"key-a", 1, time.time())
+    started = await _dropped_session(f"{url}?token={token}")
+    await asyncio.sleep(1.1)  # the access token has expired
+    fresh, code = await _first_answer(f"{url}?token={token}")
+    assert (fresh["code"], code) == ("unauthorized", 4401)
+    forged, _ = access_tokens.mint("ada", b"not-key-a", 60, time.time())
+    refused, code = await _first_answer(f"{url}?resume={started['resume_token']}&token={forged}")
+    assert (refused["code"], code) == ("unauthorized", 4401)
+    resumed, code = await _first_answer(f"{url}?resume={started['resume_token']}&token={token}")
+    assert resumed["type"] == "session_resumed" and code == 1000

@@ -91,8 +91,15 @@ class Admission:
         """A session admitted by ``key`` ended."""
         self._per_key[key] -= 1
 
-    def identify(self, request: Request, dialect: Dialect, params: Mapping[str, str]) -> str:
-        """The name of the key an allowed origin came with, or Refused."""
+    def identify(
+        self,
+        request: Request,
+        dialect: Dialect,
+        params: Mapping[str, str],
+        resuming: bool = False,
+    ) -> str:
+        """The name of the key an allowed origin came with (for a resume, an access
+        token of it past its expiry too), or Refused."""
         headers = request.headers
         if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
             raise Refused(
@@ -101,7 +108,8 @@ class Admission:
                     "pages from this origin may not stream to this server",
                 )
             )
-        key = dialect.identify(request, params, self._access.keys)
+        keys = self._access.keys.resuming() if resuming else self._access.keys
+        key = dialect.identify(request, params, keys)
         if key is None:
             raise Refused(Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
         return key

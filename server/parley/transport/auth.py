@@ -8,10 +8,11 @@ constant time, against what a client offers, or used to check a token's signatur
 from __future__ import annotations
 
 import hmac
+import math
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,6 +27,9 @@ class ApiKeys:
     """Named keys; empty means that the server lets anyone stream."""
 
     keys: tuple[tuple[str, bytes], ...] = ()
+    # A token past its expiry still stands for its key (a resume: the session's own
+    # resume_token is the proof, and a page's token expires long before its stream)
+    expired_tokens: bool = False
 
     @classmethod
     def of(cls, named: Mapping[str, str]) -> ApiKeys:
@@ -57,7 +61,7 @@ class ApiKeys:
         if found is None and offered is not None:
             name = access_tokens.claimed_key(offered)
             secret = self.secret_of(name) if name is not None else None
-            now = time.time() if now is None else now
+            now = -math.inf if self.expired_tokens else time.time() if now is None else now
             if secret is not None and access_tokens.valid(offered, secret, now):
                 found = name
         return found
@@ -74,6 +78,10 @@ class ApiKeys:
             if hmac.compare_digest(candidate, value) and found is None:
                 found = name
         return found
+
+    def resuming(self) -> ApiKeys:
+        """These keys, with their expired tokens too, for a resume."""
+        return replace(self, expired_tokens=True)
 
     def secret_of(self, name: str) -> bytes | None:
         """The value of the key named ``name`` (None if there is none)."""

@@ -171,7 +171,7 @@ class SessionLoop:
         until that is done with it; or refuse it."""
         assert connection.request is not None
         try:
-            key = self._admission.identify(connection.request, dialect, params)
+            key = self._admission.identify(connection.request, dialect, params, resuming=True)
             if self._lifecycle.draining.is_set():
                 raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
             last_seq = resume_point(dialect, params)
