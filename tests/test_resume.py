@@ -177,3 +177,24 @@ async def test_a_session_opened_with_an_access_token_resumes_after_it_expires(st
     assert (refused["code"], code) == ("unauthorized", 4401)
     resumed, code = await _first_answer(f"{url}?resume={started['resume_token']}&token={token}")
     assert resumed["type"] == "session_resumed" and code == 1000
+
+
+async def test_a_server_stopped_while_a_session_waits_to_resume_logs_no_error(caplog):
+    """Stopped at once (a second signal), not drained, with a session waiting for its
+    client: the session ends as shutting_down, and nothing is logged as an error (its
+    cancelled wait reached uvicorn as an exception in the application)."""
+    import logging
+
+    from conftest import serve_fake
+
+    server = await serve_fake()
+    url = f"ws://127.0.0.1:{server.port}/v1/stream"
+    await _dropped_session(url)
+    await asyncio.sleep(0.2)  # the server has seen the connection go
+    await server.stop()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+    ended = server.metrics.registry.get_sample_value(
+        "parley_sessions_total", {"outcome": "shutting_down"}
+    )
+    assert ended == 1

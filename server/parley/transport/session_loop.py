@@ -127,6 +127,12 @@ class SessionLoop:
                 timeout=self._limits.resume_window_s,
                 return_when=asyncio.FIRST_COMPLETED,
             )
+        except asyncio.CancelledError:
+            if not self._lifecycle.shutting_down:
+                raise
+            coming.cancel()  # stopped, not drained, with nobody connected to be told
+            this.outcome = ErrorCode.SHUTTING_DOWN.value
+            return None
         finally:
             drain.cancel()
         if coming.done() and not self._lifecycle.draining.is_set():
