@@ -42,6 +42,7 @@ class TokenRoutes:
         self._clock = clock
 
     def routes(self) -> list[Route]:
+        """Parley's, Deepgram's, AssemblyAI's and OpenAI's token requests."""
         return [
             Route(TOKEN_PATH, self.native, methods=["POST"]),
             Route(GRANT_PATH, self.deepgram, methods=["POST"]),
