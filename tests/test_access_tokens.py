@@ -7,16 +7,18 @@ the logs."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 
 import httpx
+import openai
 import pytest
 from deepgram import AsyncDeepgramClient
 from deepgram.environment import DeepgramClientEnvironment
 from openai import AsyncOpenAI
 
-from conftest import assert_finals_are_their_audio, chunks_of
+from conftest import assert_finals_are_their_audio, chunks_of, pcm16
 from parley.client.stream import run_stream, stream_url
 from parley.config import Settings
 from parley.loading import access_of, redaction_of
@@ -25,7 +27,7 @@ from parley.protocol.messages import StreamConfig
 from parley.transport import access_tokens
 from parley.transport.auth import ApiKeys
 from test_assemblyai import aai_session
-from test_compat import KEY, realtime_events, socket_session, turns  # noqa: F401 (a fixture)
+from test_compat import KEY, at_24k, socket_session, turns  # noqa: F401 (a fixture)
 
 KEYS = ApiKeys.of({"app": "secret-one", "other": "secret-two", "odd": "pt_a.b"})
 
@@ -129,18 +131,41 @@ async def test_deepgram_sdk_grant_then_live_with_the_access_token(server, turns)
     assert results and all(r.channel.alternatives[0].transcript for r in results)
 
 
-async def test_openai_client_secret_then_realtime_with_it(server, turns):  # noqa: F811
+async def test_openai_client_secret_opens_sessions_with_its_session(server, turns):  # noqa: F811
+    """openai's client_secrets.create with a session (manual commits, a prompt): the
+    secret, used as the key, opens a session already so configured (session.created
+    says so; one commit makes one item of all the audio); a session Parley cannot serve
+    is refused when the secret is asked for, in OpenAI's error shape."""
     audio, _ = turns
     keyed = AsyncOpenAI(api_key=KEY, base_url=f"http://127.0.0.1:{server.port}/v1")
+    asked = {"transcription": {"language": "en", "prompt": "Okonkwo"}, "turn_detection": None}
     secret = await keyed.realtime.client_secrets.create(
         expires_after={"anchor": "created_at", "seconds": 120},
-        session={"type": "transcription"},
+        session={"type": "transcription", "audio": {"input": asked}},
     )
     assert secret.value.startswith("pt_") and secret.expires_at - time.time() <= 121
     assert secret.session.type == "transcription"
-    events = await realtime_events(server.port, audio, {}, key=secret.value)
+    assert secret.session.audio.input.turn_detection is None
+    client = AsyncOpenAI(api_key=secret.value, base_url=f"http://127.0.0.1:{server.port}/v1")
+    events = []
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
+        data = pcm16(at_24k(audio))
+        for i in range(0, len(data), 4800):
+            await rt.input_audio_buffer.append(audio=base64.b64encode(data[i : i + 4800]).decode())
+        await rt.input_audio_buffer.commit()
+        while not events or events[-1]["type"] != (
+            "conversation.item.input_audio_transcription.completed"
+        ):
+            events.append((await asyncio.wait_for(rt.recv(), 30)).model_dump())
+    assert events[0]["type"] == "session.created"
+    created = events[0]["session"]["audio"]["input"]
+    assert "turn_detection" in created and created["turn_detection"] is None
+    assert created["transcription"]["prompt"] == "Okonkwo"
     kinds = [e["type"] for e in events]
-    assert "conversation.item.input_audio_transcription.completed" in kinds
+    assert "input_audio_buffer.speech_started" not in kinds  # no server VAD: one item
+    assert kinds.count("conversation.item.input_audio_transcription.completed") == 1
+    with pytest.raises(openai.BadRequestError):
+        await keyed.realtime.client_secrets.create(session={"type": "realtime"})
 
 
 async def test_assemblyai_temporary_token_then_streaming_with_it(server, turns):  # noqa: F811

@@ -420,20 +420,35 @@ def test_any_token_request_gets_a_token_or_a_documented_error(port):
     base = f"http://127.0.0.1:{port}"
     lifetimes = json_values | st.integers(-10, 10_000) | st.floats(allow_nan=False)
 
+    # a client secret's session: anything, or a transcription session's own fields
+    # holding anything
+    session_input = st.fixed_dictionaries(
+        {},
+        optional={
+            "format": json_values | st.fixed_dictionaries({"type": field_text}),
+            "transcription": json_values,
+            "turn_detection": json_values,
+        },
+    )
+    sessions = json_values | st.builds(
+        lambda audio_in: {"type": "transcription", "audio": {"input": audio_in}},
+        session_input | json_values,
+    )
+
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(
         lifetimes,
-        lifetimes,
+        sessions,
         field_text,
         json_values | st.dictionaries(st.text(max_size=8), lifetimes),
     )
-    def check(ttl, seconds, expires, after) -> None:
+    def check(ttl, session, expires, after) -> None:
         for path, body, token_of, error_of in (
             ("/v1/auth/token", {"ttl_s": ttl}, "token", lambda b: b["error"]),
             ("/v1/auth/grant", {"ttl_seconds": ttl}, "access_token", lambda b: b["err_code"]),
             (
                 "/v1/realtime/client_secrets",
-                {"expires_after": after, "session": seconds},
+                {"expires_after": after, "session": session},
                 "value",
                 lambda b: b["error"]["code"],
             ),

@@ -39,7 +39,7 @@ from parley.transport.front_door import FrontDoor
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
 from parley.transport.model_routes import ModelRoutes
 from parley.transport.sinks import FollowerSinks, MetricsSinks, SinkFactory, WebhookSinks
-from parley.transport.token_routes import TokenRoutes
+from parley.transport.token_routes import RealtimeDefaults, TokenRoutes
 from parley.transport.upload_body import UploadReceiver
 from parley.transport.uploads import FileDoor
 from parley.transport.ws_server import StreamEndpoint
@@ -192,8 +192,7 @@ class Service:
     worker: AsrScheduler
     metrics: Metrics
     followers: Followers
-    # process_request-shaped: the HTTP answer to a request, or None to let a WebSocket
-    # handshake through on this path
+    # the HTTP answer to a request, or None to let a WebSocket handshake through here
     route: Callable[[object, Request], Response | None]
     diarization: DiarizationWorker | None = None
     webhooks: WebhookSender | None = None
@@ -310,6 +309,7 @@ async def start_service(
     receiver = UploadReceiver.within(
         jobs.limits, settings.server.idle_timeout_s, jobs.retry_after_s()
     )
+    realtime = RealtimeDefaults(settings.vad.to_config(), asr.check_decoding, asr.model_label)
     door = FileDoor(
         jobs, access, metrics, asr.check_decoding, receiver, settings.server.max_sessions_per_key
     )
@@ -325,7 +325,7 @@ async def start_service(
         routes=(
             *FileRoutes(door, asr.model_label, webhooks).routes(),
             *ModelRoutes(door, asr.model_label, created=int(time.time())).routes(),
-            *TokenRoutes(access, time.time).routes(),
+            *TokenRoutes(access, time.time, realtime).routes(),
         ),
         origins=access.origins,
     )

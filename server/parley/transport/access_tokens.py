@@ -5,9 +5,9 @@ section 17; Deepgram's, AssemblyAI's and OpenAI's token requests too) and hands 
 token to its page, which streams with it where it would offer a key. A token stands for
 its key (the key's limits and name apply) until it expires; it cannot ask for another.
 
-A token is its key's name and expiry, signed with an HMAC keyed by the key itself:
-nothing is stored, so every replica that holds the key accepts it, and revoking the
-key (removing or changing it) revokes its tokens.
+A token is its key's name and expiry (and an OpenAI client secret's session), signed
+with an HMAC keyed by the key itself: nothing is stored, so every replica that holds the
+key accepts it, and revoking the key (removing or changing it) revokes its tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import re
+from typing import Any
 
 PREFIX = "pt_"  # an offered credential that starts so is a token, not a key
 PATTERN = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")  # for the logs
@@ -26,11 +27,17 @@ DEFAULT_TTL_S = 60
 _CONTEXT = b"parley access token\x00"  # so a token's signature is of nothing else
 
 
-def mint(name: str, secret: bytes, ttl_s: int, now: float) -> tuple[str, int]:
+def mint(
+    name: str, secret: bytes, ttl_s: int, now: float, session: dict[str, Any] | None = None
+) -> tuple[str, int]:
     """A token for the key ``name`` (whose value is ``secret``), valid ``ttl_s``
-    seconds from ``now``; and its expiry, in Unix seconds."""
+    seconds from ``now``, carrying ``session`` (the settings of the sessions it opens);
+    and its expiry, in Unix seconds."""
     expires_at = int(now) + ttl_s
-    payload = _encode(json.dumps({"k": name, "exp": expires_at}, separators=(",", ":")).encode())
+    claims: dict[str, Any] = {"k": name, "exp": expires_at}
+    if session:
+        claims["s"] = session
+    payload = _encode(json.dumps(claims, separators=(",", ":")).encode())
     return f"{PREFIX}{payload}.{_encode(_signature(secret, payload))}", expires_at
 
 
@@ -38,6 +45,13 @@ def claimed_key(token: str) -> str | None:
     """The key name a token claims (not yet checked), or None if it is not a token."""
     claims = _claims(token)
     return claims[0] if claims is not None else None
+
+
+def session_of(token: str) -> dict[str, Any] | None:
+    """The session settings a token carries (None: none, or not a token). Unchecked:
+    read it only of a token admission has accepted."""
+    claims = _claims(token)
+    return claims[2] if claims is not None else None
 
 
 def valid(token: str, secret: bytes, now: float) -> bool:
@@ -50,7 +64,7 @@ def valid(token: str, secret: bytes, now: float) -> bool:
     return hmac.compare_digest(signature.encode(), expected.encode()) and now < claims[1]
 
 
-def _claims(token: str) -> tuple[str, int] | None:
+def _claims(token: str) -> tuple[str, int, dict[str, Any] | None] | None:
     if not token.startswith(PREFIX) or token.count(".") != 1:
         return None
     payload = token[len(PREFIX) :].partition(".")[0]
@@ -60,10 +74,10 @@ def _claims(token: str) -> tuple[str, int] | None:
         return None
     if not isinstance(claims, dict):
         return None
-    name, expires_at = claims.get("k"), claims.get("exp")
+    name, expires_at, session = claims.get("k"), claims.get("exp"), claims.get("s")
     if not isinstance(name, str) or type(expires_at) is not int:
         return None
-    return name, expires_at
+    return name, expires_at, session if isinstance(session, dict) else None
 
 
 def _signature(secret: bytes, payload: str) -> bytes:

@@ -36,6 +36,7 @@ from parley.protocol.paths import REALTIME_PATH
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
+from parley.transport import access_tokens
 from parley.transport.dialect import KeyOffered, Opened, Setup, json_event
 from parley.transport.native import bearer_or_token
 from parley.transport.openai_events import (
@@ -72,18 +73,28 @@ class OpenAIRealtimeDialect(KeyOffered):
     def subprotocol(self, offered: list[str]) -> str | None:
         return "realtime" if "realtime" in offered else None
 
-    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[None]:
+    def setup(self, params: Mapping[str, str], headers: Headers) -> Setup[SessionSettings | None]:
         if params.get("intent") != "transcription":
             raise ProtocolError(
                 ErrorCode.BAD_CONFIG,
                 "Parley serves transcription sessions only: connect with ?intent=transcription",
             )
-        return Setup(DEFAULT_CONFIG, self._vad, options=None)
+        # A client secret's session (checked when it was minted, and signed with it: the
+        # admission has accepted the token by now); the server's model is checked again.
+        offered = self.offered_key(params, headers)
+        fields = access_tokens.session_of(offered) if offered is not None else None
+        if not fields:
+            return Setup(DEFAULT_CONFIG, self._vad, options=None)
+        start = SessionSettings(DEFAULT_CONFIG, self._vad)
+        settings = start.updated(fields, False, self._vad, lambda decoding: None)
+        return Setup(settings.config, settings.vad, options=settings)
 
     def error(self, error: Error) -> str:
         return json.dumps(error_event(f"event_{uuid.uuid4().hex[:20]}", error))
 
-    def translator(self, opened: Opened[None], streams: StreamFactory) -> OpenAIRealtimeTranslator:
+    def translator(
+        self, opened: Opened[SessionSettings | None], streams: StreamFactory
+    ) -> OpenAIRealtimeTranslator:
         session = streams.single(opened.setup.config, opened.setup.vad)
         return OpenAIRealtimeTranslator(opened, session, self._vad)
 
@@ -91,14 +102,16 @@ class OpenAIRealtimeDialect(KeyOffered):
 class OpenAIRealtimeTranslator:
     """One OpenAI realtime connection: its events to and from a Parley session."""
 
-    def __init__(self, opened: Opened[None], session: Session, vad: VadConfig):
+    def __init__(self, opened: Opened[SessionSettings | None], session: Session, vad: VadConfig):
         self._opened = opened
         self._session = session
         self._server_vad_defaults = vad
         self._session_id = f"sess_{opened.session_id[:24]}"
         self._events = itertools.count(1)
         self._items = itertools.count(1)
-        self._settings = SessionSettings(opened.setup.config, opened.setup.vad or vad)
+        self._settings = opened.setup.options or SessionSettings(
+            opened.setup.config, opened.setup.vad or vad
+        )
         self._previous_item: str | None = None
         self._segments: dict[int, Item] = {}  # server VAD: each segment's item
         self._manual_item: Item | None = None  # without: the item the next commit makes

@@ -4,7 +4,9 @@ tokens from the server as it would from the vendor (transport/access_tokens.py s
 what a token is).
 
 Minting takes the key itself: a token cannot mint another, so a leaked token dies with
-its expiry. Origins are checked as on the uploads; a backend sends none.
+its expiry. Origins are checked as on the uploads; a backend sends none. An OpenAI
+client secret's ``session`` is checked as a ``session.update`` would be, and carried in
+the token, so that the sessions it opens start with it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import math
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -20,6 +23,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from websockets.datastructures import Headers
 
+from parley.core.asr import Decoding
+from parley.core.vad import VadConfig
+from parley.protocol.messages import ProtocolError
 from parley.protocol.paths import (
     CLIENT_SECRETS_PATH,
     GRANT_PATH,
@@ -31,15 +37,29 @@ from parley.transport.admission import Access
 from parley.transport.assemblyai import AssemblyAIDialect
 from parley.transport.dialect import ANONYMOUS
 from parley.transport.native import bearer_or_token
+from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
 from parley.transport.upload_errors import UploadCode, UploadError
+
+MAX_SESSION_BYTES = 4096  # an OpenAI client secret's session, as JSON (it rides in the token)
+
+
+@dataclass(frozen=True)
+class RealtimeDefaults:
+    """What an OpenAI client secret's session is checked against: the server's turn
+    detection, what its model can decode, and the model's name."""
+
+    vad: VadConfig
+    check_decoding: Callable[[Decoding], None]
+    model: str
 
 
 class TokenRoutes:
     """The four ways to ask for a token, each in its vendor's shapes."""
 
-    def __init__(self, access: Access, clock: Callable[[], float]):
+    def __init__(self, access: Access, clock: Callable[[], float], realtime: RealtimeDefaults):
         self._access = access
         self._clock = clock
+        self._realtime = realtime
 
     def routes(self) -> list[Route]:
         """Parley's, Deepgram's, AssemblyAI's and OpenAI's token requests."""
@@ -88,24 +108,42 @@ class TokenRoutes:
 
     async def openai(self, request: Request) -> Response:
         """OpenAI's ``POST /v1/realtime/client_secrets``: ``expires_after.seconds`` (10
-        to 7200; 600); its ``session`` is told back, not applied (a connection
-        configures its own session)."""
+        to 7200; 600) and a ``session`` the sessions it opens start with."""
         try:
             asked = await _json_body(request)
             after = asked.get("expires_after") or {}
             if not isinstance(after, dict):
                 raise UploadError(UploadCode.BAD_REQUEST, "expires_after must be an object")
             ttl = _seconds(after.get("seconds"), "expires_after.seconds", 600, 10, 7200)
-            session = asked.get("session") or {}
-            if not isinstance(session, dict):
-                raise UploadError(UploadCode.BAD_REQUEST, "session must be an object")
-            token, expires_at = self._mint(request, bearer_or_token(_headers(request)), ttl)
+            fields = asked.get("session") or {}
+            settings = self._session(fields)
+            offered = bearer_or_token(_headers(request))
+            token, expires_at = self._mint(request, offered, ttl, fields or None)
         except UploadError as error:
             return file_answers.openai_error(error)
-        session = {"type": "transcription", **session}
+        session = settings.to_json(f"sess_{uuid.uuid4().hex[:24]}", self._realtime.model)
         return JSONResponse({"value": token, "expires_at": expires_at, "session": session})
 
-    def _mint(self, request: Request, offered: str | None, ttl_s: int) -> tuple[str, int]:
+    def _session(self, fields: object) -> SessionSettings:
+        """The settings a client secret's ``session`` gives; UploadError as a
+        ``session.update`` of them would be refused."""
+        if not isinstance(fields, dict):
+            raise UploadError(UploadCode.BAD_REQUEST, "session must be an object")
+        if len(json.dumps(fields)) > MAX_SESSION_BYTES:
+            raise UploadError(
+                UploadCode.BAD_REQUEST, f"session is over {MAX_SESSION_BYTES} bytes of JSON"
+            )
+        vad = self._realtime.vad
+        try:
+            return SessionSettings(DEFAULT_CONFIG, vad).updated(
+                fields, False, vad, self._realtime.check_decoding
+            )
+        except ProtocolError as error:
+            raise UploadError(UploadCode.BAD_REQUEST, error.message, "session") from None
+
+    def _mint(
+        self, request: Request, offered: str | None, ttl_s: int, session: dict | None = None
+    ) -> tuple[str, int]:
         headers = _headers(request)
         if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
             raise UploadError(
@@ -118,7 +156,7 @@ class TokenRoutes:
             raise UploadError(
                 UploadCode.UNAUTHORIZED, "an API key is required (a token cannot ask for another)"
             )
-        return access_tokens.mint(name, secret or b"", ttl_s, self._clock())
+        return access_tokens.mint(name, secret or b"", ttl_s, self._clock(), session)
 
 
 def _headers(request: Request) -> Headers:
