@@ -186,3 +186,29 @@ async def test_assemblyai_temporary_token_then_streaming_with_it(server, turns):
     events = await aai_session(server.port, audio, key=answer.json()["token"], pace_s=0)
     ends = [e for e in events if type(e).__name__ == "TurnEvent" and e.end_of_turn]
     assert ends and all(e.transcript for e in ends)
+
+
+async def test_a_token_request_is_refused_before_its_body_and_its_body_is_bounded(
+    server, monkeypatch
+):
+    """No key: 401 at once, however large a body it announces (none is read). With the
+    key: a body over 16 KiB is 413, one that stops arriving 408."""
+    from parley.transport import token_routes
+
+    monkeypatch.setattr(token_routes, "BODY_TIMEOUT_S", 0.5)
+
+    async def answer(key: str, body: bytes, length: int) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            f"POST /v1/auth/token HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        status = (await asyncio.wait_for(reader.readline(), 5)).split()[1]
+        writer.close()
+        return int(status)
+
+    assert await answer("wrong", b"", 100_000_000) == 401
+    assert await answer(KEY, b" " * 20_000, 20_000) == 413
+    assert await answer(KEY, b'{"ttl_s":', 100) == 408

@@ -11,6 +11,7 @@ the token, so that the sessions it opens start with it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import uuid
@@ -41,6 +42,8 @@ from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
 from parley.transport.upload_errors import UploadCode, UploadError
 
 MAX_SESSION_BYTES = 4096  # an OpenAI client secret's session, as JSON (it rides in the token)
+MAX_BODY_BYTES = 16384  # a token request's whole body: its lifetime, and that session
+BODY_TIMEOUT_S = 10.0  # for that body to arrive whole
 
 
 @dataclass(frozen=True)
@@ -73,9 +76,10 @@ class TokenRoutes:
     async def native(self, request: Request) -> Response:
         """``POST /v1/auth/token``, ``{"ttl_s": N}`` (1 to 7200 s; 60 without a body)."""
         try:
+            holder = self._holder(request, bearer_or_token(_headers(request)))
             asked = await _json_body(request)
             ttl = _seconds(asked.get("ttl_s"), "ttl_s", access_tokens.DEFAULT_TTL_S, 1, 7200)
-            token, expires_at = self._mint(request, bearer_or_token(_headers(request)), ttl)
+            token, expires_at = self._mint(holder, ttl)
         except UploadError as error:
             body = {"error": error.code.value, "message": error.message}
             return JSONResponse(body, status_code=error.status)
@@ -84,9 +88,10 @@ class TokenRoutes:
     async def deepgram(self, request: Request) -> Response:
         """Deepgram's ``POST /v1/auth/grant``, ``{"ttl_seconds": N}`` (1 to 3600; 30)."""
         try:
+            holder = self._holder(request, bearer_or_token(_headers(request)))
             asked = await _json_body(request)
             ttl = _seconds(asked.get("ttl_seconds"), "ttl_seconds", 30, 1, 3600)
-            token, _ = self._mint(request, bearer_or_token(_headers(request)), ttl)
+            token, _ = self._mint(holder, ttl)
         except UploadError as error:
             body = file_answers.deepgram_error(error, str(uuid.uuid4()))
             return JSONResponse(body, status_code=error.status)
@@ -96,12 +101,12 @@ class TokenRoutes:
         """AssemblyAI's ``GET /v3/token?expires_in_seconds=N`` (1 to 600, required;
         ``max_session_duration_seconds`` is accepted and ignored)."""
         try:
+            holder = self._holder(request, AssemblyAIDialect.offered_key({}, _headers(request)))
             raw = request.query_params.get("expires_in_seconds")
             if raw is None:
                 raise UploadError(UploadCode.BAD_REQUEST, "expires_in_seconds is required")
             ttl = _seconds(_number(raw), "expires_in_seconds", 0, 1, 600)
-            offered = AssemblyAIDialect.offered_key({}, _headers(request))
-            token, _ = self._mint(request, offered, ttl)
+            token, _ = self._mint(holder, ttl)
         except UploadError as error:
             return JSONResponse({"error": error.message}, status_code=error.status)
         return JSONResponse({"token": token, "expires_in_seconds": ttl})
@@ -110,6 +115,7 @@ class TokenRoutes:
         """OpenAI's ``POST /v1/realtime/client_secrets``: ``expires_after.seconds`` (10
         to 7200; 600) and a ``session`` the sessions it opens start with."""
         try:
+            holder = self._holder(request, bearer_or_token(_headers(request)))
             asked = await _json_body(request)
             after = asked.get("expires_after") or {}
             if not isinstance(after, dict):
@@ -117,8 +123,7 @@ class TokenRoutes:
             ttl = _seconds(after.get("seconds"), "expires_after.seconds", 600, 10, 7200)
             fields = asked.get("session") or {}
             settings = self._session(fields)
-            offered = bearer_or_token(_headers(request))
-            token, expires_at = self._mint(request, offered, ttl, fields or None)
+            token, expires_at = self._mint(holder, ttl, fields or None)
         except UploadError as error:
             return file_answers.openai_error(error)
         session = settings.to_json(f"sess_{uuid.uuid4().hex[:24]}", self._realtime.model)
@@ -141,9 +146,9 @@ class TokenRoutes:
         except ProtocolError as error:
             raise UploadError(UploadCode.BAD_REQUEST, error.message, "session") from None
 
-    def _mint(
-        self, request: Request, offered: str | None, ttl_s: int, session: dict | None = None
-    ) -> tuple[str, int]:
+    def _holder(self, request: Request, offered: str | None) -> tuple[str, bytes]:
+        """The name and value of the key a token may be minted for (before any body is
+        read); UploadError for a page from an origin not allowed, or no key."""
         headers = _headers(request)
         if not self._access.origins.allows(headers.get("Origin"), headers.get("Host")):
             raise UploadError(
@@ -156,7 +161,12 @@ class TokenRoutes:
             raise UploadError(
                 UploadCode.UNAUTHORIZED, "an API key is required (a token cannot ask for another)"
             )
-        return access_tokens.mint(name, secret or b"", ttl_s, self._clock(), session)
+        return name, secret or b""
+
+    def _mint(
+        self, holder: tuple[str, bytes], ttl_s: int, session: dict | None = None
+    ) -> tuple[str, int]:
+        return access_tokens.mint(*holder, ttl_s, self._clock(), session)
 
 
 def _headers(request: Request) -> Headers:
@@ -164,8 +174,19 @@ def _headers(request: Request) -> Headers:
 
 
 async def _json_body(request: Request) -> Mapping[str, Any]:
-    """The request's JSON object, or {} for an empty body; UploadError otherwise."""
-    raw = await request.body()
+    """The request's JSON object, or {} for an empty body; UploadError otherwise, and
+    for a body over MAX_BODY_BYTES or not in within BODY_TIMEOUT_S."""
+    raw = bytearray()
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_S):
+            async for chunk in request.stream():
+                raw += chunk
+                if len(raw) > MAX_BODY_BYTES:
+                    raise UploadError(
+                        UploadCode.TOO_LARGE, f"a token request is at most {MAX_BODY_BYTES} bytes"
+                    )
+    except TimeoutError:
+        raise UploadError(UploadCode.IDLE_TIMEOUT, "the request's body came too slowly") from None
     if not raw.strip():
         return {}
     try:
