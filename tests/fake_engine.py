@@ -111,6 +111,7 @@ class FakeEngine:
         self.in_flight: list[FakeDecode] = []
         self.step_sizes: list[int] = []  # rows in each step, in order
         self.whole_windows: list[bool] = []  # whether each request started asked for one
+        self.contexts: list[tuple[int, ...]] = []  # each request's prompt, as it started
         # Set by every step: a test waits on it for "a decode is under way", not a sleep.
         self.stepped = threading.Event()
 
@@ -140,6 +141,7 @@ class FakeEngine:
             raise RuntimeError(f"the engine holds {self.max_rows} rows")
         time.sleep(self.encode_s * len(requests))
         self.whole_windows.extend(r.whole_window for r in requests)
+        self.contexts.extend(r.context for r in requests)
         decodes = [FakeDecode(r, unrepeated(hear(r.audio), r.no_repeat)) for r in requests]
         self.in_flight.extend(decodes)
         return decodes

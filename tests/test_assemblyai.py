@@ -144,3 +144,26 @@ def test_speaker_updates_revise_the_turns_of_their_finals_once_with_all_their_wo
     assert [w.word for w in sent.words(0)] == ["w10", "w20", "w21"]
     assert most_heard(sent.words(0)) == "S2" and most_heard(sent.words(1)) == "S3"
     assert most_heard([]) is None
+
+
+async def test_the_prompt_is_the_decoders_prompt(start, turns):  # noqa: F811
+    """AssemblyAI's ``prompt`` reaches the decoder as Whisper's prompt of every segment;
+    one over 1000 characters is refused at the handshake with 400."""
+    from fake_engine import FakeEngine
+
+    audio, _ = turns
+    engine = FakeEngine()
+    _, server = await start(engine, token=KEY)
+    prompt = "Okonkwo and Siobhan discuss the Kubernetes rollout"
+    events = await aai_session(server.port, audio, pace_s=0, prompt=prompt)
+    assert [e for e in events if type(e).__name__ == "TurnEvent" and e.end_of_turn]
+    said = engine.prompt_tokens(prompt)
+    assert engine.contexts and all(c[: len(said)] == said for c in engine.contexts)
+    try:
+        async with connect(
+            f"ws://127.0.0.1:{server.port}/v3/ws?sample_rate=16000&prompt={'a' * 1001}",
+            additional_headers={"Authorization": KEY},
+        ):
+            raise AssertionError("admitted")
+    except InvalidStatus as refused:
+        assert refused.response.status_code == 400

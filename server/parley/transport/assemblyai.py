@@ -109,6 +109,8 @@ class AssemblyAIDialect(KeyOffered):
         }
         if diarized and params.get("max_speakers"):  # without speaker_labels, it says nothing
             native["max_speakers"] = params["max_speakers"]
+        if params.get("prompt"):  # context for the decoder, as OpenAI's prompt is
+            native["prompt"] = params["prompt"]
         if not multilingual:
             native["language"] = "en"
         config = StreamConfig.from_query(native)
