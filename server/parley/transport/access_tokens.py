@@ -22,7 +22,7 @@ from typing import Any
 
 PREFIX = "pt_"  # an offered credential that starts so is a token, not a key
 PATTERN = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")  # for the logs
-MAX_TTL_S = 3600  # as Deepgram's grants: an hour at most
+MAX_TTL_S = 7200  # two hours at most, as OpenAI's client secrets
 DEFAULT_TTL_S = 60
 _CONTEXT = b"parley access token\x00"  # so a token's signature is of nothing else
 

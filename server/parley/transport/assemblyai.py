@@ -45,6 +45,7 @@ from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram import bare
 from parley.transport.dialect import KeyOffered, Opened, Setup, control_of, turn_detection
 from parley.transport.http import json_response, refusal_status
+from parley.transport.native import bearer_or_token
 from parley.transport.speaker_revision import RevisedTurns, most_heard
 from parley.transport.turn_state import FORCED, Turn, end_turn_now, turn_ends
 
@@ -82,10 +83,8 @@ class AssemblyAIDialect(KeyOffered):
     @staticmethod
     def offered_key(params: Mapping[str, str], headers: Headers) -> str | None:
         # AssemblyAI's SDKs send the key itself as Authorization; browsers a ?token=.
-        offered = headers.get("Authorization", "").strip()
-        scheme, _, rest = offered.partition(" ")
-        key = rest.strip() if scheme.lower() in ("bearer", "token") and rest else offered
-        return key or params.get("token")
+        offered = bearer_or_token(headers) or headers.get("Authorization", "").strip()
+        return offered or params.get("token")
 
     def subprotocol(self, offered: list[str]) -> str | None:
         return None

@@ -78,7 +78,9 @@ class TokenRoutes:
         try:
             holder = self._holder(request, bearer_or_token(_headers(request)))
             asked = await _json_body(request)
-            ttl = _seconds(asked.get("ttl_s"), "ttl_s", access_tokens.DEFAULT_TTL_S, 1, 7200)
+            ttl = _seconds(
+                asked.get("ttl_s"), "ttl_s", access_tokens.DEFAULT_TTL_S, 1, access_tokens.MAX_TTL_S
+            )
             token, expires_at = self._mint(holder, ttl)
         except UploadError as error:
             body = {"error": error.code.value, "message": error.message}
@@ -120,7 +122,9 @@ class TokenRoutes:
             after = asked.get("expires_after") or {}
             if not isinstance(after, dict):
                 raise UploadError(UploadCode.BAD_REQUEST, "expires_after must be an object")
-            ttl = _seconds(after.get("seconds"), "expires_after.seconds", 600, 10, 7200)
+            ttl = _seconds(
+                after.get("seconds"), "expires_after.seconds", 600, 10, access_tokens.MAX_TTL_S
+            )
             fields = asked.get("session") or {}
             settings = self._session(fields)
             token, expires_at = self._mint(holder, ttl, fields or None)
@@ -155,13 +159,14 @@ class TokenRoutes:
                 UploadCode.FORBIDDEN_ORIGIN, "pages from this origin may not ask for tokens"
             )
         keys = self._access.keys
-        name = keys.identify_key(offered) if keys.required else ANONYMOUS
-        secret = keys.secret_of(name) if name is not None else None
-        if name is None or (keys.required and secret is None):
+        if not keys.required:
+            return ANONYMOUS, b""
+        name = keys.identify_key(offered)
+        if name is None:
             raise UploadError(
                 UploadCode.UNAUTHORIZED, "an API key is required (a token cannot ask for another)"
             )
-        return name, secret or b""
+        return name, keys.secret_of(name) or b""
 
     def _mint(
         self, holder: tuple[str, bytes], ttl_s: int, session: dict | None = None
