@@ -334,6 +334,7 @@ LISTEN_KEYS = [
     "replace",
     "search",
     "numerals",
+    "profanity_filter",
     "extra",
     "callback",
 ]
@@ -347,6 +348,7 @@ OPENAI_KEYS = [
     "keyterms",
     "redact",
     "replace",
+    "profanity_filter",
     "known_speaker_names[]",
     "known_speaker_references[]",
 ]

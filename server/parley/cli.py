@@ -65,6 +65,7 @@ def _decoding_args(args: argparse.Namespace) -> dict:
         "numerals": args.numerals,
         "replace": check_replacements(args.replace),
         "filler_words": args.filler_words,
+        "profanity_filter": args.profanity_filter,
     }
 
 

@@ -47,6 +47,9 @@ def add_decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--numerals", action="store_true", help="number words as digits")
     parser.add_argument("--filler-words", action="store_true", help='write "um" and "uh"')
     parser.add_argument(
+        "--profanity-filter", action="store_true", help="profane words masked (f***)"
+    )
+    parser.add_argument(
         "--replace",
         action="append",
         default=[],

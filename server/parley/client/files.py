@@ -33,10 +33,10 @@ def transcribe_file(
     """POST ``path`` to ``base_url``/v1/audio/transcriptions (translations with
     ``task=translate``); the answer's body (JSON for ``json``: verbose_json with words).
     ``decoding``: ``parley stream``'s decoding options (keyterms, prompt, task, redact,
-    numerals, replace, filler_words), sent as the endpoint's fields; ``known_speakers``:
-    (name, clip) of voices to label by name, sent as OpenAI's known speakers (the clips as
-    data URLs). UnreadableRecording where the server could not decode it, RuntimeError
-    with the server's message on any other error answer."""
+    numerals, replace, filler_words, profanity_filter), sent as the endpoint's fields;
+    ``known_speakers``: (name, clip) of voices to label by name, sent as OpenAI's known
+    speakers (the clips as data URLs). UnreadableRecording where the server could not
+    decode it, RuntimeError with the server's message on any other error answer."""
     if fmt not in REMOTE_FORMATS:
         raise ValueError(f"--url formats are {', '.join(REMOTE_FORMATS)}")
     data: dict[str, str | list[str]] = {
@@ -53,7 +53,7 @@ def transcribe_file(
             data[name] = list(decoding[name])
     if decoding.get("prompt"):
         data["prompt"] = decoding["prompt"]
-    for name in ("numerals", "filler_words"):
+    for name in ("numerals", "filler_words", "profanity_filter"):
         if decoding.get(name):
             data[name] = "true"
     if known_speakers:

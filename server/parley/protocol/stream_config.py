@@ -48,6 +48,7 @@ class StreamConfig:
     numerals: bool = False  # number words written as digits
     replace: tuple[str, ...] = ()  # find:replacement, made in every result
     filler_words: bool = False  # "um" and "uh" written (a prompt that holds them)
+    profanity_filter: bool = False  # profane words masked in every result
     # What the client knows of its speakers (diarization only; as recordings take them).
     num_speakers: int | None = None
     min_speakers: int | None = None
@@ -137,6 +138,7 @@ class StreamConfig:
             "numerals",
             "replace",
             "filler_words",
+            "profanity_filter",
             *_SPEAKER_COUNTS,
         }
         unknown = sorted(set(params) - known)
@@ -197,6 +199,7 @@ class StreamConfig:
             numerals=bool_param(params, "numerals", cls.numerals),
             replace=replace,
             filler_words=bool_param(params, "filler_words", cls.filler_words),
+            profanity_filter=bool_param(params, "profanity_filter", cls.profanity_filter),
             **counts,
         )
         try:
@@ -270,6 +273,7 @@ _DECODING_DEFAULTS: dict[str, object] = {
     "numerals": False,
     "replace": [],
     "filler_words": False,
+    "profanity_filter": False,
 }
 # The query parameters that set the decoding (section 1), for wires that carry them
 # elsewhere (Twilio's <Parameter>s).

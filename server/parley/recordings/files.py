@@ -125,6 +125,7 @@ class FileRequest:
     numerals: bool = False
     replace: tuple[str, ...] = ()  # find:replacement, made in every result
     filler_words: bool = False  # "um" and "uh" written
+    profanity_filter: bool = False  # profane words masked
     known_speakers: tuple[KnownSpeaker, ...] = ()  # their voices labelled with their names
 
     @property
@@ -139,6 +140,7 @@ class FileRequest:
             numerals=self.numerals,
             replace=check_replacements(self.replace),
             filler_words=self.filler_words,
+            profanity_filter=self.profanity_filter,
         )
 
 

@@ -42,7 +42,7 @@ from parley.protocol.stream_config import bool_param
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
-from parley.transport.deepgram import bare
+from parley.transport.deepgram_query import bare
 from parley.transport.dialect import KeyOffered, Opened, Setup, control_of, turn_detection
 from parley.transport.http import json_response, refusal_status
 from parley.transport.native import bearer_or_token
@@ -110,6 +110,8 @@ class AssemblyAIDialect(KeyOffered):
             native["max_speakers"] = params["max_speakers"]
         if params.get("prompt"):  # context for the decoder, as OpenAI's prompt is
             native["prompt"] = params["prompt"]
+        if bool_param(params, "filter_profanity", False):  # masked in partials and finals
+            native["profanity_filter"] = "true"
         if not multilingual:
             native["language"] = "en"
         config = StreamConfig.from_query(native)

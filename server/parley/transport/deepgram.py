@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import string
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -18,7 +17,6 @@ from datetime import UTC, datetime
 from websockets.datastructures import Headers
 
 from parley import __version__
-from parley.core.redaction import REDACTED
 from parley.core.search import SearchWord
 from parley.core.vad import VadConfig
 from parley.protocol.messages import (
@@ -42,6 +40,7 @@ from parley.transport.deepgram_channels import Channels
 from parley.transport.deepgram_handshake import DeepgramHandshake
 from parley.transport.deepgram_query import (
     ListenOptions,
+    bare,
     endpointing_vad,
     listen_config,
     search_results,
@@ -91,13 +90,6 @@ def _search_words(start: float, end: float, text: str, words: list[Word]) -> lis
 def _error_message(error: Error) -> dict:
     variant = "SchemaError" if error.code is ErrorCode.BAD_MESSAGE else error.code.value
     return {"type": "Error", "variant": variant, "description": error.message}
-
-
-def bare(word: str) -> str:
-    """Deepgram's ``word``: lower case, without the punctuation around it."""
-    if word.startswith(REDACTED):
-        return REDACTED
-    return word.strip().strip(string.punctuation + "“”‘’¿¡…").lower()
 
 
 # The Reply a translator queues when utterance_end_ms of quiet has passed after a

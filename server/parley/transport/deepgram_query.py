@@ -3,9 +3,11 @@ for the live wire and the pre-recorded endpoint alike."""
 
 from __future__ import annotations
 
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from parley.core.redaction import REDACTED
 from parley.core.search import SearchWord, check_searches, search
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig
@@ -111,6 +113,18 @@ def whole_param(params: Mapping[str, str], name: str) -> int | None:
         raise ProtocolError(ErrorCode.BAD_CONFIG, f"{name} must be an integer") from None
 
 
+# The punctuation around a word, less "*": a masked word's asterisks are its letters (s***).
+_AROUND = (string.punctuation + "“”‘’¿¡…").replace("*", "")
+
+
+def bare(word: str) -> str:
+    """Deepgram's ``word`` (live and pre-recorded): lower case, without the punctuation
+    around it."""
+    if word.startswith(REDACTED):
+        return REDACTED
+    return word.strip().strip(_AROUND).lower()
+
+
 # Deepgram's redact values → Parley's categories (protocol.md section 9).
 REDACT = {
     "pci": ("pci",),
@@ -129,19 +143,22 @@ REDACT = {
 class ListenVocabulary:
     """``keyterm`` and ``keywords`` (``word:boost``, the boost not used) as keyterms,
     ``redact`` (repeatable) as categories, ``numerals``, ``replace`` (repeatable,
-    ``find:replacement``) and ``filler_words``: live and pre-recorded."""
+    ``find:replacement``), ``filler_words`` and ``profanity_filter``: live and
+    pre-recorded."""
 
     keyterms: tuple[str, ...] = ()
     redact: tuple[str, ...] = ()
     numerals: bool = False
     replace: tuple[str, ...] = ()
     filler_words: bool = False
+    profanity_filter: bool = False
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> ListenVocabulary:
         """What Deepgram's query asks of the words: keyterms (its repeatable
         ``keyterm``, and ``keywords`` without their boosts), ``redact`` categories,
-        ``numerals``, ``replace`` and ``filler_words``; ProtocolError for a ``redact``
+        ``numerals``, ``replace``, ``filler_words`` and ``profanity_filter``;
+        ProtocolError for a ``redact``
         it cannot take."""
         terms = every(params, "keyterm") + [
             k.rsplit(":", 1)[0] if ":" in k else k for k in every(params, "keywords")
@@ -161,6 +178,7 @@ class ListenVocabulary:
             bool_param(params, "numerals"),
             tuple(every(params, "replace")),
             bool_param(params, "filler_words"),
+            bool_param(params, "profanity_filter"),
         )
 
     def query(self) -> dict[str, str]:
@@ -174,7 +192,7 @@ class ListenVocabulary:
             "redact": ",".join(self.redact),
             "replace": ",".join(self.replace),
         }
-        for name in ("numerals", "filler_words"):
+        for name in ("numerals", "filler_words", "profanity_filter"):
             if getattr(self, name):
                 native[name] = "true"
         return native

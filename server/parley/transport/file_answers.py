@@ -12,7 +12,6 @@ import datetime as dt
 import hashlib
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -30,10 +29,8 @@ from parley.transport.deepgram_groups import (
     speaker_number,
     utterance_words,
 )
-from parley.transport.deepgram_query import search_results
+from parley.transport.deepgram_query import bare, search_results
 from parley.transport.upload_errors import UploadError
-
-_PUNCTUATION = re.compile(r"[^\w'’-]+")
 
 
 def transcript_of(result: FileTranscript) -> Transcript:
@@ -138,10 +135,6 @@ def openai_stream_end(result: FileTranscript, diarized: bool) -> list[dict]:
 # ------------------------------------------------------------------ Deepgram
 
 
-def _bare(word: str) -> str:
-    return _PUNCTUATION.sub("", word).lower() or word.lower()
-
-
 def deepgram_response(
     channels: Sequence[FileTranscript],
     request_id: str,
@@ -163,7 +156,7 @@ def deepgram_response(
     its words; ``extra``: pairs told back in the metadata."""
 
     def word(w) -> dict:
-        entry = {"word": _bare(w.word), "start": w.start, "end": w.end, "confidence": w.probability}
+        entry = {"word": bare(w.word), "start": w.start, "end": w.end, "confidence": w.probability}
         if punctuate:
             entry["punctuated_word"] = w.word
         if diarize:
@@ -172,7 +165,7 @@ def deepgram_response(
         return entry
 
     def text(final: Final) -> str:
-        return final.text if punctuate else " ".join(_bare(w.word) for w in final.words)
+        return final.text if punctuate else " ".join(bare(w.word) for w in final.words)
 
     def channel_of(finals: list[Final]) -> dict:
         words = [word(w) for f in finals for w in f.words]
@@ -232,7 +225,7 @@ def deepgram_response(
                 "end": run[-1].end,
                 "channel": index,
                 "confidence": round(sum(w.probability for w in run) / len(run), 3),
-                "transcript": " ".join(w.word if punctuate else _bare(w.word) for w in run),
+                "transcript": " ".join(w.word if punctuate else bare(w.word) for w in run),
                 "words": [word(w) for w in run],
                 **({"speaker": speaker_number(run[0].speaker) or 0} if diarize else {}),
             }

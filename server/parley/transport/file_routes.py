@@ -133,6 +133,7 @@ class FileRoutes:
                     numerals=_flag(form.get("numerals")),
                     replace=_listed(form, "replace"),
                     filler_words=_flag(form.get("filler_words")),
+                    profanity_filter=_flag(form.get("profanity_filter")),
                     known_speakers=known,
                 )
                 if _flag(form.get("stream")):
@@ -241,6 +242,7 @@ class FileRoutes:
                 numerals=vocabulary.numerals,
                 replace=vocabulary.replace,
                 filler_words=vocabulary.filler_words,
+                profanity_filter=vocabulary.profanity_filter,
             )
             channels = await self._door.transcribe_channels(
                 path, job, key, apart=multichannel, raw=raw

@@ -1,7 +1,7 @@
 """A stream's decoding settings at work: what each request asks of the engine (language,
 task, the caller's words as prompt and keyterm bias), and how each result becomes a
 message (its language, confidence, warnings; keyterms respelled, the caller's
-replacements, redaction and numerals).
+replacements, redaction, numerals and profanity masked).
 
 One ``StreamDecoding`` per session, rebuilt when the session is reconfigured; the
 engine's tokenizer runs once here, not per segment.
@@ -17,6 +17,7 @@ import numpy as np
 from parley.core.asr import AsrRequest, Transcriber, Transcription, Vocabulary
 from parley.core.keyterms import respellings
 from parley.core.number_chain import NumberChain
+from parley.core.profanity import mask_text, mask_words
 from parley.core.redaction import NO_CARRY, Carry, rewrite, rewrite_text
 from parley.core.replacements import Replacement, replace_text, replace_words, replacements
 from parley.core.words import end_punctuation
@@ -72,8 +73,9 @@ class StreamDecoding:
 
     @property
     def rewrites(self) -> bool:
-        """Whether results are rewritten before they leave (redaction, numerals)."""
-        return bool(self.config.redact) or self.config.numerals
+        """Whether results are rewritten before they leave (redaction, numerals, profanity)."""
+        config = self.config
+        return bool(config.redact) or config.numerals or config.profanity_filter
 
     def respelled(self, words: list[Word], heard: Collection[tuple[str, str]] = ()) -> list[Word]:
         """Runs spelled like a keyterm, or that the model heard as one (``heard``: the
@@ -98,23 +100,25 @@ class StreamDecoding:
 
     def final(self, final: Final, carry: Carry = NO_CARRY, open_end: bool = False) -> Final:
         """The final as it leaves: redacted runs made one ``[redacted]`` word, numerals as
-        digits; ``carry`` and ``open_end`` as ``core.redaction.rewrite`` takes them (a
-        number read on across finals)."""
+        digits, profanity masked; ``carry`` and ``open_end`` as
+        ``core.redaction.rewrite`` takes them (a number read on across finals)."""
         if not self.rewrites:
             return final
         config = self.config
         if not final.words:
             text = rewrite_text(final.text, config.redaction, config.numerals, carry)
-            return replace(final, text=text)
+            return replace(final, text=mask_text(text) if config.profanity_filter else text)
         words = rewrite(
             final.words,
-            lambda w: w.word,
+            _word_text,
             _joined,
             config.redaction,
             config.numerals,
             open_end,
             carry,
         )
+        if config.profanity_filter:
+            words = mask_words(words, _word_text, lambda w, text: replace(w, word=text))
         return replace(final, words=words, text=" ".join(w.word for w in words))
 
     def finals(self, finals: list[Final]) -> list[Final]:
@@ -136,7 +140,9 @@ class StreamDecoding:
         text = replace_text(text, self.replacements)
         if not self.rewrites:
             return text
-        return rewrite_text(text, self.config.redaction, self.config.numerals, carry)
+        config = self.config
+        text = rewrite_text(text, config.redaction, config.numerals, carry)
+        return mask_text(text) if config.profanity_filter else text
 
     @staticmethod
     def language_fields(result: Transcription) -> dict:
