@@ -21,6 +21,9 @@ FOLLOW_PATH = re.compile(r"^/v1/sessions/([0-9a-f]{32})/events$")
 TRANSCRIPTIONS_PATH = "/v1/audio/transcriptions"  # OpenAI's file API
 TRANSLATIONS_PATH = "/v1/audio/translations"  # OpenAI's, into English
 PREDICT_PATH = "/predict"  # the reference handler's
+# AssemblyAI's pre-recorded API: an upload, then a transcript job polled by its id
+UPLOAD_PATH = "/v2/upload"
+TRANSCRIPT_PATH = "/v2/transcript"  # POST; GET or DELETE /v2/transcript/{id}, …/{id}/srt|vtt
 # OpenAI's model listing (HTTP GET; /v1/models/{model}: one model)
 MODELS_PATH = "/v1/models"
 

@@ -194,6 +194,12 @@ class FileJobs:
         """Whether a job could start now."""
         return not self._draining and len(self._running) < self.limits.max_jobs
 
+    async def next_end(self) -> None:
+        """Wait until one of the running jobs ends (at once when none runs): a queued
+        job's next chance at a slot."""
+        if self._running:
+            await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
+
     @contextlib.contextmanager
     def slot(self):
         """Hold one job slot for the current task (Busy, or Draining, if none)."""

@@ -140,7 +140,7 @@ class AssemblyAIDialect(KeyOffered):
         return AssemblyAITranslator(opened, streams.single(opened.setup.config, opened.setup.vad))
 
 
-def _speaker(label: str | None) -> str | None:
+def speaker_letter(label: str | None) -> str | None:
     """Parley's S1, S2… as AssemblyAI's A, B…"""
     if label is None or not label[1:].isdigit():
         return None
@@ -214,7 +214,7 @@ class AssemblyAITranslator:
             revisions.append(
                 {
                     "turn_order": turn,
-                    "speaker_label": _speaker(most_heard(words)) or "UNKNOWN",
+                    "speaker_label": speaker_letter(most_heard(words)) or "UNKNOWN",
                     "words": [self._word(w) for w in words],
                 }
             )
@@ -296,7 +296,7 @@ class AssemblyAITranslator:
         if turn.languages:
             out["language_code"] = turn.languages.most_common(1)[0][0]
         if self._opened.setup.config.diarization:  # the turn's most heard voice
-            out["speaker_label"] = _speaker(most_heard(turn.words)) or "UNKNOWN"
+            out["speaker_label"] = speaker_letter(most_heard(turn.words)) or "UNKNOWN"
         return out
 
     @staticmethod
@@ -309,5 +309,5 @@ class AssemblyAITranslator:
             "word_is_final": True,
         }
         if word.speaker is not None:
-            out["speaker"] = _speaker(word.speaker)
+            out["speaker"] = speaker_letter(word.speaker)
         return out

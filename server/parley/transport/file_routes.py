@@ -3,7 +3,8 @@
 - ``POST /v1/audio/transcriptions``: OpenAI's file API (multipart);
 - ``POST /v1/listen``: Deepgram's pre-recorded API (the audio as the body; with
   ``callback``, the answer is ``{"request_id"}`` and the result is POSTed there);
-- ``POST /predict``: the reference handler's (multipart ``file`` + ``parameters`` JSON).
+- ``POST /predict``: the reference handler's (multipart ``file`` + ``parameters`` JSON);
+- AssemblyAI's uploads and transcript jobs (``assemblyai_files``).
 
 Each answers errors in its own API's shape (protocol.md §"Recordings").
 """
@@ -28,6 +29,7 @@ from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import FileRequest
 from parley.runtime.webhooks import WebhookSender
 from parley.transport import file_answers
+from parley.transport.assemblyai_files import AssemblyFileRoutes
 from parley.transport.deepgram_query import (
     TRUE,
     ListenVocabulary,
@@ -74,12 +76,13 @@ class FileRoutes:
         self._callbacks: set[asyncio.Task] = set()
 
     def routes(self) -> list[Route]:
-        """OpenAI's, Deepgram's and the reference handler's file routes."""
+        """OpenAI's, Deepgram's, the reference handler's and AssemblyAI's file routes."""
         return [
             Route(TRANSCRIPTIONS_PATH, self.openai, methods=["POST"]),
             Route(TRANSLATIONS_PATH, self.openai_translation, methods=["POST"]),
             Route(LISTEN_PATH, self.deepgram, methods=["POST"]),
             Route(PREDICT_PATH, self.predict, methods=["POST"]),
+            *AssemblyFileRoutes(self._door, self._webhooks).routes(),
         ]
 
     def _language(self, requested: str | None) -> str | None:

@@ -11,7 +11,6 @@ the token, so that the sessions it opens start with it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import uuid
@@ -37,6 +36,7 @@ from parley.transport import access_tokens, file_answers
 from parley.transport.admission import Access
 from parley.transport.assemblyai import AssemblyAIDialect
 from parley.transport.dialect import ANONYMOUS
+from parley.transport.json_body import json_object
 from parley.transport.native import bearer_or_token
 from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
 from parley.transport.upload_errors import UploadCode, UploadError
@@ -179,32 +179,7 @@ def _headers(request: Request) -> Headers:
 
 
 async def _json_body(request: Request) -> Mapping[str, Any]:
-    """The request's JSON object, or {} for an empty body; UploadError otherwise, and
-    for a body over MAX_BODY_BYTES or not in within BODY_TIMEOUT_S."""
-    raw = bytearray()
-    try:
-        async with asyncio.timeout(BODY_TIMEOUT_S):
-            async for chunk in request.stream():
-                raw += chunk
-                if len(raw) > MAX_BODY_BYTES:
-                    raise UploadError(
-                        UploadCode.TOO_LARGE, f"a token request is at most {MAX_BODY_BYTES} bytes"
-                    )
-    except TimeoutError:
-        raise UploadError(UploadCode.IDLE_TIMEOUT, "the request's body came too slowly") from None
-    if not raw.strip():
-        return {}
-    try:
-        asked = json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError):
-        raise UploadError(UploadCode.BAD_REQUEST, "the body must be a JSON object") from None
-    if not isinstance(asked, dict):
-        raise UploadError(UploadCode.BAD_REQUEST, "the body must be a JSON object")
-    return asked
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
+    return await json_object(request, MAX_BODY_BYTES, BODY_TIMEOUT_S, "a token request")
 
 
 def _number(raw: str) -> float:

@@ -13,6 +13,7 @@ class UploadCode(str, Enum):
     UNAUTHORIZED = "unauthorized"  # 401
     FORBIDDEN_ORIGIN = "forbidden_origin"  # 403
     MODEL_NOT_FOUND = "model_not_found"  # 404: GET /v1/models/{model} of another model
+    NOT_FOUND = "not_found"  # 404: a transcript id (AssemblyAI's) that this key has not
     BAD_REQUEST = "bad_request"  # 400: a missing or malformed field
     BAD_AUDIO = "bad_audio"  # 400: undecodable or empty audio
     IDLE_TIMEOUT = "idle_timeout"  # 408: the body stopped arriving
@@ -31,6 +32,7 @@ STATUS = {
     UploadCode.UNAUTHORIZED: 401,
     UploadCode.FORBIDDEN_ORIGIN: 403,
     UploadCode.MODEL_NOT_FOUND: 404,
+    UploadCode.NOT_FOUND: 404,
     UploadCode.BAD_REQUEST: 400,
     UploadCode.BAD_AUDIO: 400,
     UploadCode.IDLE_TIMEOUT: 408,

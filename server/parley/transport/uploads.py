@@ -57,14 +57,16 @@ class FileDoor:
     def __post_init__(self) -> None:
         self._per_key: Counter[str] = Counter()
 
-    def authorize(self, request: Request) -> str:
-        """The key's name (ANONYMOUS without keys); UploadError when it may not send."""
+    def authorize(self, request: Request, offered: str | None = None) -> str:
+        """The key's name (ANONYMOUS without keys); UploadError when it may not send.
+        ``offered``: the key as the surface's own clients send it (else a bearer token,
+        ``Token KEY`` or ``?token=``)."""
         headers = Headers(request.headers.items())
         if not self.access.origins.allows(headers.get("Origin"), headers.get("Host")):
             raise UploadError(
                 UploadCode.FORBIDDEN_ORIGIN, "pages from this origin may not send to this server"
             )
-        offered = bearer_or_token(headers) or request.query_params.get("token")
+        offered = offered or bearer_or_token(headers) or request.query_params.get("token")
         key = by_key(self.access.keys, offered)
         if key is None:
             raise UploadError(UploadCode.UNAUTHORIZED, "a valid API key is required")
@@ -98,6 +100,12 @@ class FileDoor:
         if not self.jobs.has_room():
             raise self._busy(self.jobs.retry_after_s())
         self._check_key(key)
+
+    def could_start(self, key: str) -> bool:
+        """Whether a job of ``key`` would start now (a queued job's turn)."""
+        per_key = self.max_jobs_per_key
+        under = per_key is None or key == ANONYMOUS or self._per_key[key] < per_key
+        return self.jobs.has_room() and under
 
     def _check_key(self, key: str) -> None:
         per_key = self.max_jobs_per_key
@@ -145,7 +153,7 @@ class FileDoor:
         one after the other in the one job; ``raw``: what a headerless body is."""
         outcome = "done"
         try:
-            self._check_request(request)
+            self.check_request(request)
             self._check_key(key)  # the slot below checks the room and the drain
             try:
                 with self.jobs.slot():
@@ -181,7 +189,8 @@ class FileDoor:
         finally:
             self.metrics.file_jobs.labels(outcome).inc()
 
-    def _check_request(self, request: FileRequest) -> None:
+    def check_request(self, request: FileRequest) -> None:
+        """UploadError for what the model or the server cannot do of ``request``."""
         try:
             self.check_decoding(request.config.decoding)
         except ValueError as exc:

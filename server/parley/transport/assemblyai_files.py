@@ -1,0 +1,155 @@
+"""AssemblyAI's pre-recorded API (protocol.md section 16), thin over ``FileDoor``: what
+``assemblyai``'s ``Transcriber`` calls.
+
+- ``POST /v2/upload``: the body is the recording; answered ``{"upload_url"}``;
+- ``POST /v2/transcript``: a JSON request naming that upload; answered at once with the
+  transcript object (``queued``), while its job waits for a slot as a recording's would
+  be refused for one, then runs in the background;
+- ``GET /v2/transcript/{id}``: the object, ``completed`` with its words (or ``error``);
+  ``…/{id}/srt`` and ``…/{id}/vtt`` its subtitles; ``DELETE`` forgets it.
+
+The key is offered as AssemblyAI's SDKs send it (the key itself as ``Authorization``)
+or as on the other routes. Errors are AssemblyAI's ``{"error": message}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from parley.protocol.paths import TRANSCRIPT_PATH, UPLOAD_PATH
+from parley.runtime.webhooks import WebhookSender
+from parley.transport.assemblyai_jobs import AssemblyJobs, Status, TranscriptJob, job_json
+from parley.transport.assemblyai_shapes import TranscriptAsk, completed
+from parley.transport.file_answers import rendered
+from parley.transport.json_body import json_object
+from parley.transport.upload_errors import UploadCode, UploadError
+from parley.transport.uploads import FileDoor
+
+log = logging.getLogger(__name__)
+MAX_REQUEST_BYTES = 65536  # a transcript request: its keyterms, spellings and prompt
+REQUEST_TIMEOUT_S = 10.0  # for that request to arrive whole
+SUBTITLES = {"srt": "application/x-subrip", "vtt": "text/vtt"}
+
+
+def _error(error: UploadError) -> Response:
+    return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers())
+
+
+class AssemblyFileRoutes:
+    """AssemblyAI's uploads and transcript jobs, on one server's recording door."""
+
+    def __init__(self, door: FileDoor, webhooks: WebhookSender | None = None):
+        self._door = door
+        self._webhooks = webhooks
+        receiver = door.receiver
+        # the uploads held may take the disk that uploads arriving at once may take
+        self._jobs = AssemblyJobs(receiver.max_receiving * receiver.max_bytes)
+        self._running: set[asyncio.Task] = set()
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(UPLOAD_PATH, self.upload, methods=["POST"]),
+            Route(TRANSCRIPT_PATH, self.create, methods=["POST"]),
+            Route(TRANSCRIPT_PATH + "/{transcript_id}", self.transcript, methods=["GET", "DELETE"]),
+            Route(TRANSCRIPT_PATH + "/{transcript_id}/{fmt}", self.subtitles, methods=["GET"]),
+        ]
+
+    def _key(self, request: Request) -> str:
+        # AssemblyAI's SDKs send the key itself as Authorization; a bearer token also goes
+        offered = request.headers.get("Authorization", "").strip()
+        return self._door.authorize(request, None if " " in offered else offered or None)
+
+    async def upload(self, request: Request) -> Response:
+        """The body, held for a transcript: ``{"upload_url"}``."""
+        try:
+            key = self._key(request)
+            if self._door.jobs.draining:
+                raise UploadError(UploadCode.SHUTTING_DOWN, "the server is shutting down")
+            self._jobs.check_room()  # before the body is read
+            async with self._door.receiver.body(request) as path:
+                upload_id = self._jobs.hold(key, path)
+        except UploadError as error:
+            return _error(error)
+        base = str(request.base_url).rstrip("/")
+        return JSONResponse({"upload_url": f"{base}{UPLOAD_PATH}/{upload_id}"})
+
+    async def create(self, request: Request) -> Response:
+        """A transcript job on a held upload; the transcript object, ``queued``."""
+        try:
+            key = self._key(request)
+            body = await json_object(
+                request, MAX_REQUEST_BYTES, REQUEST_TIMEOUT_S, "a transcript request"
+            )
+            ask = TranscriptAsk.of(body)
+            if ask.webhook_url is not None and not (
+                self._webhooks is not None and self._webhooks.allows(ask.webhook_url)
+            ):
+                raise UploadError(
+                    UploadCode.BAD_REQUEST,
+                    "this server sends no webhook to that URL (see webhooks.allowed_targets)",
+                    "webhook_url",
+                )
+            self._door.check_request(ask.job)
+            if self._door.jobs.draining:
+                raise UploadError(UploadCode.SHUTTING_DOWN, "the server is shutting down")
+            job = self._jobs.add(key, ask)
+        except UploadError as error:
+            return _error(error)
+        job.task = asyncio.ensure_future(self._run(job))
+        self._running.add(job.task)
+        job.task.add_done_callback(self._running.discard)
+        return JSONResponse(job_json(job))
+
+    async def _run(self, job: TranscriptJob) -> None:
+        """Wait for a slot (queued), transcribe (processing), then keep the outcome and
+        tell the webhook."""
+        door, result, error = self._door, None, None
+        try:
+            while not door.jobs.draining and not door.could_start(job.key):
+                await door.jobs.next_end()
+            job.status = Status.PROCESSING
+            result = await door.transcribe(job.upload.path, job.ask.job, job.key)
+        except UploadError as refused:
+            error = refused.message
+        except Exception:
+            log.exception("an AssemblyAI transcript job failed")
+            error = "the recording could not be transcribed"
+        finally:
+            self._jobs.finish(job, result, error)
+        if job.ask.webhook_url is not None and self._webhooks is not None:
+            body = json.dumps({"transcript_id": job.id, "status": job.status})
+            self._webhooks.send(job.ask.webhook_url, f"msg_{job.id}", body)
+
+    async def transcript(self, request: Request) -> Response:
+        """GET: the transcript object; DELETE: forget a finished one."""
+        transcript_id = request.path_params["transcript_id"]
+        try:
+            key = self._key(request)
+            if request.method == "DELETE":
+                job = self._jobs.delete(key, transcript_id)
+                return JSONResponse(job_json(job))
+            job = self._jobs.get(key, transcript_id)
+        except UploadError as error:
+            return _error(error)
+        done = completed(job.result, job.ask) if job.result is not None else None
+        return JSONResponse(job_json(job, done))
+
+    async def subtitles(self, request: Request) -> Response:
+        """A completed transcript as SubRip or WebVTT."""
+        fmt = request.path_params["fmt"]
+        try:
+            key = self._key(request)
+            job = self._jobs.get(key, request.path_params["transcript_id"])
+            if fmt not in SUBTITLES:
+                raise UploadError(UploadCode.NOT_FOUND, f"{fmt} not found; srt and vtt are")
+            if job.result is None:
+                raise UploadError(UploadCode.BAD_REQUEST, "the transcript is not completed")
+        except UploadError as error:
+            return _error(error)
+        return PlainTextResponse(rendered(job.result, fmt), media_type=SUBTITLES[fmt])

@@ -1,0 +1,231 @@
+"""AssemblyAI's pre-recorded API in its own shapes (protocol.md section 16): what a
+``POST /v2/transcript`` body asks, as a ``FileRequest``, and a finished recording as
+AssemblyAI's transcript object (pure).
+
+AssemblyAI's words are timed in whole milliseconds, its speakers are letters (A, B, …)
+and its utterances are a speaker's uninterrupted run of words. ``punctuate`` and
+``format_text`` default to true, as AssemblyAI's do; either false gives the bare words
+(lower case, no punctuation). AssemblyAI transcribes English unless asked for another
+``language_code`` or for ``language_detection``, and so does this.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any
+
+from parley.core.keyterms import check_keyterms
+from parley.core.replacements import check_replacements
+from parley.core.speaker_count import SpeakerCount
+from parley.protocol.messages import Word
+from parley.recordings.file_results import FileTranscript
+from parley.recordings.files import FileRequest
+from parley.transport.assemblyai import speaker_letter
+from parley.transport.deepgram_query import bare
+from parley.transport.upload_errors import UploadCode, UploadError
+
+# AssemblyAI's PII policies that name what Parley redacts (core/redaction.py)
+PII_POLICIES = {
+    "credit_card_number": "pci",
+    "credit_card_cvv": "pci",
+    "credit_card_expiration": "pci",
+    "us_social_security_number": "ssn",
+    "phone_number": "phone",
+}
+_UPLOAD_ID = re.compile(r"/v2/upload/([0-9a-f]{32})$")
+_LANGUAGE = re.compile(r"^([a-z]{2,3})(_[a-z]{2,3})?$")
+# The asked fields every answer repeats, as AssemblyAI's transcript object does.
+ECHOED = (
+    "audio_url",
+    "language_code",
+    "language_detection",
+    "punctuate",
+    "format_text",
+    "speaker_labels",
+    "speakers_expected",
+    "keyterms_prompt",
+    "prompt",
+    "filter_profanity",
+    "redact_pii",
+    "redact_pii_policies",
+    "disfluencies",
+    "webhook_url",
+)
+
+
+def _bad(message: str, param: str | None = None) -> UploadError:
+    return UploadError(UploadCode.BAD_REQUEST, message, param)
+
+
+def _flag(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise _bad(f"{name} must be true or false", name)
+    return value
+
+
+def _strings(body: Mapping[str, Any], name: str) -> list[str]:
+    value = body.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _bad(f"{name} must be a list of strings", name)
+    return value
+
+
+def _whole(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise _bad(f"{name} must be a whole number from 1 to 64", name)
+    return value
+
+
+@dataclass(frozen=True)
+class TranscriptAsk:
+    """A transcript request: which upload, what of it, and how the answer is written."""
+
+    upload_id: str
+    job: FileRequest
+    plain: bool  # bare words: punctuate or format_text false
+    webhook_url: str | None
+    echo: dict[str, Any]
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> TranscriptAsk:
+        """The request ``body`` asks for; UploadError (400) for what it cannot be."""
+        audio_url = body.get("audio_url")
+        found = _UPLOAD_ID.search(audio_url) if isinstance(audio_url, str) else None
+        if found is None:
+            raise _bad(
+                "audio_url must be an upload_url this server gave (POST /v2/upload): "
+                "Parley fetches no audio from URLs",
+                "audio_url",
+            )
+        if _flag(body, "multichannel") or _flag(body, "dual_channel"):
+            raise _bad(
+                "multichannel is not served here (Deepgram's /v1/listen takes it)", "multichannel"
+            )
+        options = body.get("speaker_options") or {}
+        if not isinstance(options, Mapping):
+            raise _bad("speaker_options must be an object", "speaker_options")
+        policies = _strings(body, "redact_pii_policies")
+        redact = _flag(body, "redact_pii")
+        unknown = sorted(set(policies) - set(PII_POLICIES))
+        if redact and unknown:
+            raise _bad(
+                f"redact_pii_policies here are {', '.join(PII_POLICIES)}; not {', '.join(unknown)}",
+                "redact_pii_policies",
+            )
+        spellings = body.get("custom_spelling") or []
+        if not isinstance(spellings, list) or not all(
+            isinstance(s, Mapping)
+            and isinstance(s.get("to"), str)
+            and isinstance(s.get("from"), list)
+            and all(isinstance(f, str) for f in s["from"])
+            for s in spellings
+        ):
+            raise _bad(
+                "custom_spelling is a list of {from: [strings], to: string}", "custom_spelling"
+            )
+        prompt = body.get("prompt") or ""
+        if not isinstance(prompt, str):
+            raise _bad("prompt must be a string", "prompt")
+        try:
+            job = FileRequest(
+                language=_language(body),
+                diarize=_flag(body, "speaker_labels"),
+                speakers=SpeakerCount(
+                    _whole(body.get("speakers_expected"), "speakers_expected"),
+                    _whole(options.get("min_speakers_expected"), "min_speakers_expected") or 1,
+                    _whole(options.get("max_speakers_expected"), "max_speakers_expected"),
+                ),
+                prompt=prompt,
+                keyterms=check_keyterms(
+                    _strings(body, "keyterms_prompt") + _strings(body, "word_boost")
+                ),
+                redact=tuple(
+                    sorted({PII_POLICIES[p] for p in policies or PII_POLICIES}) if redact else ()
+                ),
+                replace=check_replacements(
+                    f"{find}:{s['to']}" for s in spellings for find in s["from"]
+                ),
+                filler_words=_flag(body, "disfluencies"),
+                profanity_filter=_flag(body, "filter_profanity"),
+            )
+            _ = job.config  # every bound checked now, not when the job starts
+        except ValueError as exc:
+            raise _bad(str(exc)) from None
+        webhook_url = body.get("webhook_url")
+        if webhook_url is not None and not isinstance(webhook_url, str):
+            raise _bad("webhook_url must be a string", "webhook_url")
+        plain = not (_flag(body, "punctuate", True) and _flag(body, "format_text", True))
+        echo = {name: body.get(name) for name in ECHOED}
+        echo["language_code"] = body.get("language_code") or (job.language and "en_us")
+        return cls(found.group(1), job, plain, webhook_url, echo)
+
+
+def _language(body: Mapping[str, Any]) -> str | None:
+    """The spoken language: ``language_code``'s base (en_us → en), none with
+    ``language_detection``, else English."""
+    if _flag(body, "language_detection"):
+        return None
+    code = body.get("language_code") or "en"
+    matched = _LANGUAGE.match(code.lower()) if isinstance(code, str) else None
+    if matched is None:
+        raise _bad(f"language_code {code!r} is not a language code (en_us, es, …)", "language_code")
+    return matched.group(1)
+
+
+def completed(result: FileTranscript, ask: TranscriptAsk) -> dict[str, Any]:
+    """A finished recording's fields of the transcript object."""
+    words = [_word(w, ask.plain) for w in result.words]
+    detected = [f.language_probability for f in result.finals if f.language_probability]
+    return {
+        "text": (" ".join(w["text"] for w in words) if ask.plain else result.text),
+        "words": words,
+        "utterances": _utterances(result.words, ask.plain) if ask.job.diarize else None,
+        "confidence": round(fmean(w["confidence"] for w in words), 3) if words else None,
+        "audio_duration": round(result.duration),
+        "language_code": result.language if ask.job.language is None else ask.echo["language_code"],
+        "language_confidence": round(fmean(detected), 3) if detected else None,
+    }
+
+
+def _word(word: Word, plain: bool) -> dict[str, Any]:
+    return {
+        "text": bare(word.word) if plain else word.word.strip(),
+        "start": round(word.start * 1000),
+        "end": round(word.end * 1000),
+        "confidence": round(word.probability, 3),
+        "speaker": speaker_letter(word.speaker),
+    }
+
+
+def _utterances(words: Sequence[Word], plain: bool) -> list[dict[str, Any]]:
+    """Each speaker's uninterrupted runs of words."""
+    runs: list[list[Word]] = []
+    for word in words:
+        if runs and runs[-1][-1].speaker == word.speaker:
+            runs[-1].append(word)
+        else:
+            runs.append([word])
+    out = []
+    for run in runs:
+        shaped = [_word(w, plain) for w in run]
+        out.append(
+            {
+                "speaker": shaped[0]["speaker"],
+                "text": " ".join(w["text"] for w in shaped),
+                "start": shaped[0]["start"],
+                "end": shaped[-1]["end"],
+                "confidence": round(fmean(w["confidence"] for w in shaped), 3),
+                "words": shaped,
+            }
+        )
+    return out

@@ -1,0 +1,256 @@
+"""AssemblyAI's pre-recorded API (protocol.md section 16): ``assemblyai``'s own
+``Transcriber`` uploads, asks and polls against the server on loopback; the fake engine
+decodes, so a transcript must be exactly what it heard. Its request and answer shapes,
+the job bounds and the errors are checked directly."""
+
+import asyncio
+import wave
+
+import assemblyai as aai
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import pcm16
+from parley.core.speaker_count import SpeakerCount
+from parley.protocol.messages import Final, FinalReason, Word
+from parley.recordings.file_results import DecodeReport, FileTranscript
+from parley.transport.assemblyai_jobs import HELD_S, KEPT_S, AssemblyJobs, Status
+from parley.transport.assemblyai_shapes import TranscriptAsk, completed
+from parley.transport.upload_errors import UploadError
+
+KEY = "s3cret"
+UPLOAD = "http://127.0.0.1:1/v2/upload/" + "ab" * 16
+
+
+@pytest.fixture(scope="module")
+def talk_wav(talk, tmp_path_factory):
+    audio, _ = talk
+    path = tmp_path_factory.mktemp("aai") / "talk.wav"
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
+        out.writeframes(pcm16(audio))
+    return path
+
+
+def transcriber(port: int, key: str = KEY) -> aai.Transcriber:
+    settings = aai.Settings(api_key=key, base_url=f"http://127.0.0.1:{port}", polling_interval=0.05)
+    return aai.Transcriber(client=aai.Client(settings=settings))
+
+
+async def test_the_sdks_transcriber_gets_its_words_and_subtitles(start, talk, talk_wav):
+    """Upload, create, poll: completed, its text exactly the recording's as OpenAI's file
+    API gives it (the same pipeline), words in milliseconds within the audio;
+    custom_spelling writes a word otherwise and filter_profanity masks what it wrote; the
+    SRT export reads the same words."""
+    audio, _ = talk
+    _, server = await start(token=KEY)
+    plain = await asyncio.to_thread(transcriber(server.port).transcribe, str(talk_wav))
+    assert plain.status == aai.TranscriptStatus.completed, plain.error
+    async with httpx.AsyncClient(timeout=60) as client:
+        openai = await client.post(
+            f"http://127.0.0.1:{server.port}/v1/audio/transcriptions",
+            files={"file": ("talk.wav", talk_wav.read_bytes())},
+            headers={"Authorization": f"Bearer {KEY}"},
+        )
+    assert plain.text and plain.text == openai.json()["text"]
+    assert [w.text for w in plain.words] == plain.text.split()
+    assert all(0 <= w.start < w.end <= len(audio) / 16 for w in plain.words)
+    assert plain.language_code == "en_us" and plain.audio_duration == round(len(audio) / 16000)
+    srt = await asyncio.to_thread(plain.export_subtitles_srt)
+    assert srt.startswith("1\n") and plain.words[0].text in srt
+
+    config = aai.TranscriptionConfig(filter_profanity=True, punctuate=False)
+    config.set_custom_spelling({"shit": [f"w{k}" for k in range(10)]})
+    sworn = await asyncio.to_thread(
+        transcriber(server.port).transcribe, str(talk_wav), config=config
+    )
+    assert sworn.status == aai.TranscriptStatus.completed, sworn.error
+    assert set(sworn.text.split()) == {"s***"} and len(sworn.words) == len(plain.words)
+
+
+async def test_transcripts_wait_for_a_slot_and_can_be_deleted(start, talk_wav):
+    """With one job slot, three transcripts asked at once all complete (queued, not
+    refused); a finished one can be deleted, and is gone."""
+    _, server = await start(token=None, files={"max_jobs": 1})
+    base = f"http://127.0.0.1:{server.port}"
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        ids = []
+        for _ in range(3):
+            upload = await client.post("/v2/upload", content=talk_wav.read_bytes())
+            asked = {"audio_url": upload.json()["upload_url"]}
+            created = await client.post("/v2/transcript", json=asked)
+            assert created.status_code == 200 and created.json()["status"] == "queued"
+            ids.append(created.json()["id"])
+        for transcript_id in ids:
+            for _ in range(400):
+                got = (await client.get(f"/v2/transcript/{transcript_id}")).json()
+                if got["status"] in ("completed", "error"):
+                    break
+                await asyncio.sleep(0.05)
+            assert got["status"] == "completed", got
+        deleted = await client.delete(f"/v2/transcript/{ids[0]}")
+        assert deleted.status_code == 200 and deleted.json()["id"] == ids[0]
+        gone = await client.get(f"/v2/transcript/{ids[0]}")
+        assert gone.status_code == 404 and "error" in gone.json()
+
+
+async def test_refusals_are_assemblyais_error_shape(start, talk_wav):
+    """No key: 401; a URL that is no upload of this server: 400 (nothing is fetched);
+    an upload used once, or another key's: 400; speaker_labels on a server without
+    speaker models, a PII policy Parley does not redact, a body that is no JSON
+    object: 400; an unknown transcript: 404."""
+    _, server = await start(token=KEY)
+    base = f"http://127.0.0.1:{server.port}"
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        assert (await client.post("/v2/upload", content=b"x")).status_code == 401
+        auth = {"Authorization": KEY}
+        upload = await client.post("/v2/upload", content=talk_wav.read_bytes(), headers=auth)
+        url = upload.json()["upload_url"]
+        refused = {
+            "foreign": {"audio_url": "https://example.com/a.wav"},
+            "labels": {"audio_url": url, "speaker_labels": True},
+            "policy": {"audio_url": url, "redact_pii": True, "redact_pii_policies": ["email"]},
+            "types": {"audio_url": url, "punctuate": "yes"},
+        }
+        for name, body in refused.items():
+            answer = await client.post("/v2/transcript", json=body, headers=auth)
+            assert answer.status_code == 400 and answer.json()["error"], name
+        not_json = await client.post("/v2/transcript", content=b"[1]", headers=auth)
+        assert not_json.status_code == 400
+        first = await client.post("/v2/transcript", json={"audio_url": url}, headers=auth)
+        assert first.status_code == 200
+        again = await client.post("/v2/transcript", json={"audio_url": url}, headers=auth)
+        assert again.status_code == 400 and "audio_url" in again.json()["error"]
+        missing = await client.get("/v2/transcript/" + "0" * 32, headers=auth)
+        assert missing.status_code == 404
+
+
+def test_a_request_becomes_the_recordings_request():
+    """AssemblyAI's fields as Parley's: language_code's base, keyterms_prompt and
+    word_boost as keyterms, custom_spelling as replacements, PII policies as redaction
+    categories (all of them when none is named), speaker options as the count."""
+    ask = TranscriptAsk.of(
+        {
+            "audio_url": UPLOAD,
+            "language_code": "en_au",
+            "keyterms_prompt": ["Okonkwo"],
+            "word_boost": ["Kubernetes"],
+            "custom_spelling": [{"from": ["new year"], "to": "Nguyen"}],
+            "redact_pii": True,
+            "speaker_labels": True,
+            "speaker_options": {"min_speakers_expected": 2, "max_speakers_expected": 3},
+            "format_text": False,
+        }
+    )
+    job = ask.job
+    assert ask.upload_id == "ab" * 16 and job.language == "en" and ask.plain
+    assert job.keyterms == ("Okonkwo", "Kubernetes") and job.replace == ("new year:Nguyen",)
+    assert job.redact == ("pci", "phone", "ssn") and job.diarize
+    assert job.speakers == SpeakerCount(None, 2, 3)
+    assert TranscriptAsk.of({"audio_url": UPLOAD, "language_detection": True}).job.language is None
+    for bad in (
+        {"audio_url": UPLOAD, "speakers_expected": 0},
+        {"audio_url": UPLOAD, "language_code": "english!"},
+        {"audio_url": UPLOAD, "custom_spelling": [{"from": "a", "to": "b"}]},
+        {"audio_url": UPLOAD, "multichannel": True},
+    ):
+        with pytest.raises(UploadError):
+            TranscriptAsk.of(bad)
+
+
+def test_utterances_are_each_speakers_runs_of_words():
+    words = [
+        Word("Hello,", 0.0, 0.4, 0.9, "S1"),
+        Word("there.", 0.4, 0.8, 0.7, "S1"),
+        Word("Hi!", 1.0, 1.2, 0.8, "S2"),
+        Word("Bye.", 1.5, 1.9, 0.6, "S1"),
+    ]
+    finals = (
+        Final(0, 0.0, 0.8, "Hello, there.", FinalReason.SILENCE, words[:2], "S1"),
+        Final(1, 1.0, 1.9, "Hi! Bye.", FinalReason.SILENCE, words[2:], "S2"),
+    )
+    result = FileTranscript(2.0, finals, ("S1", "S2"), "en", DecodeReport(1, 2, 1.0, 0, 0))
+    ask = TranscriptAsk.of({"audio_url": UPLOAD, "speaker_labels": True})
+    got = completed(result, ask)
+    assert [(u["speaker"], u["text"], u["start"], u["end"]) for u in got["utterances"]] == [
+        ("A", "Hello, there.", 0, 800),
+        ("B", "Hi!", 1000, 1200),
+        ("A", "Bye.", 1500, 1900),
+    ]
+    assert got["words"][0] == {
+        "text": "Hello,", "start": 0, "end": 400, "confidence": 0.9, "speaker": "A"
+    }  # fmt: skip
+    assert got["text"] == "Hello, there. Hi! Bye." and got["language_code"] == "en_us"
+
+
+def test_uploads_and_transcripts_are_dropped_when_they_age(tmp_path):
+    """An upload unused for HELD_S is gone (its file too); a finished transcript is
+    kept KEPT_S, then gone; an upload serves one transcript."""
+    now = [0.0]
+    jobs = AssemblyJobs(max_bytes=10_000, clock=lambda: now[0])
+    received = tmp_path / "r.wav"
+    received.write_bytes(b"x" * 100)
+    stale = jobs.hold("k", received)
+    now[0] = HELD_S + 1
+    with pytest.raises(UploadError):
+        jobs.add("k", TranscriptAsk.of({"audio_url": f"/v2/upload/{stale}"}))
+    fresh = jobs.hold("k", received)
+    ask = TranscriptAsk.of({"audio_url": f"/v2/upload/{fresh}"})
+    with pytest.raises(UploadError):
+        jobs.add("other", ask)
+    job = jobs.add("k", ask)
+    path = job.upload.path
+    jobs.finish(job, None, "no")
+    assert job.status == Status.ERROR and not path.exists()
+    assert jobs.get("k", job.id) is job
+    now[0] += KEPT_S + 1
+    with pytest.raises(UploadError):
+        jobs.get("k", job.id)
+    with pytest.raises(UploadError):  # too big for the bytes held
+        big = tmp_path / "big.wav"
+        big.write_bytes(b"x" * 20_000)
+        jobs.hold("k", big)
+
+
+FIELDS = [
+    "audio_url",
+    "language_code",
+    "language_detection",
+    "punctuate",
+    "format_text",
+    "speaker_labels",
+    "speakers_expected",
+    "speaker_options",
+    "keyterms_prompt",
+    "word_boost",
+    "prompt",
+    "custom_spelling",
+    "filter_profanity",
+    "redact_pii",
+    "redact_pii_policies",
+    "disfluencies",
+    "webhook_url",
+    "multichannel",
+]
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 100)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.just(UPLOAD),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=6,
+)
+
+
+@given(st.dictionaries(st.sampled_from(FIELDS), values, max_size=6))
+def test_any_request_body_is_a_request_or_a_400(body):
+    """Whatever a transcript request holds, it is read or refused with 400, never an
+    error of another kind (which would be a 500)."""
+    try:
+        TranscriptAsk.of(body)
+    except UploadError as error:
+        assert error.status == 400
