@@ -140,8 +140,8 @@ async def serve_forever(settings: Settings, access: Access) -> None:
     print(
         f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
         f"(model {asr.model_label}, diarization {settings.diarization.source}; "
-        f"also {others}; recordings at POST /v1/audio/transcriptions, /v1/listen and "
-        f"/predict; probes at /healthz and /readyz, metrics at /metrics)",
+        f"also {others}; recordings at POST /v1/audio/transcriptions, /v1/listen, "
+        f"/predict and /v2/transcript; probes at /healthz and /readyz, metrics at /metrics)",
         flush=True,
     )
     await stop.wait()
