@@ -17,7 +17,7 @@ from parley.core.speaker_count import SpeakerCount
 from parley.protocol.messages import Final, FinalReason, Word
 from parley.recordings.file_results import DecodeReport, FileTranscript
 from parley.transport.assemblyai_jobs import HELD_S, KEPT_S, AssemblyJobs, Status
-from parley.transport.assemblyai_shapes import TranscriptAsk, completed
+from parley.transport.assemblyai_shapes import TranscriptAsk, completed, paragraphs, sentences
 from parley.transport.upload_errors import UploadError
 
 KEY = "s3cret"
@@ -43,7 +43,7 @@ async def test_the_sdks_transcriber_gets_its_words_and_subtitles(start, talk, ta
     """Upload, create, poll: completed, its text exactly the recording's as OpenAI's file
     API gives it (the same pipeline), words in milliseconds within the audio;
     custom_spelling writes a word otherwise and filter_profanity masks what it wrote; the
-    SRT export reads the same words."""
+    SRT export, the sentences and the paragraphs read the same words."""
     audio, _ = talk
     _, server = await start(token=KEY)
     plain = await asyncio.to_thread(transcriber(server.port).transcribe, str(talk_wav))
@@ -60,6 +60,9 @@ async def test_the_sdks_transcriber_gets_its_words_and_subtitles(start, talk, ta
     assert plain.language_code == "en_us" and plain.audio_duration == round(len(audio) / 16000)
     srt = await asyncio.to_thread(plain.export_subtitles_srt)
     assert srt.startswith("1\n") and plain.words[0].text in srt
+    for grouped in (plain.get_sentences, plain.get_paragraphs):
+        runs = await asyncio.to_thread(grouped)
+        assert " ".join(r.text for r in runs).split() == plain.text.split()
 
     config = aai.TranscriptionConfig(filter_profanity=True, punctuate=False)
     config.set_custom_spelling({"shit": [f"w{k}" for k in range(10)]})
@@ -160,7 +163,7 @@ def test_a_request_becomes_the_recordings_request():
             TranscriptAsk.of(bad)
 
 
-def test_utterances_are_each_speakers_runs_of_words():
+def test_utterances_sentences_and_paragraphs_group_the_words():
     words = [
         Word("Hello,", 0.0, 0.4, 0.9, "S1"),
         Word("there.", 0.4, 0.8, 0.7, "S1"),
@@ -183,6 +186,11 @@ def test_utterances_are_each_speakers_runs_of_words():
         "text": "Hello,", "start": 0, "end": 400, "confidence": 0.9, "speaker": "A"
     }  # fmt: skip
     assert got["text"] == "Hello, there. Hi! Bye." and got["language_code"] == "en_us"
+    assert [s["text"] for s in sentences(result, ask)] == ["Hello, there.", "Hi!", "Bye."]
+    assert [(p["speaker"], p["text"]) for p in paragraphs(result, ask)] == [
+        ("A", "Hello, there."),
+        ("B", "Hi! Bye."),
+    ]  # a paragraph is a final's speaker's: "Bye." is in S2's final
 
 
 def test_uploads_and_transcripts_are_dropped_when_they_age(tmp_path):

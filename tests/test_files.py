@@ -179,6 +179,22 @@ async def test_a_fake_engine_recording_goes_through_every_format(fake, speech_wa
         assert "w" in response.text
 
 
+async def test_stream_is_taken_only_with_the_formats_openai_streams(fake, speech_wav):
+    """stream=true with json streams events; with srt, vtt or verbose_json the document
+    comes whole, as whisper-1 ignores stream."""
+    url, _ = fake
+    for fmt, streamed in (("json", True), ("srt", False), ("verbose_json", False)):
+        response = await _post(
+            f"{url}/v1/audio/transcriptions",
+            files={"file": ("a.wav", speech_wav)},
+            data={"response_format": fmt, "stream": "true"},
+        )
+        assert response.status_code == 200, response.text
+        is_events = response.headers["content-type"].startswith("text/event-stream")
+        assert is_events == streamed, fmt
+        assert response.text.startswith("data: " if streamed else {"srt": "1\n"}.get(fmt, "{"))
+
+
 async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_path, monkeypatch):
     url, _ = fake
     # The server runs in this process: its uploads go to a folder of this test's own, so

@@ -6,7 +6,8 @@
   transcript object (``queued``), while its job waits for a slot as a recording's would
   be refused for one, then runs in the background;
 - ``GET /v2/transcript/{id}``: the object, ``completed`` with its words (or ``error``);
-  ``…/{id}/srt`` and ``…/{id}/vtt`` its subtitles; ``DELETE`` forgets it.
+  ``…/{id}/srt`` and ``…/{id}/vtt`` its subtitles, ``…/{id}/sentences`` and
+  ``…/{id}/paragraphs`` its words so grouped; ``DELETE`` forgets it.
 
 The key is offered as AssemblyAI's SDKs send it (the key itself as ``Authorization``)
 or as on the other routes. Errors are AssemblyAI's ``{"error": message}``.
@@ -25,7 +26,7 @@ from starlette.routing import Route
 from parley.protocol.paths import TRANSCRIPT_PATH, UPLOAD_PATH
 from parley.runtime.webhooks import WebhookSender
 from parley.transport.assemblyai_jobs import AssemblyJobs, Status, TranscriptJob, job_json
-from parley.transport.assemblyai_shapes import TranscriptAsk, completed
+from parley.transport.assemblyai_shapes import TranscriptAsk, completed, paragraphs, sentences
 from parley.transport.file_answers import rendered
 from parley.transport.json_body import json_object
 from parley.transport.upload_errors import UploadCode, UploadError
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 65536  # a transcript request: its keyterms, spellings and prompt
 REQUEST_TIMEOUT_S = 10.0  # for that request to arrive whole
 SUBTITLES = {"srt": "application/x-subrip", "vtt": "text/vtt"}
+GROUPS = {"sentences": sentences, "paragraphs": paragraphs}
 
 
 def _error(error: UploadError) -> Response:
@@ -57,7 +59,7 @@ class AssemblyFileRoutes:
             Route(UPLOAD_PATH, self.upload, methods=["POST"]),
             Route(TRANSCRIPT_PATH, self.create, methods=["POST"]),
             Route(TRANSCRIPT_PATH + "/{transcript_id}", self.transcript, methods=["GET", "DELETE"]),
-            Route(TRANSCRIPT_PATH + "/{transcript_id}/{fmt}", self.subtitles, methods=["GET"]),
+            Route(TRANSCRIPT_PATH + "/{transcript_id}/{part}", self.part, methods=["GET"]),
         ]
 
     def _key(self, request: Request) -> str:
@@ -140,16 +142,28 @@ class AssemblyFileRoutes:
         done = completed(job.result, job.ask) if job.result is not None else None
         return JSONResponse(job_json(job, done))
 
-    async def subtitles(self, request: Request) -> Response:
-        """A completed transcript as SubRip or WebVTT."""
-        fmt = request.path_params["fmt"]
+    async def part(self, request: Request) -> Response:
+        """A completed transcript as SubRip or WebVTT, or its sentences or paragraphs."""
+        part = request.path_params["part"]
         try:
             key = self._key(request)
             job = self._jobs.get(key, request.path_params["transcript_id"])
-            if fmt not in SUBTITLES:
-                raise UploadError(UploadCode.NOT_FOUND, f"{fmt} not found; srt and vtt are")
+            if part not in SUBTITLES and part not in GROUPS:
+                raise UploadError(
+                    UploadCode.NOT_FOUND, f"{part} not found: srt, vtt, sentences, paragraphs are"
+                )
             if job.result is None:
                 raise UploadError(UploadCode.BAD_REQUEST, "the transcript is not completed")
         except UploadError as error:
             return _error(error)
-        return PlainTextResponse(rendered(job.result, fmt), media_type=SUBTITLES[fmt])
+        if part in SUBTITLES:
+            return PlainTextResponse(rendered(job.result, part), media_type=SUBTITLES[part])
+        whole = completed(job.result, job.ask)
+        return JSONResponse(
+            {
+                part: GROUPS[part](job.result, job.ask),
+                "id": job.id,
+                "confidence": whole["confidence"],
+                "audio_duration": whole["audio_duration"],
+            }
+        )

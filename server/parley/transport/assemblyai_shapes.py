@@ -24,6 +24,7 @@ from parley.protocol.messages import Word
 from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import FileRequest
 from parley.transport.assemblyai import speaker_letter
+from parley.transport.deepgram_groups import paragraph_runs, sentence_runs
 from parley.transport.deepgram_query import bare
 from parley.transport.upload_errors import UploadCode, UploadError
 
@@ -215,17 +216,37 @@ def _utterances(words: Sequence[Word], plain: bool) -> list[dict[str, Any]]:
             runs[-1].append(word)
         else:
             runs.append([word])
-    out = []
-    for run in runs:
-        shaped = [_word(w, plain) for w in run]
-        out.append(
-            {
-                "speaker": shaped[0]["speaker"],
-                "text": " ".join(w["text"] for w in shaped),
-                "start": shaped[0]["start"],
-                "end": shaped[-1]["end"],
-                "confidence": round(fmean(w["confidence"] for w in shaped), 3),
-                "words": shaped,
-            }
-        )
-    return out
+    return [_run(run, plain) for run in runs]
+
+
+def sentences(result: FileTranscript, ask: TranscriptAsk) -> list[dict[str, Any]]:
+    """The words cut into sentences (after . ? or !), none across paragraphs."""
+    return [
+        _run(sentence, ask.plain)
+        for words in _paragraph_words(result, ask)
+        for sentence in sentence_runs(words)
+    ]
+
+
+def paragraphs(result: FileTranscript, ask: TranscriptAsk) -> list[dict[str, Any]]:
+    """The words in paragraphs: a new one at each change of speaker (with
+    ``speaker_labels``), or after a sentence and 2 s of silence, as Deepgram's are."""
+    return [_run(words, ask.plain) for words in _paragraph_words(result, ask)]
+
+
+def _paragraph_words(result: FileTranscript, ask: TranscriptAsk) -> list[list[Word]]:
+    runs = paragraph_runs(list(result.finals), ask.job.diarize)
+    return [[w for f in run for w in f.words] for run in runs]
+
+
+def _run(words: Sequence[Word], plain: bool) -> dict[str, Any]:
+    """A run of words (an utterance, a sentence, a paragraph) as AssemblyAI gives one."""
+    shaped = [_word(w, plain) for w in words]
+    return {
+        "speaker": shaped[0]["speaker"],
+        "text": " ".join(w["text"] for w in shaped),
+        "start": shaped[0]["start"],
+        "end": shaped[-1]["end"],
+        "confidence": round(fmean(w["confidence"] for w in shaped), 3),
+        "words": shaped,
+    }

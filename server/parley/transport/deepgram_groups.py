@@ -1,5 +1,6 @@
 """How Deepgram's pre-recorded answers group a recording's words: utterances (split at
-pauses of ``utt_split``) and paragraphs; and the speaker numbers they give (S1 is 0)."""
+pauses of ``utt_split``) and paragraphs, whose runs AssemblyAI's sentences and
+paragraphs share; and the speaker numbers Deepgram gives (S1 is 0)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ def speaker_number(label: str | None) -> int | None:
     return int(label[1:]) - 1 if label and label[1:].isdigit() else None
 
 
-def deepgram_paragraphs(finals: list[Final], diarize: bool) -> dict:
-    """Deepgram's ``paragraphs``: finals joined into paragraphs, a new one at a change of
-    speaker (with ``diarize``) or after a sentence followed by ``PARAGRAPH_PAUSE_S`` of
-    silence; each paragraph's punctuated words cut into sentences at . ? !"""
+def paragraph_runs(finals: list[Final], diarize: bool) -> list[list[Final]]:
+    """Finals joined into paragraphs: a new one at a change of speaker (with
+    ``diarize``) or after a sentence followed by ``PARAGRAPH_PAUSE_S`` of silence."""
     groups: list[list[Final]] = []
     for final in (f for f in finals if f.words):
         last = groups[-1][-1] if groups else None
@@ -30,19 +30,29 @@ def deepgram_paragraphs(finals: list[Final], diarize: bool) -> dict:
             groups.append([final])
         else:
             groups[-1].append(final)
+    return groups
+
+
+def sentence_runs(words: list[Word]) -> list[list[Word]]:
+    """Punctuated words cut into sentences after each word ending in . ? or !"""
+    sentences: list[list[Word]] = [[]]
+    for w in words:
+        sentences[-1].append(w)
+        if _ends_sentence(w.word):
+            sentences.append([])
+    return [s for s in sentences if s]
+
+
+def deepgram_paragraphs(finals: list[Final], diarize: bool) -> dict:
+    """Deepgram's ``paragraphs``: the finals' ``paragraph_runs``, each paragraph's
+    words cut into sentences (``sentence_runs``)."""
     paragraphs = []
-    for group in groups:
+    for group in paragraph_runs(finals, diarize):
         words = [w for f in group for w in f.words]
-        sentences: list[list[Word]] = [[]]
-        for w in words:
-            sentences[-1].append(w)
-            if _ends_sentence(w.word):
-                sentences.append([])
         paragraph: dict = {
             "sentences": [
                 {"text": " ".join(w.word for w in s), "start": s[0].start, "end": s[-1].end}
-                for s in sentences
-                if s
+                for s in sentence_runs(words)
             ],
             "num_words": len(words),
             "start": words[0].start,

@@ -47,6 +47,7 @@ from parley.transport.uploads import FileDoor
 
 log = logging.getLogger(__name__)
 OPENAI_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
+STREAMED = ("json", "text", "diarized_json")  # the others come whole: whisper-1 ignores stream
 
 
 def _flag(value: str | None, default: bool = False) -> bool:
@@ -139,8 +140,7 @@ class FileRoutes:
                     profanity_filter=_flag(form.get("profanity_filter")),
                     known_speakers=known,
                 )
-                if _flag(form.get("stream")):
-                    # the stream takes the upload over, and closes it when done
+                if _flag(form.get("stream")) and fmt in STREAMED:  # it takes the upload over
                     return await self._openai_stream(form.path, job, key, stack, diarize)
                 result = await self._door.transcribe(form.path, job, key)
             except UploadError as error:
