@@ -1,5 +1,6 @@
 // The demo page: start/stop, level meter, live partial, speaker-coloured finals,
-// speaker renaming, transcript downloads, errors and the latency of the last final.
+// speaker renaming, transcript downloads, errors and the latency of the last final;
+// and a recording chosen on the page, transcribed whole (who said what).
 import { DECODING_OPTIONS, ParleyClient } from "./parley.js";
 
 const $ = (id) => document.getElementById(id);
@@ -120,9 +121,57 @@ function download(format) {
   URL.revokeObjectURL(link.href);
 }
 
+function showState(state) {
+  $("state").textContent = state;
+  $("state").dataset.state = state;
+}
+
+// A recording goes to the server's file API in OpenAI's shape (protocol.md section 16):
+// with speakers as diarized_json, each segment its speaker; without, verbose_json. Its
+// segments replace the transcript, as finals would, so downloads and renaming work too.
+async function transcribeFile(file) {
+  showError(null);
+  const params = new URLSearchParams(location.search);
+  const translate = params.get("task") === "translate";  // into English: no speakers
+  const speakers = $("diarization").checked && !translate;
+  const form = new FormData();
+  form.append("file", file, file.name);
+  form.append("model", "whisper-1");
+  form.append("response_format", speakers ? "diarized_json" : "verbose_json");
+  const language = $("language").value.trim() || params.get("language");
+  if (language) form.append("language", language);
+  for (const name of DECODING_OPTIONS.filter((n) => n !== "task" && n !== "languages")) {
+    if (params.has(name)) form.append(name, params.get(name));
+  }
+  const token = params.get("token");
+  $("start").disabled = $("file").disabled = true;
+  showState("transcribing");
+  try {
+    const answer = await fetch(translate ? "/v1/audio/translations" : "/v1/audio/transcriptions",
+      { method: "POST", body: form, headers: token ? { Authorization: `Bearer ${token}` } : {} });
+    const body = await answer.json();
+    if (!answer.ok) throw new Error(body.error?.message ?? `${answer.status} ${answer.statusText}`);
+    segments.clear();
+    $("transcript").replaceChildren();
+    body.segments.forEach((segment, index) => {
+      const final = { segment_id: index, start: segment.start, end: segment.end,
+                      text: segment.text.trim(), speaker: segment.speaker ?? null, words: [] };
+      segments.set(index, final);
+      render(final);
+    });
+    showState("done");
+  } catch (error) {
+    showError(`${file.name}: ${error.message}`);
+    showState("idle");
+  } finally {
+    $("start").disabled = $("file").disabled = false;
+    $("file").value = "";
+  }
+}
+
 async function start() {
   showError(null);
-  $("start").disabled = true;
+  $("start").disabled = $("file").disabled = true;
   const params = new URLSearchParams(location.search);
   client = new ParleyClient({
     url: "/v1/stream",
@@ -133,10 +182,7 @@ async function start() {
     ...Object.fromEntries(DECODING_OPTIONS
       .filter((name) => params.has(name)).map((name) => [name, params.get(name)])),
   });
-  client.addEventListener("state", (e) => {
-    $("state").textContent = e.detail.state;
-    $("state").dataset.state = e.detail.state;
-  });
+  client.addEventListener("state", (e) => showState(e.detail.state));
   client.addEventListener("started", (e) => {
     const languages = e.detail.model_languages ?? [];
     $("model").textContent = `${e.detail.model} · ` +
@@ -162,7 +208,7 @@ async function start() {
   });
   client.addEventListener("error", (e) => showError(`${e.detail.code}: ${e.detail.message}`));
   client.addEventListener("closed", (e) => {
-    $("start").disabled = false;
+    $("start").disabled = $("file").disabled = false;
     $("stop").disabled = true;
     if (e.detail.code !== 1000) showError(`connection closed (${e.detail.code}) ${e.detail.reason}`);
   });
@@ -171,11 +217,12 @@ async function start() {
     $("stop").disabled = false;
   } catch (error) {
     showError(error.message);
-    $("start").disabled = false;
+    $("start").disabled = $("file").disabled = false;
   }
 }
 
 $("start").addEventListener("click", start);
+$("file").addEventListener("change", () => { if ($("file").files[0]) transcribeFile($("file").files[0]); });
 $("stop").addEventListener("click", async () => {
   $("stop").disabled = true;
   await client?.stop();

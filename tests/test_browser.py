@@ -86,6 +86,32 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
     assert len({s["speaker"] for s in segments if s["speaker"]}) >= 2, segments
 
 
+async def test_page_transcribes_a_chosen_recording_with_speakers(server, tmp_path):
+    """A recording chosen on the page: its segments shown, by two speakers, the words
+    sample.wav says; then a file ffmpeg cannot read is an error shown, not a hang."""
+    recording = write_wav(tmp_path / "call.wav", read_wav(SAMPLE_WAV)[6 * 16000 : 22 * 16000])
+    junk = tmp_path / "junk.wav"
+    junk.write_bytes(b"not audio at all" * 64)
+    async with async_playwright() as playwright:
+        browser = await launch(playwright)
+        page = await browser.new_page()
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        await page.goto(server)
+        await page.set_input_files("#file", str(recording))
+        await page.locator("#state", has_text="done").wait_for(timeout=90_000)
+        segments = await page.eval_on_selector_all(
+            ".segment", "els => els.map(e => ({speaker: e.dataset.speaker, text: e.textContent}))"
+        )
+        await page.set_input_files("#file", str(junk))
+        await page.locator("#error", has_text="junk.wav").wait_for(timeout=30_000)
+        await browser.close()
+    assert errors == [], errors
+    words = set(words_of(" ".join(s["text"] for s in segments)))
+    assert {"hello", "jersey", "chicago"} <= words, segments
+    assert len({s["speaker"] for s in segments if s["speaker"]}) == 2, segments
+
+
 async def test_parley_js_against_the_server(server):
     """parley.js in the page: refusals reject with the code; decoding options reach the
     server; audio in, finals and a clean end."""
