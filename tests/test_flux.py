@@ -37,9 +37,10 @@ def _turn_events(got) -> list[tuple[int, str]]:
 
 async def test_each_turn_starts_updates_and_ends_with_its_own_words(start, turns):  # noqa: F811
     """Connected first; per turn StartOfTurn, then EndOfTurn (trigger model) whose
-    transcript is exactly its audio's, timed words inside it, Updates with text between
-    (each turn is longer than the 1 s partial interval, in stream time); turn_index counts
-    turns; sequence_id counts every message from 0."""
+    transcript is exactly its audio's, timed words inside it, Updates between, about one
+    for each 0.25 s of its audio as Flux sends them, some with text (each turn is longer
+    than the 1 s partial interval, in stream time); turn_index counts turns; sequence_id
+    counts every message from 0."""
     audio, truth = turns
     _, server = await start(token=KEY)
     got = await flux_session(server.port, audio, pace_s=0.1)
@@ -54,11 +55,14 @@ async def test_each_turn_starts_updates_and_ends_with_its_own_words(start, turns
         assert end.transcript == heard_between(audio, end.audio_window_start, end.audio_window_end)
         assert [w.word for w in end.words] == end.transcript.split()
         assert said.start - 0.3 <= end.words[0].start and end.words[-1].end <= said.end + 0.3
-    for turn in (0, 1):
+    for turn, end in zip((0, 1), ends):
         updates = [
             m for m in got if m.type == "TurnInfo" and (m.turn_index, m.event) == (turn, "Update")
         ]
-        assert updates and all(u.transcript for u in updates)
+        assert any(u.transcript for u in updates)
+        # about one for each 0.25 s of the turn's audio (ticks of 100 ms messages: 0.3 s)
+        heard_s = end.audio_window_end - end.audio_window_start
+        assert len(updates) >= heard_s / 0.35 - 1, (heard_s, len(updates))
 
 
 async def test_eager_mode_and_a_turn_left_to_the_client(start, turns):  # noqa: F811

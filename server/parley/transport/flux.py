@@ -48,6 +48,10 @@ EOT_TIMEOUT_MS = (500, 60_000, 5000)
 # The Replies a translator queues, each sent once every final before it has gone out:
 TIMEOUT = "eot_timeout"  # a turn left to the client has been quiet eot_timeout_ms
 CONFIGURED = "configure"  # Configure's answer
+TICK = "tick"  # UPDATE_EVERY_S more of the open turn's audio has come
+# Flux sends an Update for about every 0.25 s of a turn's audio, whether or not its
+# transcript changed; a partial's new text goes at once, and ticks fill the gaps.
+UPDATE_EVERY_S = 0.25
 ENDS_A_TURN = (FinalReason.SILENCE, FinalReason.END_OF_STREAM)
 
 
@@ -131,6 +135,8 @@ class FluxTranslator:
         self._detects = opened.setup.config.language is None  # flux-general-multi
         self._eager: str | None = None  # the transcript an EagerEndOfTurn gave
         self._timeout_marked: float | None = None
+        self._ticked_at = 0.0  # stream time of the last TICK queued
+        self._told_at = 0.0  # audio_window_end of the last TurnInfo sent
 
     @property
     def stream(self) -> Session:
@@ -143,6 +149,7 @@ class FluxTranslator:
         if isinstance(message, bytes):
             await self._stream.feed(message)
             await self._maybe_timeout()
+            await self._maybe_tick()
             return False
         kind, data = control_of(message)
         if kind == "CloseStream":
@@ -206,6 +213,14 @@ class FluxTranslator:
             self._timeout_marked = quiet
             await self._stream.mark(Reply(TIMEOUT, {}))
 
+    async def _maybe_tick(self) -> None:
+        """While a turn is open (as the client has been told), queue a TICK for each
+        UPDATE_EVERY_S of audio: an Update goes out for it if nothing else did."""
+        now = self._stream.stream_time
+        if self._turn.open and now - self._ticked_at >= UPDATE_EVERY_S:
+            self._ticked_at = now
+            await self._stream.mark(Reply(TICK, {}))
+
     def outbound(self, message: ServerMessage | Mark) -> list[str]:
         return [self._send(m) for m in self._translate(message)]
 
@@ -230,12 +245,22 @@ class FluxTranslator:
             return self._final(message)
         if isinstance(message, Mark) and isinstance(message.payload, Reply):
             kind = message.payload.kind
+            if kind == TICK:
+                return self._tick(message.stream_time)
             if kind in (TIMEOUT, FORCED) and self._turn.open:
                 return self._end(message.stream_time, "timeout" if kind == TIMEOUT else "manual")
             return [message.payload.data] if kind == CONFIGURED else []
         if isinstance(message, Error):
             return [_error(message)]
         return []  # speaker_update, finalized, session_ended (the close follows)
+
+    def _tick(self, at: float) -> list[dict]:
+        """An Update of the open turn as it stands, where none went out for
+        UPDATE_EVERY_S of audio (none once an EagerEndOfTurn has been sent: its
+        transcript stands until the turn ends or resumes)."""
+        if not self._turn.open or self._eager is not None or at - self._told_at < UPDATE_EVERY_S:
+            return []
+        return [self._turn_info("Update", at)]
 
     def _eager_due(self, reason: FinalReason) -> bool:
         return (
@@ -273,6 +298,7 @@ class FluxTranslator:
 
     def _turn_info(self, event: str, at: float) -> dict:
         turn = self._turn
+        self._told_at = max(at, turn.start)
         confidence = {"EagerEndOfTurn": self._settings.eager_eot_threshold, "EndOfTurn": 1.0}
         return {
             "type": "TurnInfo",
