@@ -126,9 +126,31 @@ function showState(state) {
   $("state").dataset.state = state;
 }
 
+// The server-sent events of a streamed transcription: its text as the windows are done
+// (shown as the partial line is), then the segments with their speakers.
+async function streamedSegments(answer) {
+  const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
+  const segments = [];
+  let buffer = "", text = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return segments;
+    buffer += value;
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const event = JSON.parse(buffer.slice(0, cut).replace(/^data: /, ""));
+      buffer = buffer.slice(cut + 2);
+      if (event.type === "transcript.text.delta") $("partial").textContent = text += event.delta;
+      else if (event.type === "transcript.text.segment") segments.push(event);
+      else if (event.type === "error") throw new Error(event.error.message);
+    }
+  }
+}
+
 // A recording goes to the server's file API in OpenAI's shape (protocol.md section 16):
-// with speakers as diarized_json, each segment its speaker; without, verbose_json. Its
-// segments replace the transcript, as finals would, so downloads and renaming work too.
+// with speakers as diarized_json, streamed (its text shows as it is decoded, each
+// segment's speaker at the end); without, verbose_json. Its segments replace the
+// transcript, as finals would, so downloads and renaming work too.
 async function transcribeFile(file) {
   showError(null);
   const params = new URLSearchParams(location.search);
@@ -138,6 +160,7 @@ async function transcribeFile(file) {
   form.append("file", file, file.name);
   form.append("model", "whisper-1");
   form.append("response_format", speakers ? "diarized_json" : "verbose_json");
+  if (speakers) form.append("stream", "true");
   const language = $("language").value.trim() || params.get("language");
   if (language) form.append("language", language);
   for (const name of DECODING_OPTIONS.filter((n) => n !== "task" && n !== "languages")) {
@@ -149,11 +172,14 @@ async function transcribeFile(file) {
   try {
     const answer = await fetch(translate ? "/v1/audio/translations" : "/v1/audio/transcriptions",
       { method: "POST", body: form, headers: token ? { Authorization: `Bearer ${token}` } : {} });
-    const body = await answer.json();
-    if (!answer.ok) throw new Error(body.error?.message ?? `${answer.status} ${answer.statusText}`);
+    if (!answer.ok) {
+      const body = await answer.json().catch(() => ({}));
+      throw new Error(body.error?.message ?? `${answer.status} ${answer.statusText}`);
+    }
+    const got = speakers ? await streamedSegments(answer) : (await answer.json()).segments;
     segments.clear();
     $("transcript").replaceChildren();
-    body.segments.forEach((segment, index) => {
+    got.forEach((segment, index) => {
       const final = { segment_id: index, start: segment.start, end: segment.end,
                       text: segment.text.trim(), speaker: segment.speaker ?? null, words: [] };
       segments.set(index, final);
@@ -166,6 +192,7 @@ async function transcribeFile(file) {
   } finally {
     $("start").disabled = $("file").disabled = false;
     $("file").value = "";
+    $("partial").textContent = "";
   }
 }
 

@@ -88,7 +88,8 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
 
 async def test_page_transcribes_a_chosen_recording_with_speakers(server, tmp_path):
     """A recording chosen on the page: its segments shown, by two speakers, the words
-    sample.wav says; then a file ffmpeg cannot read is an error shown, not a hang."""
+    sample.wav says (streamed); a file ffmpeg cannot read is an error shown, not a hang;
+    with speakers unticked, the same words without speakers (verbose_json)."""
     recording = write_wav(tmp_path / "call.wav", read_wav(SAMPLE_WAV)[6 * 16000 : 22 * 16000])
     junk = tmp_path / "junk.wav"
     junk.write_bytes(b"not audio at all" * 64)
@@ -105,11 +106,19 @@ async def test_page_transcribes_a_chosen_recording_with_speakers(server, tmp_pat
         )
         await page.set_input_files("#file", str(junk))
         await page.locator("#error", has_text="junk.wav").wait_for(timeout=30_000)
+        await page.uncheck("#diarization")
+        await page.set_input_files("#file", str(recording))
+        await page.locator("#state", has_text="done").wait_for(timeout=90_000)
+        plain = await page.eval_on_selector_all(
+            ".segment", "els => els.map(e => ({speaker: e.dataset.speaker, text: e.textContent}))"
+        )
         await browser.close()
     assert errors == [], errors
     words = set(words_of(" ".join(s["text"] for s in segments)))
     assert {"hello", "jersey", "chicago"} <= words, segments
     assert len({s["speaker"] for s in segments if s["speaker"]}) == 2, segments
+    assert {"hello", "jersey", "chicago"} <= set(words_of(" ".join(s["text"] for s in plain)))
+    assert not any(s["speaker"] for s in plain), plain
 
 
 async def test_parley_js_against_the_server(server):
