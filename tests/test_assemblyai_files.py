@@ -250,3 +250,35 @@ def test_any_request_body_is_a_request_or_a_400(body):
         TranscriptAsk.of(body)
     except UploadError as error:
         assert error.status == 400
+
+
+def test_one_key_cannot_take_every_upload_or_push_out_anothers_transcripts(tmp_path, monkeypatch):
+    """A key holds at most MAX_PER_KEY uploads waiting and keeps at most MAX_PER_KEY
+    transcripts: past it its own oldest finished one goes (another key's stays), and
+    with none finished it is refused."""
+    from parley.transport import assemblyai_jobs
+
+    monkeypatch.setattr(assemblyai_jobs, "MAX_PER_KEY", 2)
+    jobs = AssemblyJobs(max_bytes=10_000)
+    received = tmp_path / "r.wav"
+    received.write_bytes(b"x" * 10)
+
+    def ask(upload_id: str) -> TranscriptAsk:
+        return TranscriptAsk.of({"audio_url": f"/v2/upload/{upload_id}"})
+
+    others = jobs.add("b", ask(jobs.hold("b", received)))
+    jobs.finish(others, None, "done")
+    first = jobs.add("a", ask(jobs.hold("a", received)))
+    second = jobs.add("a", ask(jobs.hold("a", received)))
+    waiting = jobs.hold("a", received)
+    with pytest.raises(UploadError, match="under way"):  # neither has finished
+        jobs.add("a", ask(waiting))
+    jobs.finish(first, None, "done")
+    third = jobs.add("a", ask(waiting))  # the upload refused a job is still held
+    assert {j.id for j in (second, third, others)} == {
+        j.id for j in jobs._transcripts.values()
+    }  # a's oldest finished went, b's stayed
+    jobs.hold("a", received), jobs.hold("a", received)
+    with pytest.raises(UploadError, match="of a key's"):
+        jobs.hold("a", received)
+    jobs.hold("b", received)

@@ -73,7 +73,7 @@ class AssemblyFileRoutes:
             key = self._key(request)
             if self._door.jobs.draining:
                 raise UploadError(UploadCode.SHUTTING_DOWN, "the server is shutting down")
-            self._jobs.check_room()  # before the body is read
+            self._jobs.check_room(key)  # before the body is read
             async with self._door.receiver.body(request) as path:
                 upload_id = self._jobs.hold(key, path)
         except UploadError as error:

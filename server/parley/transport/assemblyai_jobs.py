@@ -27,6 +27,9 @@ HELD_S = 3600.0  # an upload no transcript has used is dropped after this
 KEPT_S = 3600.0  # a finished transcript is dropped this long after it finished
 MAX_HELD = 64  # uploads on disk at once (waiting, or being transcribed)
 MAX_TRANSCRIPTS = 256  # transcripts kept; past it the oldest finished one is dropped
+# One key's share, so that one client cannot take every upload slot, nor push another
+# key's transcripts out before they are read: past it, its own oldest finished goes.
+MAX_PER_KEY = 16
 
 
 class Status:
@@ -85,20 +88,23 @@ class AssemblyJobs:
 
     # ------------------------------------------------------------------ uploads
 
-    def check_room(self) -> None:
-        """UploadError (busy) when no upload could be held now: before one is read."""
+    def check_room(self, key: str) -> None:
+        """UploadError (busy) when no upload of ``key`` could be held now: before one is
+        read."""
         self._expire()
-        if len(self._uploads) >= MAX_HELD:
+        waiting = sum(1 for u in self._uploads.values() if u.key == key and not u.taken)
+        if len(self._uploads) >= MAX_HELD or waiting >= MAX_PER_KEY:
+            limit = f"{MAX_HELD} uploads" if waiting < MAX_PER_KEY else f"{MAX_PER_KEY} of a key's"
             raise UploadError(
                 UploadCode.SERVER_BUSY,
-                f"the server holds its limit of {MAX_HELD} uploads; transcribe them first",
+                f"the server holds its limit of {limit}; transcribe them first",
                 retry_after_s=5,
             )
 
     def hold(self, key: str, received: Path) -> str:
         """Keep a received upload (``received`` is deleted by its receiver) for ``key``;
         its id. UploadError (busy) past the bounds."""
-        self.check_room()
+        self.check_room(key)
         size = received.stat().st_size
         if sum(u.size for u in self._uploads.values()) + size > self._max_bytes:
             raise UploadError(
@@ -134,12 +140,15 @@ class AssemblyJobs:
                 f"one transcript, for at most {HELD_S:g} s)",
                 "audio_url",
             )
-        if len(self._transcripts) >= MAX_TRANSCRIPTS:
-            finished = [t for t in self._transcripts.values() if t.finished]
+        for of_key, limit in ((True, MAX_PER_KEY), (False, MAX_TRANSCRIPTS)):
+            kept = [t for t in self._transcripts.values() if t.key == key or not of_key]
+            if len(kept) < limit:
+                continue
+            finished = [t for t in kept if t.finished]
             if not finished:
                 raise UploadError(
                     UploadCode.SERVER_BUSY,
-                    f"the server has {MAX_TRANSCRIPTS} transcripts under way",
+                    f"{limit} transcripts are under way; ask again when one is done",
                     retry_after_s=5,
                 )
             oldest = min(finished, key=lambda t: t.finished_at or 0.0)
