@@ -282,3 +282,32 @@ def test_one_key_cannot_take_every_upload_or_push_out_anothers_transcripts(tmp_p
     with pytest.raises(UploadError, match="of a key's"):
         jobs.hold("a", received)
     jobs.hold("b", received)
+
+
+async def test_a_webhook_is_told_when_the_transcript_is_done(talk_wav):
+    """webhook_url: {"transcript_id", "status"} POSTed, signed as Parley's webhooks, to
+    an allowed target once the job ends; any other URL is refused with 400."""
+    from conftest import serve_fake
+    from test_webhooks import SECRET, Receiver
+
+    receiver = Receiver()
+    async with receiver as hooks:
+        server = await serve_fake(webhooks={"allowed_targets": [hooks], "secret": SECRET})
+        try:
+            base = f"http://127.0.0.1:{server.port}"
+            async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+                upload = await client.post("/v2/upload", content=talk_wav.read_bytes())
+                asked = {"audio_url": upload.json()["upload_url"]}
+                refused = await client.post(
+                    "/v2/transcript", json={**asked, "webhook_url": "http://127.0.0.1:9/x"}
+                )
+                assert refused.status_code == 400 and "webhook" in refused.json()["error"]
+                created = await client.post("/v2/transcript", json={**asked, "webhook_url": hooks})
+                transcript_id = created.json()["id"]
+                for _ in range(200):
+                    if receiver.events:
+                        break
+                    await asyncio.sleep(0.05)
+        finally:
+            await server.stop()
+    assert receiver.events == [{"transcript_id": transcript_id, "status": "completed"}]
