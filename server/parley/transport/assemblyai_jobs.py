@@ -2,8 +2,8 @@
 (files on disk, until a transcript has used one, or ``HELD_S`` unused) and the
 transcript jobs (until read and ``KEPT_S`` after they finished, the newest
 ``MAX_TRANSCRIPTS``). Each belongs to the key that made it; another key is told it
-does not exist. Nothing outlives the process: a replica keeps its own, so a cluster's
-clients poll through a sticky route, or take ``webhook_url``.
+does not exist. Nothing outlives the process, and each replica of a cluster keeps its
+own (docs/deployment.md says where such clients go).
 """
 
 from __future__ import annotations
