@@ -49,7 +49,8 @@ async def test_the_sdks_transcriber_gets_its_words_and_subtitles(start, talk, ta
     """Upload, create, poll: completed, its text exactly the recording's as OpenAI's file
     API gives it (the same pipeline), words in milliseconds within the audio;
     custom_spelling writes a word otherwise and filter_profanity masks what it wrote; the
-    SRT export, the sentences and the paragraphs read the same words."""
+    SRT export, the sentences and the paragraphs read the same words; a word search finds
+    a word where it was said; the listing has both transcripts, the newest first."""
     audio, _ = talk
     _, server = await start(token=KEY)
     plain = await asyncio.to_thread(transcriber(server.port).transcribe, str(talk_wav))
@@ -69,6 +70,10 @@ async def test_the_sdks_transcriber_gets_its_words_and_subtitles(start, talk, ta
     for grouped in (plain.get_sentences, plain.get_paragraphs):
         runs = await asyncio.to_thread(grouped)
         assert " ".join(r.text for r in runs).split() == plain.text.split()
+    said = plain.words[1].text
+    (found,) = await asyncio.to_thread(plain.word_search, [said])
+    assert found.count == plain.text.split().count(said) and 1 in found.indexes
+    assert found.timestamps[found.indexes.index(1)] == (plain.words[1].start, plain.words[1].end)
 
     config = aai.TranscriptionConfig(filter_profanity=True, punctuate=False)
     config.set_custom_spelling({"shit": [f"w{k}" for k in range(10)]})
@@ -77,6 +82,14 @@ async def test_the_sdks_transcriber_gets_its_words_and_subtitles(start, talk, ta
     )
     assert sworn.status == aai.TranscriptStatus.completed, sworn.error
     assert set(sworn.text.split()) == {"s***"} and len(sworn.words) == len(plain.words)
+    listed = await asyncio.to_thread(transcriber(server.port).list_transcripts)
+    assert [t.id for t in listed.transcripts] == [sworn.id, plain.id]
+    assert all(t.status == aai.TranscriptStatus.completed for t in listed.transcripts)
+    first_page = await asyncio.to_thread(
+        transcriber(server.port).list_transcripts, aai.ListTranscriptParameters(limit=1)
+    )
+    assert [t.id for t in first_page.transcripts] == [sworn.id]
+    assert first_page.page_details.next_url and plain.id not in first_page.page_details.next_url
 
 
 async def test_transcripts_wait_for_a_slot_and_can_be_deleted(start, talk_wav):

@@ -7,7 +7,9 @@
   be refused for one, then runs in the background;
 - ``GET /v2/transcript/{id}``: the object, ``completed`` with its words (or ``error``);
   ``…/{id}/srt`` and ``…/{id}/vtt`` its subtitles, ``…/{id}/sentences`` and
-  ``…/{id}/paragraphs`` its words so grouped; ``DELETE`` forgets it.
+  ``…/{id}/paragraphs`` its words so grouped, ``…/{id}/word-search`` where words were
+  said; ``DELETE`` forgets it;
+- ``GET /v2/transcript``: the key's transcripts, the newest first, a page at a time.
 
 The key is offered as AssemblyAI's SDKs send it (the key itself as ``Authorization``)
 or as on the other routes. Errors are AssemblyAI's ``{"error": message}``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -26,7 +29,13 @@ from starlette.routing import Route
 from parley.protocol.paths import TRANSCRIPT_PATH, UPLOAD_PATH
 from parley.runtime.webhooks import WebhookSender
 from parley.transport.assemblyai_jobs import AssemblyJobs, Status, TranscriptJob, job_json
-from parley.transport.assemblyai_shapes import TranscriptAsk, completed, paragraphs, sentences
+from parley.transport.assemblyai_shapes import (
+    TranscriptAsk,
+    completed,
+    paragraphs,
+    sentences,
+    word_search,
+)
 from parley.transport.file_answers import rendered
 from parley.transport.json_body import json_object
 from parley.transport.upload_errors import UploadCode, UploadError
@@ -37,6 +46,7 @@ MAX_REQUEST_BYTES = 65536  # a transcript request: its keyterms, spellings and p
 REQUEST_TIMEOUT_S = 10.0  # for that request to arrive whole
 SUBTITLES = {"srt": "application/x-subrip", "vtt": "text/vtt"}
 GROUPS = {"sentences": sentences, "paragraphs": paragraphs}
+MAX_LISTED = 200  # transcripts in one page of the listing
 
 
 def _error(error: UploadError) -> Response:
@@ -58,6 +68,7 @@ class AssemblyFileRoutes:
         return [
             Route(UPLOAD_PATH, self.upload, methods=["POST"]),
             Route(TRANSCRIPT_PATH, self.create, methods=["POST"]),
+            Route(TRANSCRIPT_PATH, self.listing, methods=["GET"]),
             Route(TRANSCRIPT_PATH + "/{transcript_id}", self.transcript, methods=["GET", "DELETE"]),
             Route(TRANSCRIPT_PATH + "/{transcript_id}/{part}", self.part, methods=["GET"]),
         ]
@@ -142,18 +153,74 @@ class AssemblyFileRoutes:
         done = completed(job.result, job.ask) if job.result is not None else None
         return JSONResponse(job_json(job, done))
 
+    async def listing(self, request: Request) -> Response:
+        """The key's transcripts, the newest first: ``limit`` (1 to 200, default 10) a
+        page, ``status`` of one kind only, ``before_id`` the page after that one's."""
+        params = request.query_params
+        try:
+            key = self._key(request)
+            limit = params.get("limit", "10")
+            if not (limit.isdigit() and 1 <= int(limit) <= MAX_LISTED):
+                raise UploadError(
+                    UploadCode.BAD_REQUEST, f"limit is from 1 to {MAX_LISTED}", "limit"
+                )
+            status = params.get("status")
+            if status is not None and status not in Status.ALL:
+                raise UploadError(
+                    UploadCode.BAD_REQUEST, f"status is one of {', '.join(Status.ALL)}", "status"
+                )
+            jobs = [t for t in self._jobs.of_key(key) if status in (None, t.status)]
+            before = params.get("before_id")
+            if before is not None:
+                ids = [t.id for t in jobs]
+                if before not in ids:
+                    raise UploadError(UploadCode.BAD_REQUEST, "before_id is no transcript here")
+                jobs = jobs[ids.index(before) + 1 :]
+        except UploadError as error:
+            return _error(error)
+        page = jobs[: int(limit)]
+        base = f"{str(request.base_url).rstrip('/')}{TRANSCRIPT_PATH}"
+        following = {**params, "before_id": page[-1].id} if len(jobs) > len(page) else None
+        return JSONResponse(
+            {
+                "page_details": {
+                    "limit": int(limit),
+                    "result_count": len(page),
+                    "current_url": str(request.url),
+                    "prev_url": None,
+                    "next_url": f"{base}?{urlencode(following)}" if following else None,
+                },
+                "transcripts": [
+                    {
+                        "id": t.id,
+                        "resource_url": f"{base}/{t.id}",
+                        "status": t.status,
+                        "created": t.created,
+                        "completed": t.completed,
+                        "audio_url": t.ask.echo["audio_url"],
+                        "error": t.error,
+                    }
+                    for t in page
+                ],
+            }
+        )
+
     async def part(self, request: Request) -> Response:
         """A completed transcript as SubRip or WebVTT, or its sentences or paragraphs."""
         part = request.path_params["part"]
         try:
             key = self._key(request)
             job = self._jobs.get(key, request.path_params["transcript_id"])
-            if part not in SUBTITLES and part not in GROUPS:
+            if part not in SUBTITLES and part not in GROUPS and part != "word-search":
                 raise UploadError(
-                    UploadCode.NOT_FOUND, f"{part} not found: srt, vtt, sentences, paragraphs are"
+                    UploadCode.NOT_FOUND,
+                    f"{part} not found: srt, vtt, sentences, paragraphs and word-search are",
                 )
             if job.result is None:
                 raise UploadError(UploadCode.BAD_REQUEST, "the transcript is not completed")
+            if part == "word-search":
+                found = word_search(job.result, request.query_params.get("words", ""))
+                return JSONResponse({"id": job.id, **found})
         except UploadError as error:
             return _error(error)
         if part in SUBTITLES:

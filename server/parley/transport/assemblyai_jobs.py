@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ class Status:
     PROCESSING = "processing"
     COMPLETED = "completed"
     ERROR = "error"
+    ALL = (QUEUED, PROCESSING, COMPLETED, ERROR)
 
 
 @dataclass
@@ -64,11 +66,17 @@ class TranscriptJob:
     result: FileTranscript | None = None
     error: str | None = None
     finished_at: float | None = None
+    created: str = field(default_factory=lambda: _now())  # ISO 8601, as listings say it
+    completed: str | None = None
     task: asyncio.Task | None = field(default=None, repr=False)
 
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def not_found(what: str) -> UploadError:
@@ -166,6 +174,11 @@ class AssemblyJobs:
             raise not_found("transcript")
         return job
 
+    def of_key(self, key: str) -> list[TranscriptJob]:
+        """``key``'s transcripts, the newest first."""
+        self._expire()
+        return [t for t in reversed(self._transcripts.values()) if t.key == key]
+
     def delete(self, key: str, transcript_id: str) -> TranscriptJob:
         """Forget a finished job; UploadError while it is still under way."""
         job = self.get(key, transcript_id)
@@ -180,7 +193,7 @@ class AssemblyJobs:
         """The job ended, with its result or the error it is told; its upload goes."""
         job.status = Status.COMPLETED if result is not None else Status.ERROR
         job.result, job.error = result, error
-        job.finished_at = self._clock()
+        job.finished_at, job.completed = self._clock(), _now()
         self._release(job.ask.upload_id)
 
     def _expire(self) -> None:

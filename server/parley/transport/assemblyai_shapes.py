@@ -219,6 +219,35 @@ def _utterances(words: Sequence[Word], plain: bool) -> list[dict[str, Any]]:
     return [_run(run, plain) for run in runs]
 
 
+MAX_SEARCHED = 100  # terms of one word search, each of at most MAX_SEARCHED characters
+
+
+def word_search(result: FileTranscript, raw: str) -> dict[str, Any]:
+    """``words`` (comma-separated words or phrases) found in the transcript, case and
+    punctuation aside: each term's count, its matches' times (ms) and first words'
+    indexes; UploadError past the bounds."""
+    terms = [t.strip() for t in raw.split(",") if t.strip()]
+    if not terms or len(terms) > MAX_SEARCHED or any(len(t) > MAX_SEARCHED for t in terms):
+        raise _bad(
+            f"words: 1 to {MAX_SEARCHED} comma-separated terms of at most {MAX_SEARCHED} "
+            "characters",
+            "words",
+        )
+    words = result.words
+    spoken = [bare(w.word) for w in words]
+    matches = []
+    for term in terms:
+        wanted = [bare(w) for w in term.split()]
+        at = [
+            i for i in range(len(spoken) - len(wanted) + 1) if spoken[i : i + len(wanted)] == wanted
+        ]
+        timestamps = [
+            [round(words[i].start * 1000), round(words[i + len(wanted) - 1].end * 1000)] for i in at
+        ]
+        matches.append({"text": term, "count": len(at), "timestamps": timestamps, "indexes": at})
+    return {"total_count": sum(m["count"] for m in matches), "matches": matches}
+
+
 def sentences(result: FileTranscript, ask: TranscriptAsk) -> list[dict[str, Any]]:
     """The words cut into sentences (after . ? or !), none across paragraphs."""
     return [
