@@ -317,10 +317,7 @@ async def test_a_webhook_is_told_when_the_transcript_is_done(talk_wav):
                 assert refused.status_code == 400 and "webhook" in refused.json()["error"]
                 created = await client.post("/v2/transcript", json={**asked, "webhook_url": hooks})
                 transcript_id = created.json()["id"]
-                for _ in range(200):
-                    if receiver.events:
-                        break
-                    await asyncio.sleep(0.05)
+                events = await receiver.delivered()
         finally:
             await server.stop()
-    assert receiver.events == [{"transcript_id": transcript_id, "status": "completed"}]
+    assert events == [{"transcript_id": transcript_id, "status": "completed"}]

@@ -532,13 +532,9 @@ async def test_a_deepgram_callback_gets_the_result_signed_and_only_where_allowed
             answer = await _post(f"{base}&callback={hooks}", content=speech_wav, headers={})
             assert answer.status_code == 200
             request_id = answer.json()["request_id"]
-            for _ in range(200):
-                if receiver.events:
-                    break
-                await asyncio.sleep(0.05)
+            (event,) = await receiver.delivered()
         finally:
             await server.stop()
-    (event,) = receiver.events
     assert event["metadata"]["request_id"] == request_id
     assert event["results"]["channels"][0]["alternatives"][0]["words"]
 

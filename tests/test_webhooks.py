@@ -1,6 +1,7 @@
 """Result webhooks: a real receiver on loopback verifies every delivery with the
 `standardwebhooks` package, as a user's endpoint would."""
 
+import asyncio
 import base64
 import json
 import os
@@ -38,6 +39,14 @@ class Receiver:
         self.events.append(Webhook(SECRET).verify(body, headers))
         self.bodies.append((body, headers))
         return web.Response(status=204)
+
+    async def delivered(self, timeout_s: float = 10.0) -> list[dict]:
+        """The events, once at least one has come (or ``timeout_s`` has passed)."""
+        for _ in range(round(timeout_s / 0.05)):
+            if self.events:
+                break
+            await asyncio.sleep(0.05)
+        return self.events
 
     async def __aenter__(self) -> str:
         app = web.Application()
