@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 # clean checkout, where no bytecode is cached. Importing it here compiles it up front.
 import hypothesis.internal.conjecture.optimiser  # noqa: F401
 import pytest
+from hypothesis import HealthCheck, settings
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -25,6 +26,12 @@ from parley.weights.bundle import resolve_model
 
 if TYPE_CHECKING:
     from fake_engine import FakeEngine
+
+# Property tests check what is computed, not how fast: the suite runs three workers on
+# two cores beside real models, where one example or one draw may take a second (a
+# clean clone's run failed a health check on a 1.1 s draw). Speed is the benches' job.
+settings.register_profile("parley", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("parley")
 
 
 def pytest_collection_modifyitems(config, items):
