@@ -103,13 +103,15 @@ class FileDoor:
 
     def could_start(self, key: str) -> bool:
         """Whether a job of ``key`` would start now (a queued job's turn)."""
+        return self.jobs.has_room() and self._under_limit(key)
+
+    def _under_limit(self, key: str) -> bool:
         per_key = self.max_jobs_per_key
-        under = per_key is None or key == ANONYMOUS or self._per_key[key] < per_key
-        return self.jobs.has_room() and under
+        return per_key is None or key == ANONYMOUS or self._per_key[key] < per_key
 
     def _check_key(self, key: str) -> None:
         per_key = self.max_jobs_per_key
-        if per_key is not None and key != ANONYMOUS and self._per_key[key] >= per_key:
+        if not self._under_limit(key):
             raise UploadError(
                 UploadCode.TOO_MANY_JOBS,
                 f"this key has its limit of {per_key} recordings running",
