@@ -1,6 +1,6 @@
 """The errors a recording endpoint answers (protocol.md section 16, "Limits and
 errors"): a code, its HTTP status, and what the client is told. The surfaces (OpenAI,
-Deepgram, the reference handler) each give them their own shape."""
+Deepgram, the reference handler, AssemblyAI) each give them their own shape."""
 
 from __future__ import annotations
 

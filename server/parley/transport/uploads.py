@@ -1,7 +1,7 @@
 """What every recording endpoint does before and around its own shapes: who may send,
 whether a job could start before its upload is read (upload_body.py receives it
 within its bounds), and how a job's failures become HTTP answers (protocol.md
-§"Recordings"). The surfaces (OpenAI, Deepgram, the reference handler) turn an
+§"Recordings"). The surfaces (OpenAI, Deepgram, the reference handler, AssemblyAI) turn an
 ``UploadError`` into their own error shapes.
 """
 
