@@ -25,13 +25,14 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from websockets.datastructures import Headers
 
 from parley.protocol.paths import TRANSCRIPT_PATH, UPLOAD_PATH
 from parley.runtime.webhooks import WebhookSender
+from parley.transport.assemblyai import AssemblyAIDialect
 from parley.transport.assemblyai_jobs import AssemblyJobs, Status, TranscriptJob, job_json
 from parley.transport.assemblyai_shapes import (
     TranscriptAsk,
-    completed,
     paragraphs,
     sentences,
     word_search,
@@ -74,9 +75,9 @@ class AssemblyFileRoutes:
         ]
 
     def _key(self, request: Request) -> str:
-        # AssemblyAI's SDKs send the key itself as Authorization; a bearer token also goes
-        offered = request.headers.get("Authorization", "").strip()
-        return self._door.authorize(request, None if " " in offered else offered or None)
+        headers = Headers(request.headers.items())
+        offered = AssemblyAIDialect.offered_key(request.query_params, headers)
+        return self._door.authorize(request, offered)
 
     async def upload(self, request: Request) -> Response:
         """The body, held for a transcript: ``{"upload_url"}``."""
@@ -114,9 +115,9 @@ class AssemblyFileRoutes:
             job = self._jobs.add(key, ask)
         except UploadError as error:
             return _error(error)
-        job.task = asyncio.ensure_future(self._run(job))
-        self._running.add(job.task)
-        job.task.add_done_callback(self._running.discard)
+        task = asyncio.ensure_future(self._run(job))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
         return JSONResponse(job_json(job))
 
     async def _run(self, job: TranscriptJob) -> None:
@@ -150,8 +151,7 @@ class AssemblyFileRoutes:
             job = self._jobs.get(key, transcript_id)
         except UploadError as error:
             return _error(error)
-        done = completed(job.result, job.ask) if job.result is not None else None
-        return JSONResponse(job_json(job, done))
+        return JSONResponse(job_json(job))
 
     async def listing(self, request: Request) -> Response:
         """The key's transcripts, the newest first: ``limit`` (1 to 200, default 10) a
@@ -225,7 +225,8 @@ class AssemblyFileRoutes:
             return _error(error)
         if part in SUBTITLES:
             return PlainTextResponse(rendered(job.result, part), media_type=SUBTITLES[part])
-        whole = completed(job.result, job.ask)
+        whole = job.answer
+        assert whole is not None  # made with the result
         return JSONResponse(
             {
                 part: GROUPS[part](job.result, job.ask),

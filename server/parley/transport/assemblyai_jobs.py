@@ -8,7 +8,6 @@ own (docs/deployment.md says where such clients go).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.recordings.file_results import FileTranscript
-from parley.transport.assemblyai_shapes import TranscriptAsk
+from parley.transport.assemblyai_shapes import TranscriptAsk, completed
 from parley.transport.upload_errors import UploadCode, UploadError
 
 HELD_S = 3600.0  # an upload no transcript has used is dropped after this
@@ -64,11 +63,11 @@ class TranscriptJob:
     upload: HeldUpload
     status: str = Status.QUEUED
     result: FileTranscript | None = None
+    answer: dict[str, Any] | None = None  # the result's fields of the object, made once
     error: str | None = None
     finished_at: float | None = None
     created: str = field(default_factory=lambda: _now())  # ISO 8601, as listings say it
     completed: str | None = None
-    task: asyncio.Task | None = field(default=None, repr=False)
 
     @property
     def finished(self) -> bool:
@@ -193,6 +192,7 @@ class AssemblyJobs:
         """The job ended, with its result or the error it is told; its upload goes."""
         job.status = Status.COMPLETED if result is not None else Status.ERROR
         job.result, job.error = result, error
+        job.answer = completed(result, job.ask) if result is not None else None
         job.finished_at, job.completed = self._clock(), _now()
         self._release(job.ask.upload_id)
 
@@ -206,13 +206,13 @@ class AssemblyJobs:
                 del self._transcripts[transcript_id]
 
 
-def job_json(job: TranscriptJob, completed: dict[str, Any] | None = None) -> dict[str, Any]:
+def job_json(job: TranscriptJob) -> dict[str, Any]:
     """The transcript object: its id, status and error, the asked fields repeated, and
-    ``completed``'s fields once done."""
+    the result's fields once done."""
     return {
         "id": job.id,
         "status": job.status,
         "error": job.error,
         **job.ask.echo,
-        **(completed or {"text": None, "words": None, "utterances": None}),
+        **(job.answer or {"text": None, "words": None, "utterances": None}),
     }
