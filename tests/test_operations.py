@@ -272,6 +272,21 @@ def test_a_public_address_needs_keys_or_allow_anonymous():
     assert Settings(server={"host": "0.0.0.0"}, api_keys={"ops": "k-123456"}).has_keys
 
 
+def test_a_public_address_with_a_key_file_of_no_keys_is_refused(tmp_path):
+    """A key file of comments gives no key: served on a public address it would let
+    anyone in, so the keys are refused; on loopback it means what no key file means."""
+    from parley.loading import access_of
+
+    key_file = tmp_path / "keys"
+    key_file.write_text("# alice:to come\n\n")
+    public = Settings(server={"host": "0.0.0.0"}, api_keys_file=key_file)
+    with pytest.raises(ValueError, match="holds none"):
+        access_of(public)
+    assert not access_of(Settings(api_keys_file=key_file)).keys.required
+    open_to_all = Settings(server={"host": "0.0.0.0"}, api_keys_file=key_file, allow_anonymous=True)
+    assert not access_of(open_to_all).keys.required
+
+
 async def test_tls_serves_wss_and_https(start, tmp_path):
     """With a certificate and key, streams are wss:// and probes https://."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"

@@ -326,14 +326,21 @@ class Settings(BaseSettings):
     def has_keys(self) -> bool:
         return bool(self.token or self.api_keys or self.api_keys_file)
 
+    def keys_needed(self) -> str | None:
+        """The address that may not be served without API keys (one not on loopback,
+        ``parley serve``'s or ``parley cluster``'s, unless ``allow_anonymous``), if any."""
+        if self.allow_anonymous:
+            return None
+        return next((h for h in (self.server.host, self.cluster.host) if not is_loopback(h)), None)
+
     @model_validator(mode="after")
     def _not_open_to_everyone(self) -> Settings:
-        for host in (self.server.host, self.cluster.host):  # parley serve's; parley cluster's
-            if not is_loopback(host) and not self.has_keys and not self.allow_anonymous:
-                raise ValueError(
-                    f"refusing to serve {host} without API keys: set PARLEY_API_KEYS "
-                    "or --api-keys-file, or pass --allow-anonymous to let anyone stream"
-                )
+        host = self.keys_needed()
+        if host is not None and not self.has_keys:
+            raise ValueError(
+                f"refusing to serve {host} without API keys: set PARLEY_API_KEYS "
+                "or --api-keys-file, or pass --allow-anonymous to let anyone stream"
+            )
         return self
 
     @model_validator(mode="after")

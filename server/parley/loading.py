@@ -131,6 +131,11 @@ def access_of(settings: Settings) -> Access:
             if name in named:
                 raise ValueError(f"API key name {name!r} is given twice")
             named[name] = value
+    host = settings.keys_needed()
+    if host is not None and not named:  # a key file of comments would let anyone in
+        raise ValueError(
+            f"refusing to serve {host} without API keys: {settings.api_keys_file} holds none"
+        )
     return Access(ApiKeys.of(named), OriginPolicy.of(settings.server.allowed_origins))
 
 
