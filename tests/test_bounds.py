@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed
 
 from conftest import pcm16
 from parley.protocol.messages import Partial
-from parley.transport.dialect import ANONYMOUS
+from parley.transport.auth import ANONYMOUS
 from parley.transport.followers import FOLLOWER_QUEUE, FOLLOWERS_PER_SESSION
 
 

@@ -136,7 +136,10 @@ def access_of(settings: Settings) -> Access:
         raise ValueError(
             f"refusing to serve {host} without API keys: {settings.api_keys_file} holds none"
         )
-    return Access(ApiKeys.of(named), OriginPolicy.of(settings.server.allowed_origins))
+    keys, origins = ApiKeys.of(named), OriginPolicy.of(settings.server.allowed_origins)
+    if settings.api_keys_file is None:
+        return Access(keys, origins)
+    return Access(keys, origins, settings.api_keys_file, lambda: access_of(settings).keys)
 
 
 def redaction_of(

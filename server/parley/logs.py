@@ -33,6 +33,12 @@ class RedactSecrets(logging.Filter):
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
         self._patterns = tuple(patterns)
 
+    def add(self, secrets: Iterable[str]) -> None:
+        """Redact these too from now on (keys read again from the key file); the old
+        ones stay redacted."""
+        known = {*self._secrets, *(s for s in secrets if s)}
+        self._secrets = sorted(known, key=len, reverse=True)
+
     def filter(self, record: logging.LogRecord) -> bool:
         """Write the record with every configured secret replaced, in its message, its
         exception and its session fields; never drops a record."""
@@ -55,6 +61,14 @@ class RedactSecrets(logging.Filter):
         for pattern in self._patterns:
             text = pattern.sub(REDACTED, text)
         return text
+
+
+def redact_also(secrets: Iterable[str]) -> None:
+    """Add ``secrets`` to the redaction of every handler ``configure_logging`` made."""
+    for handler in logging.getLogger().handlers:
+        for found in handler.filters:
+            if isinstance(found, RedactSecrets):
+                found.add(secrets)
 
 
 def configure_logging(

@@ -33,10 +33,12 @@ from parley.sessions.streams import AsrService, StreamFactory
 from parley.transport.admission import Access, Admission, StreamLimits
 from parley.transport.auth import OriginPolicy
 from parley.transport.connection import Connection
+from parley.transport.dialects import all_dialects
 from parley.transport.file_routes import FileRoutes
 from parley.transport.followers import Followers
 from parley.transport.front_door import FrontDoor
 from parley.transport.http import StaticFiles, json_response, make_request_router, text_response
+from parley.transport.key_watch import KeyWatch, watch_keys
 from parley.transport.model_routes import ModelRoutes
 from parley.transport.sinks import FollowerSinks, MetricsSinks, SinkFactory, WebhookSinks
 from parley.transport.token_routes import RealtimeDefaults, TokenRoutes
@@ -60,30 +62,6 @@ def webhook_sender(settings: Settings, metrics: Metrics) -> WebhookSender | None
         max_attempts=hooks.max_attempts,
     )
     return WebhookSender(config, lambda outcome: metrics.webhooks.labels(outcome).inc())
-
-
-def dialects(settings: Settings) -> list:
-    """The wires the streaming endpoint speaks: Parley's own, and the compatible ones."""
-    from parley.transport.assemblyai import AssemblyAIDialect
-    from parley.transport.deepgram import DeepgramDialect
-    from parley.transport.flux import FluxDialect
-    from parley.transport.meeting import MeetingDialect
-    from parley.transport.native import NativeDialect
-    from parley.transport.openai_realtime import OpenAIRealtimeDialect
-    from parley.transport.twilio import TwilioDialect
-
-    vad = settings.vad.to_config()
-    secret = settings.twilio.auth_token
-    twilio_token = secret.get_secret_value() if secret else None
-    return [
-        NativeDialect(),
-        DeepgramDialect(vad),
-        FluxDialect(),
-        AssemblyAIDialect(vad),
-        OpenAIRealtimeDialect(vad),
-        TwilioDialect(twilio_token, settings.twilio.public_url),
-        MeetingDialect(),
-    ]
 
 
 def _limits(settings: Settings, diarized: bool) -> StreamLimits:
@@ -200,6 +178,7 @@ class Service:
     file_jobs: FileJobs | None = None
     routes: tuple[BaseRoute, ...] = ()  # HTTP: recordings, the model listing, tokens
     origins: OriginPolicy = OriginPolicy()  # the pages that may call the HTTP routes too
+    keys: KeyWatch | None = None  # the key file's, while it serves
 
     def front_door(self) -> FrontDoor:
         """The one ASGI application serving this pipeline (its HTTP routes, and the
@@ -223,6 +202,8 @@ class Service:
 
     async def stop(self) -> None:
         """End live sessions and recordings now (shutting_down) and stop the workers."""
+        if self.keys is not None:
+            await self.keys.stop()
         if self.file_jobs is not None:
             await self.file_jobs.drain(0.0)
         await self.endpoint.shutdown()
@@ -271,9 +252,12 @@ async def start_service(
         audio_settled=capacity.settled if capacity else None,
     )
     webhooks = webhook_sender(settings, metrics)
+    keys = watch_keys(access)
+    if keys is not None:
+        keys.start()
     if webhooks is not None:
         await webhooks.start()
-    followers = Followers(access.keys)
+    followers = Followers(access)
     # Where every session's messages go besides its client: the endpoint knows only this.
     sinks: list[SinkFactory] = [FollowerSinks(followers), MetricsSinks(metrics)]
     if webhooks is not None:
@@ -293,7 +277,11 @@ async def start_service(
         limits,
         admission,
         metrics,
-        dialects(settings),
+        all_dialects(
+            settings.vad.to_config(),
+            settings.twilio.auth_token.get_secret_value() if settings.twilio.auth_token else None,
+            settings.twilio.public_url,
+        ),
         sinks,
         server_name,
         capacity,
@@ -328,6 +316,7 @@ async def start_service(
             *TokenRoutes(access, time.time, realtime).routes(),
         ),
         origins=access.origins,
+        keys=keys,
     )
 
 

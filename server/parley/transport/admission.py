@@ -7,14 +7,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from websockets.http11 import Request
 
 from parley.core.asr import Decoding
 from parley.protocol.messages import Error, ErrorCode, ProtocolError
 from parley.runtime.capacity import LiveCapacity, LiveLoad
-from parley.transport.auth import ApiKeys, OriginPolicy
-from parley.transport.dialect import ANONYMOUS, Dialect, Setup, query_of
+from parley.transport.auth import ANONYMOUS, ApiKeys, OriginPolicy
+from parley.transport.dialect import Dialect, Setup, query_of
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,16 @@ class StreamLimits:
         return limits
 
 
-@dataclass(frozen=True)
+@dataclass
 class Access:
-    """Who may stream: keys (none: anyone) and the browser origins allowed."""
+    """Who may stream: keys (none: anyone) and the browser origins allowed. The keys are
+    replaced while serving when the key file changes (``KeyWatch``): read them at each
+    request, never keep a copy."""
 
     keys: ApiKeys = ApiKeys()
     origins: OriginPolicy = OriginPolicy()
+    key_file: Path | None = None  # where some of the keys were read from
+    read_keys: Callable[[], ApiKeys] | None = None  # all of them again, the key file's anew
 
 
 class Refused(Exception):

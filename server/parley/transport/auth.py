@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from parley.transport import access_tokens
 
 KEY_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+ANONYMOUS = "anonymous"  # the key name of a session on a server without keys
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
@@ -37,6 +38,10 @@ class ApiKeys:
         for name, value in named.items():
             if not KEY_NAME.match(name):
                 raise ValueError(f"API key name {name!r} must be 1 to 64 of A-Z a-z 0-9 _ . -")
+            if name == ANONYMOUS:
+                raise ValueError(
+                    f"{ANONYMOUS!r} names the sessions of no key: name the key otherwise"
+                )
             if not value.strip():
                 raise ValueError(f"API key {name!r} is empty")
         return cls(tuple((name, value.strip().encode()) for name, value in named.items()))

@@ -31,10 +31,7 @@ from parley.core.vad import VadConfig
 from parley.protocol.messages import Error, ErrorCode, ProtocolError, ServerMessage, StreamConfig
 from parley.sessions.marks import Mark
 from parley.sessions.streams import Stream, StreamFactory
-from parley.transport.auth import ApiKeys
-
-ANONYMOUS = "anonymous"  # the key name of a session on a server without keys
-
+from parley.transport.auth import ANONYMOUS, ApiKeys
 
 # Turn detection asked of a compatible endpoint (Deepgram's endpointing, OpenAI's
 # silence_duration_ms) is raised to the server's own default: Whisper needs whole

@@ -21,7 +21,8 @@ from websockets.exceptions import ConnectionClosed
 from parley.protocol.errors import CloseCode, close_reason
 from parley.protocol.messages import Error, ErrorCode, ServerMessage, as_json, encode
 from parley.protocol.paths import FOLLOW_PATH
-from parley.transport.auth import ApiKeys
+from parley.transport.admission import Access
+from parley.transport.auth import ANONYMOUS
 from parley.transport.connection import Connection
 from parley.transport.dialect import by_key
 from parley.transport.native import NativeDialect
@@ -37,8 +38,8 @@ _END, _BEHIND, _GONE = object(), object(), object()
 class Followers:
     """Live sessions that may be followed, and their followers' queues."""
 
-    def __init__(self, keys: ApiKeys):
-        self._keys = keys
+    def __init__(self, access: Access):
+        self._access = access
         self._live: dict[str, str] = {}  # session id → the name of the key it started with
         self._queues: dict[str, set[asyncio.Queue]] = {}
 
@@ -85,13 +86,14 @@ class Followers:
         assert found is not None
         session_id = found[1]
         params = dict(parse_qsl(urlsplit(request.path).query))
-        key = by_key(self._keys, NativeDialect.offered_key(params, request.headers))
+        key = by_key(self._access.keys, NativeDialect.offered_key(params, request.headers))
         if key is None:
             await _refuse(connection, Error(ErrorCode.UNAUTHORIZED, "a valid API key is required"))
             return
         owner = self._live.get(session_id)
-        # A key follows its own sessions, and those started without a key of the server's.
-        if owner is None or (owner in self._keys.names and owner != key):
+        # A key follows its own sessions (even once its key is revoked: none other may),
+        # and those started on a server without keys.
+        if owner is None or (owner != ANONYMOUS and owner != key):
             await _refuse(
                 connection, Error(ErrorCode.NOT_FOUND, f"no live session {session_id} to follow")
             )

@@ -35,7 +35,7 @@ from parley.protocol.paths import (
 from parley.transport import access_tokens, file_answers
 from parley.transport.admission import Access
 from parley.transport.assemblyai import AssemblyAIDialect
-from parley.transport.dialect import ANONYMOUS
+from parley.transport.auth import ANONYMOUS
 from parley.transport.json_body import json_object
 from parley.transport.native import bearer_or_token
 from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings

@@ -34,7 +34,8 @@ from parley.recordings.media import (
 )
 from parley.runtime.metrics import Metrics
 from parley.transport.admission import Access
-from parley.transport.dialect import ANONYMOUS, by_key
+from parley.transport.auth import ANONYMOUS
+from parley.transport.dialect import by_key
 from parley.transport.native import bearer_or_token
 from parley.transport.upload_body import Form, UploadReceiver
 from parley.transport.upload_errors import UploadCode, UploadError

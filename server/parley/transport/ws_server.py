@@ -25,9 +25,10 @@ from parley.runtime.capacity import LiveCapacity, LiveLoad
 from parley.runtime.metrics import Metrics
 from parley.sessions.streams import AsrService, StreamFactory
 from parley.transport.admission import Admission, Refused, StreamLimits
+from parley.transport.auth import ANONYMOUS
 from parley.transport.client_reader import ClientReader
 from parley.transport.connection import Connection
-from parley.transport.dialect import ANONYMOUS, Dialect, Setup, query_of
+from parley.transport.dialect import Dialect, Setup, query_of
 from parley.transport.handshake import HandshakeCheck
 from parley.transport.lifecycle import Lifecycle
 from parley.transport.live_sessions import LiveSessions
