@@ -160,6 +160,7 @@ def test_transcribe_of_a_missing_or_unreadable_file_exits_2(
         "in process": [str(dialogue_wav[0]), str(notes)],
         "from a server": [str(notes), "--url", http],
         "a clip missing": [str(notes), "--url", http, "--speaker", f"host={tmp_path}/no.wav"],
+        "a cue too narrow": [str(notes), "--format", "srt", "--max-line-width", "3"],
     }
     env = {**os.environ, "PARLEY_MODELS_DIR": str(models_dir)}
     done = {
@@ -173,6 +174,7 @@ def test_transcribe_of_a_missing_or_unreadable_file_exits_2(
     for name in ("in process", "from a server"):
         assert b"notes.txt: the file could not be decoded" in done[name].stderr, name
     assert b"--speaker host: no such file" in done["a clip missing"].stderr
+    assert b"a line holds 8 to 1000 characters" in done["a cue too narrow"].stderr
     assert "platform" in words_of(done["in process"].stdout.decode())
     assert not any(b"Traceback" in d.stderr for d in done.values())
 

@@ -475,13 +475,16 @@ async def test_parley_transcribe_in_process_and_against_a_server(
     env = {**os.environ, "PARLEY_TOKEN": KEY}
     remote = await asyncio.to_thread(
         subprocess.run,
-        [*parley, "transcribe", str(path), "--url", url, "--format", "srt"],
+        [*parley, "transcribe", str(path), "--url", url, "--format", "srt"]
+        + ["--max-line-width", "12", "--max-line-count", "1"],
         capture_output=True,
         text=True,
         timeout=60,
         env=env,
     )
     assert remote.returncode == 0 and remote.stdout.startswith("1\n"), remote.stderr
+    cues = remote.stdout.split("\n\n")  # the cue size travels as the endpoint's fields
+    assert len(cues) > 1 and all(len(cue.splitlines()[2]) <= 12 for cue in cues if cue)
     # the decoding options travel as the endpoint's fields: every word the fake hears
     # (w0 … w9) replaced
     replacing = [arg for k in range(10) for arg in ("--replace", f"w{k}:heard")]

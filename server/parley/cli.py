@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from parley.cli_parser import build_parser
+from parley.cli_parser import build_parser, caption_style
 
 # Exit codes (README "Exit codes"): scripts tell a bad input from a server they could not
 # reach, which is worth retrying.
@@ -141,7 +141,7 @@ def _stream(args: argparse.Namespace) -> int:
 
     rate = args.sample_rate if args.source == "-" else 16000
     try:
-        decoding = _decoding_args(args)
+        decoding, style = _decoding_args(args), caption_style(args)
     except ValueError as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -196,7 +196,7 @@ def _stream(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if not live_to_stdout:
         uri = "stdin" if args.source == "-" else Path(args.source).stem
-        text = render(transcript, args.format, uri)
+        text = render(transcript, args.format, uri, style)
         if args.output:
             Path(args.output).write_text(text, encoding="utf-8")
         else:
@@ -220,6 +220,7 @@ def _transcribe(args: argparse.Namespace) -> int:
 
     try:
         decoding = {**_decoding_args(args), "prompt": args.prompt or ""}
+        style = caption_style(args)
         known = args.speaker  # (name, clip) pairs
         check_known_speakers([name for name, _ in known], len(known))
     except ValueError as exc:
@@ -245,6 +246,7 @@ def _transcribe(args: argparse.Namespace) -> int:
                     args.num_speakers is not None or args.diarize or bool(known),
                     decoding=decoding,
                     known_speakers=known,
+                    style=style,
                 )
             except Unreachable as exc:
                 print(f"parley: {exc}", file=sys.stderr)
@@ -282,6 +284,7 @@ def _transcribe(args: argparse.Namespace) -> int:
                 lambda text: _write(args.output, text),  # each file's as soon as it is done
                 decoding,
                 known,
+                style,
             )
         )
     except (RuntimeError, ValueError, OSError) as exc:

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from parley.client.captions import SUBTITLES, CaptionStyle
 from parley.client.formats import FORMATS
 from parley.core.asr import COMPUTE_TYPES
 
@@ -18,6 +19,29 @@ def known_voice(value: str) -> tuple[str, Path]:
     if not Path(clip).is_file():
         raise argparse.ArgumentTypeError(f"--speaker {name}: no such file: {clip}")
     return name, Path(clip)
+
+
+def add_caption_args(parser: argparse.ArgumentParser) -> None:
+    """How much a subtitle cue holds (srt, vtt; openai-whisper's option names)."""
+    parser.add_argument(
+        "--max-line-width",
+        type=int,
+        default=SUBTITLES.line_chars,
+        metavar="N",
+        help=f"srt and vtt: characters on a line (default {SUBTITLES.line_chars})",
+    )
+    parser.add_argument(
+        "--max-line-count",
+        type=int,
+        default=SUBTITLES.lines,
+        metavar="N",
+        help=f"srt and vtt: lines in a cue (default {SUBTITLES.lines})",
+    )
+
+
+def caption_style(args: argparse.Namespace) -> CaptionStyle:
+    """The cues the flags ask for; ValueError out of range."""
+    return CaptionStyle(line_chars=args.max_line_width, lines=args.max_line_count)
 
 
 def add_decoding_args(parser: argparse.ArgumentParser) -> None:
@@ -201,6 +225,7 @@ def _add_stream(commands: argparse._SubParsersAction, run: Runners) -> None:
         "closing relabel clusters into that many",
     )
     stream.add_argument("--output", "-o", help="write the transcript here, not to stdout")
+    add_caption_args(stream)
     stream.add_argument("--language")
     add_decoding_args(stream)
     stream.add_argument("--token", help="the server's API key (default: $PARLEY_TOKEN)")
@@ -218,6 +243,7 @@ def _add_transcribe(commands: argparse._SubParsersAction, run: Runners) -> None:
     transcribe.add_argument("sources", nargs="+", metavar="FILE", help="audio ffmpeg reads")
     transcribe.add_argument("--format", choices=FORMATS, default="text")
     transcribe.add_argument("--output", "-o", help="write here (appended), not to stdout")
+    add_caption_args(transcribe)
     transcribe.add_argument("--language")
     transcribe.add_argument(
         "--diarization",

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from parley.client.captions import SUBTITLES, CaptionStyle
 from parley.config import Settings
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_names import KnownSpeaker
@@ -33,10 +34,12 @@ async def transcribe_locally(
     emit: Callable[[str], None],
     decoding: dict | None = None,
     known: Sequence[tuple[str, Path]] = (),
+    style: CaptionStyle = SUBTITLES,
 ) -> None:
     """Each file in ``fmt`` (text, json, srt, vtt, rttm), a progress bar per file, given
     to ``emit`` in order; ``decoding``: FileRequest's decoding fields (keyterms, prompt,
-    task, redact, …); ``known``: (name, clip) of voices to label by name."""
+    task, redact, …); ``known``: (name, clip) of voices to label by name; ``style``: the
+    subtitles' cues."""
     if known and settings.diarization.source == "off":
         raise ValueError("known speakers name speakers: add --diarization bundle")
     known_speakers = tuple(
@@ -71,7 +74,7 @@ async def transcribe_locally(
 
                 with jobs.slot():
                     result = await jobs.transcribe(audio, request, on_progress=advance)
-            emit(rendered(result, fmt, Path(source).stem))
+            emit(rendered(result, fmt, Path(source).stem, style))
     finally:
         await worker.stop()
         if diarization is not None:

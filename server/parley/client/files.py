@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from parley.client.captions import SUBTITLES, CaptionStyle
 from parley.client.live import Unreachable
 
 
@@ -29,13 +30,15 @@ def transcribe_file(
     timeout_s: float = 3600.0,
     decoding: dict | None = None,
     known_speakers: Sequence[tuple[str, Path]] = (),
+    style: CaptionStyle = SUBTITLES,
 ) -> str:
     """POST ``path`` to ``base_url``/v1/audio/transcriptions (translations with
     ``task=translate``); the answer's body (JSON for ``json``: verbose_json with words).
     ``decoding``: ``parley stream``'s decoding options (keyterms, prompt, task, redact,
     numerals, replace, filler_words, profanity_filter), sent as the endpoint's fields;
     ``known_speakers``: (name, clip) of voices to label by name, sent as OpenAI's known
-    speakers (the clips as data URLs). UnreadableRecording where the server could not
+    speakers (the clips as data URLs); ``style``: srt and vtt cues, sent as Parley's
+    ``max_line_width`` and ``max_line_count``. UnreadableRecording where the server could not
     decode it, RuntimeError with the server's message on any other error answer."""
     if fmt not in REMOTE_FORMATS:
         raise ValueError(f"--url formats are {', '.join(REMOTE_FORMATS)}")
@@ -45,6 +48,8 @@ def transcribe_file(
     }
     if language:
         data["language"] = language
+    if style != SUBTITLES:
+        data["max_line_width"], data["max_line_count"] = str(style.line_chars), str(style.lines)
     if diarization:
         data["diarize"] = "true"
     decoding = decoding or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from parley.client.captions import SUBTITLES, Caption, CaptionStyle, captions
 from parley.client.transcript import Transcript, rttm
 from parley.protocol.messages import Final, as_json
 
@@ -29,9 +30,17 @@ def text_line(final: Final) -> str:
     return f"[{clock(final.start)} --> {clock(final.end)}] {_label(final)}{final.text}"
 
 
-def render(transcript: Transcript, fmt: str, uri: str = "stream") -> str:
-    """The finals (their speakers as the last ``speaker_update`` left them) in ``fmt``;
-    ``rttm`` writes the speakers' turns, named ``uri``."""
+def _cue_text(cue: Caption) -> str:
+    label = f"{cue.speaker}: " if cue.speaker else ""
+    return label + "\n".join(cue.lines)
+
+
+def render(
+    transcript: Transcript, fmt: str, uri: str = "stream", style: CaptionStyle = SUBTITLES
+) -> str:
+    """The finals (their speakers as the last ``speaker_update`` left them) in ``fmt``:
+    ``srt`` and ``vtt`` as cues in ``style`` (client/captions.py); ``rttm`` writes the
+    speakers' turns, named ``uri``."""
     finals = transcript.finals
     spoken = [f for f in finals if f.text.strip()]
     if fmt == "text":
@@ -42,12 +51,13 @@ def render(transcript: Transcript, fmt: str, uri: str = "stream") -> str:
         return json.dumps(objects, indent=2, ensure_ascii=False) + "\n"
     if fmt == "srt":
         blocks = [
-            f"{i}\n{clock(f.start, ',')} --> {clock(f.end, ',')}\n{_label(f)}{f.text}\n"
-            for i, f in enumerate(spoken, 1)
+            f"{i}\n{clock(c.start, ',')} --> {clock(c.end, ',')}\n{_cue_text(c)}\n"
+            for i, c in enumerate(captions(spoken, style), 1)
         ]
         return "\n".join(blocks)
     if fmt == "vtt":
-        blocks = [f"{clock(f.start)} --> {clock(f.end)}\n{_label(f)}{f.text}\n" for f in spoken]
+        cues = captions(spoken, style)
+        blocks = [f"{clock(c.start)} --> {clock(c.end)}\n{_cue_text(c)}\n" for c in cues]
         return "WEBVTT\n\n" + "\n".join(blocks)
     if fmt == "rttm":
         return rttm(transcript.turns(), uri)

@@ -33,6 +33,7 @@ from parley.transport.assemblyai import AssemblyAIDialect
 from parley.transport.assemblyai_jobs import AssemblyJobs, Status, TranscriptJob, job_json
 from parley.transport.assemblyai_shapes import (
     TranscriptAsk,
+    caption_style,
     paragraphs,
     sentences,
     word_search,
@@ -221,10 +222,12 @@ class AssemblyFileRoutes:
             if part == "word-search":
                 found = word_search(job.result, request.query_params.get("words", ""))
                 return JSONResponse({"id": job.id, **found})
+            style = caption_style(request.query_params.get("chars_per_caption"))
         except UploadError as error:
             return _error(error)
         if part in SUBTITLES:
-            return PlainTextResponse(rendered(job.result, part), media_type=SUBTITLES[part])
+            subtitles = rendered(job.result, part, style=style)
+            return PlainTextResponse(subtitles, media_type=SUBTITLES[part])
         whole = job.answer
         assert whole is not None  # made with the result
         return JSONResponse(

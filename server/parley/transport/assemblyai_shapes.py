@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
+from parley.client.captions import SUBTITLES, CaptionStyle
 from parley.core.keyterms import check_keyterms
 from parley.core.replacements import check_replacements
 from parley.core.speaker_count import SpeakerCount
@@ -85,6 +86,17 @@ def _whole(value: object, name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
         raise _bad(f"{name} must be a whole number from 1 to 64", name)
     return value
+
+
+def caption_style(chars_per_caption: str | None) -> CaptionStyle:
+    """The subtitles' cues: as Parley writes them (two lines of 42), or one line of at most
+    ``chars_per_caption`` (AssemblyAI's query on ``…/srt`` and ``…/vtt``)."""
+    if chars_per_caption is None:
+        return SUBTITLES
+    try:
+        return CaptionStyle.of(chars_per_caption, "1")
+    except ValueError as exc:
+        raise _bad(f"chars_per_caption: {exc}", "chars_per_caption") from None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from starlette.responses import JSONResponse, Response
 
+from parley.client.captions import SUBTITLES, CaptionStyle
 from parley.client.formats import render
 from parley.client.transcript import Transcript
 from parley.core.asr import Task
@@ -30,7 +31,8 @@ from parley.transport.deepgram_groups import (
     utterance_words,
 )
 from parley.transport.deepgram_query import bare, search_results
-from parley.transport.upload_errors import UploadError
+from parley.transport.upload_body import Form
+from parley.transport.upload_errors import UploadCode, UploadError
 
 
 def transcript_of(result: FileTranscript) -> Transcript:
@@ -41,10 +43,21 @@ def transcript_of(result: FileTranscript) -> Transcript:
     return transcript
 
 
-def rendered(result: FileTranscript, fmt: str, uri: str = "recording") -> str:
-    """``text`` (timed lines), ``json``, ``srt``, ``vtt`` or ``rttm``, as `parley stream`
-    writes them."""
-    return render(transcript_of(result), fmt, uri)
+def rendered(
+    result: FileTranscript, fmt: str, uri: str = "recording", style: CaptionStyle = SUBTITLES
+) -> str:
+    """``text`` (timed lines), ``json``, ``srt``, ``vtt`` (cues in ``style``) or ``rttm``,
+    as `parley stream` writes them."""
+    return render(transcript_of(result), fmt, uri, style)
+
+
+def caption_style(form: Form) -> CaptionStyle:
+    """The subtitles' cues a form asks (Parley's ``max_line_width`` and ``max_line_count``,
+    as openai-whisper's options are named); UploadError for a bad value."""
+    try:
+        return CaptionStyle.of(form.get("max_line_width"), form.get("max_line_count"))
+    except ValueError as exc:
+        raise UploadError(UploadCode.BAD_REQUEST, str(exc), "max_line_width") from None
 
 
 def _spoken(result: FileTranscript) -> list[Final]:
@@ -63,14 +76,20 @@ def openai_json(result: FileTranscript) -> dict:
 
 
 def openai_verbose(
-    result: FileTranscript, language: str, task: Task, with_words: bool, with_segments: bool = True
+    result: FileTranscript,
+    language: str | None,
+    task: Task,
+    with_words: bool,
+    with_segments: bool = True,
 ) -> dict:
-    """``verbose_json``: segments as Whisper's (tokens and temperature are not kept:
-    empty and 0), each with the code of the language it was decoded in; words when
-    asked for."""
+    """``verbose_json``: ``language`` (a code) by its name, as OpenAI's; segments as
+    Whisper's (tokens and temperature are not kept: empty and 0), each with the code of
+    the language it was decoded in; words when asked for."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
     answer: dict = {
         "task": task.value,
-        "language": language,
+        "language": LANGUAGES.get(language or "", language or "unknown"),
         "duration": round(result.duration, 3),
         "text": result.text,
         "usage": {"type": "duration", "seconds": round(result.duration, 3)},

@@ -61,12 +61,6 @@ def _listed(form: Form, name: str) -> tuple[str, ...]:
     return tuple(part.strip() for value in values for part in value.split(",") if part.strip())
 
 
-def _language_name(code: str | None) -> str:
-    from transformers.models.whisper.tokenization_whisper import LANGUAGES
-
-    return LANGUAGES.get(code or "", code or "unknown")
-
-
 class FileRoutes:
     """The recordings' HTTP endpoints (OpenAI's, Deepgram's, ``/predict``)."""
 
@@ -119,6 +113,7 @@ class FileRoutes:
                         "timestamp_granularities",
                     )
                 diarize = fmt == "diarized_json" or _flag(form.get("diarize"))
+                style = file_answers.caption_style(form)
                 known = await known_speakers(form, diarize)
                 if task is Task.TRANSLATE and (diarize or _flag(form.get("stream"))):
                     raise UploadError(
@@ -148,16 +143,15 @@ class FileRoutes:
         if fmt == "text":
             return PlainTextResponse(result.text + "\n")
         if fmt in ("srt", "vtt"):
+            media_type = "text/vtt" if fmt == "vtt" else "text/plain"
             return PlainTextResponse(
-                file_answers.rendered(result, fmt),
-                media_type="text/vtt" if fmt == "vtt" else "text/plain",
+                file_answers.rendered(result, fmt, style=style), media_type=media_type
             )
         if fmt == "verbose_json":
-            language = _language_name(self._language(result.language))
             return JSONResponse(
                 file_answers.openai_verbose(
                     result,
-                    language,
+                    self._language(result.language),
                     task,
                     with_words="word" in granularities,
                     with_segments="segment" in granularities or "word" not in granularities,
