@@ -97,10 +97,74 @@ function finals() {
   return [...segments.values()].filter((f) => f.text.trim()).sort((a, b) => a.start - b.start);
 }
 
+// Subtitle cues as the server and `parley transcribe` write them (server/parley/client/
+// captions.py, protocol.md section 16): at most two lines of 42 characters and 7 s, cut
+// between words by their times, at each change of speaker, and before a sentence the cue
+// cannot hold whole.
+const CUE = { lineChars: 42, lines: 2, seconds: 7 };
+const SENTENCE_END = /[.?!…]$/;
+
+function cues(list) {
+  const out = [];
+  for (const f of list) {
+    const words = f.words ?? [];
+    if (!words.length) {
+      out.push({ start: f.start, end: f.end, speaker: f.speaker, lines: wrap(f.text.trim()) });
+      continue;
+    }
+    const sentence = [];  // from each word to its sentence's end, in characters
+    for (let i = words.length - 1; i >= 0; i--) {
+      const ends = SENTENCE_END.test(words[i].word) || i === words.length - 1;
+      sentence[i] = words[i].word.length + (ends ? 0 : 1 + sentence[i + 1]);
+    }
+    const who = (w) => w.speaker ?? f.speaker;
+    const most = CUE.lineChars * CUE.lines;
+    let run = [], length = 0;
+    const close = () => {
+      const start = Math.max(run[0].start, f.start);
+      const end = Math.max(start, Math.min(run.at(-1).end, f.end));
+      out.push({ start, end, speaker: who(run[0]), lines: wrap(run.map((w) => w.word).join(" ")) });
+    };
+    words.forEach((w, i) => {
+      let longer = run.length ? length + 1 + w.word.length : w.word.length;
+      if (run.length && (who(w) !== who(run[0]) || longer > most || w.end - run[0].start > CUE.seconds
+          || (SENTENCE_END.test(run.at(-1).word) && length + 1 + sentence[i] > most))) {
+        close();
+        run = [];
+        longer = w.word.length;
+      }
+      run.push(w);
+      length = longer;
+    });
+    if (run.length) close();
+  }
+  return out;
+}
+
+// Two lines cut where they come out most even; more, filled word by word.
+function wrap(text) {
+  if (text.length <= CUE.lineChars) return [text];
+  let cut = -1;
+  for (let i = 0; i < text.length; i++) {
+    const fits = text[i] === " " && i <= CUE.lineChars && text.length - i - 1 <= CUE.lineChars;
+    if (fits && (cut < 0 || Math.abs(text.length - 2 * i - 1) < Math.abs(text.length - 2 * cut - 1))) cut = i;
+  }
+  if (cut >= 0) return [text.slice(0, cut), text.slice(cut + 1)];
+  const lines = [];
+  let line = "";
+  for (const word of text.split(" ")) {
+    if (line && line.length + 1 + word.length > CUE.lineChars) {
+      lines.push(line);
+      line = word;
+    } else line = line ? `${line} ${word}` : word;
+  }
+  return [...lines, line];
+}
+
 const writers = {
   txt: (list) => list.map((f) => `[${clock(f.start)}] ${f.speaker ? nameOf(f.speaker) + ": " : ""}${f.text}`).join("\n") + "\n",
-  srt: (list) => list.map((f, i) => `${i + 1}\n${stamp(f.start, ",")} --> ${stamp(f.end, ",")}\n${f.speaker ? nameOf(f.speaker) + ": " : ""}${f.text}\n`).join("\n"),
-  vtt: (list) => "WEBVTT\n\n" + list.map((f) => `${stamp(f.start, ".")} --> ${stamp(f.end, ".")}\n${f.speaker ? `<v ${nameOf(f.speaker)}>` : ""}${f.text}\n`).join("\n"),
+  srt: (list) => cues(list).map((c, i) => `${i + 1}\n${stamp(c.start, ",")} --> ${stamp(c.end, ",")}\n${c.speaker ? nameOf(c.speaker) + ": " : ""}${c.lines.join("\n")}\n`).join("\n"),
+  vtt: (list) => "WEBVTT\n\n" + cues(list).map((c) => `${stamp(c.start, ".")} --> ${stamp(c.end, ".")}\n${c.speaker ? `<v ${nameOf(c.speaker)}>` : ""}${c.lines.join("\n")}\n`).join("\n"),
   json: (list) => JSON.stringify(list.map((f) => ({ ...f, speaker_name: nameOf(f.speaker) || null })), null, 2),
 };
 

@@ -78,9 +78,20 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
             ".segment", "els => els.map(e => ({speaker: e.dataset.speaker, text: e.textContent}))"
         )
         shown_error = await page.text_content("#error")
+        shown = await page.eval_on_selector_all(".run", "els => els.map(e => e.lastChild.data)")
+        async with page.expect_download() as download:
+            await page.click("button[data-format=srt]")
+        subtitles = Path(await (await download.value).path()).read_text()
         await browser.close()
     (ARTIFACTS / "browser-messages.jsonl").write_text("".join(f"{m}\n" for m in heard))
     assert errors == [] and not shown_error.strip(), (errors, shown_error)
+    # the subtitles as the server writes them: every word shown, on cues of at most two
+    # lines of 42 characters (after the speaker's name)
+    cues = [cue.splitlines()[2:] for cue in subtitles.strip().split("\n\n")]
+    assert all(1 <= len(lines) <= 2 for lines in cues), cues
+    assert all(len(line.split(": ", 1)[-1]) <= 42 for lines in cues for line in lines), cues
+    said = " ".join(line.split(": ", 1)[-1] for lines in cues for line in lines)
+    assert words_of(said) == words_of(" ".join(shown)), cues
     words = set(words_of(" ".join(s["text"] for s in segments)))
     assert {"hello", "jersey", "chicago", "yankee"} <= words, segments
     assert len({s["speaker"] for s in segments if s["speaker"]}) >= 2, segments
