@@ -1,17 +1,22 @@
 """`parley serve` and `parley stream` as a user runs them: real processes, real files."""
 
+import contextlib
+import functools
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from pyannote.core import Annotation, Segment
 from pyannote.database.util import load_rttm
 
 from audio_fixtures import SAMPLE_WAV, conversation, der, sample_dir, words_of, write_wav
-from conftest import SHARED_SERVER_ENV, free_port
+from conftest import SHARED_SERVER_ENV, free_port, pcm16
 from parley.client.formats import render
 from parley.client.transcript import SpeakerTurn, Transcript
 from parley.protocol.messages import parse
@@ -97,6 +102,59 @@ def test_stream_raw_pcm_from_stdin_at_8k(server_url, dialogue_wav):
     done = stream(server_url, "--fast", "--sample-rate", "8000", "-", stdin=pcm8k)
     assert done.returncode == 0, done.stderr
     assert "mat" in words_of(done.stdout.decode())
+
+
+def test_ctrl_c_ends_the_audio_there_and_the_last_finals_still_come(server_url, dialogue_wav):
+    """`arecord | parley stream -` stopped with Ctrl-C: the first SIGINT ends the audio
+    where it is (the pipe stays open, as a live source does), the finals of what was
+    sent still come and are written, exit 0; no traceback."""
+    _, _, audio = dialogue_wav
+    process = subprocess.Popen(
+        [*PARLEY, "stream", "--url", server_url, "--format", "json", "-"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def speak() -> None:
+            with contextlib.suppress(BrokenPipeError):  # it stopped reading: it was told to
+                process.stdin.write(pcm16(audio))
+
+        threading.Thread(target=speak, daemon=True).start()
+        for line in process.stderr:  # the live finals (stdout gets the json at the end)
+            if b"mat" in line.lower():
+                break
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert b"stopping" in err and b"Traceback" not in err
+    assert "mat" in words_of(" ".join(f["text"] for f in json.loads(out)))
+
+
+def test_stream_of_a_live_hls_url(server_url, dialogue_wav, tmp_path):
+    """A URL (here an HLS playlist over HTTP, as a radio or a camera serves it) is read
+    by ffmpeg as a file is."""
+    path, _, _ = dialogue_wav
+    subprocess.run(
+        ["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(path), "-c:a", "aac"]
+        + ["-f", "hls", "-hls_time", "2", "-hls_list_size", "0", str(tmp_path / "live.m3u8")],
+        check=True,
+    )
+    handler = functools.partial(QuietHandler, directory=str(tmp_path))
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as http:
+        threading.Thread(target=http.serve_forever, daemon=True).start()
+        done = stream(server_url, "--fast", f"http://127.0.0.1:{http.server_port}/live.m3u8")
+        http.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert {"mat", "platform"} <= set(words_of(done.stdout.decode())), done.stdout
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
 
 
 def test_stream_reports_a_refusal(server_url, dialogue_wav):

@@ -9,11 +9,12 @@ import os
 import sys
 from pathlib import Path
 
-from parley.cli_parser import build_parser, caption_style
+from parley.cli_parser import build_parser, caption_style, decoding_args
 
 # Exit codes (README "Exit codes"): scripts tell a bad input from a server they could not
 # reach, which is worth retrying.
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 
 SERVE_FLAGS = [
     ("host", "server", "host"),
@@ -49,24 +50,6 @@ CLUSTER_FLAGS = [
         if flag[0] not in ("host", "port", "ssl_certfile", "ssl_keyfile")
     ],
 ]
-
-
-def _decoding_args(args: argparse.Namespace) -> dict:
-    """The decoding options of ``parley stream`` as StreamConfig's fields."""
-    from parley.core.asr import Task
-    from parley.core.keyterms import check_keyterms
-    from parley.core.replacements import check_replacements
-
-    return {
-        "keyterms": check_keyterms(args.keyterm),
-        "prompt": args.prompt,
-        "task": Task(args.task),
-        "redact": tuple(sorted(set(args.redact))),
-        "numerals": args.numerals,
-        "replace": check_replacements(args.replace),
-        "filler_words": args.filler_words,
-        "profanity_filter": args.profanity_filter,
-    }
 
 
 def _settings(args: argparse.Namespace, flags: list[tuple[str, str, str]]):
@@ -131,8 +114,9 @@ def _stream(args: argparse.Namespace) -> int:
         LiveDisplay,
         UndecodableAudio,
         ffmpeg_pcm,
-        run_stream,
+        is_url,
         stdin_pcm,
+        stream_until_stopped,
         stream_url,
         token_from_env,
     )
@@ -141,7 +125,7 @@ def _stream(args: argparse.Namespace) -> int:
 
     rate = args.sample_rate if args.source == "-" else 16000
     try:
-        decoding, style = _decoding_args(args), caption_style(args)
+        decoding, style = decoding_args(args), caption_style(args)
     except ValueError as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -160,7 +144,7 @@ def _stream(args: argparse.Namespace) -> int:
             int(bytes_per_second * 0.1) // config.bytes_per_frame * config.bytes_per_frame
         )
     else:
-        if not Path(args.source).is_file():
+        if not is_url(args.source) and not Path(args.source).is_file():
             print(f"parley: no such file: {args.source}", file=sys.stderr)
             return EXIT_BAD_INPUT
         chunks = ffmpeg_pcm(args.source, rate)
@@ -174,9 +158,11 @@ def _stream(args: argparse.Namespace) -> int:
         display(message)
 
     try:
-        result = asyncio.run(
-            run_stream(url, chunks, bytes_per_second, fast=args.fast, on_message=on_message)
+        result = stream_until_stopped(
+            url, chunks, bytes_per_second, args.fast, on_message, on_stop=_stopping
         )
+    except KeyboardInterrupt:  # a second Ctrl-C: what was not received is lost
+        return EXIT_INTERRUPTED
     except Unreachable as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -214,12 +200,18 @@ def _stream(args: argparse.Namespace) -> int:
     return EXIT_OK if whole and not fatal else EXIT_FAILED
 
 
+def _stopping() -> None:
+    print(
+        "\nparley: stopping: the last finals are coming (Ctrl-C again to quit now)", file=sys.stderr
+    )
+
+
 def _transcribe(args: argparse.Namespace) -> int:
     """Recordings, in-process (the server's own file pipeline), or sent to --url."""
     from parley.core.speaker_names import check_known_speakers
 
     try:
-        decoding = {**_decoding_args(args), "prompt": args.prompt or ""}
+        decoding = {**decoding_args(args), "prompt": args.prompt or ""}
         style = caption_style(args)
         known = args.speaker  # (name, clip) pairs
         check_known_speakers([name for name, _ in known], len(known))

@@ -44,6 +44,24 @@ def caption_style(args: argparse.Namespace) -> CaptionStyle:
     return CaptionStyle(line_chars=args.max_line_width, lines=args.max_line_count)
 
 
+def decoding_args(args: argparse.Namespace) -> dict:
+    """The decoding options of ``parley stream`` as StreamConfig's fields."""
+    from parley.core.asr import Task
+    from parley.core.keyterms import check_keyterms
+    from parley.core.replacements import check_replacements
+
+    return {
+        "keyterms": check_keyterms(args.keyterm),
+        "prompt": args.prompt,
+        "task": Task(args.task),
+        "redact": tuple(sorted(set(args.redact))),
+        "numerals": args.numerals,
+        "replace": check_replacements(args.replace),
+        "filler_words": args.filler_words,
+        "profanity_filter": args.profanity_filter,
+    }
+
+
 def add_decoding_args(parser: argparse.ArgumentParser) -> None:
     """The decoding options the commands that transcribe share: keyterms, prompt, task,
     redaction, numerals, fillers, replacements and the compute type."""

@@ -18,6 +18,7 @@ are left out, protocol.md section 8); ``transcript`` keeps the finals as the lat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -267,13 +268,18 @@ class LiveStream:
 
 
 async def send_paced(
-    live: LiveStream, chunks: AsyncIterator[bytes], bytes_per_second: int, fast: bool = False
+    live: LiveStream,
+    chunks: AsyncIterator[bytes],
+    bytes_per_second: int,
+    fast: bool = False,
+    stop: asyncio.Event | None = None,
 ) -> None:
     """Send ``chunks`` in real time (chunk n leaves at n × its length, by the clock, not
-    by sleeps that drift), or as fast as the server reads with ``fast``; then end."""
+    by sleeps that drift), or as fast as the server reads with ``fast``; then end. Once
+    ``stop`` is set no more is read, as if the chunks had ended there."""
     loop = asyncio.get_running_loop()
     started, sent = loop.time(), 0
-    async for chunk in chunks:
+    while (chunk := await _next_unless(chunks, stop)) is not None:
         if not fast:
             delay = started + sent / bytes_per_second - loop.time()
             if delay > 0:
@@ -281,3 +287,22 @@ async def send_paced(
         await live.send(chunk)
         sent += len(chunk)
     await live.end()
+
+
+async def _next_unless(chunks: AsyncIterator[bytes], stop: asyncio.Event | None) -> bytes | None:
+    """The next chunk; None at the end, or once ``stop`` is set (even while waiting for
+    a source that has nothing yet: a live one)."""
+    if stop is None:
+        return await anext(chunks, None)
+    if stop.is_set():
+        return None
+    coming = asyncio.ensure_future(anext(chunks, None))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({coming, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if coming.done():
+        return coming.result()
+    coming.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await coming
+    return None

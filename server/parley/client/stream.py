@@ -1,8 +1,11 @@
 """Stream audio to a Parley server and collect what it says (the CLI's `parley stream`).
 
-Audio files are decoded by ffmpeg into 16 kHz mono PCM16; ``-`` reads raw PCM16
-from standard input. Audio goes out in 100 ms messages, at real-time pace unless
-``fast`` (then as fast as the server reads: its back-pressure sets the pace).
+Audio files, and live sources by URL (an HLS playlist, RTSP, RTMP, SRT, HTTP: what
+ffmpeg reads, as WhisperLive's client takes them), are decoded by ffmpeg into 16 kHz
+mono PCM16; ``-`` reads raw PCM16 from standard input. Audio goes out in 100 ms
+messages, at real-time pace unless ``fast`` (then as fast as the server reads: its
+back-pressure sets the pace). Ctrl-C ends the audio where it is, as if the source had
+ended there: the last finals still come.
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TextIO
+from urllib.parse import urlsplit
 
 from parley.client.live import LiveStream, ServerError, send_paced, stream_url
 from parley.core.audio import ffmpeg_pcm16_command
@@ -30,6 +36,8 @@ from parley.protocol.messages import (
 __all__ = [
     "StreamResult",
     "run_stream",
+    "stream_until_stopped",
+    "is_url",
     "ffmpeg_pcm",
     "stdin_pcm",
     "stream_url",
@@ -39,6 +47,16 @@ __all__ = [
 ]
 
 CHUNK_SECONDS = 0.1
+# Where ffmpeg reads a stream from the network rather than a file.
+URL_SCHEMES = frozenset(
+    {"http", "https", "rtsp", "rtsps", "rtmp", "rtmps", "srt", "udp", "rtp", "tcp"}
+)
+
+
+def is_url(source: str) -> bool:
+    """Whether ``source`` names a network stream (a URL ffmpeg opens), not a file."""
+    return urlsplit(source).scheme.lower() in URL_SCHEMES
+
 
 # Called with each message as it comes (the CLI's live display).
 OnMessage = Callable[[ServerMessage], None] | None
@@ -61,7 +79,8 @@ class UndecodableAudio(RuntimeError):
 
 
 async def ffmpeg_pcm(path: str, sample_rate: int = 16000) -> AsyncIterator[bytes]:
-    """Any file ffmpeg can read → mono PCM16 at ``sample_rate``, in 100 ms chunks."""
+    """Any file (or URL) ffmpeg can read → mono PCM16 at ``sample_rate``, in 100 ms
+    chunks."""
     if shutil.which("ffmpeg") is None:
         raise RuntimeError("ffmpeg is needed to decode audio files (apt-get install ffmpeg)")
     process = await asyncio.create_subprocess_exec(
@@ -94,11 +113,64 @@ async def _read_up_to(stream: asyncio.StreamReader, size: int) -> bytes:
 
 
 async def stdin_pcm(bytes_per_chunk: int) -> AsyncIterator[bytes]:
-    """Standard input in chunks of ``bytes_per_chunk``, read off the event loop, until it ends."""
+    """Standard input in chunks of ``bytes_per_chunk``, until it ends. Read on a thread
+    of its own that the process does not wait for: a read that blocks (a pipe that stays
+    open) must not keep a Ctrl-C'd client from exiting."""
     loop = asyncio.get_running_loop()
-    reader = sys.stdin.buffer
-    while data := await loop.run_in_executor(None, reader.read, bytes_per_chunk):
+    queue: asyncio.Queue[bytes] = asyncio.Queue(8)
+
+    def pump() -> None:
+        while True:
+            data = sys.stdin.buffer.read(bytes_per_chunk)
+            try:
+                asyncio.run_coroutine_threadsafe(queue.put(data), loop).result()
+            except (RuntimeError, asyncio.CancelledError):  # the loop is gone
+                return
+            if not data:
+                return
+
+    threading.Thread(target=pump, name="stdin", daemon=True).start()
+    while data := await queue.get():
         yield data
+
+
+def stream_until_stopped(
+    url: str,
+    chunks: AsyncIterator[bytes],
+    bytes_per_second: int,
+    fast: bool = False,
+    on_message: OnMessage = None,
+    on_stop: Callable[[], None] | None = None,
+) -> StreamResult:
+    """``run_stream`` in its own event loop, where a first SIGINT (Ctrl-C) ends the audio
+    there (``on_stop`` is told) and the session ends as after the source's end, its
+    last finals received; a second raises KeyboardInterrupt at once."""
+
+    async def run() -> StreamResult:
+        stop = asyncio.Event()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def interrupted() -> None:
+            if stop.is_set():
+                task.cancel()
+                return
+            stop.set()
+            if on_stop is not None:
+                on_stop()
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGINT, interrupted)
+        try:
+            return await run_stream(
+                url, chunks, bytes_per_second, fast=fast, on_message=on_message, stop=stop
+            )
+        except asyncio.CancelledError:
+            raise KeyboardInterrupt from None
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    return asyncio.run(run())
 
 
 async def run_stream(
@@ -108,9 +180,11 @@ async def run_stream(
     *,
     fast: bool = False,
     on_message: OnMessage = None,
+    stop: asyncio.Event | None = None,
 ) -> StreamResult:
-    """Send ``chunks`` to ``url`` (a full stream URL, query included), then end_of_stream;
-    return everything the server said (a refusal or fatal error is in ``errors``)."""
+    """Send ``chunks`` to ``url`` (a full stream URL, query included), then end_of_stream
+    (at their end, or once ``stop`` is set); return everything the server said (a
+    refusal or fatal error is in ``errors``)."""
     result = StreamResult()
     try:
         live = await LiveStream.open(url)
@@ -119,7 +193,7 @@ async def run_stream(
         result.close_code = refused.close_code
         return result
     _collect(result, live.started, on_message)
-    sender = asyncio.create_task(send_paced(live, chunks, bytes_per_second, fast))
+    sender = asyncio.create_task(send_paced(live, chunks, bytes_per_second, fast, stop))
     receiver = asyncio.create_task(_receive(live, result, on_message))
     try:
         await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_EXCEPTION)
