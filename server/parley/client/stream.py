@@ -11,6 +11,7 @@ ended there: the last finals still come.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -124,7 +125,7 @@ async def stdin_pcm(bytes_per_chunk: int) -> AsyncIterator[bytes]:
             data = sys.stdin.buffer.read(bytes_per_chunk)
             try:
                 asyncio.run_coroutine_threadsafe(queue.put(data), loop).result()
-            except (RuntimeError, asyncio.CancelledError):  # the loop is gone
+            except (RuntimeError, concurrent.futures.CancelledError):  # the loop is gone
                 return
             if not data:
                 return
