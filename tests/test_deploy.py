@@ -12,6 +12,7 @@ import pytest
 import yaml
 from kubernetes_validate import validate
 
+from parley.cli_parser import build_parser
 from parley.cluster.deployment import DRAIN_MARGIN_S
 from parley.config import Settings
 from parley.runtime.metrics import Metrics
@@ -87,10 +88,17 @@ def test_the_rayservice_serve_config_builds_parley(monkeypatch):
     )
 
 
-def test_the_plain_deployment_drains_before_it_stops():
+def test_the_plain_deployment_drains_before_it_stops(tmp_path):
     found = resources(PLAIN)
     pod = found["Deployment"]["spec"]["template"]["spec"]
     [container] = pod["containers"]
+    # its keys are the Secret's file, read again when the kubelet updates it
+    args = build_parser(dict.fromkeys(["serve", "cluster", "stream", "transcribe", "models"]))
+    key_file = Path(vars(args.parse_args(container["args"]))["api_keys_file"])
+    [mount] = container["volumeMounts"]
+    [volume] = pod["volumes"]
+    assert key_file.parent == Path(mount["mountPath"]) and mount["name"] == volume["name"]
+    assert volume["secret"]["secretName"] == "parley-keys"
     drain_s = float(env_value(container, "PARLEY_SERVER__DRAIN_TIMEOUT_S"))
     assert pod["terminationGracePeriodSeconds"] >= drain_s + DRAIN_MARGIN_S
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
