@@ -134,6 +134,33 @@ def test_ctrl_c_ends_the_audio_there_and_the_last_finals_still_come(server_url, 
     assert "mat" in words_of(" ".join(f["text"] for f in json.loads(out)))
 
 
+def test_ctrl_c_stops_transcribe_with_what_it_wrote_whole(models_dir, dialogue_wav):
+    """In process, Ctrl-C while a recording is decoded: "interrupted", exit 130, no
+    traceback (the model thread it was waiting for ends on its own), and what was
+    written is whole transcripts."""
+    path, _, _ = dialogue_wav
+    env = {**os.environ, "PARLEY_MODELS_DIR": str(models_dir)}
+    process = subprocess.Popen(
+        [*PARLEY, "transcribe", *[str(path)] * 6],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        seen = b""
+        while b"%" not in seen:  # a progress bar: the models are loaded, a file is decoded
+            seen += os.read(process.stderr.fileno(), 4096)
+            assert process.poll() is None, seen
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err, err
+    heard = words_of(out.decode())  # each file's first sentence and its last, or neither
+    assert heard.count("mat") == heard.count("platform") < 6, heard
+
+
 def test_stream_of_a_live_hls_url(server_url, dialogue_wav, tmp_path):
     """A URL (here an HLS playlist over HTTP, as a radio or a camera serves it) is read
     by ffmpeg as a file is."""

@@ -161,8 +161,6 @@ def _stream(args: argparse.Namespace) -> int:
         result = stream_until_stopped(
             url, chunks, bytes_per_second, args.fast, on_message, on_stop=_stopping
         )
-    except KeyboardInterrupt:  # a second Ctrl-C: what was not received is lost
-        return EXIT_INTERRUPTED
     except Unreachable as exc:
         print(f"parley: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
@@ -335,7 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         "models": _models,
     }
     args = build_parser(commands).parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:  # what was written (a whole file's transcript) stays whole
+        print("\nparley: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

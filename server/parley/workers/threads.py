@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -28,13 +29,17 @@ async def in_passing_thread(function: Callable[..., T], *args: Any) -> T:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
+    def settle(outcome: Callable[[], None]) -> None:
+        if not done.done():  # the awaiting coroutine may have been cancelled (Ctrl-C)
+            outcome()
+
     def run() -> None:
         try:
             result = function(*args)
         except BaseException as exc:  # handed to the awaiting coroutine
-            loop.call_soon_threadsafe(done.set_exception, exc)
+            loop.call_soon_threadsafe(settle, functools.partial(done.set_exception, exc))
         else:
-            loop.call_soon_threadsafe(done.set_result, result)
+            loop.call_soon_threadsafe(settle, functools.partial(done.set_result, result))
 
     thread = threading.Thread(target=run, name="parley-load", daemon=True)
     thread.start()
