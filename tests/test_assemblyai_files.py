@@ -172,11 +172,24 @@ def test_a_request_becomes_the_recordings_request():
     assert job.redact == ("pci", "phone", "ssn") and job.diarize
     assert job.speakers == SpeakerCount(None, 2, 3)
     assert TranscriptAsk.of({"audio_url": UPLOAD, "language_detection": True}).job.language is None
+    among = {"expected_languages": ["en_us", "es"]}
+    detected = TranscriptAsk.of(
+        {"audio_url": UPLOAD, "language_detection": True, "language_detection_options": among}
+    ).job
+    assert (detected.language, detected.config.languages) == (None, ("en", "es"))
+    told = {"audio_url": UPLOAD, "language_code": "de", "language_detection_options": among}
+    assert TranscriptAsk.of(told).job.config.languages == ()  # a language given: no detection
     for bad in (
         {"audio_url": UPLOAD, "speakers_expected": 0},
         {"audio_url": UPLOAD, "language_code": "english!"},
         {"audio_url": UPLOAD, "custom_spelling": [{"from": "a", "to": "b"}]},
         {"audio_url": UPLOAD, "multichannel": True},
+        {"audio_url": UPLOAD, "language_detection": True, "language_detection_options": ["en"]},
+        {
+            "audio_url": UPLOAD,
+            "language_detection": True,
+            "language_detection_options": {"expected_languages": ["english!"]},
+        },
     ):
         with pytest.raises(UploadError):
             TranscriptAsk.of(bad)

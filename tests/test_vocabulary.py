@@ -241,6 +241,28 @@ async def test_a_conversation_that_switches_language_labels_every_final(base_eng
     assert all(f.language_probability is not None for f in finals)
 
 
+async def test_a_recording_detects_among_the_languages_asked(base_engine):
+    """A recording's windows are detected among ``languages`` when asked (a Spanish
+    sentence among en and fr is not es), each at its own language otherwise."""
+    from parley.recordings.files import FileJobs, FileLimits, FileRequest
+
+    said = "Por favor, envíame el informe antes del almuerzo del viernes."
+    audio = np.concatenate([silence(0.5), speak(said, "es"), silence(0.5)])
+    worker = AsrScheduler(base_engine, 8)
+    await worker.start(warm_up=False)
+    try:
+        jobs = FileJobs(worker, VadConfig(), FileLimits())
+        heard = {}
+        for languages in ((), ("en", "fr-FR")):
+            with jobs.slot():
+                result = await jobs.transcribe(audio, FileRequest(languages=languages))
+            heard[languages] = {f.language for f in result.finals}
+    finally:
+        await worker.stop()
+    assert heard[()] == {"es"}
+    assert heard[("en", "fr-FR")] and heard[("en", "fr-FR")] <= {"en", "fr"}
+
+
 CARD_IN_GROUPS = [
     "My card number is 4 5 3 9,",
     "1 4 8 8,",
@@ -416,6 +438,11 @@ async def test_openai_prompt_is_used_and_translations_refused_by_english_only(
     write_wav(path, speak(TERM_SENTENCE))
     with pytest.raises(BadRequestError, match="English-only"):
         await client.audio.translations.create(model="whisper-1", file=path.open("rb"))
+    for languages in ("en,es", "english!"):  # Parley's own field, as on the stream
+        with pytest.raises(BadRequestError, match="languages|English-only"):
+            await client.audio.transcriptions.create(
+                model="whisper-1", file=path.open("rb"), extra_body={"languages": languages}
+            )
     result = await client.audio.transcriptions.create(
         model="whisper-1", file=path.open("rb"), prompt="We run Kubernetes clusters."
     )

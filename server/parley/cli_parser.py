@@ -45,12 +45,21 @@ def caption_style(args: argparse.Namespace) -> CaptionStyle:
 
 
 def decoding_args(args: argparse.Namespace) -> dict:
-    """The decoding options of ``parley stream`` as StreamConfig's fields."""
+    """The decoding options of ``parley stream`` as StreamConfig's fields (ValueError
+    for what is out of bounds)."""
     from parley.core.asr import Task
     from parley.core.keyterms import check_keyterms
     from parley.core.replacements import check_replacements
+    from parley.protocol.errors import ProtocolError
+    from parley.protocol.stream_config import language_tags
 
+    try:
+        codes = [c for c in ",".join(args.languages or ()).split(",") if c.strip()]
+        languages = language_tags(codes, "--languages")
+    except ProtocolError as exc:
+        raise ValueError(exc.message) from None
     return {
+        "languages": languages,
         "keyterms": check_keyterms(args.keyterm),
         "prompt": args.prompt,
         "task": Task(args.task),
@@ -73,6 +82,12 @@ def add_decoding_args(parser: argparse.ArgumentParser) -> None:
         help="a name or term to favour (repeatable)",
     )
     parser.add_argument("--prompt", help="text the model reads first (spelling, style)")
+    parser.add_argument(
+        "--languages",
+        action="append",
+        metavar="CODES",
+        help="detect each segment's language among these only (en,es; repeatable)",
+    )
     parser.add_argument(
         "--task",
         choices=["transcribe", "translate"],

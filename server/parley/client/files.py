@@ -53,7 +53,7 @@ def transcribe_file(
     if diarization:
         data["diarize"] = "true"
     decoding = decoding or {}
-    for name in ("keyterms", "redact", "replace"):  # repeated fields
+    for name in ("languages", "keyterms", "redact", "replace"):  # repeated fields
         if decoding.get(name):
             data[name] = list(decoding[name])
     if decoding.get("prompt"):

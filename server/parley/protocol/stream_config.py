@@ -4,7 +4,7 @@ client asks of the decoding, read from the query string and told back in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, overload
@@ -187,11 +187,7 @@ class StreamConfig:
             language=language_tag(language, "language") if language else None,
             partials=bool_param(params, "partials", cls.partials),
             diarization=diarization,
-            languages=tuple(
-                dict.fromkeys(
-                    language_tag(tag, "languages") for tag in _listed(params, "languages")
-                )
-            ),
+            languages=language_tags(_listed(params, "languages"), "languages"),
             task=task,
             keyterms=keyterms,
             prompt=prompt,
@@ -217,6 +213,11 @@ def language_tag(raw: str, name: str) -> str:
             ErrorCode.BAD_CONFIG, f"{name} takes 2 or 3 letter codes such as 'en'; not {raw!r}"
         )
     return base.lower()
+
+
+def language_tags(raw: Iterable[str], name: str) -> tuple[str, ...]:
+    """Each of ``raw`` as ``language_tag`` makes it, once, in their order."""
+    return tuple(dict.fromkeys(language_tag(tag, name) for tag in raw))
 
 
 def _listed(params: Mapping[str, str], name: str) -> list[str]:

@@ -42,7 +42,9 @@ from parley.core.stream_diarizer import CLOSING_STEP_S, Heard, LiveFirst
 from parley.core.vad import VadConfig
 from parley.core.whole_recording import clustered_step_s
 from parley.core.word_timing import WordTimingConfig
+from parley.protocol.errors import ProtocolError
 from parley.protocol.messages import StreamConfig
+from parley.protocol.stream_config import language_tags
 from parley.recordings.file_results import (
     DecodeReport,
     FileTranscript,
@@ -127,12 +129,18 @@ class FileRequest:
     filler_words: bool = False  # "um" and "uh" written
     profanity_filter: bool = False  # profane words masked
     known_speakers: tuple[KnownSpeaker, ...] = ()  # their voices labelled with their names
+    languages: tuple[str, ...] = ()  # detection among these (none: any)
 
     @property
     def config(self) -> StreamConfig:
         """The same decoding settings as a stream's (ValueError past their bounds)."""
+        try:
+            languages = language_tags(self.languages, "languages")
+        except ProtocolError as exc:
+            raise ValueError(exc.message) from None
         return StreamConfig(
             language=self.language,
+            languages=languages,
             task=self.task,
             keyterms=check_keyterms(self.keyterms),
             prompt=self.prompt or None,

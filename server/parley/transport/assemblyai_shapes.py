@@ -37,6 +37,7 @@ PII_POLICIES = {
     "us_social_security_number": "ssn",
     "phone_number": "phone",
 }
+SPOKEN_AMONG = "language_detection_options"
 _UPLOAD_ID = re.compile(r"/v2/upload/([0-9a-f]{32})$")
 _LANGUAGE = re.compile(r"^([a-z]{2,3})(_[a-z]{2,3})?$")
 # The asked fields every answer repeats, as AssemblyAI's transcript object does.
@@ -44,6 +45,7 @@ ECHOED = (
     "audio_url",
     "language_code",
     "language_detection",
+    "language_detection_options",
     "punctuate",
     "format_text",
     "speaker_labels",
@@ -124,9 +126,12 @@ class TranscriptAsk:
             raise _bad(
                 "multichannel is not served here (Deepgram's /v1/listen takes it)", "multichannel"
             )
-        options = body.get("speaker_options") or {}
-        if not isinstance(options, Mapping):
-            raise _bad("speaker_options must be an object", "speaker_options")
+        options, detection = (body.get(n) or {} for n in ("speaker_options", SPOKEN_AMONG))
+        for name, value in (("speaker_options", options), (SPOKEN_AMONG, detection)):
+            if not isinstance(value, Mapping):
+                raise _bad(f"{name} must be an object", name)
+        # the languages detection chooses among (AssemblyAI's expected_languages)
+        expected = _strings(detection, "expected_languages") if _language(body) is None else []
         policies = _strings(body, "redact_pii_policies")
         redact = _flag(body, "redact_pii")
         unknown = sorted(set(policies) - set(PII_POLICIES))
@@ -170,6 +175,7 @@ class TranscriptAsk:
                 ),
                 filler_words=_flag(body, "disfluencies"),
                 profanity_filter=_flag(body, "filter_profanity"),
+                languages=tuple(expected),
             )
             _ = job.config  # every bound checked now, not when the job starts
         except ValueError as exc:

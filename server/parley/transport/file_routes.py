@@ -123,6 +123,7 @@ class FileRoutes:
                     )
                 job = FileRequest(
                     language=form.get("language") or None,
+                    languages=_listed(form, "languages"),
                     diarize=diarize,
                     prompt=form.get("prompt") or "",
                     task=task,
