@@ -147,6 +147,9 @@ async def test_refusals_are_assemblyais_error_shape(start, talk_wav):
         assert again.status_code == 400 and "audio_url" in again.json()["error"]
         missing = await client.get("/v2/transcript/" + "0" * 32, headers=auth)
         assert missing.status_code == 404
+        for limit in ("0", "201", "¹", "x"):  # '¹' is a digit to str.isdigit, not to int
+            listed = await client.get("/v2/transcript", params={"limit": limit}, headers=auth)
+            assert listed.status_code == 400 and "limit" in listed.json()["error"], limit
 
 
 def test_a_request_becomes_the_recordings_request():

@@ -10,7 +10,7 @@ import base64
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
@@ -281,10 +281,12 @@ def test_any_messages_get_documented_answers(port, wire):
                 "0",
                 "-5",
                 "1000",
+                "¹",  # a digit to str.isdigit that int() refuses
             ]
         ),
     )
 )
+@example({"sample_rate": "16000", "min_turn_silence": "¹"})  # int() refuses what isdigit takes
 def test_any_handshake_query_is_a_setup_or_bad_config(params):
     """Every dialect answers any query with its settings or a bad_config ProtocolError."""
     from websockets.datastructures import Headers
@@ -351,6 +353,9 @@ OPENAI_KEYS = [
     "profanity_filter",
     "known_speaker_names[]",
     "known_speaker_references[]",
+    "languages",
+    "max_line_width",
+    "max_line_count",
 ]
 field_text = st.text(max_size=12) | st.sampled_from(
     ["nan", "inf", "-1", "0", "1e400", "true", "json", "srt", "word", "pci", "a:b", "multi"]

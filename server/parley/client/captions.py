@@ -41,7 +41,7 @@ class CaptionStyle:
         asked = {}
         for name, value in (("line_chars", line_chars), ("lines", lines)):
             if value is not None:
-                if not value.strip().isdigit():
+                if not (value.strip().isascii() and value.strip().isdigit()):
                     raise ValueError(f"{value!r} is no whole number")
                 asked[name] = int(value)
         return cls(**asked)

@@ -122,7 +122,7 @@ class AssemblyAIDialect(KeyOffered):
         )
         vad = None
         if silence is not None:
-            if not silence.isdigit():
+            if not (silence.isascii() and silence.isdigit()):  # '¹' is a digit to isdigit
                 raise ProtocolError(ErrorCode.BAD_CONFIG, "min_turn_silence is whole ms")
             vad = turn_detection(self._vad, int(silence))
         options = TurnOptions(bool_param(params, "format_turns", False))

@@ -161,7 +161,7 @@ class AssemblyFileRoutes:
         try:
             key = self._key(request)
             limit = params.get("limit", "10")
-            if not (limit.isdigit() and 1 <= int(limit) <= MAX_LISTED):
+            if not (limit.isascii() and limit.isdigit() and 1 <= int(limit) <= MAX_LISTED):
                 raise UploadError(
                     UploadCode.BAD_REQUEST, f"limit is from 1 to {MAX_LISTED}", "limit"
                 )
