@@ -358,7 +358,7 @@ OPENAI_KEYS = [
     "max_line_count",
 ]
 field_text = st.text(max_size=12) | st.sampled_from(
-    ["nan", "inf", "-1", "0", "1e400", "true", "json", "srt", "word", "pci", "a:b", "multi"]
+    ["nan", "inf", "-1", "0", "1e400", "true", "json", "srt", "word", "pci", "a:b", "multi", "¹"]
 )
 
 
@@ -466,5 +466,74 @@ def test_any_token_request_gets_a_token_or_a_documented_error(port):
         aai = requests.get(f"{base}/v3/token", params={"expires_in_seconds": expires}, timeout=10)
         assert aai.status_code in (200, 400), aai.text
         assert aai.json()["token"] if aai.ok else aai.json()["error"]
+
+    check()
+
+
+AAI_KEYS = [
+    "speaker_labels",
+    "speakers_expected",
+    "speaker_options",
+    "language_code",
+    "language_detection",
+    "language_detection_options",
+    "punctuate",
+    "format_text",
+    "keyterms_prompt",
+    "word_boost",
+    "prompt",
+    "custom_spelling",
+    "disfluencies",
+    "filter_profanity",
+    "redact_pii",
+    "redact_pii_policies",
+    "webhook_url",
+    "multichannel",
+]
+AAI_PARTS = ["srt", "vtt", "sentences", "paragraphs", "word-search", "x"]
+
+
+def test_any_assemblyai_transcript_request_gets_a_transcript_or_a_documented_error(port, short_wav):
+    """Whatever AssemblyAI's transcript request holds (any JSON in its fields), and
+    whatever the listing's and the parts' queries say: 200 or a 4xx with AssemblyAI's
+    ``error``, never a 500; a job created ends completed."""
+    import requests
+
+    base = f"http://127.0.0.1:{port}"
+    unused: list[str] = []  # an upload a refused request left for the next example
+
+    @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        st.dictionaries(st.sampled_from(AAI_KEYS), json_values | field_text),
+        st.dictionaries(st.sampled_from(["limit", "status", "before_id"]), field_text),
+        st.sampled_from(AAI_PARTS),
+        st.dictionaries(st.sampled_from(["chars_per_caption", "words"]), field_text),
+    )
+    @example({}, {"limit": "¹"}, "srt", {"chars_per_caption": "¹"})
+    def check(fields, listing, part, part_query) -> None:
+        if not unused:
+            upload = requests.post(f"{base}/v2/upload", data=short_wav, timeout=10)
+            unused.append(upload.json()["upload_url"])
+        body = {**fields, "audio_url": unused[-1]}
+        # json.dumps writes inf as Infinity, which is no JSON: a 400 as well
+        created = requests.post(f"{base}/v2/transcript", data=json.dumps(body), timeout=10)
+        assert created.status_code in (200, 400), created.text
+        if created.ok:
+            unused.pop()
+            job = created.json()
+            while job["status"] in ("queued", "processing"):
+                job = requests.get(f"{base}/v2/transcript/{job['id']}", timeout=10).json()
+            assert job["status"] == "completed", job
+            got = requests.get(
+                f"{base}/v2/transcript/{job['id']}/{part}", params=part_query, timeout=10
+            )
+            assert got.status_code in (200, 400, 404), got.text
+            if not got.ok:
+                assert got.json()["error"]
+            requests.delete(f"{base}/v2/transcript/{job['id']}", timeout=10)
+        else:
+            assert created.json()["error"]
+        listed = requests.get(f"{base}/v2/transcript", params=listing, timeout=10)
+        assert listed.status_code in (200, 400), listed.text
 
     check()
