@@ -240,6 +240,7 @@ async def test_deepgram_refusals_are_http_errors_as_deepgram_gives_them(start):
         ("encoding=opus&sample_rate=16000", "not supported"),
         ("encoding=linear16", "sample_rate is required"),
         ("encoding=linear16&sample_rate=16000&diarize=true", "diarization is not available"),
+        ("encoding=%E3%BD%A1&sample_rate=16000", "'㽡' is not supported"),  # not ASCII
     ):
         with pytest.raises(InvalidStatus) as refusal:
             async with connect(f"{base}?{query}", subprotocols=["token", KEY]):
@@ -248,6 +249,7 @@ async def test_deepgram_refusals_are_http_errors_as_deepgram_gives_them(start):
         body = json.loads(response.body)
         assert response.status_code == 400 and body["err_code"] == "BAD_CONFIG"
         assert fragment in body["err_msg"] and body["request_id"]
+        assert response.headers["dg-error"].isascii()  # the message, in what a header holds
     async with connect(
         f"{base}?encoding=mulaw&sample_rate=8000", subprotocols=["token", KEY]
     ) as ws:

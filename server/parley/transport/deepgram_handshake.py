@@ -42,5 +42,7 @@ class DeepgramHandshake(KeyOffered):
                 "request_id": str(uuid.uuid4()),
             },
         )
-        response.headers["dg-error"] = error.message
+        # A header holds printable ASCII; the message may quote what the client sent.
+        header = "".join(ch if " " <= ch <= "~" else "?" for ch in error.message)
+        response.headers["dg-error"] = header
         return response
