@@ -189,6 +189,29 @@ async def test_stream_is_taken_only_with_the_formats_openai_streams(fake, speech
         assert response.text.startswith("data: " if streamed else {"srt": "1\n"}.get(fmt, "{"))
 
 
+async def test_logprobs_are_included_when_asked_as_openais_client_reads_them(fake, speech_wav):
+    """include=["logprobs"] (json, and the streamed done event): an entry a word, whose
+    tokens make the text, each a log probability with its UTF-8 bytes; none unasked."""
+    from openai import AsyncOpenAI
+
+    url, _ = fake
+    client = AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0)
+    plain = await client.audio.transcriptions.create(model="whisper-1", file=speech_wav)
+    assert plain.logprobs is None
+    result = await client.audio.transcriptions.create(
+        model="whisper-1", file=speech_wav, include=["logprobs"]
+    )
+    assert result.logprobs and "".join(p.token for p in result.logprobs) == result.text
+    assert all(
+        p.logprob <= 0 and bytes(map(int, p.bytes)).decode() == p.token for p in result.logprobs
+    )
+    stream = await client.audio.transcriptions.create(
+        model="whisper-1", file=speech_wav, include=["logprobs"], stream=True
+    )
+    (done,) = [event async for event in stream if event.type == "transcript.text.done"]
+    assert [p.token for p in done.logprobs] == [p.token for p in result.logprobs]
+
+
 async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_path, monkeypatch):
     url, _ = fake
     # The server runs in this process: its uploads go to a folder of this test's own, so

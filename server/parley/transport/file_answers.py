@@ -1,5 +1,6 @@
-"""A recording's transcript, and an upload's refusal, in each file API's own response
-shape (pure).
+"""A recording's transcript, and an upload's refusal, in the file APIs' own response
+shapes (pure): text, subtitles and RTTM as the client writes them, Deepgram's and the
+reference handler's; OpenAI's are openai_answers.py's.
 
 Every shape is built from one ``FileTranscript``: its finals (one speaker's part of
 one speech segment each, words with times) and its speakers. protocol.md §"Recordings"
@@ -10,17 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
-import math
 from collections import Counter
 from collections.abc import Sequence
-
-from starlette.responses import JSONResponse, Response
 
 from parley.client.captions import SUBTITLES, CaptionStyle
 from parley.client.formats import render
 from parley.client.transcript import Transcript
-from parley.core.asr import Task
 from parley.core.search import SearchWord
 from parley.protocol.messages import Final
 from parley.recordings.file_results import FileTranscript
@@ -31,8 +27,7 @@ from parley.transport.deepgram_groups import (
     utterance_words,
 )
 from parley.transport.deepgram_query import bare, search_results
-from parley.transport.upload_body import Form
-from parley.transport.upload_errors import UploadCode, UploadError
+from parley.transport.upload_errors import UploadError
 
 
 def transcript_of(result: FileTranscript) -> Transcript:
@@ -51,104 +46,8 @@ def rendered(
     return render(transcript_of(result), fmt, uri, style)
 
 
-def caption_style(form: Form) -> CaptionStyle:
-    """The subtitles' cues a form asks (Parley's ``max_line_width`` and ``max_line_count``,
-    as openai-whisper's options are named); UploadError for a bad value."""
-    try:
-        return CaptionStyle.of(form.get("max_line_width"), form.get("max_line_count"))
-    except ValueError as exc:
-        raise UploadError(UploadCode.BAD_REQUEST, str(exc), "max_line_width") from None
-
-
-def _spoken(result: FileTranscript) -> list[Final]:
+def spoken_finals(result: FileTranscript) -> list[Final]:
     return [f for f in result.finals if f.text.strip()]
-
-
-# ------------------------------------------------------------------ OpenAI
-
-
-def openai_json(result: FileTranscript) -> dict:
-    """OpenAI's ``json`` answer: the text and the audio's duration as usage."""
-    return {
-        "text": result.text,
-        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
-    }
-
-
-def openai_verbose(
-    result: FileTranscript,
-    language: str | None,
-    task: Task,
-    with_words: bool,
-    with_segments: bool = True,
-) -> dict:
-    """``verbose_json``: ``language`` (a code) by its name, as OpenAI's; segments as
-    Whisper's (tokens and temperature are not kept: empty and 0), each with the code of
-    the language it was decoded in; words when asked for."""
-    from transformers.models.whisper.tokenization_whisper import LANGUAGES
-
-    answer: dict = {
-        "task": task.value,
-        "language": LANGUAGES.get(language or "", language or "unknown"),
-        "duration": round(result.duration, 3),
-        "text": result.text,
-        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
-    }
-    if with_segments:
-        answer["segments"] = [
-            {
-                "id": i,
-                "seek": 0,
-                "start": f.start,
-                "end": f.end,
-                "text": " " + f.text,
-                "tokens": [],
-                "temperature": 0.0,
-                "avg_logprob": round(math.log(f.confidence), 4) if f.confidence else 0.0,
-                "compression_ratio": 1.0,
-                "no_speech_prob": 0.0,
-                "language": f.language,
-            }
-            for i, f in enumerate(_spoken(result))
-        ]
-    if with_words:
-        answer["words"] = [{"word": w.word, "start": w.start, "end": w.end} for w in result.words]
-    return answer
-
-
-def openai_diarized(result: FileTranscript) -> dict:
-    """``diarized_json``, as OpenAI's diarizing model answers: segments with speakers."""
-    return {
-        "task": "transcribe",
-        "duration": round(result.duration, 3),
-        "text": result.text,
-        "segments": [
-            {
-                "type": "transcript.text.segment",
-                "id": f"seg_{i}",
-                "start": f.start,
-                "end": f.end,
-                "text": f.text,
-                "speaker": f.speaker or "S1",
-            }
-            for i, f in enumerate(_spoken(result))
-        ],
-        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
-    }
-
-
-def sse_event(data: dict) -> str:
-    """One server-sent event of ``data`` (OpenAI's streamed transcription)."""
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-def openai_stream_end(result: FileTranscript, diarized: bool) -> list[dict]:
-    """The events that end a streamed transcription: with ``diarized_json``, each segment
-    with its speaker (``transcript.text.segment``: speakers are known only once the whole
-    recording is), then ``transcript.text.done``."""
-    segments = openai_diarized(result)["segments"] if diarized else []
-    usage = {"type": "duration", "seconds": round(result.duration, 3)}
-    return [*segments, {"type": "transcript.text.done", "text": result.text, "usage": usage}]
 
 
 # ------------------------------------------------------------------ Deepgram
@@ -214,7 +113,7 @@ def deepgram_response(
                     )
         return channel
 
-    spoken = [_spoken(result) for result in channels]
+    spoken = [spoken_finals(result) for result in channels]
     model_id = hashlib.sha1(model.encode()).hexdigest()[:8]
     metadata = {
         "request_id": request_id,
@@ -268,7 +167,7 @@ def predict_response(
     """``{"speakers", "chunks", "text"}`` as the reference handler answers (its
     ``speakers`` are its chunks, each with the speaker it falls in), plus ``parley``:
     what the scheduler chose and the parameters it was given."""
-    finals = _spoken(result)
+    finals = spoken_finals(result)
     chunks = [{"timestamp": [f.start, f.end], "text": " " + f.text} for f in finals]
     speakers = (
         [
@@ -306,29 +205,3 @@ def deepgram_error(error: UploadError, request_id: str) -> dict:
         "err_msg": error.message,
         "request_id": request_id,
     }
-
-
-_OPENAI_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    429: "rate_limit_error",
-    503: "server_error",
-    500: "server_error",
-}
-
-
-def openai_error_body(error: UploadError) -> dict:
-    """An upload refused, as OpenAI's error object (also a stream's error event)."""
-    return {
-        "message": error.message,
-        "type": _OPENAI_TYPES.get(error.status, "invalid_request_error"),
-        "param": error.param,
-        "code": error.code.value,
-    }
-
-
-def openai_error(error: UploadError) -> Response:
-    """An upload refused, as OpenAI's API answers it."""
-    return JSONResponse(
-        {"error": openai_error_body(error)}, status_code=error.status, headers=error.headers()
-    )

@@ -28,7 +28,7 @@ from parley.protocol.paths import LISTEN_PATH, PREDICT_PATH, TRANSCRIPTIONS_PATH
 from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import FileRequest
 from parley.runtime.webhooks import WebhookSender
-from parley.transport import file_answers
+from parley.transport import file_answers, openai_answers
 from parley.transport.assemblyai_files import AssemblyFileRoutes
 from parley.transport.deepgram_query import (
     TRUE,
@@ -103,17 +103,10 @@ class FileRoutes:
                         f"response_format must be one of {', '.join(OPENAI_FORMATS)}",
                         "response_format",
                     )
-                granularities = set(
-                    form.all("timestamp_granularities[]") + form.all("timestamp_granularities")
-                )
-                if granularities - {"word", "segment"}:
-                    raise UploadError(
-                        UploadCode.BAD_REQUEST,
-                        "timestamp_granularities are word and segment",
-                        "timestamp_granularities",
-                    )
+                granularities = openai_answers.granularities(form)
                 diarize = fmt == "diarized_json" or _flag(form.get("diarize"))
-                style = file_answers.caption_style(form)
+                logprobs = "logprobs" in _listed(form, "include")  # with json, as OpenAI's
+                style = openai_answers.caption_style(form)
                 known = await known_speakers(form, diarize)
                 if task is Task.TRANSLATE and (diarize or _flag(form.get("stream"))):
                     raise UploadError(
@@ -137,10 +130,10 @@ class FileRoutes:
                     known_speakers=known,
                 )
                 if _flag(form.get("stream")) and fmt in STREAMED:  # it takes the upload over
-                    return await self._openai_stream(form.path, job, key, stack, diarize)
+                    return await self._openai_stream(form.path, job, key, stack, diarize, logprobs)
                 result = await self._door.transcribe(form.path, job, key)
             except UploadError as error:
-                return file_answers.openai_error(error)
+                return openai_answers.openai_error(error)
         if fmt == "text":
             return PlainTextResponse(result.text + "\n")
         if fmt in ("srt", "vtt"):
@@ -150,7 +143,7 @@ class FileRoutes:
             )
         if fmt == "verbose_json":
             return JSONResponse(
-                file_answers.openai_verbose(
+                openai_answers.openai_verbose(
                     result,
                     self._language(result.language),
                     task,
@@ -159,11 +152,17 @@ class FileRoutes:
                 )
             )
         if fmt == "diarized_json":
-            return JSONResponse(file_answers.openai_diarized(result))
-        return JSONResponse(file_answers.openai_json(result))
+            return JSONResponse(openai_answers.openai_diarized(result))
+        return JSONResponse(openai_answers.openai_json(result, logprobs))
 
     async def _openai_stream(
-        self, path, job: FileRequest, key: str, stack: contextlib.AsyncExitStack, diarized: bool
+        self,
+        path,
+        job: FileRequest,
+        key: str,
+        stack: contextlib.AsyncExitStack,
+        diarized: bool,
+        logprobs: bool,
     ) -> Response:
         """Server-sent events: a ``transcript.text.delta`` per window as its text and those
         before it are done, then (``diarized``) each segment with its speaker, then
@@ -187,16 +186,18 @@ class FileRoutes:
                 while (text := await deltas.get()) is not None:
                     delta = text if first else " " + text
                     first = False
-                    yield file_answers.sse_event({"type": "transcript.text.delta", "delta": delta})
+                    yield openai_answers.sse_event(
+                        {"type": "transcript.text.delta", "delta": delta}
+                    )
                 try:
                     result = await task
                 except UploadError as error:
-                    yield file_answers.sse_event(
-                        {"type": "error", "error": file_answers.openai_error_body(error)}
+                    yield openai_answers.sse_event(
+                        {"type": "error", "error": openai_answers.openai_error_body(error)}
                     )
                     return
-                for event in file_answers.openai_stream_end(result, diarized):
-                    yield file_answers.sse_event(event)
+                for event in openai_answers.openai_stream_end(result, diarized, logprobs):
+                    yield openai_answers.sse_event(event)
             finally:
                 if not task.done():
                     task.cancel()

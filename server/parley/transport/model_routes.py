@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from parley.protocol.paths import MODELS_PATH
-from parley.transport import file_answers
+from parley.transport import openai_answers
 from parley.transport.upload_errors import UploadCode, UploadError
 from parley.transport.uploads import FileDoor
 
@@ -39,7 +39,7 @@ class ModelRoutes:
         try:
             self._door.authorize(request)
         except UploadError as error:
-            return file_answers.openai_error(error)
+            return openai_answers.openai_error(error)
         return JSONResponse({"object": "list", "data": [self._model]})
 
     async def one(self, request: Request) -> Response:
@@ -55,5 +55,5 @@ class ModelRoutes:
                     "model",
                 )
         except UploadError as error:
-            return file_answers.openai_error(error)
+            return openai_answers.openai_error(error)
         return JSONResponse(self._model)

@@ -32,7 +32,7 @@ from parley.protocol.paths import (
     TEMPORARY_TOKEN_PATH,
     TOKEN_PATH,
 )
-from parley.transport import access_tokens, file_answers
+from parley.transport import access_tokens, file_answers, openai_answers
 from parley.transport.admission import Access
 from parley.transport.assemblyai import AssemblyAIDialect
 from parley.transport.auth import ANONYMOUS
@@ -129,7 +129,7 @@ class TokenRoutes:
             settings = self._session(fields)
             token, expires_at = self._mint(holder, ttl, fields or None)
         except UploadError as error:
-            return file_answers.openai_error(error)
+            return openai_answers.openai_error(error)
         session = settings.to_json(f"sess_{uuid.uuid4().hex[:24]}", self._realtime.model)
         return JSONResponse({"value": token, "expires_at": expires_at, "session": session})
 
