@@ -102,7 +102,7 @@ function finals() {
 // between words by their times, at each change of speaker, and before a sentence the cue
 // cannot hold whole.
 const CUE = { lineChars: 42, lines: 2, seconds: 7 };
-const SENTENCE_END = /[.?!…]$/;
+const SENTENCE_END = /[.?!…。！？]["')»”’]*$/;  // core/words.py's ends_sentence
 
 function cues(list) {
   const out = [];

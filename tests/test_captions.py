@@ -63,6 +63,8 @@ def test_a_sentence_the_cue_cannot_hold_begins_the_next_cue():
     first, second = captions([final_of(spaced(said))])[:2]
     assert first.lines == ("Hello there.",)
     assert second.lines[0].startswith("This sentence")
+    quoted = captions([final_of(spaced(said.replace("there.", 'there."')))])
+    assert quoted[0].lines == ('Hello there."',)  # a sentence ends inside its quotes too
     # a short one that fits stays on the cue
     (only,) = captions([final_of(spaced("Hello there. Yes."))])
     assert only.lines == ("Hello there. Yes.",)

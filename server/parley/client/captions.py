@@ -1,7 +1,7 @@
 """Finals as subtitle cues that a viewer can read: at most two lines of 42 characters
 and 7 seconds each (the common broadcast limits; openai-whisper's ``--max_line_width``
 and ``--max_line_count`` and WhisperX's are the same idea), cut between words by their
-times, at each change of speaker, and after a sentence's end rather than just past it.
+times, at each change of speaker, and before a sentence the cue cannot hold whole.
 
 A final of 15 s is one block of text that no one can read under a video; a cue per
 final is what the finals are, not what subtitles need. A final without words (times of
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from parley.core.words import ends_sentence
 from parley.protocol.messages import Final, Word
 
-SENTENCE_END = (".", "?", "!", "…")
 LINE_CHARS = (8, 1000)  # a line's characters: the fewest and most a style may ask
 LINES = (1, 10)
 
@@ -96,7 +96,7 @@ def _runs(words: Sequence[Word], speaker: str | None, style: CaptionStyle) -> li
             or longer > style.chars
             or word.end - run[0].start > style.max_seconds
             # a sentence that this cue cannot hold whole begins the next one
-            or (run[-1].word.endswith(SENTENCE_END) and length + 1 + sentence > style.chars)
+            or (ends_sentence(run[-1].word) and length + 1 + sentence > style.chars)
         ):
             runs.append(run)
             run, longer = [], len(word.word)
@@ -112,7 +112,7 @@ def _sentence_lengths(words: Sequence[Word]) -> list[int]:
     lengths = [0] * len(words)
     for i in range(len(words) - 1, -1, -1):
         word = words[i].word
-        ends = word.endswith(SENTENCE_END) or i == len(words) - 1
+        ends = ends_sentence(word) or i == len(words) - 1
         lengths[i] = len(word) + (0 if ends else 1 + lengths[i + 1])
     return lengths
 

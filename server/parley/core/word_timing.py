@@ -29,9 +29,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from parley.core.words import TimedWord
-
-SENTENCE_ENDS = tuple(".!?。！？")
+from parley.core.words import SENTENCE_ENDS, TimedWord
 
 
 @dataclass(frozen=True)

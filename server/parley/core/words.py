@@ -11,6 +11,14 @@ import numpy as np
 _TRAILING = set(".,!?:;%)]}\"'»”’…")
 
 
+SENTENCE_ENDS = tuple(".!?…。！？")
+
+
+def ends_sentence(word: str) -> bool:
+    """Whether ``word`` ends a sentence ("done." and "done.\"" do, "Mr" does not)."""
+    return word.rstrip("\"')»”’").endswith(SENTENCE_ENDS)
+
+
 def end_punctuation(word: str) -> str:
     """The sentence punctuation a word ends with ("limbic." → "."), which a word written
     in its place (a redaction, a respelled keyterm) keeps."""

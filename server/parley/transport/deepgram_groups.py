@@ -4,6 +4,7 @@ paragraphs share; and the speaker numbers Deepgram gives (S1 is 0)."""
 
 from __future__ import annotations
 
+from parley.core.words import ends_sentence
 from parley.protocol.messages import Final, Word
 
 PARAGRAPH_PAUSE_S = 2.0  # silence after a sentence that ends a paragraph
@@ -25,7 +26,7 @@ def paragraph_runs(finals: list[Final], diarize: bool) -> list[list[Final]]:
         if (
             last is None
             or (diarize and last.speaker != final.speaker)
-            or (final.start - last.end >= PARAGRAPH_PAUSE_S and _ends_sentence(last.words[-1].word))
+            or (final.start - last.end >= PARAGRAPH_PAUSE_S and ends_sentence(last.words[-1].word))
         ):
             groups.append([final])
         else:
@@ -38,7 +39,7 @@ def sentence_runs(words: list[Word]) -> list[list[Word]]:
     sentences: list[list[Word]] = [[]]
     for w in words:
         sentences[-1].append(w)
-        if _ends_sentence(w.word):
+        if ends_sentence(w.word):
             sentences.append([])
     return [s for s in sentences if s]
 
@@ -69,10 +70,6 @@ def deepgram_paragraphs(finals: list[Final], diarize: bool) -> dict:
         for p in paragraphs
     )
     return {"transcript": transcript, "paragraphs": paragraphs}
-
-
-def _ends_sentence(word: str) -> bool:
-    return word.rstrip("\"')»”").endswith((".", "?", "!"))
 
 
 def utterance_words(finals: list[Final], diarize: bool, split_s: float) -> list[list[Word]]:
