@@ -334,6 +334,32 @@ async def test_openai_server_vad_makes_an_item_per_turn(start, turns):
         assert delta["delta"] == completed["transcript"] == heard
 
 
+async def test_openai_completed_items_carry_logprobs_when_included(start, turns):
+    """include: the words' log probabilities on each completed item (none without it),
+    their tokens making its transcript; the session object says what it includes."""
+    audio, _ = turns
+    _, server = await start(token=KEY)
+    vad = {"type": "server_vad", "silence_duration_ms": 500}
+    asked = "item.input_audio_transcription.logprobs"
+    for include in ([asked], None):
+        events = await realtime_events(
+            server.port,
+            audio,
+            {"audio": {"input": {"turn_detection": vad}}, "include": include},
+            then=[{"type": "input_audio_buffer.commit"}],
+        )
+        assert events[1]["session"].get("include") == include
+        done = [e for e in events if e["type"].endswith("transcription.completed")]
+        assert len(done) == 2
+        for completed in done:
+            if include is None:
+                assert "logprobs" not in completed
+                continue
+            tokens = [p["token"] for p in completed["logprobs"]]
+            assert "".join(tokens) == completed["transcript"]
+            assert all(p["logprob"] <= 0 for p in completed["logprobs"])
+
+
 async def test_openai_manual_commits_clear_and_the_older_session_form(start, turns):
     """turn_detection null (here in transcription_session.update's older form, in G.711
     mu-law): no speech events; clear drops what was appended; commit makes one item of

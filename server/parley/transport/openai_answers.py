@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 
 from starlette.responses import JSONResponse, Response
 
 from parley.client.captions import CaptionStyle
 from parley.core.asr import Task
+from parley.protocol.messages import Word
 from parley.recordings.file_results import FileTranscript
 from parley.transport.file_answers import spoken_finals
 from parley.transport.upload_body import Form
@@ -63,10 +65,15 @@ def openai_json(result: FileTranscript, logprobs: bool = False) -> dict:
 
 
 def openai_logprobs(result: FileTranscript) -> list[dict]:
+    """OpenAI's ``logprobs`` of a recording."""
+    return logprob_entries(result.words)
+
+
+def logprob_entries(words: Sequence[Word]) -> list[dict]:
     """OpenAI's ``logprobs``: an entry a word, not a token (a word's probability is what
     Parley keeps), with its space before it as the text has it, and its UTF-8 bytes."""
     entries = []
-    for index, word in enumerate(result.words):
+    for index, word in enumerate(words):
         token = word.word if index == 0 else " " + word.word
         logprob = math.log(max(word.probability, MIN_PROBABILITY))
         entries.append(

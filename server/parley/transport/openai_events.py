@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from parley.protocol.messages import Error, ErrorCode
+from parley.protocol.messages import Error, ErrorCode, Word
+from parley.transport.openai_answers import logprob_entries
 
 
 def error_event(event_id: str, error: Error, client_event: object = None) -> dict:
@@ -49,11 +50,15 @@ class Item:
 
     id: str
     texts: list[str] = field(default_factory=list)  # finals collected for a manual commit
+    words: list[Word] = field(default_factory=list)  # and their words
 
 
-def transcript_events(item: Item, texts: list[str], seconds: float | None) -> list[dict]:
+def transcript_events(
+    item: Item, texts: list[str], seconds: float | None, words: list[Word] | None = None
+) -> list[dict]:
     """An item's transcript: a delta per final text, then ``completed`` with its usage
-    (``seconds`` of audio, or, for a manual commit, token counts of nothing)."""
+    (``seconds`` of audio, or, for a manual commit, token counts of nothing) and, given
+    ``words``, their log probabilities (``include``)."""
     events = [
         {
             "type": "conversation.item.input_audio_transcription.delta",
@@ -75,6 +80,7 @@ def transcript_events(item: Item, texts: list[str], seconds: float | None) -> li
             "content_index": 0,
             "transcript": " ".join(texts),
             "usage": usage,
+            **({"logprobs": logprob_entries(words)} if words is not None else {}),
         }
     )
     return events

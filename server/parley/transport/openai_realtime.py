@@ -279,11 +279,13 @@ class OpenAIRealtimeTranslator:
             manual = self._manual_item = self._manual_item or Item(self._item_id())
             if text:
                 manual.texts.append(text)
+                manual.words.extend(final.words)
             return []  # sent when the client commits
         item = self._segments.pop(final.segment_id, None)
         if item is None:
             return []  # cleared
-        return transcript_events(item, [text] if text else [], final.end - final.start)
+        words = list(final.words) if self._settings.logprobs else None
+        return transcript_events(item, [text] if text else [], final.end - final.start, words)
 
     def _finalized(self) -> list[dict]:
         purpose = self._finalizing.popleft() if self._finalizing else "commit"
@@ -300,7 +302,8 @@ class OpenAIRealtimeTranslator:
         if self._manual_item is None:
             return []
         item, self._manual_item = self._manual_item, None
-        return [self._committed(item), *transcript_events(item, item.texts, None)]
+        words = item.words if self._settings.logprobs else None
+        return [self._committed(item), *transcript_events(item, item.texts, None, words)]
 
     def _committed(self, item: Item) -> dict:
         event = {

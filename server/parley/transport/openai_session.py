@@ -25,6 +25,7 @@ OLD_FORMATS = {
     "g711_alaw": ("audio/pcma", 8000),
 }
 PCM_RATE = 24000
+LOGPROBS = "item.input_audio_transcription.logprobs"  # what include may ask for
 DEFAULT_CONFIG = StreamConfig(
     encoding=Encoding.PCM_S16LE, sample_rate=PCM_RATE, partials=False
 )  # deltas are only text that will not change
@@ -37,6 +38,7 @@ class SessionSettings:
     config: StreamConfig
     vad: VadConfig
     server_vad: bool = True  # False: turn_detection null, the client commits
+    logprobs: bool = False  # include: the words' log probabilities on completed events
 
     def to_json(self, session_id: str, model: str) -> dict:
         """The session object of ``session.created`` and ``session.updated``."""
@@ -69,7 +71,7 @@ class SessionSettings:
                     "noise_reduction": None,
                 }
             },
-            "include": None,
+            "include": [LOGPROBS] if self.logprobs else None,
         }
 
     def updated(
@@ -95,6 +97,11 @@ class SessionSettings:
             transcription = audio_in.get("transcription")
             turns = audio_in["turn_detection"] if "turn_detection" in audio_in else ...
         new = self
+        if "include" in fields:
+            include = fields["include"] or []
+            if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
+                raise ProtocolError(ErrorCode.BAD_CONFIG, "include must be a list of strings")
+            new = replace(new, logprobs=LOGPROBS in include)
         if audio_format is not None:
             new = replace(new, config=replace(new.config, **_audio_format(audio_format)))
         if transcription is not None:
