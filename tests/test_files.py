@@ -6,6 +6,7 @@ fake engine."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import tempfile
 from pathlib import Path
@@ -265,6 +266,13 @@ async def test_bad_uploads_get_their_documented_errors(fake, speech_wav, tmp_pat
         f"{url}/predict", files={"file": ("a.wav", speech_wav)}, data={"parameters": "[" * 200_000}
     )
     assert nested.status_code == 400 and nested.json()["error"] == "bad_request"
+    for languages, status in ((["en-US"], 200), (["es"], 400), ("en", 400)):  # English-only
+        among = await _post(
+            f"{url}/predict",
+            files={"file": ("a.wav", speech_wav)},
+            data={"parameters": json.dumps({"languages": languages})},
+        )
+        assert among.status_code == status, (languages, among.text)
     async with httpx.AsyncClient(timeout=10) as client:  # a route's path, another method
         wrong = [await client.get(f"{url}/predict"), await client.put(f"{url}/v1/listen")]
         upgrade = await client.get(

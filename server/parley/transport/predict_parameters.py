@@ -27,7 +27,8 @@ PREDICT_PARAMETERS = (
     "prompt",
     "keyterms",
     "replace",
-)  # the last three are Parley's own
+    "languages",
+)  # the last four are Parley's own
 
 
 def predict_parameters(raw: str | None) -> tuple[dict, list[str]]:
@@ -68,7 +69,7 @@ def _finite(number: str) -> float:
 
 def predict_decoding(parameters: dict) -> dict:
     """The reference handler's ``task`` and ``language``, and Parley's ``prompt``,
-    ``keyterms`` and ``replace`` (lists of strings)."""
+    ``keyterms``, ``replace`` and ``languages`` (lists of strings)."""
     try:
         task = Task(str(parameters.get("task", "transcribe")))
     except ValueError:
@@ -77,16 +78,20 @@ def predict_decoding(parameters: dict) -> dict:
         ) from None
     keyterms = parameters.get("keyterms") or []
     replace = parameters.get("replace") or []
+    languages = parameters.get("languages") or []
     prompt = parameters.get("prompt") or ""
     language = parameters.get("language") or None
     if not (
-        all(isinstance(k, list) and all(isinstance(i, str) for i in k) for k in (keyterms, replace))
+        all(
+            isinstance(k, list) and all(isinstance(i, str) for i in k)
+            for k in (keyterms, replace, languages)
+        )
         and isinstance(prompt, str)
         and (language is None or isinstance(language, str))
     ):
         raise UploadError(
             UploadCode.BAD_REQUEST,
-            "keyterms and replace must be lists of strings, prompt and language strings",
+            "keyterms, replace and languages must be lists of strings, prompt and language strings",
             "parameters",
         )
     return {
@@ -95,6 +100,7 @@ def predict_decoding(parameters: dict) -> dict:
         "keyterms": tuple(keyterms),
         "replace": tuple(replace),
         "prompt": prompt,
+        "languages": tuple(languages),
     }
 
 
