@@ -233,7 +233,11 @@ def _add_cluster(commands: argparse._SubParsersAction, run: Runners) -> None:
 def _add_stream(commands: argparse._SubParsersAction, run: Runners) -> None:
     """`parley stream`: a file or stdin streamed to a server."""
     stream = commands.add_parser("stream", help="stream a file (or raw PCM16 on stdin)")
-    stream.add_argument("source", help="audio file ffmpeg can read, or - for raw PCM16 LE")
+    stream.add_argument(
+        "source",
+        help="audio file ffmpeg can read, a live source's URL (HLS, RTSP, RTMP, SRT, HTTP), "
+        "or - for raw PCM16 LE",
+    )
     stream.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream")
     stream.add_argument(
         "--fast", action="store_true", help="send as fast as the server accepts, not in real time"
