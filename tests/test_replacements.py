@@ -104,5 +104,5 @@ def test_predict_takes_replace_as_a_list_of_strings():
     from parley.transport.upload_errors import UploadError
 
     assert predict_decoding({"replace": ["monika:Monica"]})["replace"] == ("monika:Monica",)
-    with pytest.raises(UploadError, match="replace must be lists of strings"):
+    with pytest.raises(UploadError, match="replace and languages must be lists of strings"):
         predict_decoding({"replace": "monika:Monica"})
