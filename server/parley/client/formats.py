@@ -21,18 +21,17 @@ def clock(seconds: float, separator: str = ".") -> str:
     return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{ms:03d}"
 
 
-def _label(final: Final) -> str:
-    return f"{final.speaker}: " if final.speaker else ""
+def _label(speaker: str | None) -> str:
+    return f"{speaker}: " if speaker else ""
 
 
 def text_line(final: Final) -> str:
     """One final as a text line: its times, its speaker and its words."""
-    return f"[{clock(final.start)} --> {clock(final.end)}] {_label(final)}{final.text}"
+    return f"[{clock(final.start)} --> {clock(final.end)}] {_label(final.speaker)}{final.text}"
 
 
 def _cue_text(cue: Caption) -> str:
-    label = f"{cue.speaker}: " if cue.speaker else ""
-    return label + "\n".join(cue.lines)
+    return _label(cue.speaker) + "\n".join(cue.lines)
 
 
 def render(

@@ -84,8 +84,7 @@ class AssemblyFileRoutes:
         """The body, held for a transcript: ``{"upload_url"}``."""
         try:
             key = self._key(request)
-            if self._door.jobs.draining:
-                raise UploadError(UploadCode.SHUTTING_DOWN, "the server is shutting down")
+            self._door.check_open()
             self._jobs.check_room(key)  # before the body is read
             async with self._door.receiver.body(request) as path:
                 upload_id = self._jobs.hold(key, path)
@@ -111,8 +110,7 @@ class AssemblyFileRoutes:
                     "webhook_url",
                 )
             self._door.check_request(ask.job)
-            if self._door.jobs.draining:
-                raise UploadError(UploadCode.SHUTTING_DOWN, "the server is shutting down")
+            self._door.check_open()
             job = self._jobs.add(key, ask)
         except UploadError as error:
             return _error(error)

@@ -55,18 +55,15 @@ def caption_style(form: Form) -> CaptionStyle:
 def openai_json(result: FileTranscript, logprobs: bool = False) -> dict:
     """OpenAI's ``json`` answer: the text and the audio's duration as usage; with
     ``logprobs`` (``include[]=logprobs``) the words' log probabilities too."""
-    answer: dict = {
-        "text": result.text,
-        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
-    }
+    answer: dict = {"text": result.text, "usage": _usage(result)}
     if logprobs:
-        answer["logprobs"] = openai_logprobs(result)
+        answer["logprobs"] = logprob_entries(result.words)
     return answer
 
 
-def openai_logprobs(result: FileTranscript) -> list[dict]:
-    """OpenAI's ``logprobs`` of a recording."""
-    return logprob_entries(result.words)
+def _usage(result: FileTranscript) -> dict:
+    """What OpenAI bills a transcription by: the audio's seconds."""
+    return {"type": "duration", "seconds": round(result.duration, 3)}
 
 
 def logprob_entries(words: Sequence[Word]) -> list[dict]:
@@ -99,7 +96,7 @@ def openai_verbose(
         "language": LANGUAGES.get(language or "", language or "unknown"),
         "duration": round(result.duration, 3),
         "text": result.text,
-        "usage": {"type": "duration", "seconds": round(result.duration, 3)},
+        "usage": _usage(result),
     }
     if with_segments:
         answer["segments"] = [

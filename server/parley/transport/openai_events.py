@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from parley.protocol.messages import Error, ErrorCode, Word
@@ -54,7 +55,7 @@ class Item:
 
 
 def transcript_events(
-    item: Item, texts: list[str], seconds: float | None, words: list[Word] | None = None
+    item: Item, texts: list[str], seconds: float | None, words: Sequence[Word] | None = None
 ) -> list[dict]:
     """An item's transcript: a delta per final text, then ``completed`` with its usage
     (``seconds`` of audio, or, for a manual commit, token counts of nothing) and, given

@@ -279,12 +279,12 @@ class OpenAIRealtimeTranslator:
             manual = self._manual_item = self._manual_item or Item(self._item_id())
             if text:
                 manual.texts.append(text)
-                manual.words.extend(final.words)
+                manual.words.extend(final.words)  # include may be asked before the commit
             return []  # sent when the client commits
         item = self._segments.pop(final.segment_id, None)
         if item is None:
             return []  # cleared
-        words = list(final.words) if self._settings.logprobs else None
+        words = final.words if self._settings.logprobs else None
         return transcript_events(item, [text] if text else [], final.end - final.start, words)
 
     def _finalized(self) -> list[dict]:

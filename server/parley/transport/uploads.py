@@ -94,10 +94,14 @@ class FileDoor:
                 raise
             yield received
 
-    def _admit(self, key: str) -> None:
-        """Refuse, before its upload is read, what its job would be refused."""
+    def check_open(self) -> None:
+        """UploadError (shutting_down) once the server drains: it takes no new recording."""
         if self.jobs.draining:
             raise self._draining()
+
+    def _admit(self, key: str) -> None:
+        """Refuse, before its upload is read, what its job would be refused."""
+        self.check_open()
         if not self.jobs.has_room():
             raise self._busy(self.jobs.retry_after_s())
         self._check_key(key)
