@@ -31,7 +31,7 @@ export class ParleyError extends Error {
 
 // The decoding options (protocol.md section 1): lists become comma-separated values.
 export const DECODING_OPTIONS = ["languages", "task", "keyterms", "prompt", "redact", "numerals",
-                                 "replace", "filler_words", "profanity_filter"];
+                                 "replace", "filler_words", "profanity_filter", "dictation"];
 
 export function streamUrl(base, { token, language, diarization, partials, sampleRate, ...rest } = {}) {
   const url = new URL(base, typeof location === "undefined" ? undefined : location.href);

@@ -68,6 +68,7 @@ def decoding_args(args: argparse.Namespace) -> dict:
         "replace": check_replacements(args.replace),
         "filler_words": args.filler_words,
         "profanity_filter": args.profanity_filter,
+        "dictation": args.dictation,
     }
 
 
@@ -105,6 +106,9 @@ def add_decoding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--filler-words", action="store_true", help='write "um" and "uh"')
     parser.add_argument(
         "--profanity-filter", action="store_true", help="profane words masked (f***)"
+    )
+    parser.add_argument(
+        "--dictation", action="store_true", help='spoken punctuation as marks ("comma": ",")'
     )
     parser.add_argument(
         "--replace",

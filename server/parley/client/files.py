@@ -35,7 +35,7 @@ def transcribe_file(
     """POST ``path`` to ``base_url``/v1/audio/transcriptions (translations with
     ``task=translate``); the answer's body (JSON for ``json``: verbose_json with words).
     ``decoding``: ``parley stream``'s decoding options (keyterms, prompt, task, redact,
-    numerals, replace, filler_words, profanity_filter), sent as the endpoint's fields;
+    numerals, replace, filler_words, profanity_filter, dictation), sent as the endpoint's fields;
     ``known_speakers``: (name, clip) of voices to label by name, sent as OpenAI's known
     speakers (the clips as data URLs); ``style``: srt and vtt cues, sent as Parley's
     ``max_line_width`` and ``max_line_count``. UnreadableRecording where the server could not
@@ -58,7 +58,7 @@ def transcribe_file(
             data[name] = list(decoding[name])
     if decoding.get("prompt"):
         data["prompt"] = decoding["prompt"]
-    for name in ("numerals", "filler_words", "profanity_filter"):
+    for name in ("numerals", "filler_words", "profanity_filter", "dictation"):
         if decoding.get(name):
             data[name] = "true"
     if known_speakers:

@@ -49,6 +49,7 @@ class StreamConfig:
     replace: tuple[str, ...] = ()  # find:replacement, made in every result
     filler_words: bool = False  # "um" and "uh" written (a prompt that holds them)
     profanity_filter: bool = False  # profane words masked in every result
+    dictation: bool = False  # spoken punctuation ("comma", "period") written as marks
     # What the client knows of its speakers (diarization only; as recordings take them).
     num_speakers: int | None = None
     min_speakers: int | None = None
@@ -139,6 +140,7 @@ class StreamConfig:
             "replace",
             "filler_words",
             "profanity_filter",
+            "dictation",
             *_SPEAKER_COUNTS,
         }
         unknown = sorted(set(params) - known)
@@ -196,6 +198,7 @@ class StreamConfig:
             replace=replace,
             filler_words=bool_param(params, "filler_words", cls.filler_words),
             profanity_filter=bool_param(params, "profanity_filter", cls.profanity_filter),
+            dictation=bool_param(params, "dictation", cls.dictation),
             **counts,
         )
         try:
@@ -275,6 +278,7 @@ _DECODING_DEFAULTS: dict[str, object] = {
     "replace": [],
     "filler_words": False,
     "profanity_filter": False,
+    "dictation": False,
 }
 # The query parameters that set the decoding (section 1), for wires that carry them
 # elsewhere (Twilio's <Parameter>s).

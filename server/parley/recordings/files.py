@@ -128,6 +128,7 @@ class FileRequest:
     replace: tuple[str, ...] = ()  # find:replacement, made in every result
     filler_words: bool = False  # "um" and "uh" written
     profanity_filter: bool = False  # profane words masked
+    dictation: bool = False  # spoken punctuation written as marks
     known_speakers: tuple[KnownSpeaker, ...] = ()  # their voices labelled with their names
     languages: tuple[str, ...] = ()  # detection among these (none: any)
 
@@ -149,6 +150,7 @@ class FileRequest:
             replace=check_replacements(self.replace),
             filler_words=self.filler_words,
             profanity_filter=self.profanity_filter,
+            dictation=self.dictation,
         )
 
 

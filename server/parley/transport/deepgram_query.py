@@ -143,8 +143,8 @@ REDACT = {
 class ListenVocabulary:
     """``keyterm`` and ``keywords`` (``word:boost``, the boost not used) as keyterms,
     ``redact`` (repeatable) as categories, ``numerals``, ``replace`` (repeatable,
-    ``find:replacement``), ``filler_words`` and ``profanity_filter``: live and
-    pre-recorded."""
+    ``find:replacement``), ``filler_words``, ``profanity_filter`` and ``dictation``:
+    live and pre-recorded."""
 
     keyterms: tuple[str, ...] = ()
     redact: tuple[str, ...] = ()
@@ -152,14 +152,14 @@ class ListenVocabulary:
     replace: tuple[str, ...] = ()
     filler_words: bool = False
     profanity_filter: bool = False
+    dictation: bool = False
 
     @classmethod
     def of(cls, params: Mapping[str, str]) -> ListenVocabulary:
         """What Deepgram's query asks of the words: keyterms (its repeatable
         ``keyterm``, and ``keywords`` without their boosts), ``redact`` categories,
-        ``numerals``, ``replace``, ``filler_words`` and ``profanity_filter``;
-        ProtocolError for a ``redact``
-        it cannot take."""
+        ``numerals``, ``replace``, ``filler_words``, ``profanity_filter`` and
+        ``dictation``; ProtocolError for a ``redact`` it cannot take."""
         terms = every(params, "keyterm") + [
             k.rsplit(":", 1)[0] if ":" in k else k for k in every(params, "keywords")
         ]
@@ -179,6 +179,7 @@ class ListenVocabulary:
             tuple(every(params, "replace")),
             bool_param(params, "filler_words"),
             bool_param(params, "profanity_filter"),
+            bool_param(params, "dictation"),
         )
 
     def query(self) -> dict[str, str]:
@@ -192,7 +193,7 @@ class ListenVocabulary:
             "redact": ",".join(self.redact),
             "replace": ",".join(self.replace),
         }
-        for name in ("numerals", "filler_words", "profanity_filter"):
+        for name in ("numerals", "filler_words", "profanity_filter", "dictation"):
             if getattr(self, name):
                 native[name] = "true"
         return native

@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import uuid
+from dataclasses import asdict
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -127,6 +128,7 @@ class FileRoutes:
                     replace=_listed(form, "replace"),
                     filler_words=_flag(form.get("filler_words")),
                     profanity_filter=_flag(form.get("profanity_filter")),
+                    dictation=_flag(form.get("dictation")),
                     known_speakers=known,
                 )
                 if _flag(form.get("stream")) and fmt in STREAMED:  # it takes the upload over
@@ -216,8 +218,8 @@ class FileRoutes:
         params = request.query_params
         diarize = _flag(params.get("diarize"))
         paragraphs = _flag(params.get("paragraphs"))  # punctuated, as Deepgram's are
-        punctuate = (
-            paragraphs or _flag(params.get("punctuate")) or _flag(params.get("smart_format"))
+        punctuate = paragraphs or any(
+            _flag(params.get(name)) for name in ("punctuate", "smart_format", "dictation")
         )
         utterances = _flag(params.get("utterances"))
         multichannel = _flag(params.get("multichannel"))  # each channel a recording
@@ -233,16 +235,8 @@ class FileRoutes:
                 raw = recording_raw(params)
             except ProtocolError as exc:
                 raise UploadError(UploadCode.BAD_REQUEST, exc.message) from None
-            job = FileRequest(
-                language=language,
-                diarize=diarize,
-                keyterms=vocabulary.keyterms,
-                redact=vocabulary.redact,
-                numerals=vocabulary.numerals,
-                replace=vocabulary.replace,
-                filler_words=vocabulary.filler_words,
-                profanity_filter=vocabulary.profanity_filter,
-            )
+            # the vocabulary's fields are FileRequest's, by the same names
+            job = FileRequest(language=language, diarize=diarize, **asdict(vocabulary))
             channels = await self._door.transcribe_channels(
                 path, job, key, apart=multichannel, raw=raw
             )

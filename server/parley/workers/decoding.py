@@ -1,7 +1,7 @@
 """A stream's decoding settings at work: what each request asks of the engine (language,
 task, the caller's words as prompt and keyterm bias), and how each result becomes a
 message (its language, confidence, warnings; keyterms respelled, the caller's
-replacements, redaction, numerals and profanity masked).
+replacements, spoken punctuation, redaction, numerals and profanity masked).
 
 One ``StreamDecoding`` per session, rebuilt when the session is reconfigured; the
 engine's tokenizer runs once here, not per segment.
@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from parley.core.asr import AsrRequest, Transcriber, Transcription, Vocabulary
+from parley.core.dictation import dictate, dictate_text
 from parley.core.keyterms import respellings
 from parley.core.number_chain import NumberChain
 from parley.core.profanity import mask_text, mask_words
@@ -73,9 +74,10 @@ class StreamDecoding:
 
     @property
     def rewrites(self) -> bool:
-        """Whether results are rewritten before they leave (redaction, numerals, profanity)."""
+        """Whether results are rewritten before they leave (spoken punctuation, redaction,
+        numerals, profanity)."""
         config = self.config
-        return bool(config.redact) or config.numerals or config.profanity_filter
+        return bool(config.redact) or config.numerals or config.profanity_filter or config.dictation
 
     def respelled(self, words: list[Word], heard: Collection[tuple[str, str]] = ()) -> list[Word]:
         """Runs spelled like a keyterm, or that the model heard as one (``heard``: the
@@ -99,17 +101,20 @@ class StreamDecoding:
         return " ".join(w.word for w in words) if words else replace_text(text, self.replacements)
 
     def final(self, final: Final, carry: Carry = NO_CARRY, open_end: bool = False) -> Final:
-        """The final as it leaves: redacted runs made one ``[redacted]`` word, numerals as
-        digits, profanity masked; ``carry`` and ``open_end`` as
-        ``core.redaction.rewrite`` takes them (a number read on across finals)."""
+        """The final as it leaves: spoken punctuation as marks, redacted runs made one
+        ``[redacted]`` word, numerals as digits, profanity masked; ``carry`` and
+        ``open_end`` as ``core.redaction.rewrite`` takes them (a number read on across
+        finals)."""
         if not self.rewrites:
             return final
         config = self.config
         if not final.words:
-            text = rewrite_text(final.text, config.redaction, config.numerals, carry)
+            text = dictate_text(final.text) if config.dictation else final.text
+            text = rewrite_text(text, config.redaction, config.numerals, carry)
             return replace(final, text=mask_text(text) if config.profanity_filter else text)
+        spoken = dictate(final.words, _word_text, _joined) if config.dictation else final.words
         words = rewrite(
-            final.words,
+            spoken,
             _word_text,
             _joined,
             config.redaction,
@@ -141,6 +146,8 @@ class StreamDecoding:
         if not self.rewrites:
             return text
         config = self.config
+        if config.dictation:
+            text = dictate_text(text)
         text = rewrite_text(text, config.redaction, config.numerals, carry)
         return mask_text(text) if config.profanity_filter else text
 
