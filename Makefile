@@ -6,7 +6,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 HOST ?= 127.0.0.1
 PORT ?= 8765
 MODELS_DIR ?= $(HOME)/.cache/parley/models
-APT_PACKAGES := ffmpeg espeak-ng sox chromium
+APT_PACKAGES := ffmpeg espeak-ng sox chromium portaudio19-dev
 export PYANNOTE_METRICS_ENABLED := false
 export HF_HUB_DISABLE_TELEMETRY := 1
 
@@ -15,7 +15,8 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 install: system-packages $(VENV)/.installed models
 
 # Debian packages: ffmpeg decodes audio files; espeak-ng and sox make test speech;
-# chromium runs the browser client test (Playwright drives it, never downloads one).
+# chromium runs the browser client test (Playwright drives it, never downloads one);
+# PyAudio, which WhisperLive's client imports, builds against portaudio19-dev.
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -27,6 +28,10 @@ system-packages:
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet -e '.[dev,diarization,cluster]'
+	# WhisperLive's client, for its wire's tests: the package requires its whole server
+	# (torch, pinned faster-whisper and tokenizers, OpenVINO); its client needs only what
+	# dev brings (PyAudio, websocket-client, av, numpy)
+	$(PIP) install --quiet --no-deps whisper-live==0.10.0
 	touch $@
 
 venv: $(VENV)/.installed

@@ -80,6 +80,8 @@ WIRES = {
         "type",
         json.dumps({"type": "end_of_stream"}),
     ),
+    # WhisperLive's: options named by "uid", then float32 audio, then END_OF_AUDIO
+    "whisperlive": ("/", ["u-1"], "uid", "END_OF_AUDIO"),
 }
 DOCUMENTED_CLOSES = {1000, 1009, 4400}
 
@@ -145,6 +147,17 @@ SHAPED = {
         st.sampled_from(["inbound", "outbound"]) | json_values,
         any_or_audio,
         json_values | st.integers(0, 10**7).map(str),
+    ),
+    "whisperlive": st.builds(
+        lambda options, audio: [json.dumps({"uid": "u-1", **options}), audio],
+        st.dictionaries(
+            st.sampled_from(
+                ["language", "task", "audio_format", "initial_prompt", "hotwords"]
+                + ["send_last_n_segments", "word_timestamps", "enable_diarization"]
+            ),
+            json_values,
+        ),
+        st.binary(max_size=64) | st.sampled_from([b"\x00\x00\x80\x3f" * 800, b"END_OF_AUDIO"]),
     ),
     "meeting": st.builds(
         lambda who, audio, at, recall: json.dumps(
@@ -337,6 +350,7 @@ LISTEN_KEYS = [
     "search",
     "numerals",
     "profanity_filter",
+    "dictation",
     "extra",
     "callback",
 ]
@@ -351,6 +365,7 @@ OPENAI_KEYS = [
     "redact",
     "replace",
     "profanity_filter",
+    "dictation",
     "known_speaker_names[]",
     "known_speaker_references[]",
     "languages",

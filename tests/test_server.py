@@ -237,13 +237,14 @@ async def test_shutdown_tells_clients_with_1001(start):
 
 
 async def test_a_handshake_refused_over_http_gets_its_status_and_logs_no_error(start, caplog):
-    """A WebSocket asked for where there is none (a probe, the page, an HTTP route, an
-    unknown path) is 404 `not_found`; a vendor wire's wrong key is 401. Neither is an
+    """A WebSocket asked for where there is none (a probe, an HTTP route, an unknown
+    path; the page's / is WhisperLive's wire) is 404 `not_found`; a vendor wire's wrong
+    key is 401. Neither is an
     error of the server's: nothing is logged at ERROR (uvicorn's sans-I/O protocol did,
     for every refusal)."""
     url, _ = await start(token="server-key")
     base = url.removesuffix("/v1/stream")
-    for path in ("/healthz", "/", "/v1/models", "/v1/audio/transcriptions", "/nope"):
+    for path in ("/healthz", "/index.html", "/v1/models", "/v1/audio/transcriptions", "/nope"):
         with pytest.raises(InvalidStatus) as caught:
             async with connect(base + path):
                 pass

@@ -14,6 +14,9 @@ REALTIME_PATH = "/v1/realtime"  # OpenAI's realtime transcription (section 10)
 TWILIO_PATH = "/v1/twilio"  # Twilio Media Streams (section 11)
 MEETING_PATH = "/v1/meeting"  # meeting bots, a track per participant (section 13)
 ASSEMBLYAI_PATH = "/v3/ws"  # AssemblyAI's Universal-Streaming v3 (section 10a)
+# WhisperLive's (section 10b): its clients connect to ws://HOST:PORT, with no path; a
+# plain GET of / is still the browser page
+WHISPERLIVE_PATH = "/"
 # /v1/sessions/{session_id}/events: a live session's results, for its followers
 FOLLOW_PATH = re.compile(r"^/v1/sessions/([0-9a-f]{32})/events$")
 

@@ -11,6 +11,7 @@ from parley.transport.meeting import MeetingDialect
 from parley.transport.native import NativeDialect
 from parley.transport.openai_realtime import OpenAIRealtimeDialect
 from parley.transport.twilio import TwilioDialect
+from parley.transport.whisperlive import WhisperLiveDialect
 
 
 def all_dialects(
@@ -26,4 +27,5 @@ def all_dialects(
         OpenAIRealtimeDialect(vad),
         TwilioDialect(twilio_token, twilio_public_url),
         MeetingDialect(),
+        WhisperLiveDialect(),
     ]

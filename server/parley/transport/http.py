@@ -117,7 +117,8 @@ def make_request_router(
 
     def route(connection: object, request: Request) -> Response | None:
         path = urlsplit(request.path).path
-        if path in streams:
+        # WhisperLive's wire shares / with the page: a handshake is the wire's
+        if path in streams and (_upgrades(request) or static.get(path) is None):
             return check_handshake(request)
         if follows(path):
             return None
