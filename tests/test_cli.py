@@ -207,11 +207,17 @@ def test_stream_reports_a_refusal(server_url, dialogue_wav):
 
 
 def test_stream_to_a_wrong_path_is_a_clear_error(server_url, dialogue_wav):
-    """A URL that is not the stream endpoint (here the static page) is named, no traceback."""
+    """A URL that is not the stream endpoint (here Deepgram's wire) is named, no
+    traceback; a server's bare address means its stream endpoint."""
+    from parley.client.live import stream_url
+    from parley.protocol.messages import StreamConfig
+
     path, _, _ = dialogue_wav
-    done = stream(server_url.removesuffix("/v1/stream") + "/", "--fast", str(path))
+    done = stream(server_url.removesuffix("/v1/stream") + "/v1/listen", "--fast", str(path))
     assert done.returncode == 1
     assert b"/v1/stream" in done.stderr and b"Traceback" not in done.stderr
+    for bare in ("ws://h:1", "ws://h:1/"):
+        assert stream_url(bare, StreamConfig(), "k").startswith("ws://h:1/v1/stream?")
 
 
 def test_stream_missing_file_is_a_clear_error(server_url):

@@ -39,6 +39,7 @@ from parley.protocol.messages import (
     decode,
     parse,
 )
+from parley.protocol.paths import STREAM_PATH
 
 # Audio kept to send again after a dropped connection: 64 s of 16 kHz PCM16, more than
 # the server's default resume window of 30 s.
@@ -55,10 +56,13 @@ class ServerError(Exception):
 
 
 def stream_url(base: str, config: StreamConfig, token: str | None) -> str:
-    """The stream URL for ``config``, with the key as ``token`` when given."""
+    """The stream URL for ``config``, with the key as ``token`` when given; a server's
+    bare address (no path, or /, which is WhisperLive's wire) means its /v1/stream."""
     query = config.to_query()
     if token:
         query["token"] = token
+    if urlsplit(base).path in ("", "/"):
+        base = base.rstrip("/") + STREAM_PATH
     return f"{base.rstrip('/')}?{urlencode(query)}"
 
 
@@ -132,7 +136,15 @@ class LiveStream:
             ws = await connect(full_url, max_size=None, compression=None, open_timeout=open_timeout)
         except OSError as exc:  # websockets' own errors (a refused handshake) are not OSError
             raise Unreachable(full_url, exc) from exc
-        first = parse(decode(await ws.recv()))
+        text = await ws.recv()
+        try:
+            first = parse(decode(text))
+        except ValueError:  # another wire's message: the URL is not Parley's stream
+            await ws.close()
+            raise ConnectionError(
+                f"{full_url} did not start a Parley session (a Parley server streams at "
+                f"ws://HOST:PORT{STREAM_PATH}): {str(text)[:200]!r}"
+            ) from None
         if isinstance(first, Error):
             await ws.wait_closed()
             raise ServerError(first, ws.close_code)
