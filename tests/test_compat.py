@@ -50,6 +50,29 @@ async def socket_session(socket, audio, pace_s: float, finish) -> list:
     return await asyncio.wait_for(received, timeout=300)  # a failure, never a hang
 
 
+async def listen_recording(port: int, audio, params: list[tuple[str, str]]) -> dict:
+    """``audio`` as a WAV body to the pre-recorded /v1/listen with ``params``; the
+    first channel's first alternative of its 200 answer."""
+    import io
+    import wave
+
+    import httpx
+
+    body = io.BytesIO()
+    with wave.open(body, "wb") as out:
+        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
+        out.writeframes(pcm16(audio))
+    async with httpx.AsyncClient(timeout=60) as client:
+        answer = await client.post(
+            f"http://127.0.0.1:{port}/v1/listen",
+            params=params,
+            content=body.getvalue(),
+            headers={"Content-Type": "audio/wav"},
+        )
+    assert answer.status_code == 200, answer.text
+    return answer.json()["results"]["channels"][0]["alternatives"][0]
+
+
 async def deepgram_session(
     port: int, audio, *, pace_s: float = 0.0, finalize: bool = False, **query
 ) -> list:

@@ -4,10 +4,8 @@ sentence's mark capitalises the next word, a command said as a noun stays; in pa
 and finals, live and pre-recorded. The fake engine hears words w0 … w9; the caller's
 ``replace`` writes them as a word and a command, so the wires carry commands."""
 
-import io
 import wave
 
-import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +17,7 @@ from parley.core.replacements import check_replacements
 from parley.protocol.messages import Final, FinalReason, StreamConfig, Word
 from parley.transport.deepgram_query import listen_config
 from parley.workers.decoding import StreamDecoding
-from test_compat import deepgram_session
+from test_compat import deepgram_session, listen_recording
 
 SAID = [f"w{k}:done period" for k in range(10)]  # every word the fake engine hears
 
@@ -127,20 +125,8 @@ async def test_deepgram_live_and_prerecorded_results_write_the_marks(start, talk
     assert {w.punctuated_word for a in finals for w in a.words} == {"done.", "Done."}
     assert {w.word for a in finals for w in a.words} == {"done"}
 
-    body = io.BytesIO()
-    with wave.open(body, "wb") as out:
-        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
-        out.writeframes(pcm16(audio))
     params = [("replace", item) for item in SAID] + [("dictation", "true")]
-    async with httpx.AsyncClient(timeout=60) as client:
-        answer = await client.post(
-            f"http://127.0.0.1:{server.port}/v1/listen",
-            params=params,
-            content=body.getvalue(),
-            headers={"Content-Type": "audio/wav"},
-        )
-    assert answer.status_code == 200, answer.text
-    alternative = answer.json()["results"]["channels"][0]["alternatives"][0]
+    alternative = await listen_recording(server.port, audio, params)
     assert set(alternative["transcript"].split()) == {"done.", "Done."}
     assert {w["punctuated_word"] for w in alternative["words"]} == {"done.", "Done."}
 

@@ -4,16 +4,11 @@ words untouched; in partials and finals, live and pre-recorded. The fake engine 
 words w0 … w9; the caller's ``replace`` writes them as a profane word, so the wires
 carry one, and masking comes after it."""
 
-import io
-import wave
-
-import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from websockets.datastructures import Headers
 
-from conftest import pcm16
 from fake_engine import FakeEngine
 from parley.core.profanity import is_profane, mask_text, masked
 from parley.core.replacements import check_replacements
@@ -21,7 +16,7 @@ from parley.core.vad import VadConfig
 from parley.protocol.messages import Final, FinalReason, ProtocolError, StreamConfig, Word
 from parley.transport.assemblyai import AssemblyAIDialect
 from parley.workers.decoding import StreamDecoding
-from test_compat import deepgram_session
+from test_compat import deepgram_session, listen_recording
 
 SWORN = [f"w{k}:shit" for k in range(10)]  # every word the fake engine hears, profane
 
@@ -119,19 +114,7 @@ async def test_deepgram_live_and_prerecorded_results_are_masked(start, talk):
     finals = [a for r, a in zip(results, alternatives) if r.is_final]
     assert {w.word for a in finals for w in a.words} == {"s***"}
 
-    body = io.BytesIO()
-    with wave.open(body, "wb") as out:
-        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
-        out.writeframes(pcm16(audio))
     params = [("replace", item) for item in SWORN] + [("profanity_filter", "true")]
-    async with httpx.AsyncClient(timeout=60) as client:
-        answer = await client.post(
-            f"http://127.0.0.1:{server.port}/v1/listen",
-            params=params,
-            content=body.getvalue(),
-            headers={"Content-Type": "audio/wav"},
-        )
-    assert answer.status_code == 200, answer.text
-    alternative = answer.json()["results"]["channels"][0]["alternatives"][0]
+    alternative = await listen_recording(server.port, audio, params)
     assert set(alternative["transcript"].split()) == {"s***"}
     assert {w["word"] for w in alternative["words"]} == {"s***"}
