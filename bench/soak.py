@@ -1,12 +1,16 @@
-"""Soak: one long session of real speech through a real `parley serve`, faster than real
-time, watching the server's memory.
+"""Soak: one long session of real speech through a real `parley serve`, watching the
+server's memory and whether final latency creeps up as the session grows.
 
 Streams ``--minutes`` of speech (the load bench's conversations, one after another:
 sample.wav and espeak turns) in one session at ``--speed`` × real time, and samples
-the server's resident memory every few seconds. Reports the memory curve by minute of
-audio, the growth after warm-up (the first ``--warm-up`` minutes), finals, errors and
-WER. The bound the issue set: growth ≤ 50 MB.
-Usage: python bench/soak.py [--minutes 10] [--speed 4] [--diarization off|on]
+the server's resident memory every few seconds. Reports, for each block of ``--block``
+minutes of audio, the memory at its end and its finals' latency (wall time from sending
+the audio at a final's end to the final, as bench/load.py times it; read it at
+``--speed 1``, real time); then the growth after warm-up (the first ``--warm-up``
+minutes), the latency's creep (the last block's p50 against the first's), how long the
+session took to end after ``end_of_stream`` (its closing relabel with speakers),
+finals, speaker labels, errors and WER. The memory bound the issue set: growth ≤ 50 MB.
+Usage: python bench/soak.py [--minutes 10] [--speed 4] [--diarization off|on] [--block 1]
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ def rss_mb(pid: int) -> float:
 
 
 def long_talk(minutes: float) -> tuple[np.ndarray, str]:
-    """``minutes`` of conversation: the load bench's conversations, end to end."""
+    """At least ``minutes`` of conversation: the load bench's conversations, end to end,
+    each whole (so that the reference is the text of the audio)."""
     pieces, texts, total = [], [], 0
     talks = conversations(4)
     while total < minutes * 60 * 16000:
@@ -44,7 +49,7 @@ def long_talk(minutes: float) -> tuple[np.ndarray, str]:
         pieces.append(talk.audio)
         texts.append(talk.reference)
         total += len(talk.audio)
-    return np.concatenate(pieces)[: int(minutes * 60 * 16000)], " ".join(texts)
+    return np.concatenate(pieces), " ".join(texts)
 
 
 async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -> dict:
@@ -53,6 +58,11 @@ async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -
     samples: list[tuple[float, float]] = []  # (audio minutes sent, RSS MB)
     text: list[str] = []
     errors: list[dict] = []
+    timed: list[tuple[float, float]] = []  # (a final's end in audio minutes, its latency s)
+    sent_at: list[float] = []  # wall time each chunk left; chunk k ends at (k + 1) × CHUNK_S
+    speakers: set[str] = set()
+    updates = 0
+    ended_at: float | None = None  # wall time end_of_stream left
     sent_s = 0.0
     loop = asyncio.get_running_loop()
 
@@ -73,8 +83,11 @@ async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -
                 if wait > 0:
                     await asyncio.sleep(wait)
                 await ws.send(pcm[i : i + step])
+                sent_at.append(loop.time())
                 sent_s = (i + step) / 2 / 16000
             await ws.send(json.dumps({"type": "end_of_stream"}))
+            nonlocal ended_at
+            ended_at = loop.time()
 
         watcher = asyncio.create_task(watch())
         sender = asyncio.create_task(send())
@@ -84,14 +97,53 @@ async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -
             if message["type"] == "final":
                 finals += 1
                 text.append(message["text"])
+                speakers.add(message.get("speaker") or "")
+                chunk = min(int(np.ceil(message["end"] / CHUNK_S - 1e-6)) - 1, len(sent_at) - 1)
+                if message["reason"] != "end_of_stream":  # that one waits for the client's end
+                    timed.append((message["end"] / 60, loop.time() - sent_at[max(chunk, 0)]))
+            elif message["type"] == "speaker_update":
+                updates += 1
+                speakers.add(message.get("speaker") or "")
             elif message["type"] == "error":
                 errors.append(message)
             elif message["type"] == "session_ended":
                 break
+        closed_in = loop.time() - ended_at if ended_at is not None else None
         await sender
         watcher.cancel()
     samples.append((sent_s / 60, rss_mb(server.process.pid)))
-    return {"samples": samples, "finals": finals, "errors": errors, "text": " ".join(text)}
+    return {
+        "samples": samples,
+        "finals": finals,
+        "errors": errors,
+        "text": " ".join(text),
+        "latencies": timed,
+        "speaker_updates": updates,
+        "labels": sorted(speakers - {""}),
+        "ended_in_s": closed_in,
+    }
+
+
+def blocks(run: dict, minutes: float, block: float) -> list[dict]:
+    """Each block of ``block`` audio minutes: its finals' latency and the memory at its end."""
+    rows = []
+    start = 0.0
+    while start < minutes - 1e-9:
+        end = min(start + block, minutes)
+        late = [t for at, t in run["latencies"] if start <= at < end]
+        near = min(run["samples"], key=lambda s: abs(s[0] - end))
+        rows.append(
+            {
+                "audio_minutes": f"{start:g}-{end:g}",
+                "finals": len(late),
+                "latency_p50_s": round(float(np.percentile(late, 50)), 3) if late else None,
+                "latency_p90_s": round(float(np.percentile(late, 90)), 3) if late else None,
+                "latency_max_s": round(max(late), 3) if late else None,
+                "rss_mb": round(near[1], 1),
+            }
+        )
+        start = end
+    return rows
 
 
 def main() -> None:
@@ -103,8 +155,10 @@ def main() -> None:
     parser.add_argument("--warm-up", type=float, default=1.0, help="minutes of audio")
     parser.add_argument("--diarization", choices=["off", "on"], default="off")
     parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--block", type=float, default=1.0, help="minutes of audio a row")
     args = parser.parse_args()
     audio, reference = long_talk(args.minutes)
+    minutes = round(len(audio) / 16000 / 60, 2)
     server = Server(
         args.model, "bundle" if args.diarization == "on" else "off", [], "warning", log_name="soak"
     )
@@ -115,15 +169,13 @@ def main() -> None:
         server.stop()
     samples = run["samples"]
     after_warm_up = next(mb for minute, mb in samples if minute >= args.warm_up)
-    rows = []
-    for minute in range(int(args.minutes) + 1):
-        near = min(samples, key=lambda s: abs(s[0] - minute))
-        rows.append({"audio_minute": minute, "rss_mb": near[1]})
+    rows = blocks(run, minutes, args.block)
+    print_table(rows, list(rows[0]))
     growth = samples[-1][1] - after_warm_up
     peak_growth = max(mb for minute, mb in samples if minute >= args.warm_up) - after_warm_up
-    print_table(rows, ["audio_minute", "rss_mb"])
+    timed = [row for row in rows if row["latency_p50_s"] is not None]
     summary = {
-        "minutes": args.minutes,
+        "minutes": minutes,
         "speed": args.speed,
         "diarization": args.diarization,
         "rss_at_start_mb": started_mb,
@@ -131,7 +183,13 @@ def main() -> None:
         "rss_end_mb": samples[-1][1],
         "growth_after_warm_up_mb": growth,
         "peak_growth_after_warm_up_mb": peak_growth,
+        "latency_creep_p50_s": (
+            round(timed[-1]["latency_p50_s"] - timed[0]["latency_p50_s"], 3) if timed else None
+        ),
+        "ended_in_s": round(run["ended_in_s"], 2) if run["ended_in_s"] is not None else None,
         "finals": run["finals"],
+        "labels": len(run["labels"]),
+        "speaker_updates": run["speaker_updates"],
         "errors": len(run["errors"]),
         "wer": wer(reference, run["text"]),
         "holds": peak_growth <= GROWTH_BOUND_MB and not run["errors"],
@@ -140,7 +198,12 @@ def main() -> None:
     print_table([summary], list(summary))
     path = write_json(
         "soak",
-        {**summary, "curve": rows, "samples": [[round(m, 3), round(mb, 1)] for m, mb in samples]},
+        {
+            **summary,
+            "blocks": rows,
+            "samples": [[round(m, 3), round(mb, 1)] for m, mb in samples],
+            "latencies": [[round(m, 3), round(t, 3)] for m, t in run["latencies"]],
+        },
     )
     print(f"\nwrote {path}")
 

@@ -21,15 +21,30 @@ from parley.core.asr import (
     transcribe,
 )
 from parley.core.quality import repeats_itself
-from parley.models.encoder import encoder_layers, pass_frames, token_bound, window_frames
+from parley.models.encoder import (
+    FRAMES_PER_SECOND,
+    encoder_layers,
+    pass_frames,
+    token_bound,
+    window_frames,
+)
 
 
-def test_a_window_covers_the_clip_and_its_margin_and_no_more_than_30_s():
+def test_a_window_covers_the_clip_and_its_margin_in_whole_seconds_and_no_more_than_30_s():
     assert window_frames(2.0, 3.0, 1500) == 250
-    assert window_frames(2.01, 3.0, 1500) == 251  # a part of a position is a position
+    assert window_frames(2.01, 3.0, 1500) == 300  # a part of a second is a second
     assert window_frames(28.0, 3.0, 1500) == 1500
     assert window_frames(2.0, None, 1500) == 1500
     assert token_bound(0.0) < token_bound(1.0) < token_bound(5.0)
+
+
+@given(st.floats(0.0, 40.0), st.floats(0.5, 30.0))
+def test_short_windows_come_in_at_most_30_lengths_each_holding_its_clip_and_margin(seconds, margin):
+    """Every distinct length of pass costs oneDNN kernels (and their memory) of its own:
+    a whole second of positions at a time, so at most 30 lengths in all."""
+    frames = window_frames(seconds, margin, 1500)
+    assert frames == 1500 or frames >= (seconds + margin) * FRAMES_PER_SECOND
+    assert frames % FRAMES_PER_SECOND == 0 and 0 < frames <= 1500
 
 
 @pytest.mark.parametrize(

@@ -32,12 +32,23 @@ TOKENS_PER_SECOND_BOUND = 10
 TOKENS_BOUND_BASE = 12
 
 
+# Short windows come in whole seconds of positions. Every distinct length of pass has
+# oneDNN build kernels of its own, which it caches (up to 1,024) with their scratch
+# memory: a stream's partials, each a little longer than the last, grew a server by
+# 500 MB in 12 minutes of audio and an engine by 1.2 GB in 300 clips of random length
+# (bench/VARIANTS.md, "Memory over a long session"). In whole seconds there are at most
+# 30 lengths, built once and reused, which is also faster than building new ones.
+WINDOW_STEP_FRAMES = FRAMES_PER_SECOND
+
+
 def window_frames(seconds: float, margin_s: float | None, full: int) -> int:
-    """Encoder positions for ``seconds`` of audio and ``margin_s`` of padding after it, at
-    most ``full``; ``full`` when there is no margin (None: always the whole window)."""
+    """Encoder positions for ``seconds`` of audio and at least ``margin_s`` of padding
+    after it, in whole ``WINDOW_STEP_FRAMES``, at most ``full``; ``full`` when there is no
+    margin (None: always the whole window)."""
     if margin_s is None:
         return full
-    return min(full, math.ceil((seconds + margin_s) * FRAMES_PER_SECOND))
+    wanted = math.ceil((seconds + margin_s) * FRAMES_PER_SECOND)
+    return min(full, math.ceil(wanted / WINDOW_STEP_FRAMES) * WINDOW_STEP_FRAMES)
 
 
 def pass_frames(requests: Sequence[AsrRequest], margin_s: float | None, full: int) -> int:
