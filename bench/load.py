@@ -99,6 +99,13 @@ class StreamOutcome:
     refused_in_s: float | None = None  # refused as busy (server_busy): how soon
 
 
+def sent_at_end(sent_at: list[float], end: float) -> float:
+    """When the chunk holding stream time ``end`` was sent (``sent_at``: each chunk's wall
+    time, chunk k ending at (k + 1) × CHUNK_S): a final's latency runs from there."""
+    chunk = min(int(np.ceil(end / CHUNK_S - 1e-6)) - 1, len(sent_at) - 1)
+    return sent_at[max(chunk, 0)]
+
+
 async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
     """Send one conversation in real time; time every final from its end's audio."""
     await asyncio.sleep(delay)
@@ -139,9 +146,8 @@ async def stream(url: str, talk: Conversation, delay: float) -> StreamOutcome:
             elif kind == "final":
                 outcome.finals += 1
                 outcome.text.append(message["text"])
-                chunk = min(int(np.ceil(message["end"] / CHUNK_S - 1e-6)) - 1, len(sent_at) - 1)
                 if message["reason"] != "end_of_stream":  # that one waits for the client's end
-                    outcome.latencies.append(loop.time() - sent_at[max(chunk, 0)])
+                    outcome.latencies.append(loop.time() - sent_at_end(sent_at, message["end"]))
                     outcome.reasons.append(message["reason"])
                     outcome.spans.append((message["start"], message["end"]))
             elif kind == "error":

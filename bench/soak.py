@@ -25,7 +25,7 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from audio_fixtures import wer
-from load import Server, conversations
+from load import Server, conversations, sent_at_end
 
 CHUNK_S = 0.1
 GROWTH_BOUND_MB = 50.0
@@ -76,7 +76,7 @@ async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -
         await ws.recv()
 
         async def send() -> None:
-            nonlocal sent_s
+            nonlocal sent_s, ended_at
             begin = loop.time()
             for k, i in enumerate(range(0, len(pcm), step)):
                 wait = begin + k * CHUNK_S / speed - loop.time()
@@ -86,7 +86,6 @@ async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -
                 sent_at.append(loop.time())
                 sent_s = (i + step) / 2 / 16000
             await ws.send(json.dumps({"type": "end_of_stream"}))
-            nonlocal ended_at
             ended_at = loop.time()
 
         watcher = asyncio.create_task(watch())
@@ -98,9 +97,9 @@ async def soak(server: Server, audio: np.ndarray, speed: float, diarize: bool) -
                 finals += 1
                 text.append(message["text"])
                 speakers.add(message.get("speaker") or "")
-                chunk = min(int(np.ceil(message["end"] / CHUNK_S - 1e-6)) - 1, len(sent_at) - 1)
                 if message["reason"] != "end_of_stream":  # that one waits for the client's end
-                    timed.append((message["end"] / 60, loop.time() - sent_at[max(chunk, 0)]))
+                    late = loop.time() - sent_at_end(sent_at, message["end"])
+                    timed.append((message["end"] / 60, late))
             elif message["type"] == "speaker_update":
                 updates += 1
                 speakers.add(message.get("speaker") or "")

@@ -36,7 +36,7 @@ TOKENS_BOUND_BASE = 12
 # oneDNN build kernels of its own, which it caches (up to 1,024) with their scratch
 # memory: a stream's partials, each a little longer than the last, grew a server by
 # 500 MB in 12 minutes of audio and an engine by 1.2 GB in 300 clips of random length
-# (bench/VARIANTS.md, "Memory over a long session"). In whole seconds there are at most
+# (bench/VARIANTS.md, "Windows in whole seconds"). In whole seconds there are at most
 # 30 lengths, built once and reused, which is also faster than building new ones.
 WINDOW_STEP_FRAMES = FRAMES_PER_SECOND
 
