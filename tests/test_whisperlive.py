@@ -23,31 +23,35 @@ def whisperlive_stream(port: int, audio: np.ndarray, **options) -> tuple[list, l
     time, through WhisperLive's client; its committed segments, its partials' texts,
     and every message it received."""
     import time
+    from unittest import mock
 
-    from whisper_live.client import StreamingTranscriptionClient
+    from whisper_live.client import StreamingTranscriptionClient, _HookedClient
 
     committed: list[dict] = []
     partials: list[str] = []
-    client = StreamingTranscriptionClient(
-        "127.0.0.1",
-        port,
-        lang="en",
-        model="small",
-        on_partial_transcript=lambda text, _: partials.append(text),
-        on_committed_transcript=lambda _, segments: committed.extend(segments),
-        **options,
-    )
     heard: list[dict] = []
-    hooked = client._client
-    reading = hooked.on_message
-    hooked.on_message = lambda ws, message: (
-        heard.append(json.loads(message)),
-        reading(ws, message),
-    )
-    with client:
-        for start in range(0, len(audio), 1600):
-            client.send_array(audio[start : start + 1600].astype(np.float32))
-            time.sleep(0.02)
+    reading = _HookedClient.on_message
+
+    def recording(self, ws, message):
+        heard.append(json.loads(message))
+        reading(self, ws, message)
+
+    # Hooked on the class before the client exists: its constructor connects at once,
+    # and SERVER_READY may come before an instance's hook could be put in place.
+    with mock.patch.object(_HookedClient, "on_message", recording):
+        client = StreamingTranscriptionClient(
+            "127.0.0.1",
+            port,
+            lang="en",
+            model="small",
+            on_partial_transcript=lambda text, _: partials.append(text),
+            on_committed_transcript=lambda _, segments: committed.extend(segments),
+            **options,
+        )
+        with client:
+            for start in range(0, len(audio), 1600):
+                client.send_array(audio[start : start + 1600].astype(np.float32))
+                time.sleep(0.02)
     return committed, partials, heard
 
 
