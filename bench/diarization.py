@@ -45,13 +45,13 @@ from pyannote.metrics.diarization import DiarizationErrorRate
 
 from audio_fixtures import (
     SAMPLE_WAV,
+    crowd_murmur,
     dialogue,
     monologue,
     read_wav,
     recording_and_prompts,
     sample_dir,
     sample_reference_text,
-    speak,
     wer,
     write_wav,
 )
@@ -73,36 +73,26 @@ GRID_S = 0.01  # timing is scored on a 10 ms grid
 
 
 BACKGROUND_DB = -12.0  # the background's level against the speech's (RMS)
+
+
 # Far-off voices for a crowd: espeak-ng voices that are not the monologue's.
-CROWD = (
-    ("Where did you park the car this morning?", "de+m3"),
-    ("The soup was cold but the bread was fresh.", "fr+f2"),
-    ("We should leave before the traffic starts.", "en-gb+m1"),
-    ("Has anyone seen the keys to the office?", "en-us+f3"),
-)
-
-
 def background(kind: str, samples: int) -> np.ndarray:
     """A crowd's murmur (several voices at once, low-passed: no words to read) or music
     (chords of harmonics, a new one every 0.45 s), ``samples`` long, unit RMS."""
     if kind == "crowd":
-        voices = [speak(text, voice) for text, voice in CROWD]
-        length = max(len(v) for v in voices)
-        mix = sum(np.pad(v, (0, length - len(v))) for v in voices)
-        noise = np.resize(np.convolve(mix, np.ones(8) / 8, mode="same"), samples)
-    else:
-        t = np.arange(samples) / SAMPLE_RATE
-        note = (t / 0.45).astype(int)
-        roots = np.array([220.0, 261.6, 196.0, 293.7])[note % 4]
-        envelope = np.exp(-3.0 * (t % 0.45))
-        noise = (
-            sum(
-                np.sin(2 * np.pi * roots * ratio * harmonic * t) / harmonic
-                for ratio in (1.0, 1.26, 1.5)
-                for harmonic in (1, 2, 3)
-            )
-            * envelope
+        return crowd_murmur(samples)
+    t = np.arange(samples) / SAMPLE_RATE
+    note = (t / 0.45).astype(int)
+    roots = np.array([220.0, 261.6, 196.0, 293.7])[note % 4]
+    envelope = np.exp(-3.0 * (t % 0.45))
+    noise = (
+        sum(
+            np.sin(2 * np.pi * roots * ratio * harmonic * t) / harmonic
+            for ratio in (1.0, 1.26, 1.5)
+            for harmonic in (1, 2, 3)
         )
+        * envelope
+    )
     return (noise / max(float(np.sqrt(np.mean(noise**2))), 1e-9)).astype(np.float32)
 
 

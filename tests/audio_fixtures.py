@@ -91,6 +91,31 @@ class Utterance:
     voice: str = ""
 
 
+# A crowd far off: four voices, two of them in other languages, at once.
+CROWD = (
+    ("Where did you park the car this morning?", "de+m3"),
+    ("The soup was cold but the bread was fresh.", "fr+f2"),
+    ("We should leave before the traffic starts.", "en-gb+m1"),
+    ("Has anyone seen the keys to the office?", "en-us+f3"),
+)
+
+
+def crowd_murmur(samples: int) -> np.ndarray:
+    """A crowd's murmur ``samples`` long at unit RMS: the ``CROWD`` voices at once,
+    low-passed (no words to read), repeated."""
+    voices = [speak(text, voice) for text, voice in CROWD]
+    length = max(len(v) for v in voices)
+    mix = sum(np.pad(v, (0, length - len(v))) for v in voices)
+    noise = np.resize(np.convolve(mix, np.ones(8) / 8, mode="same"), samples)
+    return (noise / max(float(np.sqrt(np.mean(noise**2))), 1e-9)).astype(np.float32)
+
+
+def at_level(audio: np.ndarray, dbfs: float) -> np.ndarray:
+    """``audio`` scaled to an RMS of ``dbfs``."""
+    rms = max(float(np.sqrt(np.mean(audio**2))), 1e-9)
+    return (audio / rms * 10 ** (dbfs / 20)).astype(np.float32)
+
+
 def conversation(
     lines: list[tuple[str, str]], gap_s: float = 1.0, lead_s: float = 0.5, trim: bool = False
 ) -> tuple[np.ndarray, list[Utterance]]:
