@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
-from audio_fixtures import SAMPLE_WAV, read_wav, silence, speak
+from audio_fixtures import SAMPLE_RATE, SAMPLE_WAV, at_level, crowd_murmur, read_wav, silence, speak
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.device import plan_device
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, HypothesisDrafter
@@ -256,6 +256,18 @@ def test_loud_noise_after_silence_is_not_a_word(tiny_engine):
     for answer in ("Yes.", "Okay."):
         spoken = np.concatenate([silence(0.3), speak(answer), silence(0.3)])
         assert tiny_engine.transcribe(spoken).text.rstrip(".") == answer.rstrip(".")
+
+
+def test_a_far_crowd_is_not_thanked(tiny_engine):
+    """A far-off crowd's murmur, cut where the VAD cuts it, decodes as "Thank you very
+    much." (no-speech 0.16, mean log-probability -0.69: openai's rules keep it); a stock
+    phrase decoded that unsure is dropped, while "Thank you." said stays."""
+    crowd = at_level(crowd_murmur(30 * SAMPLE_RATE), -30)
+    pause = crowd[int(11.25 * SAMPLE_RATE) : int(14.07 * SAMPLE_RATE)]
+    result = tiny_engine.transcribe(pause, with_words=True)
+    assert (result.text, result.rejected) == ("", "no_speech")
+    said = np.concatenate([silence(0.3), speak("Thank you."), silence(0.3)])
+    assert tiny_engine.transcribe(said).text == "Thank you."
 
 
 def test_a_beep_is_not_a_word(tiny_engine):

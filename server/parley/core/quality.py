@@ -8,10 +8,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from parley.core.stock_phrases import is_stock_phrase
+
 
 @dataclass(frozen=True)
 class QualityGuards:
-    """openai/whisper's rules for text that is not speech (its thresholds), plus one.
+    """openai/whisper's rules for text that is not speech (its thresholds), and more.
 
     openai keeps a confident decode even when the no-speech probability is high; that
     is how silence becomes " you" or "Thank you.". A no-speech probability above
@@ -41,16 +43,31 @@ class QualityGuards:
     # log-probability alone at -0.9, 29 and 10).
     foreign_doubt: float = -1.3
     foreign_no_speech_weight: float = 2.0
+    # A text that is only Whisper's stock phrases ("Thank you.", core.stock_phrases) goes
+    # unless decoded surely: said, it decodes near certain; written over a murmur or a
+    # noise, with doubt (bench/nonspeech.py).
+    stock_phrase_logprob: float = -0.5
+    # A short text the model gives itself less than e^-2 (0.14) a token goes whatever
+    # its no-speech probability: a murmur's "and" or "The" (-2.4 to -3.3), while real
+    # words said alone decoded at -1.75 or better (bench/nonspeech.py).
+    short_doubt_logprob: float = -2.0
 
     def foreign(self, avg_logprob: float, no_speech_prob: float) -> bool:
         """The decode of an English-only model looks like another language's speech."""
         return avg_logprob - self.foreign_no_speech_weight * no_speech_prob < self.foreign_doubt
 
     def rejects(
-        self, no_speech_prob: float, avg_logprob: float, compression: float, text_tokens: int
+        self,
+        no_speech_prob: float,
+        avg_logprob: float,
+        compression: float,
+        text_tokens: int,
+        text: str = "",
     ) -> str | None:
         """Why a decode's text is not speech (``no_speech``, ``repetition``), or None."""
         doubtful = avg_logprob < self.logprob_threshold
+        if avg_logprob < self.stock_phrase_logprob and is_stock_phrase(text):
+            return "no_speech"
         if no_speech_prob > self.certain_no_speech or (
             no_speech_prob > self.no_speech_threshold and doubtful
         ):
@@ -58,6 +75,7 @@ class QualityGuards:
         if text_tokens <= self.short_text_tokens and (
             no_speech_prob > self.short_certain_no_speech
             or (doubtful and no_speech_prob > self.short_no_speech_threshold)
+            or avg_logprob < self.short_doubt_logprob
         ):
             return "no_speech"
         if compression > self.compression_ratio_threshold:

@@ -263,10 +263,8 @@ class WhisperEngine:
         tokens = main.tokens
         text = self.processor.tokenizer.decode(tokens, skip_special_tokens=True).strip()
         compression = compression_ratio(text)
-        rejected = (
-            self.guards.rejects(main.no_speech_prob, main.avg_logprob, compression, len(tokens))
-            if self.guards
-            else None
+        rejected = self.guards and self.guards.rejects(
+            main.no_speech_prob, main.avg_logprob, compression, len(tokens), text
         )
         rejected = rejected or ("repetition" if decode.looped else None)  # before gzip tells
         ran_on = decode.short_window and (
