@@ -165,8 +165,12 @@ async def finals_of(port: int, audio: np.ndarray) -> list[str]:
     return [f.text for f in result.finals if f.text.strip()]
 
 
-def sound_row(model: str, variant: str, kind: str, audio: np.ndarray, texts: list[str]) -> dict:
+def row(
+    model: str, variant: str, kind: str, audio: np.ndarray, texts: list[str], said: str | None
+) -> dict:
+    """A sound's finals with text and words a minute, or, for speech (``said``), its WER."""
     words = sum(len(t.split()) for t in texts)
+    minutes = len(audio) / SAMPLE_RATE / 60
     common = Counter(t.strip() for t in texts).most_common(3)
     return {
         "model": model,
@@ -175,23 +179,9 @@ def sound_row(model: str, variant: str, kind: str, audio: np.ndarray, texts: lis
         "seconds": round(len(audio) / SAMPLE_RATE, 1),
         "finals_with_text": len(texts),
         "words": words,
-        "words_a_minute": round(words / (len(audio) / SAMPLE_RATE / 60), 2),
-        "wer": None,
-        "most_frequent": "; ".join(f"{t!r} ×{n}" for t, n in common),
-    }
-
-
-def speech_row(model: str, variant: str, kind: str, audio: np.ndarray, text: str, texts) -> dict:
-    return {
-        "model": model,
-        "kind": kind,
-        "variant": variant,
-        "seconds": round(len(audio) / SAMPLE_RATE, 1),
-        "finals_with_text": len(texts),
-        "words": sum(len(t.split()) for t in texts),
-        "words_a_minute": None,
-        "wer": round(wer(text, " ".join(texts)), 3),
-        "most_frequent": "",
+        "words_a_minute": None if said is not None else round(words / minutes, 2),
+        "wer": None if said is None else round(wer(said, " ".join(texts)), 3),
+        "most_frequent": "" if said is not None else "; ".join(f"{t!r} ×{n}" for t, n in common),
     }
 
 
@@ -252,11 +242,11 @@ async def run_model(model: str, variants: list[str], seconds: float) -> list[dic
             worker.engine.guards = VARIANTS[variant]
             for kind, audio in sounds.items():
                 texts = await finals_of(server.port, audio)
-                rows.append(sound_row(model, variant, kind, audio, texts))
+                rows.append(row(model, variant, kind, audio, texts, None))
                 print_table(rows[-1:], list(rows[-1]))
             for kind, (audio, text) in spoken.items():
                 texts = await finals_of(server.port, audio)
-                rows.append(speech_row(model, variant, kind, audio, text, texts))
+                rows.append(row(model, variant, kind, audio, texts, text))
                 print_table(rows[-1:], list(rows[-1]))
             prompted[variant] = await prompt_texts(server.port, clips)
     finally:
