@@ -75,7 +75,6 @@ GRID_S = 0.01  # timing is scored on a 10 ms grid
 BACKGROUND_DB = -12.0  # the background's level against the speech's (RMS)
 
 
-# Far-off voices for a crowd: espeak-ng voices that are not the monologue's.
 def background(kind: str, samples: int) -> np.ndarray:
     """A crowd's murmur (several voices at once, low-passed: no words to read) or music
     (chords of harmonics, a new one every 0.45 s), ``samples`` long, unit RMS."""

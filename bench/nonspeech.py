@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import subprocess
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 from common import machine, print_table, write_json
@@ -56,6 +55,7 @@ from audio_fixtures import (
     silence,
     wer,
 )
+from conftest import chunks_of
 from diarization import BACKGROUND_DB, background
 from parley.config import Settings
 from parley.core.quality import QualityGuards
@@ -149,17 +149,11 @@ def speech() -> dict[str, tuple[np.ndarray, str]]:
     }
 
 
-async def chunks(audio: np.ndarray) -> AsyncIterator[bytes]:
-    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes()
-    for i in range(0, len(pcm), 3200):
-        yield pcm[i : i + 3200]
-
-
 async def finals_of(port: int, audio: np.ndarray) -> list[str]:
     from parley.client.stream import run_stream
 
     url = f"ws://127.0.0.1:{port}/v1/stream?partials=false"
-    result = await run_stream(url, chunks(audio), SAMPLE_RATE * 2, fast=True)
+    result = await run_stream(url, chunks_of(audio), SAMPLE_RATE * 2, fast=True)
     if result.errors:
         raise RuntimeError(f"the stream failed: {result.errors}")
     return [f.text for f in result.finals if f.text.strip()]
@@ -277,7 +271,8 @@ def summary(rows: list[dict]) -> list[dict]:
         if r.get("wer") is not None:
             line[r["variant"]] = f"WER {r['wer']:.3f}"
         elif "dropped" in r:
-            line[r["variant"]] = f"{r['finals_with_text']} ({r['dropped']} dropped)"
+            dropped = "" if r["dropped"] is None else f" ({r['dropped']} dropped)"
+            line[r["variant"]] = f"{r['finals_with_text']}{dropped}"
         else:
             line[r["variant"]] = f"{r['words_a_minute']:.1f} words/min"
     return list(table.values())

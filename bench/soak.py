@@ -25,9 +25,8 @@ import numpy as np
 from websockets.asyncio.client import connect
 
 from audio_fixtures import wer
-from load import Server, conversations, sent_at_end
+from load import CHUNK_S, Server, conversations, sent_at_end
 
-CHUNK_S = 0.1
 GROWTH_BOUND_MB = 50.0
 SAMPLE_EVERY_S = 2.0
 

@@ -62,9 +62,9 @@ class QualityGuards:
         avg_logprob: float,
         compression: float,
         text_tokens: int,
-        text: str = "",
+        text: str,
     ) -> str | None:
-        """Why a decode's text is not speech (``no_speech``, ``repetition``), or None."""
+        """Why a decode's ``text`` is not speech (``no_speech``, ``repetition``), or None."""
         doubtful = avg_logprob < self.logprob_threshold
         if avg_logprob < self.stock_phrase_logprob and is_stock_phrase(text):
             return "no_speech"
