@@ -209,7 +209,7 @@ def test_utterances_sentences_and_paragraphs_group_the_words():
         Final(0, 0.0, 0.8, "Hello, there.", FinalReason.SILENCE, words[:2], "S1"),
         Final(1, 1.0, 1.9, "Hi! Bye.", FinalReason.SILENCE, words[2:], "S2"),
     )
-    result = FileTranscript(2.0, finals, ("S1", "S2"), "en", DecodeReport(1, 2, 1.0, 0, 0))
+    result = FileTranscript(2.0, finals, ("S1", "S2"), "en", DecodeReport(1, 2, 1.0, 0, 0), {})
     ask = TranscriptAsk.of({"audio_url": UPLOAD, "speaker_labels": True})
     got = completed(result, ask)
     assert [(u["speaker"], u["text"], u["start"], u["end"]) for u in got["utterances"]] == [

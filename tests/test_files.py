@@ -71,6 +71,14 @@ async def test_openai_json_matches_the_live_path_and_verbose_words(diarized_base
     starts = [w.start for w in verbose.words]
     assert starts == sorted(starts) and all(w.end >= w.start for w in verbose.words)
     assert " ".join(w.word for w in verbose.words).split() == verbose.text.split()
+    # each segment carries its decode's signs, as Whisper's carry their window's: the
+    # segments of one packed window share them, and speech reads as speech
+    signs = {
+        s.seek: (s.avg_logprob, s.no_speech_prob, s.compression_ratio) for s in verbose.segments
+    }
+    assert all(len({s.avg_logprob for s in verbose.segments if s.seek == k}) == 1 for k in signs)
+    assert all(s.seek <= round(s.start * 100) for s in verbose.segments)
+    assert all(-1.0 < lp < 0 and 0 < nsp < 0.3 and 1.0 < cr < 2.4 for lp, nsp, cr in signs.values())
 
 
 async def test_openai_srt_and_streamed_diarized_json(openai_client):

@@ -31,6 +31,18 @@ class DecodeReport:
     draft_tokens: int  # drafts proposed for its windows (speculation)
     accepted_tokens: int
 
+    @classmethod
+    def of(
+        cls, results: list[tuple[Window, Transcription]], segments: int, rows_per_step: float
+    ) -> DecodeReport:
+        return cls(
+            len(results),
+            segments,
+            rows_per_step,
+            sum(r.stats.drafted for _, r in results),
+            sum(r.stats.accepted for _, r in results),
+        )
+
     @property
     def assisted(self) -> bool:
         return self.draft_tokens > 0
@@ -47,6 +59,26 @@ class DecodeReport:
 
 
 @dataclass(frozen=True)
+class DecodeSigns:
+    """The signs of the decode a final's words came from. As Whisper's segments carry
+    their 30 s window's, the finals of one packed window share them."""
+
+    seek: int  # where the window's audio begins in the recording, in 10 ms frames
+    avg_logprob: float
+    no_speech_prob: float
+    compression_ratio: float  # of the decode's whole text
+
+    @classmethod
+    def of(cls, window: Window, result: Transcription) -> DecodeSigns:
+        return cls(
+            round(window.pieces[0].start * 100),
+            result.avg_logprob,
+            result.no_speech_prob,
+            result.compression_ratio,
+        )
+
+
+@dataclass(frozen=True)
 class FileTranscript:
     """A recording's result: its finals with speakers, language and what decoding cost."""
 
@@ -55,6 +87,7 @@ class FileTranscript:
     speakers: tuple[str, ...]
     language: str | None
     report: DecodeReport
+    signs: Mapping[int, DecodeSigns]  # each final's decode's, by its ``segment_id``
     processing_s: float = 0.0
     queue_wait_s: float = 0.0  # from the first window queued to the first decoded
 
@@ -85,10 +118,11 @@ def finals_of(
     timing: WordTimingConfig,
     decoding: StreamDecoding,
     names: Mapping[int, str] | None = None,
-) -> list[Final]:
+) -> tuple[list[Final], dict[int, DecodeSigns]]:
     """One final per speaker's run of words in each segment: the segment's own text when
     it had a window to itself and one speaker, else its words joined; each with its
-    window's language, redacted as asked (a number read on across finals judged whole)."""
+    window's language, redacted as asked (a number read on across finals judged whole);
+    and the signs of each final's decode, by its ``segment_id``."""
     heard: list[tuple[Piece, list[TimedWord], Window, Transcription]] = []
     for window, result in results:
         if result.rejected:
@@ -98,6 +132,7 @@ def finals_of(
             if words:
                 heard.append((piece, words, window, result))
     finals: list[Final] = []
+    signs: dict[int, DecodeSigns] = {}
     # A piece decoded again (``Window.unheard``) has its words from its own decode.
     for piece, words, window, result in sorted(heard, key=lambda h: h[0].start):
         if speakers is not None:  # as a live final's words: placed in speech
@@ -121,6 +156,7 @@ def finals_of(
                 ],
                 result.heard_keyterms,
             )
+            signs[len(finals)] = DecodeSigns.of(window, result)
             finals.append(
                 Final(
                     len(finals),
@@ -137,7 +173,7 @@ def finals_of(
                     **decoding.language_fields(result),
                 )
             )
-    return decoding.finals(finals)
+    return decoding.finals(finals), signs
 
 
 def _speaker_runs(

@@ -283,14 +283,9 @@ class FileJobs:
             if speakers is not None and not speakers.done():
                 speakers.cancel()
         steps = stats.steps - steps_before
-        report = DecodeReport(
-            len(results),
-            len(segments),
-            (stats.rows_stepped - rows_before) / steps if steps else 0.0,
-            sum(r.stats.drafted for _, r in results),
-            sum(r.stats.accepted for _, r in results),
-        )
-        finals = finals_of(
+        rows_per_step = (stats.rows_stepped - rows_before) / steps if steps else 0.0
+        report = DecodeReport.of(results, len(segments), rows_per_step)
+        finals, signs = finals_of(
             results,
             {s.segment_id: s.reason for s in segments},
             snapshot,
@@ -307,6 +302,7 @@ class FileJobs:
             labels,
             language,
             report,
+            signs,
             time.perf_counter() - began,
             waited,
         )

@@ -14,8 +14,8 @@ from starlette.responses import JSONResponse, Response
 
 from parley.client.captions import CaptionStyle
 from parley.core.asr import Task
-from parley.protocol.messages import Word
-from parley.recordings.file_results import FileTranscript
+from parley.protocol.messages import Final, Word
+from parley.recordings.file_results import DecodeSigns, FileTranscript
 from parley.transport.file_answers import spoken_finals
 from parley.transport.upload_body import Form
 from parley.transport.upload_errors import UploadCode, UploadError
@@ -87,8 +87,9 @@ def openai_verbose(
     with_segments: bool = True,
 ) -> dict:
     """``verbose_json``: ``language`` (a code) by its name, as OpenAI's; segments as
-    Whisper's (tokens and temperature are not kept: empty and 0), each with the code of
-    the language it was decoded in; words when asked for."""
+    Whisper's, each with its decode's signs (shared by a packed window's segments, as
+    Whisper's window's are), the code of the language it was decoded in, its tokens not
+    kept (empty) and the temperature greedy decoding has (0); words when asked for."""
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
     answer: dict = {
@@ -100,24 +101,28 @@ def openai_verbose(
     }
     if with_segments:
         answer["segments"] = [
-            {
-                "id": i,
-                "seek": 0,
-                "start": f.start,
-                "end": f.end,
-                "text": " " + f.text,
-                "tokens": [],
-                "temperature": 0.0,
-                "avg_logprob": round(math.log(f.confidence), 4) if f.confidence else 0.0,
-                "compression_ratio": 1.0,
-                "no_speech_prob": 0.0,
-                "language": f.language,
-            }
+            _verbose_segment(i, f, result.signs[f.segment_id])
             for i, f in enumerate(spoken_finals(result))
         ]
     if with_words:
         answer["words"] = [{"word": w.word, "start": w.start, "end": w.end} for w in result.words]
     return answer
+
+
+def _verbose_segment(index: int, final: Final, signs: DecodeSigns) -> dict:
+    return {
+        "id": index,
+        "seek": signs.seek,
+        "start": final.start,
+        "end": final.end,
+        "text": " " + final.text,
+        "tokens": [],
+        "temperature": 0.0,
+        "avg_logprob": round(signs.avg_logprob, 4),
+        "compression_ratio": round(signs.compression_ratio, 4),
+        "no_speech_prob": round(signs.no_speech_prob, 4),
+        "language": final.language,
+    }
 
 
 def openai_diarized(result: FileTranscript) -> dict:
