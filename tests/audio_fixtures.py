@@ -206,6 +206,37 @@ def monologue(voice: str = "A") -> tuple[np.ndarray, list[Utterance]]:
     return np.concatenate(parts), truth
 
 
+# A meeting's talk: two voices taking turns, a sentence each, long pauses between.
+TALK_LINES = [
+    "Thank you all for coming today.",
+    "I will keep this short.",
+    "First, the new office opens in March.",
+    "Second, the budget review moves to Friday.",
+    "Please send your questions to the team by email.",
+    "We looked at three options for the new building.",
+    "The second one costs less but takes longer to finish.",
+    "Let us meet again next week to decide.",
+]
+
+
+def talk_over_far_crowd(
+    lines: int, crowd_db: float = -20.0, pause_s: float = 4.0
+) -> tuple[np.ndarray, list[Utterance]]:
+    """The first ``lines`` of ``TALK_LINES`` in ``PLAIN_VOICES`` by turns, ``pause_s``
+    apart, and a crowd's murmur throughout ``crowd_db`` under the talk's speech (RMS of
+    its samples above 0.01), as a far-off crowd fills a meeting's pauses."""
+    parts, truth, t = [silence(1.0)], [], 1.0
+    for k, line in enumerate(TALK_LINES[:lines]):
+        speech = speak(line, PLAIN_VOICES[k % 2])
+        first, last = audible_span(speech)
+        truth.append(Utterance(line, t + first, t + last, PLAIN_VOICES[k % 2]))
+        parts += [speech, silence(pause_s)]
+        t += len(speech) / SAMPLE_RATE + pause_s
+    talk = np.concatenate(parts)
+    speech_dbfs = 10 * np.log10(np.mean(talk[np.abs(talk) > 0.01] ** 2))
+    return talk + at_level(crowd_murmur(len(talk)), speech_dbfs + crowd_db), truth
+
+
 # Stretches of sample.wav where only its first speaker (speaker90) talks, per sample.rttm.
 SAMPLE_SPEAKER90_ALONE_S = [(11.05, 14.45), (18.62, 21.45), (8.35, 9.9)]
 

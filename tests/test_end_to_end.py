@@ -2,7 +2,15 @@
 
 import pytest
 
-from audio_fixtures import SAMPLE_WAV, conversation, read_wav, sample_reference_text, wer, words_of
+from audio_fixtures import (
+    SAMPLE_WAV,
+    conversation,
+    read_wav,
+    sample_reference_text,
+    talk_over_far_crowd,
+    wer,
+    words_of,
+)
 from conftest import chunks_of, serve_real
 from parley.client.stream import run_stream, stream_url
 from parley.core.policy import PartialPacing
@@ -60,3 +68,23 @@ async def test_fast_streaming_applies_back_pressure_and_loses_nothing(start):
     assert result.errors == [] and result.ended.segments == 3
     heard = words_of(" ".join(f.text for f in result.finals))
     assert {"mat", "train", "platform", "morning"} <= set(heard)
+
+
+async def test_a_far_crowd_in_a_meetings_pauses_writes_nothing_there(start):
+    """A far-off crowd's murmur 20 dB under a meeting's talk fills its 4 s pauses and
+    reaches the VAD as speech: tiny.en writes sentences over it in two pauses, each at a
+    mean log-probability under -1 (bench/nonspeech.py). Streamed as fast as the server
+    takes it, each of those finals is judged against the talk's finals before it, and
+    comes out empty; the talk keeps its words."""
+    url, _ = await start()
+    audio, turns = talk_over_far_crowd(5)
+    result = await run_stream(
+        stream_url(url, StreamConfig(partials=False), None), chunks_of(audio), 32000, fast=True
+    )
+    assert result.errors == []
+    in_pauses = [
+        f for f in result.finals if all(f.end <= u.start or f.start >= u.end for u in turns)
+    ]
+    assert len(in_pauses) >= 2 and all(f.text == "" for f in in_pauses), in_pauses
+    heard = " ".join(f.text for f in result.finals)
+    assert wer(" ".join(u.text for u in turns), heard) < 0.2, heard

@@ -6,6 +6,7 @@ import torch
 from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
 from audio_fixtures import SAMPLE_RATE, SAMPLE_WAV, at_level, crowd_murmur, read_wav, silence, speak
+from parley.core.speech_level import SpeechLevel, loudness_db
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.device import plan_device
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, HypothesisDrafter
@@ -268,6 +269,24 @@ def test_a_far_crowd_is_not_thanked(tiny_engine):
     assert (result.text, result.rejected) == ("", "no_speech")
     said = np.concatenate([silence(0.3), speak("Thank you."), silence(0.3)])
     assert tiny_engine.transcribe(said).text == "Thank you."
+
+
+def test_a_far_crowd_in_a_meetings_pause_is_not_written(tiny_engine):
+    """A far-off crowd's murmur 20 dB under a talker's speech, cut where the VAD cuts it
+    in a pause, decodes as a sentence at a mean log-probability of -1.29; judged after
+    the talker's sentence, against the stream's speech level, it is dropped."""
+    said = speak("Thank you all for coming today.")
+    talker_dbfs = 10 * np.log10(np.mean(said[np.abs(said) > 1e-3] ** 2))
+    crowd = at_level(crowd_murmur(60 * SAMPLE_RATE), talker_dbfs - 20)
+    pause = crowd[int(30.9 * SAMPLE_RATE) : int(33.75 * SAMPLE_RATE)]
+    murmur = tiny_engine.transcribe(pause, with_words=True)
+    assert murmur.text.count(" ") >= 4 and murmur.avg_logprob < -1.0, murmur
+    level = SpeechLevel(tiny_engine.guards)
+    talker = np.concatenate([silence(0.3), said, silence(0.3)])
+    heard = level.final(tiny_engine.transcribe(talker, with_words=True), loudness_db(talker))
+    assert heard.text == "Thank you all for coming today."
+    judged = level.final(murmur, loudness_db(pause))
+    assert (judged.text, judged.rejected) == ("", "no_speech")
 
 
 def test_a_beep_is_not_a_word(tiny_engine):

@@ -27,6 +27,7 @@ import numpy as np
 
 from parley.core.audio import SAMPLE_RATE
 from parley.core.keyterms import KeytermBias
+from parley.core.quality import QualityGuards
 from parley.core.words import TimedWord
 
 
@@ -45,8 +46,7 @@ FILLER_PROMPT = "Um, uh, er, hmm."
 
 
 def with_fillers(prompt: str) -> str:
-    """A caller's prompt with ``FILLER_PROMPT`` after it: filler words written. Last,
-    because a prompt longer than Whisper's room keeps its end."""
+    """A caller's prompt, ``FILLER_PROMPT`` last: a prompt past Whisper's room keeps its end."""
     return f"{prompt} {FILLER_PROMPT}".strip()
 
 
@@ -199,6 +199,7 @@ class Transcriber(Protocol[D]):
     multilingual: bool  # it detects, transcribes and translates many languages
     languages: frozenset[str]  # the languages it transcribes
     max_prompt_tokens: int  # the longest ``AsrRequest.context``
+    guards: QualityGuards | None  # its decodes' rules, a session's finals' too (None: none)
 
     def check_language(self, language: str | None) -> None:
         """Raise ValueError when this model cannot transcribe ``language``."""
@@ -245,7 +246,6 @@ class Transcriber(Protocol[D]):
 # base: on espeak-ng's six languages 0.78 → 0.83 right, on real speakers' five 0.94 →
 # 0.97; the same from 0.6 to 0.9 on both sets).
 SECOND_LANGUAGE_BELOW = 0.7
-
 
 # A decode that looped is decoded again with no run of this many tokens written twice
 # (transformers' ``no_repeat_ngram_size``): four lets a word be said four times over

@@ -51,6 +51,18 @@ class QualityGuards:
     # its no-speech probability: a murmur's "and" or "The" (-2.4 to -3.3), while real
     # words said alone decoded at -1.75 or better (bench/nonspeech.py).
     short_doubt_logprob: float = -2.0
+    # A decode of audio this many dB under the stream's speech (``core.speech_level``)
+    # goes when its mean log-probability is under ``quiet_doubt_logprob``: a far-off
+    # crowd's murmur in a pause, written as sentences at -1.3 to -2.3 and 12.7 to 28.8 dB
+    # under the talkers; over the devset's 117 recordings no final so quiet and doubtful
+    # read what was said, and at 10 dB real quiet turns went (bench/VARIANTS.md).
+    quiet_db: float = 12.0
+    quiet_doubt_logprob: float = -1.0
+
+    def too_quiet(self, avg_logprob: float, quieter_db: float) -> bool:
+        """A decode this doubtful, of audio ``quieter_db`` under the stream's speech
+        (``core.speech_level``), is not speech."""
+        return quieter_db >= self.quiet_db and avg_logprob < self.quiet_doubt_logprob
 
     def foreign(self, avg_logprob: float, no_speech_prob: float) -> bool:
         """The decode of an English-only model looks like another language's speech."""

@@ -63,6 +63,11 @@ class StreamConfig:
     _LISTS = ("languages", "keyterms", "redact", "replace")  # comma-separated on the query string
 
     @property
+    def audio_format(self) -> tuple[Encoding, int, int]:
+        """How its audio arrives: encoding, sample rate and channels."""
+        return (self.encoding, self.sample_rate, self.channels)
+
+    @property
     def bytes_per_frame(self) -> int:
         """Bytes of one sample on every channel: audio messages are whole multiples of it."""
         return self.encoding.sample_width * self.channels

@@ -17,6 +17,7 @@ import numpy as np
 
 from parley.core.asr import Transcription
 from parley.core.audio import SAMPLE_RATE
+from parley.core.speech_level import SpeechLevel, loudness_db
 from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
 from parley.core.word_timing import fit_words
 from parley.core.words import shift_words
@@ -84,6 +85,7 @@ class Session:
         )
         self._partial: concurrent.futures.Future | None = None
         self._hints = DecodeHints(options.hypothesis_drafts, options.context_tokens)
+        self._level = SpeechLevel(worker.engine.guards)  # its finals', judged in order
         self._partial_end = 0.0  # stream time covered by the last partial asked for
         self._wants_partials = False  # counted by the worker while a segment is open
         self._segments = 0
@@ -130,11 +132,7 @@ class Session:
         audio format and the VAD only before the first audio (ProtocolError after)."""
         self._check_open()
         vad = vad or self._vad.config
-        audio_changes = (config.encoding, config.sample_rate, config.channels) != (
-            self.config.encoding,
-            self.config.sample_rate,
-            self.config.channels,
-        )
+        audio_changes = config.audio_format != self.config.audio_format
         if self._heard_audio and (audio_changes or vad != self._vad.config):
             raise ProtocolError(
                 ErrorCode.BAD_CONFIG,
@@ -288,6 +286,7 @@ class Session:
         timing = self._options.word_timing
 
         def to_final(result: Transcription) -> Final:
+            result = self._level.final(result, loudness_db(segment.audio))
             fitted = fit_words(result.words, segment.voiced_regions(timing.bridge_s), timing)
             words = decoding.respelled(
                 [
@@ -340,7 +339,7 @@ class Session:
                 segment.segment_id,
                 segment.start,
                 segment.end,
-                result.text,  # redacted on its way out (SessionOutbox)
+                self._level.judged(result, loudness_db(segment.audio)).text,  # redacted later
                 language=result.language,
             )
 
