@@ -15,15 +15,17 @@ off:
   channel names left out). At -20 dBFS RMS, speech's level here, unless said;
 - speech, to show that what keeps words out of the sounds keeps the speech's: a
   monologue of five espeak-ng sentences alone, over the real music 12 dB below it, over
-  the crowd 12 dB below it; sample.wav (real speech);
+  the crowd 12 dB below it; a meeting's talk (two espeak-ng voices, eight sentences, 4 s
+  pauses) with a far crowd 20 dB below it filling its pauses; sample.wav (real speech);
 - **real prompts**: each of the English studio prompts of Asterisk's Allison
   (``asterisk-core-sounds-en-wav``: "Thank you.", "Goodbye.", whole sentences; a few
   are tones) streamed alone. A prompt that gives text without guards and none with
   them is a prompt the guards dropped; they are listed.
 
 Variants (``--variants``): ``parley``, the server's guards (``core.quality``);
-``before``, the same without the rules for Whisper's stock phrases
-(``core.stock_phrases``) and for short texts decoded with doubt; ``openai``,
+``no-level``, the same without the rule for doubtful text far under the stream's speech
+(``core.speech_level``); ``before``, without that nor the rules for Whisper's stock
+phrases (``core.stock_phrases``) and for short texts decoded with doubt; ``openai``,
 openai/whisper's rules alone (no-speech probability over 0.6 with a mean
 log-probability under -1, or compression over 2.4); ``none``, no guard at all.
 
@@ -47,12 +49,14 @@ from common import machine, print_table, write_json
 import numpy as np
 
 from audio_fixtures import (
+    TALK_LINES,
     at_level,
     monologue,
     read_wav,
     sample_dir,
     sample_reference_text,
     silence,
+    talk_over_far_crowd,
     wer,
 )
 from conftest import chunks_of
@@ -69,11 +73,18 @@ PROMPTS_DIR = Path("/usr/share/asterisk/sounds/en_US_f_Allison")
 NEVER = float("-inf")  # a log-probability no decode is under: the rule never applies
 VARIANTS = {
     "parley": QualityGuards(),
-    # Without the rules for stock phrases and doubtful short texts.
-    "before": QualityGuards(stock_phrase_logprob=NEVER, short_doubt_logprob=NEVER),
+    # Without the rule for doubtful text far under the stream's speech.
+    "no-level": QualityGuards(quiet_doubt_logprob=NEVER),
+    # Without it nor the rules for stock phrases and doubtful short texts.
+    "before": QualityGuards(
+        stock_phrase_logprob=NEVER, short_doubt_logprob=NEVER, quiet_doubt_logprob=NEVER
+    ),
     # openai/whisper's rules: no certain-no-speech bar, no stricter bar for short texts.
     "openai": QualityGuards(
-        certain_no_speech=2.0, short_text_tokens=-1, stock_phrase_logprob=NEVER
+        certain_no_speech=2.0,
+        short_text_tokens=-1,
+        stock_phrase_logprob=NEVER,
+        quiet_doubt_logprob=NEVER,
     ),
     "none": None,
 }
@@ -141,10 +152,12 @@ def speech() -> dict[str, tuple[np.ndarray, str]]:
     under = 20 * np.log10(level) + BACKGROUND_DB
     music = at_level(real_music(len(audio) / SAMPLE_RATE), under)[: len(audio)]
     crowd = at_level(background("crowd", len(audio)), under)
+    talk, turns = talk_over_far_crowd(len(TALK_LINES))
     return {
         "monologue": (audio, text),
         "monologue over real music": (audio + np.pad(music, (0, len(audio) - len(music))), text),
         "monologue over crowd": (audio + crowd, text),
+        "talk, a far crowd in its pauses": (talk, " ".join(u.text for u in turns)),
         "sample.wav (real)": (read_wav(sample_dir() / "sample.wav"), sample_reference_text()),
     }
 
