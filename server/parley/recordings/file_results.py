@@ -35,6 +35,7 @@ class DecodeReport:
     def of(
         cls, results: list[tuple[Window, Transcription]], segments: int, rows_per_step: float
     ) -> DecodeReport:
+        """The report of a recording's decoded windows and segments."""
         return cls(
             len(results),
             segments,
@@ -70,6 +71,7 @@ class DecodeSigns:
 
     @classmethod
     def of(cls, window: Window, result: Transcription) -> DecodeSigns:
+        """The signs of ``window``'s decode, ``result``."""
         return cls(
             round(window.pieces[0].start * 100),
             result.avg_logprob,
