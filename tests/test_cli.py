@@ -106,12 +106,24 @@ def test_stream_raw_pcm_from_stdin_at_8k(server_url, dialogue_wav):
     assert "mat" in words_of(done.stdout.decode())
 
 
+def foreground(command: list[str], **popen) -> subprocess.Popen:
+    """``command`` started as a shell starts a foreground job: Ctrl-C at its default. A
+    library this test process ran may have left SIGINT ignored (livekit-agents masks it
+    while it spawns), and a child inherits an ignored signal, so Ctrl-C would not reach
+    it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(command, **popen)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_ends_the_audio_there_and_the_last_finals_still_come(server_url, dialogue_wav):
     """`arecord | parley stream -` stopped with Ctrl-C: the first SIGINT ends the audio
     where it is (the pipe stays open, as a live source does), the finals of what was
     sent still come and are written, exit 0; no traceback."""
     _, _, audio = dialogue_wav
-    process = subprocess.Popen(
+    process = foreground(
         [*PARLEY, "stream", "--url", server_url, "--format", "json", "-"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -140,7 +152,7 @@ def test_ctrl_c_stops_transcribe_waiting_on_a_server():
     """Ctrl-C while `parley transcribe --url` waits on a server that has not answered:
     "interrupted", exit 130, no traceback."""
     with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
-        process = subprocess.Popen(
+        process = foreground(
             [*PARLEY, "transcribe", str(SAMPLE_WAV)]
             + ["--url", f"http://127.0.0.1:{silent.getsockname()[1]}"],
             stdout=subprocess.PIPE,
