@@ -88,6 +88,11 @@ def test_loudness_is_of_a_segments_loud_part():
     assert loudness_db(TONE[:100]) == pytest.approx(loudness_db(TONE), abs=1.0)
 
 
+def _under(db: float) -> np.ndarray:
+    """``TONE`` ``db`` dB quieter."""
+    return (TONE * 10 ** (-db / 20)).astype(np.float32)
+
+
 def _decoded(text: str, avg_logprob: float) -> Transcription:
     words = tuple(TimedWord(w, 0.0, 0.1, 0.5) for w in text.split())
     return Transcription(text, (1, 2), words, avg_logprob=avg_logprob)
@@ -97,20 +102,20 @@ def test_a_streams_finals_are_judged_against_the_sure_ones_before_them():
     """No level until a final decodes surely; then the median loudness of the sure
     finals (not of a doubtful or an empty one) is what a doubtful final, partial or not,
     is measured against; a stream judged by no guards keeps every text."""
-    quiet, loud = loudness_db(TONE * 0.01), loudness_db(TONE)
+    quiet, loud = _under(40), TONE
     level = SpeechLevel(QualityGuards())
     murmur = _decoded("We are going to go on the top.", -1.4)
     assert level.final(murmur, quiet) == murmur  # no level yet: nothing to measure by
     assert level.final(_decoded("", -0.1), loud).text == ""
     assert level.level_db is None
     assert level.final(_decoded("Hello there.", -0.2), loud).text == "Hello there."
-    assert level.final(_decoded("Fine.", -0.3), loud - 3).text == "Fine."
-    assert level.level_db == pytest.approx(loud - 1.5)
+    assert level.final(_decoded("Fine.", -0.3), _under(3)).text == "Fine."
+    assert level.level_db == pytest.approx(loudness_db(loud) - 1.5)
     dropped = level.final(murmur, quiet)
     assert (dropped.text, dropped.words, dropped.rejected) == ("", (), "no_speech")
     assert level.judged(murmur, quiet).text == ""
-    assert level.judged(murmur, loud - 8).text == murmur.text  # near the talkers: kept
-    assert level.level_db == pytest.approx(loud - 1.5)  # a judged partial is not heard
+    assert level.judged(murmur, _under(8)).text == murmur.text  # near the talkers: kept
+    assert level.level_db == pytest.approx(loudness_db(loud) - 1.5)  # a partial is not heard
     unjudged = SpeechLevel(None)
     unjudged.final(_decoded("Hello there.", -0.2), loud)
     assert unjudged.final(murmur, quiet) == murmur

@@ -6,7 +6,7 @@ import torch
 from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
 from audio_fixtures import SAMPLE_RATE, SAMPLE_WAV, at_level, crowd_murmur, read_wav, silence, speak
-from parley.core.speech_level import SpeechLevel, loudness_db
+from parley.core.speech_level import SpeechLevel
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.device import plan_device
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, HypothesisDrafter
@@ -283,9 +283,9 @@ def test_a_far_crowd_in_a_meetings_pause_is_not_written(tiny_engine):
     assert murmur.text.count(" ") >= 4 and murmur.avg_logprob < -1.0, murmur
     level = SpeechLevel(tiny_engine.guards)
     talker = np.concatenate([silence(0.3), said, silence(0.3)])
-    heard = level.final(tiny_engine.transcribe(talker, with_words=True), loudness_db(talker))
+    heard = level.final(tiny_engine.transcribe(talker, with_words=True), talker)
     assert heard.text == "Thank you all for coming today."
-    judged = level.final(murmur, loudness_db(pause))
+    judged = level.final(murmur, pause)
     assert (judged.text, judged.rejected) == ("", "no_speech")
 
 

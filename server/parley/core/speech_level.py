@@ -52,23 +52,25 @@ class SpeechLevel:
         """The median loudness of the latest sure finals, in dBFS (None: none yet)."""
         return float(np.median(self._sure)) if self._sure else None
 
-    def judged(self, result: Transcription, loudness: float) -> Transcription:
-        """``result`` (a partial's or a final's, of audio this loud), or, when it is
-        doubtful and far under the finals' before it, the same with its text dropped as
-        ``no_speech``."""
-        level = self.level_db
+    def judged(self, result: Transcription, audio: np.ndarray) -> Transcription:
+        """``result`` (a partial's or a final's, of ``audio``), or, when it is doubtful and
+        far under the finals' before it, the same with its text dropped as ``no_speech``.
+        The audio is measured only when that is in doubt: most partials never are."""
+        level, guards = self.level_db, self._guards
         if (
-            self._guards is None
+            guards is None
             or level is None
             or not result.text
-            or not self._guards.too_quiet(result.avg_logprob, level - loudness)
+            or result.avg_logprob >= guards.quiet_doubt_logprob
+            or not guards.too_quiet(result.avg_logprob, level - loudness_db(audio))
         ):
             return result
         return replace(result, text="", words=(), rejected="no_speech", foreign=False)
 
-    def final(self, result: Transcription, loudness: float) -> Transcription:
-        """The next final's result judged; its loudness heard if it was decoded surely."""
-        result = self.judged(result, loudness)
+    def final(self, result: Transcription, audio: np.ndarray) -> Transcription:
+        """The next final's result judged; its audio's loudness heard if it was decoded
+        surely."""
+        result = self.judged(result, audio)
         if result.text and result.avg_logprob >= SURE_LOGPROB:
-            self._sure.append(loudness)
+            self._sure.append(loudness_db(audio))
         return result

@@ -17,7 +17,7 @@ import numpy as np
 
 from parley.core.asr import Transcription
 from parley.core.audio import SAMPLE_RATE
-from parley.core.speech_level import SpeechLevel, loudness_db
+from parley.core.speech_level import SpeechLevel
 from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
 from parley.core.word_timing import fit_words
 from parley.core.words import shift_words
@@ -286,7 +286,7 @@ class Session:
         timing = self._options.word_timing
 
         def to_final(result: Transcription) -> Final:
-            result = self._level.final(result, loudness_db(segment.audio))
+            result = self._level.final(result, segment.audio)
             fitted = fit_words(result.words, segment.voiced_regions(timing.bridge_s), timing)
             words = decoding.respelled(
                 [
@@ -339,7 +339,7 @@ class Session:
                 segment.segment_id,
                 segment.start,
                 segment.end,
-                self._level.judged(result, loudness_db(segment.audio)).text,  # redacted later
+                self._level.judged(result, segment.audio).text,  # redacted on its way out
                 language=result.language,
             )
 
