@@ -203,16 +203,20 @@ def prompts() -> dict[str, np.ndarray]:
     return {f.stem: np.concatenate([pad, decoded(f), pad]) for f in files}
 
 
-async def prompt_texts(port: int, clips: dict[str, np.ndarray]) -> dict[str, str]:
-    """Each prompt's text, four streams at a time (the server batches their decodes)."""
+async def texts_of(port: int, clips: list[np.ndarray]) -> list[str]:
+    """Each clip's finals' text, four streams at a time (the server batches their decodes)."""
     gate = asyncio.Semaphore(4)
 
     async def one(audio: np.ndarray) -> str:
         async with gate:
             return " ".join(await finals_of(port, audio))
 
-    texts = await asyncio.gather(*(one(a) for a in clips.values()))
-    return dict(zip(clips, texts, strict=True))
+    return list(await asyncio.gather(*(one(a) for a in clips)))
+
+
+async def prompt_texts(port: int, clips: dict[str, np.ndarray]) -> dict[str, str]:
+    """Each prompt's text."""
+    return dict(zip(clips, await texts_of(port, list(clips.values())), strict=True))
 
 
 def prompt_rows(model: str, texts: dict[str, dict[str, str]]) -> list[dict]:

@@ -231,3 +231,22 @@ def test_a_segments_speech_ends_with_its_last_voiced_frame():
     assert closed([True, True, False, True, False, False]).speech_end == pytest.approx(10.12)
     assert closed([False, True, True]).speech_end == pytest.approx(10.0 + 1340 / SAMPLE_RATE)
     assert closed([False, False]).speech_end == pytest.approx(10.0 + 860 / SAMPLE_RATE)
+
+
+def test_a_soft_first_word_is_in_its_segment():
+    """A talker who starts softly: "Fine," 20 dB under the rest of the sentence.
+    webrtcvad first hears the louder words; the pre-roll reaches back over the soft one,
+    and the segment begins before it. Without the pre-roll the segment begins inside the
+    word (bench/onsets.py measures this over real prompts and more openings)."""
+    speech = speak("Fine, let us start the meeting.")
+    onset, _ = audible_span(speech)
+    first = int(onset * SAMPLE_RATE)
+    speech[first : first + int(0.4 * SAMPLE_RATE)] *= 0.1
+    lead = 1.5
+    audio = np.concatenate([silence(lead), speech, silence(1.0)])
+
+    def start(pad_ms: int) -> float:
+        return closed(run(VadSegmenter(VadConfig(speech_pad_ms=pad_ms)), audio, chunk=640))[0].start
+
+    assert start(300) <= lead + onset - 0.1
+    assert start(0) > lead + onset + 0.03
