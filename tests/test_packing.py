@@ -217,6 +217,19 @@ def test_a_long_recording_is_clustered_sparsely_as_a_short_one_densely(monkeypat
     assert len(set(sparse_labels)) == 4
 
 
+def test_the_graph_is_the_same_whatever_rows_are_pruned_at_once(monkeypatch):
+    """Rows of similarities are pruned a block at a time, to bound the clustering's memory:
+    each row keeps the same neighbours as with all rows at once, its similarities to them
+    the same but for the matrix product's last bits."""
+    unit = spectral_graph.unit_rows(voices([300, 250, 200, 150], spread=0.6, seed=3))
+    assert spectral_graph.BLOCK_ROWS < len(unit)
+    blocked = spectral_graph.pruned_laplacian(unit, 18).toarray()
+    monkeypatch.setattr(spectral_graph, "BLOCK_ROWS", len(unit))
+    whole = spectral_graph.pruned_laplacian(unit, 18).toarray()
+    assert np.array_equal(blocked != 0, whole != 0)
+    np.testing.assert_allclose(blocked, whole, rtol=0, atol=1e-12)
+
+
 def test_speaker_counts_are_checked():
     with pytest.raises(ValueError):
         SpeakerCount(at_least=3, at_most=2)
