@@ -67,8 +67,9 @@ SOFT_OPENINGS = [
     "First, a word about the budget.",
 ]
 VOICES = ("en-us", "en-us+f3", "en-gb+m3", "en+f5")
+PARLEY = "parley (mode 3, pad 300 ms)"  # the server's own VAD settings
 VARIANTS = {
-    "parley (mode 3, pad 300 ms)": VadConfig(),
+    PARLEY: VadConfig(),
     "pad 0": VadConfig(speech_pad_ms=0),
     "mode 2": VadConfig(aggressiveness=2),
     "mode 1": VadConfig(aggressiveness=1),
@@ -76,7 +77,7 @@ VARIANTS = {
 SOFTER_DB = (0.0, 12.0, 20.0)
 WHOLE = "no VAD: the whole clip"
 NORMALISE = EnglishTextNormalizer({})
-DECODED = ("parley (mode 3, pad 300 ms)", "pad 0", "mode 2")  # the variants --decode streams
+DECODED = (PARLEY, "pad 0", "mode 2")  # the variants --decode streams
 
 
 @dataclass(frozen=True)

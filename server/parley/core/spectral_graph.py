@@ -22,9 +22,9 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
 # Rows of similarities computed at once while pruning: the whole n × n matrix of a
 # two-hour stream's windows would take gigabytes, and each block's similarities, their
 # negation and argpartition's indices are the clustering's largest arrays. With 1024
-# rows, a stream's relabel at half an hour (5,400 embeddings) peaked at 199 MB, which
-# the server's memory kept after; with 128, 59 MB, no slower (bench/README.md, "One long
-# session").
+# rows, 5,400 embeddings (half an hour of windows, three voices in each) peaked at 199 MB,
+# and a stream's relabels left the server's heap that large; with 128, 59 MB, no slower
+# (bench/VARIANTS.md, "The relabel's similarities a few rows at a time").
 BLOCK_ROWS = 128
 
 
