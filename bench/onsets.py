@@ -95,7 +95,8 @@ def heard(clip: np.ndarray, softer_db: float, room_tone: bool) -> tuple[np.ndarr
     """The clip as streamed (lead, the clip with its onset ``softer_db`` softer, tail, over
     room tone or not) and the clip's audible 10 ms frames, found before softening: a soft
     start is still speech to keep."""
-    audible = frame_db(clip) > frame_db(clip).max() - AUDIBLE_DB
+    energy = frame_db(clip)
+    audible = energy > energy.max() - AUDIBLE_DB
     clip = clip.copy()
     if softer_db and audible.any():
         first = int(np.argmax(audible)) * HOP
@@ -115,10 +116,10 @@ def segments(audio: np.ndarray, config: VadConfig) -> list[tuple[float, float]]:
     return [(e.start, e.end) for e in closed if isinstance(e, SegmentClosed)]
 
 
-def kept(clip: np.ndarray, softer_db: float, room_tone: bool, config: VadConfig) -> dict:
-    """What the VAD lost of one clip: audible ms outside every segment, and how late the
-    first segment starts after the first audible frame (None: no segment at all)."""
-    audio, audible = heard(clip, softer_db, room_tone)
+def kept(audio: np.ndarray, audible: np.ndarray, config: VadConfig) -> dict:
+    """What the VAD lost of one clip as ``heard`` gives it: audible ms outside every
+    segment, and how late the first segment starts after the first audible frame (None:
+    no segment at all)."""
     held = np.zeros(len(audible), dtype=bool)
     spans = segments(audio, config)
     for start, end in spans:
@@ -135,8 +136,9 @@ def vad_rows(clips: dict[str, list[Clip]]) -> list[dict]:
     for name, group in clips.items():
         for room_tone in (False, True):
             for softer_db in SOFTER_DB:
+                streamed = [heard(c.audio, softer_db, room_tone) for c in group]
                 for variant, config in VARIANTS.items():
-                    scores = [kept(c.audio, softer_db, room_tone, config) for c in group]
+                    scores = [kept(audio, audible, config) for audio, audible in streamed]
                     lost = np.array([s["lost_ms"] for s in scores])
                     late = np.array(
                         [s["late_ms"] if s["late_ms"] is not None else 1e9 for s in scores]
