@@ -53,7 +53,8 @@ cluster: install
 # servers start once. One OpenMP thread per process: workers each running torch on
 # both cores made every model wait on the others' threads (440 s against 322 s).
 # Speaker threads at nice 10, not the server's idle: under SCHED_IDLE a test server's
-# speaker steps wait for every other worker's models (341 s against 325 s).
+# speaker steps wait for every other worker's models (341 s against 325 s), and a
+# recording's, which take the same priority, waited up to 50 s for them.
 TEST_WORKERS ?= 3
 TEST_ENV = OMP_NUM_THREADS=1 PARLEY_DIARIZATION__NICE=10
 test: install lint

@@ -1,6 +1,7 @@
 """The diarization threads on stand-in speaker models (no weights): due steps are
 segmented together, several threads step sessions at once, the steps of a stream's
-steady state are counted apart, and a recording's windows wait for the streams' steps."""
+steady state are counted apart, and a recording's windows wait for the streams' steps,
+at the speaker threads' priority."""
 
 import asyncio
 import os
@@ -9,11 +10,16 @@ import time
 
 import numpy as np
 
+from fake_engine import load_fake_asr
+from parley.config import Settings
 from parley.core.audio import SAMPLE_RATE
 from parley.core.policy import IDLE
 from parley.core.speaker_masks import FrameGrid
+from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.stream_diarizer import DiarizationConfig
 from parley.core.whole_recording import observe_recording
+from parley.recordings.files import FileRequest
+from parley.service import file_jobs
 from parley.workers.diarization import DiarizationWorker
 from parley.workers.threads import lower_priority
 
@@ -293,4 +299,41 @@ def test_a_thread_lowered_to_idle_runs_under_sched_idle_as_do_the_threads_it_sta
         thread.join()
     assert seen["idle"] == seen["idle child"] == os.SCHED_IDLE
     assert seen["nice"] == seen["nice child"] == os.SCHED_OTHER and seen["nice nice"] == 7
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this thread is untouched
+
+
+class PriorityOfRecordings:
+    """Speaker models that diarize a recording into no turns, noting the CPU priority of
+    the thread that asked: (scheduling policy, nice)."""
+
+    grid = GRID
+
+    def __init__(self):
+        self.seen: list[tuple[int, int]] = []
+
+    def diarize_recording(self, audio, config, clustering, count, step_s, heard, live_first):
+        native = threading.get_native_id()
+        self.seen.append((os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, native)))
+        return TimelineSnapshot((), 0.0, 0)
+
+
+async def test_a_recordings_speaker_work_runs_at_the_live_speaker_threads_priority():
+    """``diarization.nice`` sets a recording's speaker work's priority as it sets the
+    live speaker threads': under SCHED_IDLE by default, a nice value where set (there a
+    host busy with other processes still gets it done: the test suite's three workers
+    left a recording's speakers under SCHED_IDLE waiting minutes)."""
+    seen = []
+    for nice in (IDLE, 7):
+        settings = Settings(diarization={"nice": nice})
+        models = PriorityOfRecordings()
+        scheduler, _ = load_fake_asr(settings)
+        await scheduler.start(warm_up=False)
+        try:
+            jobs = file_jobs(settings, scheduler, DiarizationWorker(models, DiarizationConfig()))
+            with jobs.slot():
+                await jobs.transcribe(np.zeros(SAMPLE_RATE, np.float32), FileRequest(diarize=True))
+        finally:
+            await scheduler.stop()
+        seen += models.seen
+    assert seen == [(os.SCHED_IDLE, 0), (os.SCHED_OTHER, 7)]
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this thread is untouched

@@ -258,9 +258,9 @@ class DiarizationSettings(BaseModel):
     )
     nice: Annotated[int, Field(ge=0, le=LOWEST_NICE)] | Idle = Field(
         IDLE,
-        description="priority of the diarization threads: a nice value (above 0, the ASR "
-        "thread's finals take the CPU first), or idle (Linux's SCHED_IDLE: they run only "
-        "on a core nothing else wants)",
+        description="priority of the diarization threads, live and a recording's: a nice "
+        "value (above 0, the ASR thread's finals take the CPU first), or idle (Linux's "
+        "SCHED_IDLE: they run only on a core nothing else wants)",
     )
 
     def to_config(self) -> DiarizationConfig:

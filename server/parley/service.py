@@ -335,5 +335,6 @@ def file_jobs(
         diarization_config=diarization.config if diarization else None,
         clustering=RecordingClustering(),
         live_quiet=diarization.wait_quiet if diarization else None,
+        speaker_priority=settings.diarization.nice,
         max_window_s=worker.engine.max_audio_s,
     )

@@ -31,7 +31,7 @@ from parley.core.asr import Task
 from parley.core.audio import SAMPLE_RATE, WHISPER_WINDOW_S
 from parley.core.keyterms import check_keyterms
 from parley.core.packing import Piece, pack
-from parley.core.policy import IDLE
+from parley.core.policy import IDLE, Priority
 from parley.core.recording_speakers import RecordingClustering
 from parley.core.redaction import parse_redact
 from parley.core.replacements import check_replacements
@@ -181,6 +181,10 @@ class FileJobs:
     observe: Callable[[str, float], None] | None = None  # (outcome, audio seconds)
     # The live streams' diarization worker's ``wait_quiet``, with speakers on.
     live_quiet: Callable[[float], None] | None = None
+    # The live speaker threads' priority (``diarization.nice``), which a recording's
+    # speaker work shares (after their due steps): under IDLE it runs only on an idle
+    # core, at a nice value a host busy with other work still gets it done.
+    speaker_priority: Priority = IDLE
     _running: set[asyncio.Task] = field(default_factory=set)
     _draining: bool = False
 
@@ -324,12 +328,12 @@ class FileJobs:
         on_heard: Heard | None,
     ) -> tuple[TimelineSnapshot, dict[int, str]]:
         """Who spoke when, and the names of the known speakers' voices; on a passing
-        thread at the lowest CPU priority, each window after the live streams' steps due:
-        live diarization comes first. ``on_heard`` is told how much of the recording is
-        heard, and 1 once all is done."""
+        thread at the live speaker threads' CPU priority, each window after the live
+        streams' steps due: live diarization comes first. ``on_heard`` is told how much
+        of the recording is heard, and 1 once all is done."""
         from parley.models.device import set_threads
 
-        lower_priority(IDLE)
+        lower_priority(self.speaker_priority)
         set_threads(1)
         quiet = self.live_quiet
         live_first = None if quiet is None else lambda: quiet(LIVE_FIRST_WAIT_S)
