@@ -80,7 +80,9 @@ async def test_each_turn_grows_then_ends_with_its_own_words(start, turns):  # no
         assert end.end_of_turn_confidence == 1.0
     for turn in (0, 1):
         growing = [e for e in turn_events if e.turn_order == turn and not e.end_of_turn]
-        assert growing and any(not w.word_is_final for e in growing for w in e.words)
+        partial = [w for e in growing for w in e.words if not w.word_is_final]
+        # a partial's words carry its decode's confidence (the fake's decodes are sure)
+        assert partial and all(w.confidence == 1.0 for w in partial)
 
 
 async def test_force_endpoint_and_refusals(start, turns):  # noqa: F811

@@ -140,8 +140,9 @@ async def test_deepgram_sdk_gets_speech_events_results_and_metadata(start, turns
 
 async def test_deepgram_interim_results_come_before_their_final(start, turns):
     """interim_results=true: each turn (longer than the 1 s partial interval, counted in
-    stream time) has an interim Results, not final, with text, before its final; the
-    fake engine decodes at once, so how busy the machine is changes nothing."""
+    stream time) has an interim Results, not final, with text and its decode's
+    confidence, before its final; the fake engine decodes at once, so how busy the
+    machine is changes nothing."""
     audio, _ = turns
     _, server = await start()
     got = await deepgram_session(server.port, audio, pace_s=0.1, interim_results="true")
@@ -153,6 +154,8 @@ async def test_deepgram_interim_results_come_before_their_final(start, turns):
         assert interims and all(not r.is_final for r in interims)
         assert all(r.channel.alternatives[0].transcript for r in interims)
         assert interims[0].start == results[final].start
+        # an interim's confidence is its decode's (the fake's decodes are sure of each token)
+        assert all(r.channel.alternatives[0].confidence == 1.0 for r in interims)
 
 
 async def test_deepgram_endpointing_is_the_pause_that_ends_a_final(start, turns):

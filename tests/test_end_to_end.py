@@ -44,6 +44,8 @@ async def test_sample_in_real_time_is_transcribed_with_partials(start):
     longest = PartialPacing().max_interval_s + 1.0
     long = {f.segment_id for f in result.finals if f.end - f.start > longest}
     assert spoken & partial_ids and long <= partial_ids
+    # each partial with words carries its decode's mean token probability
+    assert all(0 < p.confidence < 1 for p in result.partials if p.text)
     times = [t for f in result.finals for t in (f.start, f.end)]
     assert times == sorted(times) and times[-1] <= 24.0
     for final in result.finals:

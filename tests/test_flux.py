@@ -60,6 +60,9 @@ async def test_each_turn_starts_updates_and_ends_with_its_own_words(start, turns
             m for m in got if m.type == "TurnInfo" and (m.turn_index, m.event) == (turn, "Update")
         ]
         assert any(u.transcript for u in updates)
+        # a partial's words (untimed) carry its decode's confidence: the fake's are sure
+        partial = [w for u in updates for w in u.words if w.start is None]
+        assert partial and all(w.confidence == 1.0 for w in partial)
         # about one for each 0.25 s of the turn's audio (ticks of 100 ms messages: 0.3 s)
         heard_s = end.audio_window_end - end.audio_window_start
         assert len(updates) >= heard_s / 0.35 - 1, (heard_s, len(updates))

@@ -138,6 +138,7 @@ class Partial:
     text: str
     speaker: str | None = None
     language: str | None = None  # the language its segment is decoded in
+    confidence: float | None = None  # the decode's mean token probability
     type: str = "partial"
 
 

@@ -335,12 +335,14 @@ class Session:
         self._partial_end = segment.end
 
         def to_partial(result: Transcription) -> Partial:
+            text = self._level.judged(result, segment.audio).text  # redacted on its way out
             return Partial(
                 segment.segment_id,
                 segment.start,
                 segment.end,
-                self._level.judged(result, segment.audio).text,  # redacted on its way out
+                text,
                 language=result.language,
+                confidence=round(result.confidence, 3) if text else None,
             )
 
         await self._outbox.put_decode(

@@ -228,7 +228,8 @@ class AssemblyAITranslator:
             turn.begin(message.start)
             return [{"type": "SpeechStarted", "timestamp": round(message.start * 1000)}]
         if isinstance(message, Partial) and turn.open and message.text.strip():
-            turn.partial, self._partial_span = message.text.strip(), (message.start, message.end)
+            turn.heard_partial(message)
+            self._partial_span = message.start, message.end
             return [self._turn_message()]
         if isinstance(message, Final) and turn.open:
             turn.heard(message)
@@ -272,7 +273,7 @@ class AssemblyAITranslator:
             {
                 "start": round((start + k * step) * 1000),
                 "end": round((start + (k + 1) * step) * 1000),
-                "confidence": 0.0,
+                "confidence": turn.partial_confidence,
                 "text": text,
                 "word_is_final": False,
             }

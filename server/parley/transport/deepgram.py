@@ -194,6 +194,7 @@ class DeepgramTranslator:
                     reason=None,
                     language=message.language,
                     channel_index=index,
+                    confidence=message.confidence,
                 )
             ]
         if isinstance(message, SpeechStarted):
@@ -228,7 +229,10 @@ class DeepgramTranslator:
         reason: FinalReason | None,
         language: str | None,
         channel_index: list[int],
+        confidence: float | None = None,
     ) -> dict:
+        """A ``Results``; its ``confidence`` the words' mean probability, or, with no words
+        (an interim's), the decode's ``confidence``."""
         if self._options.punctuate:
             transcript = text.strip()
         elif words:
@@ -243,7 +247,7 @@ class DeepgramTranslator:
             "transcript": transcript,
             "confidence": round(sum(w.probability for w in words) / len(words), 4)
             if words
-            else 0.0,
+            else round(confidence or 0.0, 4),
             "words": [self._word(w, language) for w in words],
         }
         if language is not None:

@@ -236,7 +236,7 @@ class FluxTranslator:
             self._turn.begin(message.start)
             return [self._turn_info("StartOfTurn", message.start)]
         if isinstance(message, Partial) and self._turn.open and message.text.strip():
-            self._turn.partial = message.text.strip()
+            self._turn.heard_partial(message)
             return [self._turn_info("Update", message.end)]
         if isinstance(message, SegmentEnded) and self._eager_due(message.reason):
             self._eager = self._turn.transcript()
@@ -316,8 +316,11 @@ class FluxTranslator:
                 }
                 for w in turn.words
             ]
-            # a partial's words have no times, nor a confidence yet
-            + [{"word": word, "confidence": 0.0} for word in turn.partial.split()],
+            # a partial's words have no times, and the partial's confidence
+            + [
+                {"word": word, "confidence": turn.partial_confidence}
+                for word in turn.partial.split()
+            ],
             "end_of_turn_confidence": confidence.get(event) or 0.0,
             # flux-general-multi's: the turn's languages, most heard first
             **(

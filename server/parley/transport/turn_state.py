@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from parley.protocol.messages import Final, FinalReason, Word
+from parley.protocol.messages import Final, FinalReason, Partial, Word
 from parley.sessions.marks import Reply
 from parley.sessions.session import Session
 
@@ -31,13 +31,20 @@ class Turn:
     words: list[Word] = field(default_factory=list)  # and words
     languages: Counter[str] = field(default_factory=Counter)  # words by their language
     partial: str = ""  # the open segment's latest partial
+    # that partial's confidence, which each of its words is given (they have none of
+    # their own: a partial is decoded without word times or probabilities)
+    partial_confidence: float = 0.0
 
     def begin(self, at: float) -> None:
         self.open, self.start = True, at
 
+    def heard_partial(self, partial: Partial) -> None:
+        """The open segment's latest partial: the turn's tail until its final."""
+        self.partial, self.partial_confidence = partial.text.strip(), partial.confidence or 0.0
+
     def heard(self, final: Final) -> None:
         """A segment's final: its text and words join the turn's; the partial is done."""
-        self.partial = ""
+        self.partial, self.partial_confidence = "", 0.0
         if final.text.strip():
             self.texts.append(final.text.strip())
             self.words.extend(final.words)
@@ -53,6 +60,7 @@ class Turn:
         self.index += 1
         self.open = False
         self.texts, self.words, self.partial = [], [], ""
+        self.partial_confidence = 0.0
         self.languages = Counter()
 
 
