@@ -468,6 +468,38 @@ async def test_decode_file_reads_any_container(tmp_path):
     assert abs(len(audio) / 16000 - 2.0) < 0.05 and np.abs(audio).max() > 0.05
 
 
+async def test_a_recording_is_decoded_and_segmented_with_one_copy_of_its_audio(tmp_path):
+    """Ten minutes of speech and pauses (a WAV): decoding takes at most its float32
+    audio and the 16-bit samples at once, and its segments keep no audio of their own
+    (before: three times the audio to decode, and most of it again in the segments, for
+    as long as a job ran). The samples read as the conversion always gave them."""
+    import tracemalloc
+    import wave
+
+    from audio_fixtures import read_wav
+    from parley.core.vad import VadConfig
+    from parley.recordings.file_results import segment_recording
+
+    minute = read_wav(SAMPLE_WAV)
+    path = write_wav(tmp_path / "ten.wav", np.tile(minute, 20))
+    tracemalloc.start()
+    try:
+        audio = await decode_file(path, 3600)
+        decoding_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        pieces, reasons = segment_recording(audio, VadConfig(), 0.3)
+        held, segmenting_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    with wave.open(str(path)) as wav:
+        pcm16 = np.frombuffer(wav.readframes(wav.getnframes()), "<i2")
+    assert np.array_equal(audio, pcm16.astype(np.float32) / 32768.0)
+    assert decoding_peak <= 1.6 * audio.nbytes, decoding_peak / audio.nbytes
+    assert len(pieces) == len(reasons) >= 20
+    assert segmenting_peak - audio.nbytes <= 0.1 * audio.nbytes
+    assert held - audio.nbytes <= 0.05 * audio.nbytes
+
+
 async def test_parley_transcribe_in_process_and_against_a_server(
     fake, speech_wav, models_dir, tmp_path
 ):

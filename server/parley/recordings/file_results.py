@@ -102,15 +102,30 @@ class FileTranscript:
         return [w for f in self.finals for w in f.words]
 
 
-def segment_recording(audio: np.ndarray, vad: VadConfig) -> list[SegmentClosed]:
-    """The stream's VAD over a whole recording: every speech segment."""
+def segment_recording(
+    audio: np.ndarray, vad: VadConfig, bridge_s: float
+) -> tuple[list[Piece], dict[int, CloseReason]]:
+    """The stream's VAD over a whole recording: each speech segment as a ``Piece`` (its
+    voiced regions joined across gaps of up to ``bridge_s``), and why each closed. A
+    segment's copy of its audio goes as soon as it is read: kept, the copies were most
+    of the recording again, for as long as the job ran (bench/README.md, "A long
+    recording's memory")."""
     segmenter = VadSegmenter(vad)
     chunk = int(VAD_CHUNK_S * SAMPLE_RATE)
-    events = []
+    pieces: list[Piece] = []
+    reasons: dict[int, CloseReason] = {}
+
+    def keep(events: list) -> None:
+        for e in events:
+            if isinstance(e, SegmentClosed):
+                voiced = tuple(e.voiced_regions(bridge_s))
+                pieces.append(Piece(e.segment_id, e.start, e.end, voiced))
+                reasons[e.segment_id] = e.reason
+
     for start in range(0, len(audio), chunk):
-        events += segmenter.push(audio[start : start + chunk])
-    events += segmenter.flush(CloseReason.END_OF_STREAM)
-    return [e for e in events if isinstance(e, SegmentClosed)]
+        keep(segmenter.push(audio[start : start + chunk]))
+    keep(segmenter.flush(CloseReason.END_OF_STREAM))
+    return pieces, reasons
 
 
 def finals_of(

@@ -30,7 +30,7 @@ import numpy as np
 from parley.core.asr import Task
 from parley.core.audio import SAMPLE_RATE, WHISPER_WINDOW_S
 from parley.core.keyterms import check_keyterms
-from parley.core.packing import Piece, pack
+from parley.core.packing import pack
 from parley.core.policy import IDLE, Priority
 from parley.core.recording_speakers import RecordingClustering
 from parley.core.redaction import parse_redact
@@ -252,11 +252,9 @@ class FileJobs:
         window's text in order as soon as it and those before it are done (speakers come only
         with the whole transcript)."""
         began = time.perf_counter()
-        segments = await asyncio.to_thread(segment_recording, audio, self.vad)
-        pieces = [
-            Piece(s.segment_id, s.start, s.end, tuple(s.voiced_regions(self.word_timing.bridge_s)))
-            for s in segments
-        ]
+        pieces, reasons = await asyncio.to_thread(
+            segment_recording, audio, self.vad, self.word_timing.bridge_s
+        )
         windows = pack(pieces, self.max_window_s - WINDOW_MARGIN_S, self.limits.piece_gap_s)
         stats = self.worker.stats
         steps_before, rows_before = stats.steps, stats.rows_stepped
@@ -288,10 +286,10 @@ class FileJobs:
                 speakers.cancel()
         steps = stats.steps - steps_before
         rows_per_step = (stats.rows_stepped - rows_before) / steps if steps else 0.0
-        report = DecodeReport.of(results, len(segments), rows_per_step)
+        report = DecodeReport.of(results, len(pieces), rows_per_step)
         finals, signs = finals_of(
             results,
-            {s.segment_id: s.reason for s in segments},
+            reasons,
             snapshot,
             self.word_timing,
             decoding,
@@ -315,7 +313,7 @@ class FileJobs:
             transcript.duration,
             transcript.processing_s,
             len(windows),
-            len(segments),
+            len(pieces),
             len(labels),
         )
         return transcript
