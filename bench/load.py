@@ -205,9 +205,9 @@ def _asr_busy_seconds(health: dict) -> float | None:
     return health.get("asr", {}).get("busy_seconds")
 
 
-async def upload(server: Server, path: str, speakers: bool = False) -> float:
-    """POST a recording to the server's OpenAI file endpoint (``speakers``: with them);
-    seconds until the answer."""
+async def upload(server: Server, path: str, speakers: bool = False) -> tuple[float, dict]:
+    """POST a recording to the server's OpenAI file endpoint (``speakers``: with them,
+    ``diarized_json``); seconds until the answer, and the answer."""
     import httpx
 
     began = time.perf_counter()
@@ -219,7 +219,7 @@ async def upload(server: Server, path: str, speakers: bool = False) -> float:
             data={"response_format": "diarized_json"} if speakers else {},
         )
     response.raise_for_status()
-    return time.perf_counter() - began
+    return time.perf_counter() - began, response.json()
 
 
 async def run_streams(
@@ -240,7 +240,7 @@ async def run_streams(
         *(stream(server.url + query, talks[i], i * stagger) for i in range(count))
     )
     wall = time.perf_counter() - began
-    upload_s = await uploading if uploading is not None else None  # done before the next run
+    upload_s = (await uploading)[0] if uploading is not None else None  # done before the next run
     after_health, after_cpu = server.health(), server.cpu_seconds()
     refusals = [o.refused_in_s for o in outcomes if o.refused_in_s is not None]
     admitted = [(o, talks[i]) for i, o in enumerate(outcomes) if o.refused_in_s is None]

@@ -14,6 +14,7 @@ Usage: python bench/long_recording.py [--minutes 20 60 120 220] [--modes json di
 from __future__ import annotations
 
 import argparse
+import asyncio
 import subprocess
 import tempfile
 import threading
@@ -22,12 +23,11 @@ from pathlib import Path
 
 from common import print_table, write_json
 
-import httpx
 import numpy as np
 
 from audio_fixtures import wer, write_wav
 from files import recording
-from load import Server
+from load import Server, upload
 from soak import rss_mb
 
 SAMPLE_EVERY_S = 0.5
@@ -44,8 +44,9 @@ def mp3_of(audio: np.ndarray, folder: Path) -> Path:
     return mp3
 
 
-def run(path: Path, mode: str, minutes: float) -> dict:
-    """One fresh server sent ``path`` once: time, memory, the answer's text and speakers."""
+def run(path: Path, speakers: bool, minutes: float) -> dict:
+    """One fresh server sent ``path`` once (``speakers``: ``diarized_json``, else
+    ``json``): time, memory, the answer's text and speakers."""
     server = Server("tiny.en", "bundle", [], "warning", log_name="long-recording")
     peak = [0.0]
     done = threading.Event()
@@ -59,27 +60,17 @@ def run(path: Path, mode: str, minutes: float) -> dict:
         before = rss_mb(server.process.pid)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        began = time.perf_counter()
-        with path.open("rb") as body:
-            response = httpx.post(
-                f"http://{server.base}/v1/audio/transcriptions",
-                files={"file": (path.name, body, "audio/mpeg")},
-                data={"response_format": mode},
-                timeout=4 * 3600,
-            )
-        took = time.perf_counter() - began
+        took, answer = asyncio.run(upload(server, str(path), speakers))
         done.set()
         watcher.join()
         after = rss_mb(server.process.pid)
     finally:
         done.set()
         server.stop()
-    response.raise_for_status()
-    answer = response.json()
-    speakers = {s["speaker"] for s in answer.get("segments", []) if "speaker" in s}
+    heard = {s["speaker"] for s in answer.get("segments", []) if "speaker" in s}
     return {
         "minutes": round(minutes, 1),
-        "mode": mode,
+        "mode": "diarized_json" if speakers else "json",
         "seconds": round(took, 1),
         "x_real_time": round(minutes * 60 / took, 1),
         "rss_before_mb": round(before),
@@ -87,7 +78,7 @@ def run(path: Path, mode: str, minutes: float) -> dict:
         "peak_over_before_mb": round(peak[0] - before),
         "rss_after_mb": round(after),
         "text": answer["text"],
-        "speakers": len(speakers) if mode == "diarized_json" else None,
+        "speakers": len(heard) if speakers else None,
     }
 
 
@@ -96,7 +87,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--minutes", type=float, nargs="+", default=[20, 60, 120, 220])
-    parser.add_argument("--modes", nargs="+", default=["json", "diarized_json"])
+    modes = ["json", "diarized_json"]
+    parser.add_argument("--modes", nargs="+", choices=modes, default=modes)
     parser.add_argument("--unit", type=float, default=19.5, help="minutes repeated")
     args = parser.parse_args()
     unit, said = recording(args.unit)
@@ -107,7 +99,7 @@ def main() -> None:
             copies = max(1, int(minutes // unit_minutes))
             path = mp3_of(np.tile(unit, copies), Path(folder))
             for mode in args.modes:
-                row = run(path, mode, copies * unit_minutes)
+                row = run(path, mode == "diarized_json", copies * unit_minutes)
                 row["wer"] = round(wer(" ".join([said] * copies), row.pop("text")), 3)
                 rows.append(row)
                 print_table(rows[-1:], list(row))

@@ -1,8 +1,8 @@
 """First words: does the voice activity detector clip the start of speech?
 
 "The VAD cut off my first word" is among the complaints users of streaming Whisper
-servers raise most. Each clip is one utterance after 1.5 s without speech, streamed as a
-client streams it, and is scored twice:
+servers raise most. Each clip is one utterance after 1.5 s without speech (its segments
+are the same however a client cuts it into messages), and is scored twice:
 
 - **what the VAD keeps** (the server's own ``VadSegmenter``, no model): the clip's
   audible audio (10 ms frames within 35 dB of its loudest) that no closed segment holds,
@@ -32,7 +32,7 @@ import argparse
 import asyncio
 from dataclasses import dataclass
 
-from common import machine, print_table, write_json
+from common import print_table, write_json
 
 import numpy as np
 from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
@@ -42,15 +42,15 @@ from audio_fixtures import at_level, silence, speak
 from nonspeech import PROMPTS_DIR, decoded, nonspeech, pink, texts_of
 from parley.config import Settings
 from parley.core.audio import SAMPLE_RATE
-from parley.core.vad import CloseReason, SegmentClosed, VadConfig, VadSegmenter
+from parley.core.vad import VadConfig
 from parley.protocol.messages import StreamConfig
+from parley.recordings.file_results import segment_recording
 
 LEAD_S = 1.5  # no speech before each clip
 TAIL_S = 1.0  # nor after it, so that silence closes its segment
 HOP = SAMPLE_RATE // 100  # 10 ms frames for what is audible
 AUDIBLE_DB = 35.0  # a frame this far under the clip's loudest still holds speech
 SOFT_S = 0.4  # how much of the start a soft onset softens
-CHUNK = 640  # 20 ms a message, as the browser page sends
 ROOM_TONE_DBFS = -55.0
 SOFT_OPENINGS = [
     "So what do you think about it?",
@@ -108,12 +108,10 @@ def heard(clip: np.ndarray, softer_db: float, room_tone: bool) -> tuple[np.ndarr
 
 
 def segments(audio: np.ndarray, config: VadConfig) -> list[tuple[float, float]]:
-    """[start, end) seconds of each segment the server's VAD closes over ``audio``."""
-    vad, closed = VadSegmenter(config), []
-    for i in range(0, len(audio), CHUNK):
-        closed += vad.push(audio[i : i + CHUNK])
-    closed += vad.flush(CloseReason.END_OF_STREAM)
-    return [(e.start, e.end) for e in closed if isinstance(e, SegmentClosed)]
+    """[start, end) seconds of each segment the server's VAD closes over ``audio`` (the
+    same however the audio is cut into messages)."""
+    pieces, _ = segment_recording(audio, config, bridge_s=0.0)
+    return [(p.start, p.end) for p in pieces]
 
 
 def kept(audio: np.ndarray, audible: np.ndarray, config: VadConfig) -> dict:
@@ -266,7 +264,7 @@ def main() -> None:
         print_table(decoded_rows, list(decoded_rows[0]))
     path = write_json(
         "onsets",
-        {"machine": machine(), "vad": rows, "not_speech": sounds, "first_words": decoded_rows},
+        {"vad": rows, "not_speech": sounds, "first_words": decoded_rows},
     )
     print(f"\nwrote {path}")
 

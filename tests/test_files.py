@@ -480,8 +480,8 @@ async def test_a_recording_is_decoded_and_segmented_with_one_copy_of_its_audio(t
     from parley.core.vad import VadConfig
     from parley.recordings.file_results import segment_recording
 
-    minute = read_wav(SAMPLE_WAV)
-    path = write_wav(tmp_path / "ten.wav", np.tile(minute, 20))
+    sample = read_wav(SAMPLE_WAV)  # 30 s
+    path = write_wav(tmp_path / "ten.wav", np.tile(sample, 20))
     tracemalloc.start()
     try:
         audio = await decode_file(path, 3600)
