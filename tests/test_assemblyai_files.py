@@ -8,14 +8,17 @@ import wave
 
 import assemblyai as aai
 import httpx
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import pcm16
+from audio_fixtures import conversation, write_wav
+from conftest import as_received, pcm16
 from parley.core.speaker_count import SpeakerCount
 from parley.protocol.messages import Final, FinalReason, Word
 from parley.recordings.file_results import DecodeReport, FileTranscript
+from parley.transport.assemblyai_channels import channel_labelled
 from parley.transport.assemblyai_jobs import HELD_S, KEPT_S, AssemblyJobs, Status
 from parley.transport.assemblyai_shapes import (
     ECHOED,
@@ -90,6 +93,39 @@ async def test_the_sdks_transcriber_gets_its_words_and_subtitles(start, talk, ta
     )
     assert [t.id for t in first_page.transcripts] == [sworn.id]
     assert first_page.page_details.next_url and plain.id not in first_page.page_details.next_url
+
+
+async def test_the_sdks_multichannel_transcript_names_each_words_channel(start, talk, tmp_path):
+    """multichannel=True on a stereo call (the talk on the left, another voice's line on
+    the right): two audio channels; each channel's words are exactly what that channel
+    alone transcribes to, each word and utterance naming its channel, the utterances'
+    speaker being the channel, in time order; dual_channel, AssemblyAI's older name, is
+    the same."""
+    left, _ = talk
+    other, _ = conversation([("en-us", "Please hold while I check the order.")], 1.2, 1.0)
+    right = np.zeros_like(left)
+    right[: len(other)] = as_received(other)[: len(left)]
+    stereo = write_wav(tmp_path / "call.wav", np.stack([left, right]))
+    _, server = await start(token=KEY)
+    alone = []
+    for k, side in enumerate((left, right)):
+        mono = write_wav(tmp_path / f"side{k}.wav", side)
+        alone.append(await asyncio.to_thread(transcriber(server.port).transcribe, str(mono)))
+    for field in ("multichannel", "dual_channel"):
+        config = aai.TranscriptionConfig(**{field: True})
+        got = await asyncio.to_thread(
+            transcriber(server.port).transcribe, str(stereo), config=config
+        )
+        assert got.status == aai.TranscriptStatus.completed, got.error
+        assert got.json_response["audio_channels"] == 2 and got.json_response[field]
+        for channel, mono in zip("12", alone):
+            assert mono.text and [w.text for w in got.words if w.channel == channel] == [
+                w.text for w in mono.words
+            ]
+        assert {w.speaker for w in got.words} == {"1", "2"}
+        assert all(u.speaker == u.channel and u.channel in "12" for u in got.utterances)
+        assert [u.start for u in got.utterances] == sorted(u.start for u in got.utterances)
+        assert {u.channel for u in got.utterances} == {"1", "2"}
 
 
 async def test_transcripts_wait_for_a_slot_and_can_be_deleted(start, talk_wav):
@@ -186,7 +222,6 @@ def test_a_request_becomes_the_recordings_request():
         {"audio_url": UPLOAD, "speakers_expected": 0},
         {"audio_url": UPLOAD, "language_code": "english!"},
         {"audio_url": UPLOAD, "custom_spelling": [{"from": "a", "to": "b"}]},
-        {"audio_url": UPLOAD, "multichannel": True},
         {"audio_url": UPLOAD, "language_detection": True, "language_detection_options": ["en"]},
         {
             "audio_url": UPLOAD,
@@ -228,6 +263,38 @@ def test_utterances_sentences_and_paragraphs_group_the_words():
     ]  # a paragraph is a final's speaker's: "Bye." is in S2's final
 
 
+def test_channels_are_one_transcript_whose_speakers_name_their_channel():
+    """Two channels' recordings as AssemblyAI's one multichannel transcript: in time
+    order, segment ids unique, each word's speaker its channel, or with speaker_labels
+    its channel and letter ("1A", "2B"); utterances are each channel's speaker's runs."""
+
+    def heard(words: list[Word]) -> FileTranscript:
+        finals = tuple(
+            Final(i, w.start, w.end, w.word, FinalReason.SILENCE, [w], w.speaker)
+            for i, w in enumerate(words)
+        )
+        return FileTranscript(3.0, finals, (), "en", DecodeReport(1, len(words), 1.0, 0, 0), {})
+
+    left = heard([Word("Hello.", 0.0, 0.5, 0.9, "S1"), Word("Bye.", 2.0, 2.4, 0.8, "S2")])
+    right = heard([Word("Hi.", 1.0, 1.3, 0.7, "S2")])
+    for labels, speakers in ((False, ["1", "2", "1"]), (True, ["1A", "2B", "1B"])):
+        ask = TranscriptAsk.of(
+            {"audio_url": UPLOAD, "multichannel": True, "speaker_labels": labels}
+        )
+        merged = channel_labelled([left, right], labels)
+        assert [f.segment_id for f in merged.finals] == [0, 1, 2]
+        got = completed(merged, ask, channels=2)
+        assert got["audio_channels"] == 2 and got["text"] == "Hello. Hi. Bye."
+        assert [(w["speaker"], w["channel"]) for w in got["words"]] == list(
+            zip(speakers, ["1", "2", "1"])
+        )
+        assert [(u["speaker"], u["channel"], u["text"]) for u in got["utterances"]] == [
+            (s, c, t) for s, c, t in zip(speakers, "121", ["Hello.", "Hi.", "Bye."])
+        ]
+    plain = completed(left, TranscriptAsk.of({"audio_url": UPLOAD}))
+    assert "audio_channels" not in plain and "channel" not in plain["words"][0]
+
+
 def test_uploads_and_transcripts_are_dropped_when_they_age(tmp_path):
     """An upload unused for HELD_S is gone (its file too); a finished transcript is
     kept KEPT_S, then gone; an upload serves one transcript."""
@@ -258,7 +325,7 @@ def test_uploads_and_transcripts_are_dropped_when_they_age(tmp_path):
 
 
 # every field a request reads: those its answers repeat, and the rest
-FIELDS = [*ECHOED, "speaker_options", "word_boost", "custom_spelling", "multichannel"]
+FIELDS = [*ECHOED, "speaker_options", "word_boost", "custom_spelling"]
 values = st.recursive(
     st.none()
     | st.booleans()

@@ -504,6 +504,7 @@ AAI_KEYS = [
     "redact_pii_policies",
     "webhook_url",
     "multichannel",
+    "dual_channel",
 ]
 AAI_PARTS = ["srt", "vtt", "sentences", "paragraphs", "word-search", "x"]
 

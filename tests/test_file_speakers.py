@@ -81,17 +81,24 @@ async def _transcribe_file(base: str, path, **options):
     )
 
 
-async def test_deepgram_sdk_multichannel_transcribes_each_channel(diarized_base, tmp_path):
-    """deepgram-sdk's transcribe_file with multichannel: a call recorded in stereo, the
-    agent on the left and the caller on the right, taking turns. Each channel's words
-    are its own speaker's (WER against that speaker's lines), and the utterances come in
-    time order, each naming its channel; without multichannel the file is one channel."""
+@pytest.fixture(scope="module")
+def stereo_call(tmp_path_factory):
+    """A call recorded in stereo, the agent on the left and the caller on the right,
+    taking turns: the file and the turns."""
     audio, truth = conversation([(v, line) for v, line in zip(PLAIN_VOICES * 2, DIALOGUE_LINES)])
     stereo = np.zeros((2, len(audio)), dtype=np.float32)
     for turn in truth:  # each turn on its speaker's channel alone
         where = slice(int((turn.start - 0.3) * 16000), int((turn.end + 0.3) * 16000))
         stereo[PLAIN_VOICES.index(turn.voice), where] = audio[where]
-    path = write_wav(tmp_path / "call.wav", stereo)
+    return write_wav(tmp_path_factory.mktemp("call") / "call.wav", stereo), truth
+
+
+async def test_deepgram_sdk_multichannel_transcribes_each_channel(diarized_base, stereo_call):
+    """deepgram-sdk's transcribe_file with multichannel: on the stereo call each
+    channel's words are its own speaker's (WER against that speaker's lines), and the
+    utterances come in time order, each naming its channel; without multichannel the
+    file is one channel."""
+    path, truth = stereo_call
     response = await _transcribe_file(
         diarized_base, path, multichannel=True, utterances=True, punctuate=True
     )
@@ -104,6 +111,30 @@ async def test_deepgram_sdk_multichannel_transcribes_each_channel(diarized_base,
     assert [u.start for u in utterances] == sorted(u.start for u in utterances)
     mixed = await _transcribe_file(diarized_base, path)
     assert mixed.metadata.channels == 1 and len(mixed.results.channels) == 1
+
+
+async def test_assemblyai_sdk_multichannel_labels_each_channels_speakers(
+    diarized_base, stereo_call
+):
+    """assemblyai's Transcriber with multichannel and speaker_labels on the stereo call:
+    two audio channels; each channel's words read its speaker's lines and carry that
+    channel and its one voice's label there ("1A" on the left, "2A" on the right), as
+    AssemblyAI labels a channel's speakers; the utterances alternate sides in time order."""
+    import assemblyai as aai
+
+    path, truth = stereo_call
+    settings = aai.Settings(api_key="unused", base_url=diarized_base, polling_interval=0.1)
+    transcriber = aai.Transcriber(client=aai.Client(settings=settings))
+    config = aai.TranscriptionConfig(multichannel=True, speaker_labels=True)
+    got = await asyncio.to_thread(transcriber.transcribe, str(path), config)
+    assert got.status == aai.TranscriptStatus.completed, got.error
+    assert got.json_response["audio_channels"] == 2
+    for channel, voice in zip("12", PLAIN_VOICES):
+        said = " ".join(turn.text for turn in truth if turn.voice == voice)
+        words = [w for w in got.words if w.channel == channel]
+        assert wer(said, " ".join(w.text for w in words)) < 0.2, (voice, words)
+        assert {w.speaker for w in words} == {f"{channel}A"}
+    assert [(u.channel, u.speaker) for u in got.utterances] == [("1", "1A"), ("2", "2A")] * 2
 
 
 async def test_deepgram_sdk_transcribe_file_with_speakers_and_utterances(diarized_base, tmp_path):

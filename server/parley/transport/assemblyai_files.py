@@ -30,6 +30,7 @@ from websockets.datastructures import Headers
 from parley.protocol.paths import TRANSCRIPT_PATH, UPLOAD_PATH
 from parley.runtime.webhooks import WebhookSender
 from parley.transport.assemblyai import AssemblyAIDialect
+from parley.transport.assemblyai_channels import channel_labelled
 from parley.transport.assemblyai_jobs import AssemblyJobs, Status, TranscriptJob, job_json
 from parley.transport.assemblyai_shapes import (
     TranscriptAsk,
@@ -122,19 +123,24 @@ class AssemblyFileRoutes:
     async def _run(self, job: TranscriptJob) -> None:
         """Wait for a slot (queued), transcribe (processing), then keep the outcome and
         tell the webhook."""
-        door, result, error = self._door, None, None
+        door, result, error, channels = self._door, None, None, 1
+        ask = job.ask
         try:
             while not door.jobs.draining and not door.could_start(job.key):
                 await door.jobs.next_end()
             job.status = Status.PROCESSING
-            result = await door.transcribe(job.upload.path, job.ask.job, job.key)
+            heard = await door.transcribe_channels(
+                job.upload.path, ask.job, job.key, apart=ask.multichannel
+            )
+            channels = len(heard)
+            result = channel_labelled(heard, ask.job.diarize) if ask.multichannel else heard[0]
         except UploadError as refused:
             error = refused.message
         except Exception:
             log.exception("an AssemblyAI transcript job failed")
             error = "the recording could not be transcribed"
         finally:
-            self._jobs.finish(job, result, error)
+            self._jobs.finish(job, result, error, channels)
         if job.ask.webhook_url is not None and self._webhooks is not None:
             body = json.dumps({"transcript_id": job.id, "status": job.status})
             self._webhooks.send(job.ask.webhook_url, f"msg_{job.id}", body)

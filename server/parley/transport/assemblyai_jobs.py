@@ -188,11 +188,18 @@ class AssemblyJobs:
         del self._transcripts[transcript_id]
         return job
 
-    def finish(self, job: TranscriptJob, result: FileTranscript | None, error: str | None) -> None:
-        """The job ended, with its result or the error it is told; its upload goes."""
+    def finish(
+        self,
+        job: TranscriptJob,
+        result: FileTranscript | None,
+        error: str | None,
+        channels: int = 1,
+    ) -> None:
+        """The job ended, with its result (heard on ``channels`` channels apart) or the
+        error it is told; its upload goes."""
         job.status = Status.COMPLETED if result is not None else Status.ERROR
         job.result, job.error = result, error
-        job.answer = completed(result, job.ask) if result is not None else None
+        job.answer = completed(result, job.ask, channels) if result is not None else None
         job.finished_at, job.completed = self._clock(), _now()
         self._release(job.ask.upload_id)
 

@@ -3,7 +3,9 @@
 AssemblyAI's transcript object (pure).
 
 AssemblyAI's words are timed in whole milliseconds, its speakers are letters (A, B, …)
-and its utterances are a speaker's uninterrupted run of words. ``punctuate`` and
+and its utterances are a speaker's uninterrupted run of words. With ``multichannel`` (or
+the older ``dual_channel``) each channel of the file is a recording of its own, and every
+word and utterance names its channel (``assemblyai_channels``). ``punctuate`` and
 ``format_text`` default to true, as AssemblyAI's do; either false gives the bare words
 (lower case, no punctuation). AssemblyAI transcribes English unless asked for another
 ``language_code`` or for ``language_detection``, and so does this.
@@ -25,6 +27,7 @@ from parley.protocol.messages import Word
 from parley.recordings.file_results import FileTranscript
 from parley.recordings.files import FileRequest
 from parley.transport.assemblyai import speaker_letter
+from parley.transport.assemblyai_channels import channel_of
 from parley.transport.deepgram_groups import paragraph_runs, sentence_runs
 from parley.transport.deepgram_query import bare
 from parley.transport.upload_errors import UploadCode, UploadError
@@ -56,6 +59,8 @@ ECHOED = (
     "redact_pii",
     "redact_pii_policies",
     "disfluencies",
+    "multichannel",
+    "dual_channel",
     "webhook_url",
 )
 
@@ -110,6 +115,7 @@ class TranscriptAsk:
     plain: bool  # bare words: punctuate or format_text false
     webhook_url: str | None
     echo: dict[str, Any]
+    multichannel: bool = False  # each channel a recording of its own
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> TranscriptAsk:
@@ -122,10 +128,7 @@ class TranscriptAsk:
                 "Parley fetches no audio from URLs",
                 "audio_url",
             )
-        if _flag(body, "multichannel") or _flag(body, "dual_channel"):
-            raise _bad(
-                "multichannel is not served here (Deepgram's /v1/listen takes it)", "multichannel"
-            )
+        multichannel = _flag(body, "multichannel") or _flag(body, "dual_channel")
         options, detection = (body.get(n) or {} for n in ("speaker_options", SPOKEN_AMONG))
         for name, value in (("speaker_options", options), (SPOKEN_AMONG, detection)):
             if not isinstance(value, Mapping):
@@ -186,7 +189,7 @@ class TranscriptAsk:
         plain = not (_flag(body, "punctuate", True) and _flag(body, "format_text", True))
         echo = {name: body.get(name) for name in ECHOED}
         echo["language_code"] = body.get("language_code") or (job.language and "en_us")
-        return cls(found.group(1), job, plain, webhook_url, echo)
+        return cls(found.group(1), job, plain, webhook_url, echo, multichannel)
 
 
 def _language(body: Mapping[str, Any]) -> str | None:
@@ -201,40 +204,47 @@ def _language(body: Mapping[str, Any]) -> str | None:
     return matched.group(1)
 
 
-def completed(result: FileTranscript, ask: TranscriptAsk) -> dict[str, Any]:
-    """A finished recording's fields of the transcript object."""
-    words = [_word(w, ask.plain) for w in result.words]
+def completed(result: FileTranscript, ask: TranscriptAsk, channels: int = 1) -> dict[str, Any]:
+    """A finished recording's fields of the transcript object; ``channels``: how many
+    ``result`` was heard on (``channel_labelled``), with ``multichannel``."""
+    words = [_word(w, ask) for w in result.words]
     detected = [f.language_probability for f in result.finals if f.language_probability]
+    utterances = ask.job.diarize or ask.multichannel  # AssemblyAI's turns, by either
     return {
         "text": (" ".join(w["text"] for w in words) if ask.plain else result.text),
         "words": words,
-        "utterances": _utterances(result.words, ask.plain) if ask.job.diarize else None,
+        "utterances": _utterances(result.words, ask) if utterances else None,
         "confidence": round(fmean(w["confidence"] for w in words), 3) if words else None,
         "audio_duration": round(result.duration),
         "language_code": result.language if ask.job.language is None else ask.echo["language_code"],
         "language_confidence": round(fmean(detected), 3) if detected else None,
+        **({"audio_channels": channels} if ask.multichannel else {}),
     }
 
 
-def _word(word: Word, plain: bool) -> dict[str, Any]:
-    return {
-        "text": bare(word.word) if plain else word.word.strip(),
+def _word(word: Word, ask: TranscriptAsk) -> dict[str, Any]:
+    shaped = {
+        "text": bare(word.word) if ask.plain else word.word.strip(),
         "start": round(word.start * 1000),
         "end": round(word.end * 1000),
         "confidence": round(word.probability, 3),
-        "speaker": speaker_letter(word.speaker),
+        "speaker": word.speaker if ask.multichannel else speaker_letter(word.speaker),
     }
+    if ask.multichannel:
+        shaped["channel"] = str(channel_of(word.speaker))
+    return shaped
 
 
-def _utterances(words: Sequence[Word], plain: bool) -> list[dict[str, Any]]:
-    """Each speaker's uninterrupted runs of words."""
+def _utterances(words: Sequence[Word], ask: TranscriptAsk) -> list[dict[str, Any]]:
+    """Each speaker's uninterrupted runs of words (on several channels: each channel's
+    speakers', in time order, as the words are)."""
     runs: list[list[Word]] = []
     for word in words:
         if runs and runs[-1][-1].speaker == word.speaker:
             runs[-1].append(word)
         else:
             runs.append([word])
-    return [_run(run, plain) for run in runs]
+    return [_run(run, ask) for run in runs]
 
 
 MAX_SEARCHED = 100  # terms of one word search, each of at most MAX_SEARCHED characters
@@ -269,7 +279,7 @@ def word_search(result: FileTranscript, raw: str) -> dict[str, Any]:
 def sentences(result: FileTranscript, ask: TranscriptAsk) -> list[dict[str, Any]]:
     """The words cut into sentences (after . ? or !), none across paragraphs."""
     return [
-        _run(sentence, ask.plain)
+        _run(sentence, ask)
         for words in _paragraph_words(result, ask)
         for sentence in sentence_runs(words)
     ]
@@ -278,19 +288,20 @@ def sentences(result: FileTranscript, ask: TranscriptAsk) -> list[dict[str, Any]
 def paragraphs(result: FileTranscript, ask: TranscriptAsk) -> list[dict[str, Any]]:
     """The words in paragraphs: a new one at each change of speaker (with
     ``speaker_labels``), or after a sentence and 2 s of silence, as Deepgram's are."""
-    return [_run(words, ask.plain) for words in _paragraph_words(result, ask)]
+    return [_run(words, ask) for words in _paragraph_words(result, ask)]
 
 
 def _paragraph_words(result: FileTranscript, ask: TranscriptAsk) -> list[list[Word]]:
-    runs = paragraph_runs(list(result.finals), ask.job.diarize)
+    runs = paragraph_runs(list(result.finals), ask.job.diarize or ask.multichannel)
     return [[w for f in run for w in f.words] for run in runs]
 
 
-def _run(words: Sequence[Word], plain: bool) -> dict[str, Any]:
+def _run(words: Sequence[Word], ask: TranscriptAsk) -> dict[str, Any]:
     """A run of words (an utterance, a sentence, a paragraph) as AssemblyAI gives one."""
-    shaped = [_word(w, plain) for w in words]
+    shaped = [_word(w, ask) for w in words]
     return {
         "speaker": shaped[0]["speaker"],
+        **({"channel": shaped[0]["channel"]} if ask.multichannel else {}),
         "text": " ".join(w["text"] for w in shaped),
         "start": shaped[0]["start"],
         "end": shaped[-1]["end"],
