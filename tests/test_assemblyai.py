@@ -87,9 +87,10 @@ async def test_each_turn_grows_then_ends_with_its_own_words(start, turns):  # no
 
 async def test_force_endpoint_and_refusals(start, turns):  # noqa: F811
     """ForceEndpoint ends the open turn at once; a wrong key is refused at the
-    handshake with 401; a missing sample rate, an encoding not served, or speakers asked
-    of a server without diarization with 400; UpdateConfiguration with keyterms_prompt is
-    taken, a bad message gets an Error and the session goes on."""
+    handshake with 401; a missing sample rate, an encoding not served, speakers asked
+    of a server without diarization, or turn settings out of range with 400;
+    UpdateConfiguration with keyterms_prompt and turn settings is taken, one with a bad
+    setting and a bad message each get an Error, and the session goes on."""
     audio, truth = turns
     _, server = await start(token=KEY)
     cut = round((truth[0].end - 0.2) * 16000)  # mid-sentence: only the force ends it
@@ -102,6 +103,12 @@ async def test_force_endpoint_and_refusals(start, turns):  # noqa: F811
         (base, {"Authorization": KEY}, 400),
         (f"{base}?sample_rate=16000&encoding=opus", {"Authorization": KEY}, 400),
         (f"{base}?sample_rate=16000&speaker_labels=true", {"Authorization": KEY}, 400),
+        (
+            f"{base}?sample_rate=16000&end_of_turn_confidence_threshold=2",
+            {"Authorization": KEY},
+            400,
+        ),
+        (f"{base}?sample_rate=16000&max_turn_silence=1.5", {"Authorization": KEY}, 400),
     ):
         try:
             async with connect(url, additional_headers=headers):
@@ -112,8 +119,15 @@ async def test_force_endpoint_and_refusals(start, turns):  # noqa: F811
         f"{base}?sample_rate=16000", additional_headers={"Authorization": KEY}
     ) as ws:
         assert json.loads(await ws.recv())["type"] == "Begin"
-        update = {"type": "UpdateConfiguration", "keyterms_prompt": ["Okonkwo"]}
+        update = {
+            "type": "UpdateConfiguration",
+            "keyterms_prompt": ["Okonkwo"],
+            "end_of_turn_confidence_threshold": 0.6,
+            "max_turn_silence": 2000,
+        }
         await ws.send(json.dumps(update))
+        await ws.send(json.dumps({"type": "UpdateConfiguration", "max_turn_silence": -1}))
+        assert "max_turn_silence" in json.loads(await ws.recv())["error"]
         await ws.send(json.dumps({"type": "Nonsense"}))
         assert json.loads(await ws.recv())["type"] == "Error"
         await ws.send(json.dumps({"type": "Terminate"}))

@@ -7,6 +7,7 @@ import asyncio
 import base64
 
 import aiohttp
+import numpy as np
 import pytest
 from livekit import rtc
 from livekit.agents import stt as agents_stt
@@ -18,6 +19,7 @@ from audio_fixtures import DIALOGUE_LINES, PLAIN_VOICES, conversation, dialogue,
 from conftest import pcm16
 from test_assemblyai import aai_session
 from test_compat import at_24k, deepgram_session
+from test_flux import flux_session
 
 MAX_WER = 0.10
 
@@ -263,3 +265,33 @@ async def test_assemblyai_sdk_speaker_revisions_and_max_speakers(diarized_server
     assert type(capped[-1]).__name__ == "TerminationEvent"
     shown = {w.speaker for turn in _turns_as_revised(capped).values() for w in turn}
     assert shown == {"A", "B"}
+
+
+async def test_a_turn_paused_mid_sentence_goes_on_after_the_pause(diarized_server):
+    """A caller breaks off at "… a flight to", pauses 1.2 s, then says where, in real time:
+    on Flux (deepgram-sdk, default eot_threshold) and AssemblyAI (its own client, default
+    end_of_turn_confidence_threshold) the turn does not end at the pause, whose text
+    reads unfinished (Updates and Turns say how finished, under the threshold), but once
+    the sentence is done: one turn, holding both halves. Before, each wire ended a turn
+    at the pause (bench/turns.py). Broken off for good, the turn ends after the longest
+    quiet (Flux's eot_timeout_ms: trigger timeout)."""
+    halves = [("en-us", "I would like to book a flight to"), ("en-us", "Paris on Friday morning.")]
+    audio, _ = conversation(halves, gap_s=1.2, trim=True)
+    broken_off, _ = conversation(halves[:1], lead_s=0.5, trim=True)
+    broken_off = np.concatenate([broken_off, np.zeros(16000 * 2, dtype=np.float32)])
+    flux, assembly, left = await asyncio.gather(
+        flux_session(diarized_server.port, audio, pace_s=0.1),
+        aai_session(diarized_server.port, audio, pace_s=0.1),
+        flux_session(diarized_server.port, broken_off, pace_s=0.1, eot_timeout_ms="800"),
+    )
+    ends = [m for m in flux if m.type == "TurnInfo" and m.event == "EndOfTurn"]
+    assert len(ends) == 1 and "flight" in ends[0].transcript and "Paris" in ends[0].transcript
+    assert ends[0].trigger == "model", ends
+    paused = [m for m in flux if m.type == "TurnInfo" and m.event == "Update" and m.transcript]
+    assert any(m.end_of_turn_confidence < 0.7 for m in paused)
+    turns = [e for e in assembly if type(e).__name__ == "TurnEvent"]
+    ended = [t for t in turns if t.end_of_turn and t.transcript]
+    assert len(ended) == 1 and "flight" in ended[0].transcript and "paris" in ended[0].transcript
+    assert any(t.end_of_turn_confidence < 0.4 for t in turns if t.transcript and not t.end_of_turn)
+    (end,) = [m for m in left if m.type == "TurnInfo" and m.event == "EndOfTurn"]
+    assert end.trigger == "timeout" and "flight" in end.transcript

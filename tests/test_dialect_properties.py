@@ -266,6 +266,8 @@ def test_any_messages_get_documented_answers(port, wire):
                 "speaker_labels",
                 "keyterms_prompt",
                 "min_turn_silence",
+                "end_of_turn_confidence_threshold",
+                "max_turn_silence",
                 "speech_model",
                 "diarization",
                 "partials",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from websockets.datastructures import Headers
 from websockets.http11 import Response
@@ -42,21 +42,22 @@ from parley.protocol.stream_config import bool_param
 from parley.sessions.marks import Mark, Reply
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
+from parley.transport.assemblyai_turns import LONGEST_QUIET, TurnOptions
 from parley.transport.deepgram_query import bare
 from parley.transport.dialect import KeyOffered, Opened, Setup, control_of, turn_detection
 from parley.transport.http import json_response, refusal_status
 from parley.transport.native import bearer_or_token
 from parley.transport.speaker_revision import RevisedTurns, most_heard
-from parley.transport.turn_state import FORCED, Turn, end_turn_now, turn_ends
+from parley.transport.turn_state import (
+    FORCED,
+    QuietLimit,
+    Turn,
+    end_turn_now,
+    reads_unfinished,
+    turn_ends,
+)
 
 ENCODINGS = {"pcm_s16le": "pcm_s16le", "pcm_mulaw": "mulaw"}
-
-
-@dataclass(frozen=True)
-class TurnOptions:
-    """What a /v3/ws connection asked for beyond the stream's config."""
-
-    format_turns: bool = False
 
 
 def keyterms_prompt(raw: object) -> tuple[str, ...]:
@@ -125,7 +126,7 @@ class AssemblyAIDialect(KeyOffered):
             if not (silence.isascii() and silence.isdigit()):  # '¹' is a digit to isdigit
                 raise ProtocolError(ErrorCode.BAD_CONFIG, "min_turn_silence is whole ms")
             vad = turn_detection(self._vad, int(silence))
-        options = TurnOptions(bool_param(params, "format_turns", False))
+        options = TurnOptions(bool_param(params, "format_turns", False)).updated(params)
         return Setup(config, vad, None, options=options)
 
     def refusal(self, error: Error) -> Response:
@@ -158,6 +159,8 @@ class AssemblyAITranslator:
         self._revised = RevisedTurns()
         self._partial_span = (0.0, 0.0)
         self._started = time.monotonic()
+        self._options = opened.setup.options
+        self._quiet = QuietLimit(LONGEST_QUIET)
 
     @property
     def stream(self) -> Session:
@@ -171,6 +174,9 @@ class AssemblyAITranslator:
     async def receive(self, message: str | bytes) -> bool:
         if isinstance(message, bytes):
             await self._stream.feed(message)
+            # a turn whose text read unfinished at its pause ends after the longest quiet
+            limit_s = self._options.max_turn_silence_ms / 1000
+            await self._quiet.check(self._stream, self._turn, limit_s)
             return False
         kind, data = control_of(message)
         if kind == "Terminate":
@@ -179,9 +185,11 @@ class AssemblyAITranslator:
             await end_turn_now(self._stream)
             return False
         if kind == "UpdateConfiguration":
+            options = self._options.updated(data)
             if data.get("keyterms_prompt") is not None:
                 terms = keyterms_prompt(data["keyterms_prompt"])
                 self._stream.reconfigure(replace(self._stream.config, keyterms=terms))
+            self._options = options
             return False
         if kind == "KeepAlive":
             return False
@@ -236,11 +244,13 @@ class AssemblyAITranslator:
             if message.text.strip() and self._opened.setup.config.diarization:
                 self._revised.heard(turn.index, message)
             utterance = message.text.strip()
-            if turn_ends(message, self._stream):
+            threshold = self._options.end_of_turn_confidence_threshold
+            if turn_ends(message, self._stream) and not reads_unfinished(turn, message, threshold):
                 return self._end(utterance)
             return [self._turn_message(utterance=utterance)]
         if isinstance(message, Mark) and isinstance(message.payload, Reply):
-            return self._end("") if message.payload.kind == FORCED and turn.open else []
+            ends = message.payload.kind in (FORCED, LONGEST_QUIET)
+            return self._end("") if ends and turn.open else []
         if isinstance(message, SessionEnded):
             return [
                 {
@@ -290,7 +300,8 @@ class AssemblyAITranslator:
             "turn_is_formatted": formatted,
             "end_of_turn": end,
             "transcript": transcript,
-            "end_of_turn_confidence": 1.0 if end else 0.0,
+            # how finished the turn's text reads so far; an end, once declared, is sure
+            "end_of_turn_confidence": 1.0 if end else turn.completion() if transcript else 0.0,
             "words": words,
             "utterance": utterance,
         }

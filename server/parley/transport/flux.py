@@ -39,7 +39,14 @@ from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_handshake import DeepgramHandshake
 from parley.transport.deepgram_query import listen_config
 from parley.transport.dialect import Opened, Setup, control_of, every
-from parley.transport.turn_state import FORCED, Turn, end_turn_now, turn_ends
+from parley.transport.turn_state import (
+    FORCED,
+    QuietLimit,
+    Turn,
+    end_turn_now,
+    reads_unfinished,
+    turn_ends,
+)
 
 # Flux's own bounds on its turn settings (its End-of-Turn Configuration page).
 EOT_THRESHOLD = (0.5, 1.0, 0.7)  # least, most, default
@@ -134,7 +141,7 @@ class FluxTranslator:
         self._turn = Turn()
         self._detects = opened.setup.config.language is None  # flux-general-multi
         self._eager: str | None = None  # the transcript an EagerEndOfTurn gave
-        self._timeout_marked: float | None = None
+        self._quiet = QuietLimit(TIMEOUT)
         self._ticked_at = 0.0  # stream time of the last TICK queued
         self._told_at = 0.0  # audio_window_end of the last TurnInfo sent
 
@@ -201,17 +208,9 @@ class FluxTranslator:
         }
 
     async def _maybe_timeout(self) -> None:
-        """Once a turn that only the client may end has been quiet eot_timeout_ms, queue
-        its end (it goes out after every final before it)."""
-        quiet = self._stream.quiet_since
-        if (
-            self._turn.open
-            and quiet is not None
-            and quiet != self._timeout_marked
-            and self._stream.stream_time - quiet >= self._settings.eot_timeout_ms / 1000
-        ):
-            self._timeout_marked = quiet
-            await self._stream.mark(Reply(TIMEOUT, {}))
+        """Once an open turn (one only the client may end, or one whose text read
+        unfinished at its pause) has been quiet eot_timeout_ms, queue its end."""
+        await self._quiet.check(self._stream, self._turn, self._settings.eot_timeout_ms / 1000)
 
     async def _maybe_tick(self) -> None:
         """While a turn is open (as the client has been told), queue a TICK for each
@@ -263,17 +262,22 @@ class FluxTranslator:
         return [self._turn_info("Update", at)]
 
     def _eager_due(self, reason: FinalReason) -> bool:
+        eager = self._settings.eager_eot_threshold
         return (
             self._turn.open
-            and self._settings.eager_eot_threshold is not None
+            and eager is not None
             and self._settings.eot_threshold < 1.0
             and reason in ENDS_A_TURN
             and bool(self._turn.transcript())
+            and self._turn.completion() >= eager
         )
 
     def _final(self, final: Final) -> list[dict]:
         self._turn.heard(final)
-        if turn_ends(final, self._stream, silence_ends=self._settings.eot_threshold < 1.0):
+        threshold = self._settings.eot_threshold
+        if turn_ends(final, self._stream, silence_ends=threshold < 1.0) and not reads_unfinished(
+            self._turn, final, threshold
+        ):
             return self._end(final.end, "model")
         if self._eager is not None:  # the eager end taken back: they spoke again
             self._eager = None
@@ -299,7 +303,14 @@ class FluxTranslator:
     def _turn_info(self, event: str, at: float) -> dict:
         turn = self._turn
         self._told_at = max(at, turn.start)
-        confidence = {"EagerEndOfTurn": self._settings.eager_eot_threshold, "EndOfTurn": 1.0}
+        # how finished the turn's text reads so far (an eager end's is at least its
+        # threshold); an end, once declared, is sure
+        if event == "EndOfTurn":
+            confidence = 1.0
+        elif event == "StartOfTurn" or not turn.transcript():
+            confidence = 0.0
+        else:
+            confidence = turn.completion()
         return {
             "type": "TurnInfo",
             "event": event,
@@ -321,7 +332,7 @@ class FluxTranslator:
                 {"word": word, "confidence": turn.partial_confidence}
                 for word in turn.partial.split()
             ],
-            "end_of_turn_confidence": confidence.get(event) or 0.0,
+            "end_of_turn_confidence": confidence,
             # flux-general-multi's: the turn's languages, most heard first
             **(
                 {"languages": [lang for lang, _ in turn.languages.most_common()]}

@@ -3,9 +3,11 @@ Flux's /v2/listen, AssemblyAI's /v3/ws).
 
 A turn starts at the first speech after the last one ended and gathers its segments'
 finals; the open segment's latest partial is its tail. When it ends is each wire's
-rule, but both share one sign: a final cut by silence finds speech begun again when
+rule, but both share two signs. A final cut by silence finds speech begun again when
 it is decoded (the next segment's messages wait behind it, in stream order), so the
-speaker went on after a pause shorter than the decode, and the turn goes on too.
+speaker went on after a pause shorter than the decode, and the turn goes on too. And a
+turn whose text reads unfinished at a pause ("a flight to …", ``core.turn_completion``)
+goes on too, until more speech or the wire's longest quiet (``QuietLimit``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from parley.core.turn_completion import completion
 from parley.protocol.messages import Final, FinalReason, Partial, Word
 from parley.sessions.marks import Reply
 from parley.sessions.session import Session
@@ -55,6 +58,12 @@ class Turn:
         """What the turn has said so far: its finals, then the partial."""
         return " ".join([*self.texts, self.partial] if self.partial else self.texts)
 
+    def completion(self) -> float:
+        """How finished its text reads (``core.turn_completion``), by English's word
+        rules too where most of its words were heard in English, or in no language."""
+        heard = self.languages.most_common(1)
+        return completion(self.transcript(), english=not heard or heard[0][0] == "en")
+
     def finish(self) -> None:
         """The turn ended: the next one starts empty, numbered one more."""
         self.index += 1
@@ -72,6 +81,34 @@ def turn_ends(final: Final, stream: Session, silence_ends: bool = True) -> bool:
         return True
     speech_open = stream.quiet_since is None
     return silence_ends and final.reason is FinalReason.SILENCE and not speech_open
+
+
+def reads_unfinished(turn: Turn, final: Final, threshold: float) -> bool:
+    """Whether a pause that cut ``final`` (heard by ``turn``) is mid-sentence: the turn's
+    text reads less finished than ``threshold``, so it waits for more speech, or for the
+    wire's longest quiet."""
+    return final.reason is FinalReason.SILENCE and turn.completion() < threshold
+
+
+@dataclass
+class QuietLimit:
+    """Ends an open turn once it has been quiet for a wire's longest wait: a Reply of
+    ``kind`` is queued (once for each stretch of quiet), which goes out after every
+    final before it. Checked as audio comes in."""
+
+    kind: str
+    _marked: float | None = None  # the stream time the quiet marked began
+
+    async def check(self, stream: Session, turn: Turn, limit_s: float) -> None:
+        quiet = stream.quiet_since
+        if (
+            turn.open
+            and quiet is not None
+            and quiet != self._marked
+            and stream.stream_time - quiet >= limit_s
+        ):
+            self._marked = quiet
+            await stream.mark(Reply(self.kind, {}))
 
 
 async def end_turn_now(stream: Session) -> None:
