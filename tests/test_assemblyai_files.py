@@ -128,6 +128,31 @@ async def test_the_sdks_multichannel_transcript_names_each_words_channel(start, 
         assert {u.channel for u in got.utterances} == {"1", "2"}
 
 
+async def test_the_sdks_transcriber_takes_the_part_of_the_file_asked_for(
+    start, talk, talk_wav, tmp_path
+):
+    """audio_start_from and audio_end_at (ms): only the part between them is transcribed,
+    timed in the whole file: the words of a file holding just that part (the second
+    sentence), each later by the part's start. A part that begins past the end ends the
+    job with an error; an end before the start is 400."""
+    audio, truth = talk
+    _, server = await start(token=KEY)
+    start_ms, end_ms = round((truth[1].start - 0.4) * 1000), round((truth[1].end + 0.4) * 1000)
+    alone = write_wav(tmp_path / "part.wav", audio[start_ms * 16 : end_ms * 16])
+    want = await asyncio.to_thread(transcriber(server.port).transcribe, str(alone))
+    config = aai.TranscriptionConfig(audio_start_from=start_ms, audio_end_at=end_ms)
+    part = await asyncio.to_thread(transcriber(server.port).transcribe, str(talk_wav), config)
+    assert part.status == aai.TranscriptStatus.completed, part.error
+    assert want.words and [(w.text, w.start, w.end) for w in part.words] == [
+        (w.text, w.start + start_ms, w.end + start_ms) for w in want.words
+    ]
+    past = aai.TranscriptionConfig(audio_start_from=3_600_000)
+    late = await asyncio.to_thread(transcriber(server.port).transcribe, str(talk_wav), past)
+    assert late.status == aai.TranscriptStatus.error and "past the recording" in late.error
+    with pytest.raises(UploadError):
+        TranscriptAsk.of({"audio_url": UPLOAD, "audio_start_from": 5000, "audio_end_at": 5000})
+
+
 async def test_transcripts_wait_for_a_slot_and_can_be_deleted(start, talk_wav):
     """With one job slot, three transcripts asked at once all complete (queued, not
     refused); a finished one can be deleted, and is gone."""
@@ -222,6 +247,8 @@ def test_a_request_becomes_the_recordings_request():
         {"audio_url": UPLOAD, "speakers_expected": 0},
         {"audio_url": UPLOAD, "language_code": "english!"},
         {"audio_url": UPLOAD, "custom_spelling": [{"from": "a", "to": "b"}]},
+        {"audio_url": UPLOAD, "audio_start_from": -1},
+        {"audio_url": UPLOAD, "audio_end_at": 1.5},
         {"audio_url": UPLOAD, "language_detection": True, "language_detection_options": ["en"]},
         {
             "audio_url": UPLOAD,

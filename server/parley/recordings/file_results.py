@@ -4,7 +4,7 @@ and words, and what the scheduler chose for it (pure: no threads, no I/O)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -100,6 +100,47 @@ class FileTranscript:
     @property
     def words(self) -> list[Word]:
         return [w for f in self.finals for w in f.words]
+
+
+@dataclass(frozen=True)
+class Span:
+    """The part of a recording a caller asks for (AssemblyAI's ``audio_start_from`` and
+    ``audio_end_at``), in seconds; ``end_s`` None: to its end."""
+
+    start_s: float = 0.0
+    end_s: float | None = None
+
+    def of(self, audio: np.ndarray) -> np.ndarray:
+        """That part of ``audio`` (samples last), a view: no copy."""
+        end = None if self.end_s is None else round(self.end_s * SAMPLE_RATE)
+        return audio[..., round(self.start_s * SAMPLE_RATE) : end]
+
+
+WHOLE = Span()  # the whole recording
+
+
+def shifted(result: FileTranscript, offset_s: float) -> FileTranscript:
+    """``result`` of a recording's part beginning ``offset_s`` into it, timed in the whole
+    recording: every final, word and decode's window later by that much, and the duration
+    the part's end."""
+    if offset_s == 0:
+        return result
+
+    def later(word: Word) -> Word:
+        return replace(word, start=word.start + offset_s, end=word.end + offset_s)
+
+    finals = tuple(
+        replace(
+            f,
+            start=f.start + offset_s,
+            end=f.end + offset_s,
+            words=[later(w) for w in f.words],
+        )
+        for f in result.finals
+    )
+    frames = round(offset_s * 100)
+    signs = {k: replace(s, seek=s.seek + frames) for k, s in result.signs.items()}
+    return replace(result, duration=result.duration + offset_s, finals=finals, signs=signs)
 
 
 def segment_recording(

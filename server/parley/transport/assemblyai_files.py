@@ -130,7 +130,7 @@ class AssemblyFileRoutes:
                 await door.jobs.next_end()
             job.status = Status.PROCESSING
             heard = await door.transcribe_channels(
-                job.upload.path, ask.job, job.key, apart=ask.multichannel
+                job.upload.path, ask.job, job.key, apart=ask.multichannel, span=ask.span
             )
             channels = len(heard)
             result = channel_labelled(heard, ask.job.diarize) if ask.multichannel else heard[0]

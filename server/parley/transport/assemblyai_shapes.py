@@ -24,7 +24,7 @@ from parley.core.keyterms import check_keyterms
 from parley.core.replacements import check_replacements
 from parley.core.speaker_count import SpeakerCount
 from parley.protocol.messages import Word
-from parley.recordings.file_results import FileTranscript
+from parley.recordings.file_results import WHOLE, FileTranscript, Span
 from parley.recordings.files import FileRequest
 from parley.transport.assemblyai import speaker_letter
 from parley.transport.assemblyai_channels import channel_of
@@ -61,6 +61,8 @@ ECHOED = (
     "disfluencies",
     "multichannel",
     "dual_channel",
+    "audio_start_from",
+    "audio_end_at",
     "webhook_url",
 )
 
@@ -95,6 +97,15 @@ def _whole(value: object, name: str) -> int | None:
     return value
 
 
+def _milliseconds(body: Mapping[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31:
+        raise _bad(f"{name} must be a whole number of milliseconds, at least 0", name)
+    return value
+
+
 def caption_style(chars_per_caption: str | None) -> CaptionStyle:
     """The subtitles' cues: as Parley writes them (two lines of 42), or one line of at most
     ``chars_per_caption`` (AssemblyAI's query on ``…/srt`` and ``…/vtt``)."""
@@ -116,6 +127,7 @@ class TranscriptAsk:
     webhook_url: str | None
     echo: dict[str, Any]
     multichannel: bool = False  # each channel a recording of its own
+    span: Span = WHOLE  # the part of the recording to transcribe
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> TranscriptAsk:
@@ -129,6 +141,11 @@ class TranscriptAsk:
                 "audio_url",
             )
         multichannel = _flag(body, "multichannel") or _flag(body, "dual_channel")
+        start_ms = _milliseconds(body, "audio_start_from") or 0
+        end_ms = _milliseconds(body, "audio_end_at")
+        if end_ms is not None and end_ms <= start_ms:
+            raise _bad("audio_end_at must come after audio_start_from", "audio_end_at")
+        span = Span(start_ms / 1000, None if end_ms is None else end_ms / 1000)
         options, detection = (body.get(n) or {} for n in ("speaker_options", SPOKEN_AMONG))
         for name, value in (("speaker_options", options), (SPOKEN_AMONG, detection)):
             if not isinstance(value, Mapping):
@@ -189,7 +206,7 @@ class TranscriptAsk:
         plain = not (_flag(body, "punctuate", True) and _flag(body, "format_text", True))
         echo = {name: body.get(name) for name in ECHOED}
         echo["language_code"] = body.get("language_code") or (job.language and "en_us")
-        return cls(found.group(1), job, plain, webhook_url, echo, multichannel)
+        return cls(found.group(1), job, plain, webhook_url, echo, multichannel, span)
 
 
 def _language(body: Mapping[str, Any]) -> str | None:

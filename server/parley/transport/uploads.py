@@ -22,7 +22,8 @@ from starlette.requests import Request
 from websockets.datastructures import Headers
 
 from parley.core.asr import Decoding
-from parley.recordings.file_results import FileTranscript
+from parley.core.audio import SAMPLE_RATE
+from parley.recordings.file_results import WHOLE, FileTranscript, Span, shifted
 from parley.recordings.files import Busy, Draining, FileJobs, FileRequest
 from parley.recordings.media import (
     AudioTooLong,
@@ -155,9 +156,11 @@ class FileDoor:
         on_text: Callable[[str], None] | None = None,
         apart: bool = True,
         raw: RawAudio | None = None,
+        span: Span = WHOLE,
     ) -> list[FileTranscript]:
         """As ``transcribe``, each channel of the file a recording of its own (``apart``),
-        one after the other in the one job; ``raw``: what a headerless body is."""
+        one after the other in the one job; ``raw``: what a headerless body is; ``span``:
+        the part of it to transcribe (timed in the whole file)."""
         outcome = "done"
         try:
             self.check_request(request)
@@ -167,7 +170,7 @@ class FileDoor:
                     self._per_key[key] += 1
                     self.metrics.files_running.inc()
                     try:
-                        return await self._run(path, request, on_text, apart, raw)
+                        return await self._run(path, request, on_text, apart, raw, span)
                     except asyncio.CancelledError:
                         task = asyncio.current_task()
                         if not self.jobs.draining or task is None:
@@ -216,6 +219,7 @@ class FileDoor:
         on_text: Callable[[str], None] | None,
         apart: bool,
         raw: RawAudio | None,
+        span: Span,
     ) -> list[FileTranscript]:
         limit = self.jobs.limits.max_seconds
         try:
@@ -230,7 +234,17 @@ class FileDoor:
             raise UploadError(UploadCode.TOO_LONG, str(exc), param="file") from None
         except TooManyChannels as exc:
             raise UploadError(UploadCode.BAD_REQUEST, str(exc), param="multichannel") from None
-        return [await self._transcribed(audio, request, on_text) for audio in channels]
+        heard = len(channels[0]) / SAMPLE_RATE if len(channels) else 0.0
+        if span.start_s >= heard:
+            raise UploadError(
+                UploadCode.BAD_REQUEST,
+                f"the part asked for begins at {span.start_s:g} s, past the recording's "
+                f"end ({heard:.3f} s)",
+            )
+        return [
+            shifted(await self._transcribed(span.of(audio), request, on_text), span.start_s)
+            for audio in channels
+        ]
 
     async def _transcribed(
         self, audio: np.ndarray, request: FileRequest, on_text: Callable[[str], None] | None
