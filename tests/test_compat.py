@@ -19,6 +19,8 @@ from websockets.exceptions import InvalidStatus
 
 from audio_fixtures import conversation
 from conftest import heard_between, pcm16, refused
+from parley.protocol.messages import Final, FinalReason, Word
+from parley.transport.deepgram import with_speakers
 from test_webhooks import SECRET, Receiver
 
 KEY = "s3cret"
@@ -636,3 +638,16 @@ def test_endpointing_becomes_the_vads_turn_silence_in_whole_frames():
     long = endpointing_vad({"endpointing": "1000"}, base)
     assert long.min_silence_ms % base.frame_ms == 0 and 990 <= long.min_silence_ms <= 1000
     assert long.speech_pad_ms <= long.min_silence_ms
+
+
+def test_every_word_of_a_diarized_deepgram_result_has_a_speaker():
+    """A word no speaker window heard yet (a short turn under load: the LiveKit plugin
+    then showed a speaker_id None) takes its final's speaker, else the channel's last;
+    Deepgram cannot revise a result, so nothing later would have told it. Without any
+    speaker known (diarization off), the words stay as they are."""
+    words = [Word("Of", 1.0, 1.2, 0.9, None), Word("course.", 1.2, 1.6, 0.9, "S2")]
+    final = Final(3, 1.0, 1.6, "Of course.", FinalReason.SILENCE, words, "S2")
+    assert [w.speaker for w in with_speakers(final, "S1")] == ["S2", "S2"]
+    unheard = Final(4, 2.0, 2.4, "Yes.", FinalReason.SILENCE, [Word("Yes.", 2.0, 2.4, 0.9)])
+    assert [w.speaker for w in with_speakers(unheard, "S1")] == ["S1"]
+    assert [w.speaker for w in with_speakers(unheard, None)] == [None]

@@ -87,6 +87,17 @@ def _search_words(start: float, end: float, text: str, words: list[Word]) -> lis
     return [SearchWord(t, start + k * step, start + (k + 1) * step) for k, t in enumerate(texts)]
 
 
+def with_speakers(final: Final, last: str | None) -> list[Word]:
+    """``final``'s words, each with a speaker where any is known. Deepgram gives every word
+    of a diarized result one, and cannot revise a result as Parley's ``speaker_update``
+    does: a word no speaker window has heard yet (a short turn, under load) takes its
+    final's speaker, else ``last``, the one this channel's last word had."""
+    fallback = final.speaker or last
+    if fallback is None:
+        return list(final.words)
+    return [w if w.speaker is not None else replace(w, speaker=fallback) for w in final.words]
+
+
 def _error_message(error: Error) -> dict:
     variant = "SchemaError" if error.code is ErrorCode.BAD_MESSAGE else error.code.value
     return {"type": "Error", "variant": variant, "description": error.message}
@@ -115,6 +126,7 @@ class DeepgramTranslator:
         # By channel: the quiet an UtteranceEnd was queued for; the last word since one.
         self._quiet_marked: dict[int, float] = {}
         self._last_word_end: dict[int, float] = {}
+        self._last_speaker: dict[int, str] = {}  # by channel: the last word's speaker sent
 
     def opening(self) -> list[str]:
         return []  # Deepgram says nothing until there are results
@@ -167,14 +179,17 @@ class DeepgramTranslator:
         channel = self._channels.of(getattr(message, "segment_id", None))
         index = [channel, self._channels.count]  # channel_index: channel i of n
         if isinstance(message, Final):
-            if message.words:
-                self._last_word_end[channel] = message.words[-1].end
+            words = with_speakers(message, self._last_speaker.get(channel))
+            if words:
+                self._last_word_end[channel] = words[-1].end
+                if words[-1].speaker is not None:
+                    self._last_speaker[channel] = words[-1].speaker
             return [
                 self._results(
                     message.start,
                     message.end,
                     message.text,
-                    message.words,
+                    words,
                     is_final=True,
                     reason=message.reason,
                     language=message.language,
