@@ -5,15 +5,17 @@ voices: **paused**, broken off at a word the sentence goes on from ("I would lik
 book a flight to" … "Paris on Friday morning."), with ``--pause`` seconds of silence
 between the halves; and **whole**, the same sentence said at once. Each is one stream,
 in real time (100 ms messages paced by the clock, ``--concurrent`` at once), on Deepgram
-Flux's /v2/listen and AssemblyAI's /v3/ws with their default turn settings, against a
+Flux's /v2/listen and AssemblyAI's /v3/ws with their default turn settings, and OpenAI's
+realtime transcription with ``semantic_vad`` (eagerness ``auto``), against a
 `parley serve` (tiny.en) of the working tree and, with ``--before PATH``, one whose
 Python package is imported from PATH (a checkout's ``server`` folder) in the same run.
 
 Reports per wire and server: **cut** (the paused requests whose turn ended at the pause:
-two turns or more with words), **held whole** (whole requests whose turn did not end by
-its pause after the last word but by the wire's longest quiet), and the end-of-turn
-latency (wall time from sending the audio at the last word's end to receiving the end of
-the turn) median and p90, for whole and for paused requests.
+two turns or more with words, or OpenAI items), **held whole** (whole requests whose
+turn did not end by its pause after the last word but by the wire's longest quiet), and
+the end-of-turn latency (wall time from sending the audio at the last word's end to
+receiving the end of the turn, or OpenAI's completed transcript) median and p90, for
+whole and for paused requests.
 Usage: python bench/turns.py [--before /tmp/before/server] [--pause 1.0]
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import time
 from dataclasses import dataclass
@@ -54,7 +57,21 @@ REQUESTS = [
 WIRES = {
     "flux": "/v2/listen?model=flux-general-en&encoding=linear16&sample_rate=16000",
     "assemblyai": "/v3/ws?encoding=pcm_s16le&sample_rate=16000",
+    "openai": "/v1/realtime?intent=transcription",
 }
+OPENAI_SESSION = {
+    "type": "session.update",
+    "session": {
+        "type": "transcription",
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": 16000},
+                "turn_detection": {"type": "semantic_vad"},
+            }
+        },
+    },
+}
+LONGEST_WAIT_S = {"flux": 5.0, "assemblyai": 1.28, "openai": 4.0}  # each default's
 CHUNK_S = 0.1
 TAIL_S = 7.0  # quiet after the last word: past Flux's longest wait (5 s)
 
@@ -88,23 +105,37 @@ async def stream_turns(url: str, wire: str, said: Said) -> list[tuple[float, str
     sent_at: list[float] = []
     ends: list[tuple[float, str, str]] = []
     async with websockets.connect(url, max_size=None) as ws:
+        if wire == "openai":
+            await ws.send(json.dumps(OPENAI_SESSION))
 
         async def send() -> None:
             began = time.monotonic()
             for k, i in enumerate(range(0, len(pcm), step)):
                 await asyncio.sleep(max(0.0, began + k * CHUNK_S - time.monotonic()))
-                await ws.send(pcm[i : i + step])
+                chunk = pcm[i : i + step]
+                if wire == "openai":
+                    audio = base64.b64encode(chunk).decode()
+                    await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+                else:
+                    await ws.send(chunk)
                 sent_at.append(time.monotonic())
-            await ws.send(json.dumps({"type": "CloseStream" if wire == "flux" else "Terminate"}))
+            ending = {"flux": "CloseStream", "assemblyai": "Terminate"}
+            # OpenAI's: a commit, answered with an error once every item was committed
+            await ws.send(json.dumps({"type": ending.get(wire, "input_audio_buffer.commit")}))
 
         async def receive() -> None:
             async for raw in ws:
                 m = json.loads(raw)
+                kind = m.get("type")
                 if wire == "flux" and m.get("event") == "EndOfTurn":
                     ends.append((time.monotonic(), m["transcript"], m.get("trigger", "")))
-                elif wire == "assemblyai" and m.get("type") == "Turn" and m.get("end_of_turn"):
+                elif wire == "assemblyai" and kind == "Turn" and m.get("end_of_turn"):
                     if not m.get("turn_is_formatted"):
                         ends.append((time.monotonic(), m["transcript"], ""))
+                elif kind == "conversation.item.input_audio_transcription.completed":
+                    ends.append((time.monotonic(), m["transcript"], ""))
+                elif wire == "openai" and kind == "error" and len(sent_at) * step >= len(pcm):
+                    return
 
         await asyncio.gather(send(), receive())
     spoken = sent_at_end(sent_at, said.speech_end)
@@ -160,7 +191,7 @@ def main() -> None:
         try:
             for wire in WIRES:
                 outcomes = asyncio.run(run(server.base, wire, said, args.concurrent))
-                longest = 5.0 if wire == "flux" else 1.28
+                longest = LONGEST_WAIT_S[wire]
                 rows.append({"server": name, "wire": wire, **summary(outcomes, longest)})
                 details.append({"server": name, "wire": wire, "outcomes": outcomes})
                 print_table(rows[-1:], list(rows[-1]))

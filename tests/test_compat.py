@@ -294,10 +294,12 @@ def at_24k(audio):
     return soxr.resample(audio, 16000, 24000)
 
 
-async def realtime_events(port: int, audio, session: dict, then=(), key: str = KEY) -> list:
+async def realtime_events(
+    port: int, audio, session: dict, then=(), key: str = KEY, pace_s: float = 0.0
+) -> list:
     """A transcription session through the openai SDK: update the session, append
-    ``audio`` (at 24 kHz, 100 ms events), then send ``then``; events until the first
-    error (its end marker), as dicts."""
+    ``audio`` (at 24 kHz, 100 ms events, ``pace_s`` apart), then send ``then``; events
+    until the first error (its end marker), as dicts."""
     client = AsyncOpenAI(api_key=key, base_url=f"http://127.0.0.1:{port}/v1")
     events = []
     async with client.realtime.connect(extra_query={"intent": "transcription"}) as rt:
@@ -305,6 +307,7 @@ async def realtime_events(port: int, audio, session: dict, then=(), key: str = K
         data = pcm16(at_24k(audio))
         for i in range(0, len(data), 4800):
             await rt.input_audio_buffer.append(audio=base64.b64encode(data[i : i + 4800]).decode())
+            await asyncio.sleep(pace_s)
         for event in then:
             await rt.send(event)
         while not events or events[-1]["type"] != "error":
@@ -360,6 +363,33 @@ async def test_openai_server_vad_makes_an_item_per_turn(start, turns):
             audio, started["audio_start_ms"] / 1000, stopped["audio_end_ms"] / 1000
         )
         assert delta["delta"] == completed["transcript"] == heard
+
+
+async def test_openai_semantic_vad_commits_an_item_once_its_text_reads_finished(start, turns):
+    """semantic_vad: the session says so, with its eagerness (auto unless given); an item
+    whose text gives no sign of going on (the fake's, unpunctuated) is committed when its
+    final is read, so each turn is still an item, its events in server VAD's order (a real
+    voice broken off mid-sentence: test_compat_sdks); an eagerness OpenAI has not is
+    bad_config."""
+    audio, truth = turns
+    _, server = await start(token=KEY)
+    semantic = {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}
+    events = await realtime_events(
+        server.port, audio, semantic, then=[{"type": "input_audio_buffer.commit"}]
+    )
+    told = events[1]["session"]["audio"]["input"]["turn_detection"]
+    assert told == {"type": "semantic_vad", "eagerness": "auto"}
+    per_item = [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.delta",
+        "conversation.item.input_audio_transcription.completed",
+    ]
+    assert [e["type"] for e in events[2:]] == [*per_item * len(truth), "error"]
+    eager = {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "x"}}}}
+    refused = await realtime_events(server.port, audio[:1600], eager)
+    assert refused[-1]["error"]["code"] == "bad_config"
 
 
 async def test_openai_completed_items_carry_logprobs_when_included(start, turns):

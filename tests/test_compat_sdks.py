@@ -18,7 +18,7 @@ from openai import AsyncOpenAI
 from audio_fixtures import DIALOGUE_LINES, PLAIN_VOICES, conversation, dialogue, wer
 from conftest import pcm16
 from test_assemblyai import aai_session
-from test_compat import at_24k, deepgram_session
+from test_compat import at_24k, deepgram_session, realtime_events
 from test_flux import flux_session
 
 MAX_WER = 0.10
@@ -272,17 +272,24 @@ async def test_a_turn_paused_mid_sentence_goes_on_after_the_pause(diarized_serve
     on Flux (deepgram-sdk, default eot_threshold) and AssemblyAI (its own client, default
     end_of_turn_confidence_threshold) the turn does not end at the pause, whose text
     reads unfinished (Updates and Turns say how finished, under the threshold), but once
-    the sentence is done: one turn, holding both halves. Before, each wire ended a turn
-    at the pause (bench/turns.py). Broken off for good, the turn ends after the longest
-    quiet (Flux's eot_timeout_ms: trigger timeout)."""
+    the sentence is done: one turn, holding both halves, as OpenAI's semantic_vad gives
+    one item. Before, each wire ended a turn at the pause (bench/turns.py). Broken off
+    for good, the turn ends after the longest quiet (Flux's eot_timeout_ms: trigger
+    timeout; semantic_vad's eagerness)."""
     halves = [("en-us", "I would like to book a flight to"), ("en-us", "Paris on Friday morning.")]
     audio, _ = conversation(halves, gap_s=1.2, trim=True)
     broken_off, _ = conversation(halves[:1], lead_s=0.5, trim=True)
     broken_off = np.concatenate([broken_off, np.zeros(16000 * 2, dtype=np.float32)])
-    flux, assembly, left = await asyncio.gather(
-        flux_session(diarized_server.port, audio, pace_s=0.1),
-        aai_session(diarized_server.port, audio, pace_s=0.1),
-        flux_session(diarized_server.port, broken_off, pace_s=0.1, eot_timeout_ms="800"),
+    semantic = {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}
+    hasty = {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "high"}}}}
+    commit = [{"type": "input_audio_buffer.commit"}]
+    port = diarized_server.port
+    flux, assembly, left, openai, openai_left = await asyncio.gather(
+        flux_session(port, audio, pace_s=0.1),
+        aai_session(port, audio, pace_s=0.1),
+        flux_session(port, broken_off, pace_s=0.1, eot_timeout_ms="800"),
+        realtime_events(port, audio, semantic, then=commit, key="unused", pace_s=0.1),
+        realtime_events(port, broken_off, hasty, then=commit, key="unused", pace_s=0.1),
     )
     ends = [m for m in flux if m.type == "TurnInfo" and m.event == "EndOfTurn"]
     assert len(ends) == 1 and "flight" in ends[0].transcript and "Paris" in ends[0].transcript
@@ -295,3 +302,9 @@ async def test_a_turn_paused_mid_sentence_goes_on_after_the_pause(diarized_serve
     assert any(t.end_of_turn_confidence < 0.4 for t in turns if t.transcript and not t.end_of_turn)
     (end,) = [m for m in left if m.type == "TurnInfo" and m.event == "EndOfTurn"]
     assert end.trigger == "timeout" and "flight" in end.transcript
+    # OpenAI's semantic_vad: one item; broken off for good, committed after eagerness
+    # high's 2 s of quiet (before the client's commit, which then finds nothing)
+    for events, said in ((openai, ("flight", "Paris")), (openai_left, ("flight",))):
+        (done,) = [e for e in events if e["type"].endswith("transcription.completed")]
+        assert all(word in done["transcript"] for word in said), done
+        assert events[-1]["error"]["code"] == "input_audio_buffer_commit_empty"

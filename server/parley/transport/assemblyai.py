@@ -176,7 +176,7 @@ class AssemblyAITranslator:
             await self._stream.feed(message)
             # a turn whose text read unfinished at its pause ends after the longest quiet
             limit_s = self._options.max_turn_silence_ms / 1000
-            await self._quiet.check(self._stream, self._turn, limit_s)
+            await self._quiet.check(self._stream, self._turn.open, limit_s)
             return False
         kind, data = control_of(message)
         if kind == "Terminate":

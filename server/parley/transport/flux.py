@@ -210,7 +210,7 @@ class FluxTranslator:
     async def _maybe_timeout(self) -> None:
         """Once an open turn (one only the client may end, or one whose text read
         unfinished at its pause) has been quiet eot_timeout_ms, queue its end."""
-        await self._quiet.check(self._stream, self._turn, self._settings.eot_timeout_ms / 1000)
+        await self._quiet.check(self._stream, self._turn.open, self._settings.eot_timeout_ms / 1000)
 
     async def _maybe_tick(self) -> None:
         """While a turn is open (as the client has been told), queue a TICK for each

@@ -54,6 +54,15 @@ class Item:
     words: list[Word] = field(default_factory=list)  # and their words
 
 
+def speech_stopped(item: Item, end: float) -> dict:
+    """The server VAD's end of an item's speech, at stream time ``end``."""
+    return {
+        "type": "input_audio_buffer.speech_stopped",
+        "audio_end_ms": round(end * 1000),
+        "item_id": item.id,
+    }
+
+
 def transcript_events(
     item: Item, texts: list[str], seconds: float | None, words: Sequence[Word] | None = None
 ) -> list[dict]:

@@ -30,6 +30,7 @@ from parley.protocol.messages import (
     ProtocolError,
     SegmentEnded,
     ServerMessage,
+    SessionEnded,
     SpeechStarted,
 )
 from parley.protocol.paths import REALTIME_PATH
@@ -43,15 +44,16 @@ from parley.transport.openai_events import (
     Item,
     commit_empty,
     error_event,
+    speech_stopped,
     transcript_events,
     transcription_failed,
 )
 from parley.transport.openai_session import DEFAULT_CONFIG, SessionSettings
+from parley.transport.openai_turns import HELD_TOO_LONG, HeldItems, TurnItem
 
 # The Reply kind of an event sent once everything queued before it has gone out.
 EVENT = "event"
 BROWSER_KEY_PREFIX = "openai-insecure-api-key."  # the subprotocol browsers send a key in
-# (session format type, rate) ↔ Parley encoding; the older session form's names too
 
 
 class OpenAIRealtimeDialect(KeyOffered):
@@ -114,6 +116,7 @@ class OpenAIRealtimeTranslator:
         )
         self._previous_item: str | None = None
         self._segments: dict[int, Item] = {}  # server VAD: each segment's item
+        self._held_items = HeldItems()  # semantic_vad: items held open at a pause
         self._manual_item: Item | None = None  # without: the item the next commit makes
         self._finalizing: deque[str] = deque()  # "commit" or "clear", per finalize asked
         self._heard_since_commit = False
@@ -179,6 +182,8 @@ class OpenAIRealtimeTranslator:
             ) from None
         await session.feed(data)
         self._heard_since_commit = self._heard_since_commit or bool(data)
+        if self._settings.eagerness is not None:  # an item held too long is committed
+            await self._held_items.check(session, self._settings.eagerness)
 
     async def _commit(self, event: dict, session: Session) -> None:
         if not self._heard_since_commit:
@@ -208,7 +213,11 @@ class OpenAIRealtimeTranslator:
 
     def _translate(self, message: ServerMessage | Mark) -> list[dict]:
         if isinstance(message, Mark):
+            if isinstance(message.payload, Reply) and message.payload.kind == HELD_TOO_LONG:
+                return self._commit_held()
             return [message.payload.data] if isinstance(message.payload, Reply) else []
+        if isinstance(message, SessionEnded):
+            return self._commit_held()  # nothing heard is left uncommitted
         if isinstance(message, SpeechStarted):
             return self._speech_started(message)
         if isinstance(message, SegmentEnded):
@@ -218,23 +227,21 @@ class OpenAIRealtimeTranslator:
         if isinstance(message, Finalized):
             return self._finalized()
         if isinstance(message, Error):
-            item = (
-                self._segments.pop(message.segment_id, None)
-                if message.segment_id is not None
-                else None
-            )
+            sid = message.segment_id
+            item = None if sid is None else self._segments.pop(sid, None)
             if message.code is ErrorCode.TRANSCRIPTION_FAILED and item is not None:
+                self._held_items.drop(item)
                 return [transcription_failed(item, message)]
-            client_event = (
-                self._refused_events.popleft()
-                if message.segment_id is None and self._refused_events
-                else None
-            )
+            refused = sid is None and self._refused_events
+            client_event = self._refused_events.popleft() if refused else None
             return [error_event(self._event_id(), message, client_event)]
         return []  # partials (deltas cannot be retracted), speaker updates, session_ended
 
     def _speech_started(self, message: SpeechStarted) -> list[dict]:
         if not self._settings.server_vad:
+            return []
+        if self._held_items.held is not None:  # semantic_vad: the held item's speech goes on
+            self._segments[message.segment_id] = self._held_items.held.item
             return []
         item = self._segments[message.segment_id] = Item(self._item_id())
         return [
@@ -259,16 +266,11 @@ class OpenAIRealtimeTranslator:
             self._segments.pop(ended.segment_id, None)
             return []
         item = self._segments.setdefault(ended.segment_id, Item(self._item_id()))
+        if self._settings.eagerness is not None and ended.reason is FinalReason.SILENCE:
+            return []  # semantic_vad: committed once its final's text is read
         if ended.reason is FinalReason.FINALIZE:
             self._commit_transcribed = True
-        return [
-            {
-                "type": "input_audio_buffer.speech_stopped",
-                "audio_end_ms": round(ended.end * 1000),
-                "item_id": item.id,
-            },
-            self._committed(item),
-        ]
+        return [speech_stopped(item, ended.end), self._committed(item)]
 
     def _final(self, final: Final) -> list[dict]:
         text = final.text.strip()
@@ -284,21 +286,38 @@ class OpenAIRealtimeTranslator:
         item = self._segments.pop(final.segment_id, None)
         if item is None:
             return []  # cleared
-        words = final.words if self._settings.logprobs else None
-        return transcript_events(item, [text] if text else [], final.end - final.start, words)
+        eagerness = self._settings.eagerness
+        if eagerness is None:
+            words = final.words if self._settings.logprobs else None
+            return transcript_events(item, [text] if text else [], final.end - final.start, words)
+        turn = self._held_items.heard(item, final, eagerness)  # None: held ("… a flight to")
+        return [] if turn is None else self._close(turn, final.reason is FinalReason.SILENCE)
+
+    def _close(self, turn: TurnItem, uncommitted: bool) -> list[dict]:
+        """semantic_vad: an item's speech is over: committed where a pause cut it, then its
+        transcript."""
+        item = turn.item
+        events = [speech_stopped(item, turn.end), self._committed(item)] if uncommitted else []
+        words = item.words if self._settings.logprobs else None
+        return events + transcript_events(item, item.texts, turn.seconds, words)
+
+    def _commit_held(self) -> list[dict]:
+        return [] if (turn := self._held_items.take_held()) is None else self._close(turn, True)
 
     def _finalized(self) -> list[dict]:
         purpose = self._finalizing.popleft() if self._finalizing else "commit"
         if purpose == "clear":
+            self._held_items.take_held()  # its audio is the buffer's: never committed
             if not self._settings.server_vad:
                 # Segments the VAD closed before the clear may have been transcribed before
                 # it arrived: they are part of the buffer it drops too.
                 self._manual_item = None
             return [{"type": "input_audio_buffer.cleared"}]
         if self._settings.server_vad:
-            # The commit's speech was an item of its own; if server VAD had committed all
-            # of it already, the buffer was empty, as OpenAI then says.
-            return [] if self._commit_transcribed else [commit_empty(None)]
+            # The commit's speech was an item of its own (one semantic_vad held goes now); if
+            # server VAD had committed all of it already, the buffer was empty, as OpenAI says.
+            held = self._commit_held()
+            return held or ([] if self._commit_transcribed else [commit_empty(None)])
         if self._manual_item is None:
             return []
         item, self._manual_item = self._manual_item, None

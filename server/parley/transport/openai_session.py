@@ -12,6 +12,7 @@ from parley.core.asr import Decoding
 from parley.core.vad import VadConfig
 from parley.protocol.messages import Encoding, ErrorCode, ProtocolError, StreamConfig, language_tag
 from parley.transport.dialect import json_object, turn_detection
+from parley.transport.openai_turns import EAGERNESS
 
 FORMATS = {
     "audio/pcm": Encoding.PCM_S16LE,
@@ -39,6 +40,7 @@ class SessionSettings:
     vad: VadConfig
     server_vad: bool = True  # False: turn_detection null, the client commits
     logprobs: bool = False  # include: the words' log probabilities on completed events
+    eagerness: str | None = None  # semantic_vad's (openai_turns.py); None: server_vad
 
     def to_json(self, session_id: str, model: str) -> dict:
         """The session object of ``session.created`` and ``session.updated``."""
@@ -46,15 +48,15 @@ class SessionSettings:
         audio_format: dict = {"type": {v: k for k, v in FORMATS.items()}[config.encoding]}
         if config.encoding is Encoding.PCM_S16LE:
             audio_format["rate"] = config.sample_rate
-        turns = (
-            {
+        turns: dict | None = None
+        if self.server_vad and self.eagerness is not None:
+            turns = {"type": "semantic_vad", "eagerness": self.eagerness}
+        elif self.server_vad:
+            turns = {
                 "type": "server_vad",
                 "prefix_padding_ms": vad.speech_pad_ms,
                 "silence_duration_ms": vad.min_silence_ms,
             }
-            if self.server_vad
-            else None
-        )
         return {
             "type": "transcription",
             "id": session_id,
@@ -111,6 +113,7 @@ class SessionSettings:
                 new,
                 server_vad=turns is not None,
                 vad=_turn_vad(turns, server_vad_defaults) if turns is not None else new.vad,
+                eagerness=_eagerness(turns),
             )
         return new
 
@@ -153,6 +156,19 @@ def _turn_vad(turns: Any, base: VadConfig) -> VadConfig:
         _ms(turns, "silence_duration_ms", base.min_silence_ms),
         _ms(turns, "prefix_padding_ms", base.speech_pad_ms),
     )
+
+
+def _eagerness(turns: Any) -> str | None:
+    """semantic_vad's ``eagerness`` (``auto`` unless given); None for server_vad or none."""
+    if not isinstance(turns, dict) or turns.get("type") != "semantic_vad":
+        return None
+    eagerness = turns.get("eagerness") or "auto"
+    if not isinstance(eagerness, str) or eagerness not in EAGERNESS:
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG,
+            f"turn_detection.eagerness must be one of {', '.join(EAGERNESS)}",
+        )
+    return eagerness
 
 
 def _audio_format(value: Any) -> dict:

@@ -92,17 +92,19 @@ def reads_unfinished(turn: Turn, final: Final, threshold: float) -> bool:
 
 @dataclass
 class QuietLimit:
-    """Ends an open turn once it has been quiet for a wire's longest wait: a Reply of
-    ``kind`` is queued (once for each stretch of quiet), which goes out after every
-    final before it. Checked as audio comes in."""
+    """Ends what waits for more speech (an open turn) once it has been quiet for a wire's
+    longest wait: a Reply of ``kind`` is queued (once for each stretch of quiet), which
+    goes out after every final before it. Checked as audio comes in."""
 
     kind: str
     _marked: float | None = None  # the stream time the quiet marked began
 
-    async def check(self, stream: Session, turn: Turn, limit_s: float) -> None:
+    async def check(self, stream: Session, waiting: bool, limit_s: float) -> None:
+        """Queue the Reply if something ``waiting`` (an open turn, a held item) has been
+        quiet ``limit_s``."""
         quiet = stream.quiet_since
         if (
-            turn.open
+            waiting
             and quiet is not None
             and quiet != self._marked
             and stream.stream_time - quiet >= limit_s
