@@ -316,6 +316,16 @@ async def realtime_events(
     return events
 
 
+# A server VAD item's events, in order.
+PER_ITEM = [
+    "input_audio_buffer.speech_started",
+    "input_audio_buffer.speech_stopped",
+    "input_audio_buffer.committed",
+    "conversation.item.input_audio_transcription.delta",
+    "conversation.item.input_audio_transcription.completed",
+]
+
+
 async def test_openai_server_vad_makes_an_item_per_turn(start, turns):
     """With server VAD each turn is an item: speech_started, speech_stopped, committed,
     one delta of the final's whole text and completed, chained by previous_item_id."""
@@ -335,14 +345,7 @@ async def test_openai_server_vad_makes_an_item_per_turn(start, turns):
         then=[{"type": "input_audio_buffer.commit"}],
     )
     kinds = [e["type"] for e in events]
-    per_item = [
-        "input_audio_buffer.speech_started",
-        "input_audio_buffer.speech_stopped",
-        "input_audio_buffer.committed",
-        "conversation.item.input_audio_transcription.delta",
-        "conversation.item.input_audio_transcription.completed",
-    ]
-    assert kinds == ["session.created", "session.updated", *per_item * 2, "error"]
+    assert kinds == ["session.created", "session.updated", *PER_ITEM * 2, "error"]
     assert events[1]["session"]["audio"]["input"]["turn_detection"]["silence_duration_ms"] == 480
     assert events[-1]["error"]["code"] == "input_audio_buffer_commit_empty"
     items = [events[2 + 5 * k : 7 + 5 * k] for k in range(2)]
@@ -379,14 +382,7 @@ async def test_openai_semantic_vad_commits_an_item_once_its_text_reads_finished(
     )
     told = events[1]["session"]["audio"]["input"]["turn_detection"]
     assert told == {"type": "semantic_vad", "eagerness": "auto"}
-    per_item = [
-        "input_audio_buffer.speech_started",
-        "input_audio_buffer.speech_stopped",
-        "input_audio_buffer.committed",
-        "conversation.item.input_audio_transcription.delta",
-        "conversation.item.input_audio_transcription.completed",
-    ]
-    assert [e["type"] for e in events[2:]] == [*per_item * len(truth), "error"]
+    assert [e["type"] for e in events[2:]] == [*PER_ITEM * len(truth), "error"]
     eager = {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "x"}}}}
     refused = await realtime_events(server.port, audio[:1600], eager)
     assert refused[-1]["error"]["code"] == "bad_config"
