@@ -388,6 +388,35 @@ async def test_openai_semantic_vad_commits_an_item_once_its_text_reads_finished(
     assert refused[-1]["error"]["code"] == "bad_config"
 
 
+async def test_openai_semantic_vad_holds_an_item_until_the_client_commits_or_clears(start, turns):
+    """eagerness low asks for more than the fake's unpunctuated text reads (0.75 < 0.8):
+    both turns are held as one item (one speech_started), which the client's commit
+    commits whole, each turn's text a delta; a clear instead drops the held item (no
+    transcript), and the next commit finds the buffer empty."""
+    audio, truth = turns
+    _, server = await start(token=KEY)
+    low = {"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "low"}}}}
+    commit, clear = {"type": "input_audio_buffer.commit"}, {"type": "input_audio_buffer.clear"}
+    events = await realtime_events(server.port, audio, low, then=[commit, commit])
+    kinds = [e["type"] for e in events[2:]]
+    assert kinds == [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        *["conversation.item.input_audio_transcription.delta"] * len(truth),
+        "conversation.item.input_audio_transcription.completed",
+        "error",
+    ], kinds
+    (done,) = [e for e in events if e["type"].endswith("transcription.completed")]
+    assert done["transcript"] == " ".join(
+        heard_between(audio, said.start - 0.3, said.end + 0.3) for said in truth
+    )
+    cleared = await realtime_events(server.port, audio, low, then=[clear, commit])
+    kinds = [e["type"] for e in cleared[2:]]
+    assert "input_audio_buffer.cleared" in kinds and not any("transcription" in k for k in kinds)
+    assert cleared[-1]["error"]["code"] == "input_audio_buffer_commit_empty"
+
+
 async def test_openai_completed_items_carry_logprobs_when_included(start, turns):
     """include: the words' log probabilities on each completed item (none without it),
     their tokens making its transcript; the session object says what it includes."""
