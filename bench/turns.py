@@ -35,6 +35,9 @@ import websockets
 
 from audio_fixtures import PLAIN_VOICES, conversation, silence
 from load import Server, sent_at_end
+from parley.transport.assemblyai_turns import MAX_TURN_SILENCE_MS
+from parley.transport.flux import EOT_TIMEOUT_MS
+from parley.transport.openai_turns import longest_wait_s
 
 REQUESTS = [
     ("I would like to book a flight to", "Paris on Friday morning."),
@@ -71,9 +74,13 @@ OPENAI_SESSION = {
         },
     },
 }
-LONGEST_WAIT_S = {"flux": 5.0, "assemblyai": 1.28, "openai": 4.0}  # each default's
+LONGEST_WAIT_S = {  # each wire's default longest wait for a turn left open, s
+    "flux": EOT_TIMEOUT_MS[2] / 1000,
+    "assemblyai": MAX_TURN_SILENCE_MS / 1000,
+    "openai": longest_wait_s("auto"),
+}
 CHUNK_S = 0.1
-TAIL_S = 7.0  # quiet after the last word: past Flux's longest wait (5 s)
+TAIL_S = max(LONGEST_WAIT_S.values()) + 2.0  # quiet after the last word: past every wait
 
 
 @dataclass(frozen=True)

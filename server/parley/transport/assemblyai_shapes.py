@@ -89,20 +89,11 @@ def _strings(body: Mapping[str, Any], name: str) -> list[str]:
     return value
 
 
-def _whole(value: object, name: str) -> int | None:
+def _whole(value: object, name: str, least: int = 1, most: int = 64) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
-        raise _bad(f"{name} must be a whole number from 1 to 64", name)
-    return value
-
-
-def _milliseconds(body: Mapping[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31:
-        raise _bad(f"{name} must be a whole number of milliseconds, at least 0", name)
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise _bad(f"{name} must be a whole number from {least} to {most}", name)
     return value
 
 
@@ -141,8 +132,8 @@ class TranscriptAsk:
                 "audio_url",
             )
         multichannel = _flag(body, "multichannel") or _flag(body, "dual_channel")
-        start_ms = _milliseconds(body, "audio_start_from") or 0
-        end_ms = _milliseconds(body, "audio_end_at")
+        start_ms = _whole(body.get("audio_start_from"), "audio_start_from", 0, 2**31) or 0
+        end_ms = _whole(body.get("audio_end_at"), "audio_end_at", 0, 2**31)
         if end_ms is not None and end_ms <= start_ms:
             raise _bad("audio_end_at must come after audio_start_from", "audio_end_at")
         span = Span(start_ms / 1000, None if end_ms is None else end_ms / 1000)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from parley.protocol.messages import ErrorCode, ProtocolError
+from parley.transport.dialect import number_in
 
 # AssemblyAI's defaults: how finished a turn's text must read to end at a pause, and the
 # longest quiet after which a turn ends however it reads.
@@ -30,14 +31,7 @@ class TurnOptions:
         longest = given.get("max_turn_silence")
         out = self
         if threshold is not None:
-            try:
-                value = float(str(threshold))
-            except ValueError:
-                value = float("nan")
-            if not 0.0 <= value <= 1.0:
-                raise ProtocolError(
-                    ErrorCode.BAD_CONFIG, "end_of_turn_confidence_threshold is from 0 to 1"
-                )
+            value = number_in(threshold, 0.0, 1.0, "end_of_turn_confidence_threshold")
             out = replace(out, end_of_turn_confidence_threshold=value)
         if longest is not None:
             text = str(longest)

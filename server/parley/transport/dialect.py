@@ -53,6 +53,20 @@ def query_of(request: Request) -> QueryParams:
     return QueryParams(urlsplit(request.path).query)
 
 
+def number_in(raw: object, least: float, most: float, name: str) -> float:
+    """A setting's number (a query value, or a JSON number) from ``least`` to ``most``;
+    ProtocolError(bad_config) for anything else."""
+    try:
+        value = float(str(raw))
+    except ValueError:
+        value = float("nan")
+    if not least <= value <= most:
+        raise ProtocolError(
+            ErrorCode.BAD_CONFIG, f"{name} must be a number from {least:g} to {most:g}"
+        )
+    return value
+
+
 def every(params: Mapping[str, str], name: str) -> list[str]:
     """Every value of ``name`` in ``params`` (repeated, or one of a plain mapping)."""
     if isinstance(params, QueryParams):

@@ -38,7 +38,7 @@ from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
 from parley.transport.deepgram_handshake import DeepgramHandshake
 from parley.transport.deepgram_query import listen_config
-from parley.transport.dialect import Opened, Setup, control_of, every
+from parley.transport.dialect import Opened, Setup, control_of, every, number_in
 from parley.transport.turn_state import (
     FORCED,
     QuietLimit,
@@ -82,17 +82,8 @@ class TurnSettings:
             ("eot_timeout_ms", EOT_TIMEOUT_MS[:2]),
         ):
             raw = given.get(name)
-            if raw is None:
-                continue
-            try:
-                value = float(str(raw))
-            except ValueError:
-                value = float("nan")
-            if not least <= value <= most:
-                raise ProtocolError(
-                    ErrorCode.BAD_CONFIG, f"{name} must be a number from {least:g} to {most:g}"
-                )
-            values[name] = value
+            if raw is not None:
+                values[name] = number_in(raw, least, most, name)
         eager = values.get("eager_eot_threshold", settings.eager_eot_threshold)
         eot = values.get("eot_threshold", settings.eot_threshold)
         if eager is not None and eager > eot:

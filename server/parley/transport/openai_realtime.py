@@ -296,10 +296,10 @@ class OpenAIRealtimeTranslator:
     def _close(self, turn: TurnItem, uncommitted: bool) -> list[dict]:
         """semantic_vad: an item's speech is over: committed where a pause cut it, then its
         transcript."""
-        item = turn.item
+        item, heard = turn.item, turn.turn
         events = [speech_stopped(item, turn.end), self._committed(item)] if uncommitted else []
-        words = item.words if self._settings.logprobs else None
-        return events + transcript_events(item, item.texts, turn.seconds, words)
+        words = heard.words if self._settings.logprobs else None
+        return events + transcript_events(item, heard.texts, turn.seconds, words)
 
     def _commit_held(self) -> list[dict]:
         return [] if (turn := self._held_items.take_held()) is None else self._close(turn, True)

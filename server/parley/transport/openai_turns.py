@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from parley.core.turn_completion import completion
 from parley.protocol.messages import Final, FinalReason
 from parley.sessions.session import Session
 from parley.transport.openai_events import Item
-from parley.transport.turn_state import QuietLimit
+from parley.transport.turn_state import QuietLimit, Turn
 
 # eagerness → (how finished the item's text must read to be committed at a pause, the
 # longest quiet an item is held, s)
@@ -28,27 +27,23 @@ HELD_TOO_LONG = "semantic_vad_timeout"  # the Reply that commits an item held th
 
 @dataclass
 class TurnItem:
-    """An item's speech so far, in semantic mode: the stream time its last final ended,
-    and the seconds of audio its finals took."""
+    """An item's speech so far, in semantic mode: its finals as a turn of the turn-based
+    wires gathers them (``turn_state.Turn``), the stream time the last one ended and the
+    seconds of audio they took."""
 
     item: Item
+    turn: Turn = field(default_factory=Turn)
     end: float = 0.0
     seconds: float = 0.0
-    languages: list[str | None] = field(default_factory=list)
 
     def heard(self, final: Final) -> None:
-        text = final.text.strip()
-        if text:
-            self.item.texts.append(text)
-            self.item.words.extend(final.words)
+        self.turn.heard(final)
         self.end = final.end
         self.seconds += final.end - final.start
-        self.languages.append(final.language)
 
     def reads_finished(self, eagerness: str) -> bool:
         """Whether the item's text so far reads finished enough to commit it at a pause."""
-        english = all(language in (None, "en") for language in self.languages)
-        return completion(" ".join(self.item.texts), english) >= EAGERNESS[eagerness][0]
+        return self.turn.completion() >= EAGERNESS[eagerness][0]
 
 
 def longest_wait_s(eagerness: str) -> float:

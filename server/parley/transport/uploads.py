@@ -234,7 +234,7 @@ class FileDoor:
             raise UploadError(UploadCode.TOO_LONG, str(exc), param="file") from None
         except TooManyChannels as exc:
             raise UploadError(UploadCode.BAD_REQUEST, str(exc), param="multichannel") from None
-        heard = len(channels[0]) / SAMPLE_RATE if len(channels) else 0.0
+        heard = len(channels[0]) / SAMPLE_RATE  # every channel's length (decoding refuses none)
         if span.start_s >= heard:
             raise UploadError(
                 UploadCode.BAD_REQUEST,
