@@ -147,8 +147,8 @@ def threaded_fake_port():
 @pytest.fixture(scope="session")
 async def diarized_server(models_dir):
     """One real server for the whole run, with the real ASR and speaker models (sessions
-    keep their own speakers, so tests can share it)."""
-    server = await serve_real(models_dir, diarization={"source": "bundle"})
+    keep their own speakers, so tests can share it), and its Wyoming port."""
+    server = await serve_real(models_dir, diarization={"source": "bundle"}, wyoming={"port": 0})
     yield server
     await server.stop()
 

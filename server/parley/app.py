@@ -21,6 +21,8 @@ from parley.transport.admission import Access
 from parley.transport.head_timeout import with_head_timeout
 from parley.transport.ws_denial import RefusalEndsHandshake
 from parley.transport.ws_server import StreamEndpoint
+from parley.transport.wyoming import info_event
+from parley.transport.wyoming_listener import WyomingLimits, WyomingListener, networks_of
 from parley.workers.diarization import DiarizationWorker
 from parley.workers.scheduler import AsrScheduler
 from parley.workers.threads import in_passing_thread
@@ -46,11 +48,17 @@ class RunningServer:
     service: Service
     server: uvicorn.Server
     serving: asyncio.Task
+    wyoming: asyncio.Server | None = None  # the Wyoming port's listener, if it is served
 
     @property
     def port(self) -> int:
         """The port the server listens on (the one it chose, for port 0)."""
         return self.server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def wyoming_port(self) -> int | None:
+        """The Wyoming port (the one chosen, for port 0), if it is served."""
+        return self.wyoming.sockets[0].getsockname()[1] if self.wyoming is not None else None
 
     @property
     def endpoint(self) -> StreamEndpoint:
@@ -68,6 +76,8 @@ class RunningServer:
 
     async def stop(self) -> None:
         """End every live session now (shutting_down), stop the workers and the server."""
+        if self.wyoming is not None:
+            self.wyoming.close()
         await self.endpoint.shutdown()
         await self.service.stop()
         self.server.should_exit = True
@@ -85,9 +95,8 @@ async def start_server(
     """Start the pipeline (timing the engine first, with ``warm_up``) and serve it
     (``access``: as read from ``settings`` when not given)."""
 
-    service = await start_service(
-        settings, worker, asr, access or access_of(settings), diarization, warm_up
-    )
+    access = access or access_of(settings)
+    service = await start_service(settings, worker, asr, access, diarization, warm_up)
     server = settings.server
     config = uvicorn.Config(
         service.front_door(),
@@ -113,7 +122,33 @@ async def start_server(
             serving.result()
             raise RuntimeError(f"could not listen on {server.host}:{server.port}")
         await asyncio.sleep(0.01)
-    return RunningServer(service, uv, serving)
+    running = RunningServer(service, uv, serving)
+    if settings.wyoming.port is not None:
+        try:
+            running.wyoming = await _listen_wyoming(settings, service, asr, access)
+        except (OSError, ValueError):
+            await running.stop()
+            raise
+    return running
+
+
+async def _listen_wyoming(
+    settings: Settings, service: Service, asr: AsrService, access: Access
+) -> asyncio.Server:
+    """The Wyoming port's listener (protocol.md section 10c)."""
+    wyoming, server = settings.wyoming, settings.server
+    if access.keys.required and wyoming.key not in access.keys.names:
+        raise ValueError(f"wyoming.key {wyoming.key!r} names none of the server's API keys")
+    limits = WyomingLimits(
+        server.max_frame_bytes,
+        server.idle_timeout_s,
+        server.max_sessions,
+        networks_of(wyoming.allowed_networks),
+    )
+    info = info_event(asr.model_label, asr.languages)
+    listener = WyomingListener(service.endpoint, info, limits, service.metrics)
+    assert wyoming.port is not None
+    return await listener.listen(wyoming.host or server.host, wyoming.port)
 
 
 async def serve_forever(settings: Settings, access: Access) -> None:
@@ -137,6 +172,8 @@ async def serve_forever(settings: Settings, access: Access) -> None:
     host = settings.server.host
     scheme = "wss" if settings.server.ssl_certfile else "ws"
     others = ", ".join(sorted(running.endpoint.paths - {STREAM_PATH}))
+    if running.wyoming_port is not None:
+        others += f"; Wyoming on tcp://{settings.wyoming.host or host}:{running.wyoming_port}"
     print(
         f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
         f"(model {asr.model_label}, diarization {settings.diarization.source}; "

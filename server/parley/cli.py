@@ -35,6 +35,7 @@ SERVE_FLAGS = [
     ("allowed_origins", "server", "allowed_origins"),
     ("ssl_certfile", "server", "ssl_certfile"),
     ("ssl_keyfile", "server", "ssl_keyfile"),
+    ("wyoming_port", "wyoming", "port"),
 ]
 CLUSTER_FLAGS = [
     ("address", "cluster", "address"),
@@ -47,7 +48,7 @@ CLUSTER_FLAGS = [
     *[
         flag
         for flag in SERVE_FLAGS
-        if flag[0] not in ("host", "port", "ssl_certfile", "ssl_keyfile")
+        if flag[0] not in ("host", "port", "ssl_certfile", "ssl_keyfile", "wyoming_port")
     ],
 ]
 

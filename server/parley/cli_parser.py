@@ -208,6 +208,9 @@ def _add_serve(commands: argparse._SubParsersAction, run: Runners) -> None:
     serve.add_argument("--port", type=int)
     serve.add_argument("--ssl-certfile", help="serve wss:// with this certificate chain (PEM)")
     serve.add_argument("--ssl-keyfile", help="its private key (PEM), if not in the certfile")
+    serve.add_argument(
+        "--wyoming-port", type=int, help="also serve Home Assistant's Wyoming protocol (10300)"
+    )
     add_server_flags(serve)
     serve.set_defaults(run=run["serve"])
 

@@ -1,11 +1,10 @@
 """Typed settings, built once and validated: defaults ← environment (PARLEY_*) ← flags.
 
-Nested fields read from variables such as ``PARLEY_VAD__MIN_SILENCE_MS=700``. API
-keys come from ``PARLEY_API_KEYS`` (a JSON object of name → key), from a file of
-``name:key`` lines (``--api-keys-file``), or as the single key ``PARLEY_TOKEN`` (named
-``token``): never from a flag, because argv is visible to every user of the machine.
-No key value is ever logged.
-"""
+Nested fields read from variables such as ``PARLEY_VAD__MIN_SILENCE_MS=700``. API keys
+come from ``PARLEY_API_KEYS`` (a JSON object of name → key), from a file of ``name:key``
+lines (``--api-keys-file``), or as the single key ``PARLEY_TOKEN`` (named ``token``):
+never from a flag, because argv is visible to every user of the machine. No key value
+is ever logged."""
 
 from __future__ import annotations
 
@@ -37,6 +36,7 @@ from parley.serving_config import (
     ServerSettings,
     TwilioSettings,
     WebhookSettings,
+    WyomingSettings,
 )
 from parley.transport.auth import is_loopback
 
@@ -90,8 +90,7 @@ class AsrSettings(BaseModel):
         PARTIAL_INTERVAL_S,
         ge=0.2,
         le=10.0,
-        description="seconds between a stream's partials when "
-        "the worker has time (longer under load)",
+        description="seconds between partials while the worker has time (longer under load)",
     )
     queue_size: int = Field(32, ge=2, le=4096, description="decodes queued or running at once")
     assistant: str | None = Field(None, description="draft model: bundle name, path or hub id")
@@ -140,8 +139,7 @@ class AsrSettings(BaseModel):
         PartialPacing.target_busy,
         gt=0.1,
         le=1.0,
-        description="busy fraction up to which partials may fill the "
-        "time finals leave; partials stretch beyond it",
+        description="busy fraction up to which partials may fill what finals leave",
     )
     context_tokens: int = Field(
         0, ge=0, le=223, description="tokens of earlier finals given as the prompt"
@@ -225,9 +223,8 @@ class DiarizationSettings(BaseModel):
         _CLUSTERING.split_similarity,
         ge=0.0,
         le=2.0,
-        description="a speaker whose samples fall in two groups "
-        "less alike than this, relative to their own "
-        "spread, is split in two (0: never)",
+        description="a speaker whose samples fall in two groups less alike than this, "
+        "relative to their own spread, is split in two (0: never)",
     )
     min_speaker_s: float = Field(
         _CLUSTERING.min_speaker_s,
@@ -239,16 +236,13 @@ class DiarizationSettings(BaseModel):
         _TURNS.min_turn_s,
         ge=0.0,
         le=10.0,
-        description="shorter runs of words never make a turn of their "
-        "own unless pauses set them apart",
+        description="shorter runs of words make no turn of their own unless pauses set them apart",
     )
     threads: int = Field(
         1,
         ge=1,
         le=256,
-        description="torch CPU threads of each diarization "
-        "thread (its small operations run "
-        "fastest on one)",
+        description="torch threads per diarization thread (small operations run fastest on one)",
     )
     workers: int = Field(
         2,
@@ -258,9 +252,9 @@ class DiarizationSettings(BaseModel):
     )
     nice: Annotated[int, Field(ge=0, le=LOWEST_NICE)] | Idle = Field(
         IDLE,
-        description="priority of the diarization threads, live and a recording's: a nice "
-        "value (above 0, the ASR thread's finals take the CPU first), or idle (Linux's "
-        "SCHED_IDLE: they run only on a core nothing else wants)",
+        description="priority of the diarization threads, live and a recording's: a nice value "
+        "(above 0, the ASR thread's finals take the CPU first), or idle (Linux's SCHED_IDLE: "
+        "they run only on a core nothing else wants)",
     )
 
     def to_config(self) -> DiarizationConfig:
@@ -320,6 +314,7 @@ class Settings(BaseSettings):
     files: FilesSettings = FilesSettings()
     webhooks: WebhookSettings = WebhookSettings()
     twilio: TwilioSettings = TwilioSettings()
+    wyoming: WyomingSettings = WyomingSettings()
     cluster: ClusterSettings = ClusterSettings()
 
     @property
@@ -327,11 +322,12 @@ class Settings(BaseSettings):
         return bool(self.token or self.api_keys or self.api_keys_file)
 
     def keys_needed(self) -> str | None:
-        """The address that may not be served without API keys (one not on loopback,
-        ``parley serve``'s or ``parley cluster``'s, unless ``allow_anonymous``), if any."""
-        if self.allow_anonymous:
-            return None
-        return next((h for h in (self.server.host, self.cluster.host) if not is_loopback(h)), None)
+        """The first address not on loopback (``parley serve``'s, its Wyoming port's,
+        ``parley cluster``'s), which needs API keys unless ``allow_anonymous``; or None."""
+        wyoming = (self.wyoming.host or self.server.host) if self.wyoming.port is not None else None
+        hosts = (self.server.host, wyoming or self.server.host, self.cluster.host)
+        open_hosts = [host for host in hosts if not is_loopback(host)]
+        return open_hosts[0] if open_hosts and not self.allow_anonymous else None
 
     @model_validator(mode="after")
     def _not_open_to_everyone(self) -> Settings:
@@ -341,6 +337,8 @@ class Settings(BaseSettings):
                 f"refusing to serve {host} without API keys: set PARLEY_API_KEYS "
                 "or --api-keys-file, or pass --allow-anonymous to let anyone stream"
             )
+        if self.wyoming.port is not None and self.has_keys and self.wyoming.key is None:
+            raise ValueError("Wyoming has no credentials: wyoming.key names the API key it uses")
         return self
 
     @model_validator(mode="after")

@@ -281,6 +281,7 @@ async def start_service(
             settings.vad.to_config(),
             settings.twilio.auth_token.get_secret_value() if settings.twilio.auth_token else None,
             settings.twilio.public_url,
+            settings.wyoming.key,
         ),
         sinks,
         server_name,

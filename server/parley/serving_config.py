@@ -1,12 +1,14 @@
 """The serving sections of the settings: the server's socket, limits and admission;
-recordings; webhooks; Twilio; the Ray Serve cluster (``parley.config`` composes them)."""
+recordings; webhooks; Twilio; Wyoming; the Ray Serve cluster (``parley.config`` composes
+them)."""
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 from parley.core.capacity import CapacityPolicy
 from parley.recordings.files import FileLimits
@@ -202,6 +204,31 @@ class TwilioSettings(BaseModel):
         if self.public_url is not None and not self.public_url.startswith(("wss://", "ws://")):
             raise ValueError("twilio.public_url must start with wss:// or ws://")
         return self
+
+
+class WyomingSettings(BaseModel):
+    """Home Assistant's Wyoming protocol, on a TCP port of its own (protocol.md section
+    10c). Wyoming carries no credentials: its clients stream as the key ``key`` names,
+    from the addresses ``allowed_networks`` holds."""
+
+    port: int | None = Field(
+        None, ge=0, le=65535, description="serve Wyoming on this TCP port (None: not served)"
+    )
+    host: str | None = Field(None, description="where it listens (None: server.host)")
+    key: str | None = Field(
+        None,
+        description="the API key (by name) its clients stream as; needed on a server with keys",
+    )
+    allowed_networks: list[str] | None = Field(
+        None, description="the client addresses it serves (e.g. 192.168.1.0/24; None: any)"
+    )
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _networks(cls, networks: list[str] | None) -> list[str] | None:
+        for network in networks or ():
+            ipaddress.ip_network(network, strict=False)  # ValueError names the bad one
+        return networks
 
 
 class ClusterSettings(BaseModel):

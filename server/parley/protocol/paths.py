@@ -17,6 +17,9 @@ ASSEMBLYAI_PATH = "/v3/ws"  # AssemblyAI's Universal-Streaming v3 (section 10a)
 # WhisperLive's (section 10b): its clients connect to ws://HOST:PORT, with no path; a
 # plain GET of / is still the browser page
 WHISPERLIVE_PATH = "/"
+# Home Assistant's Wyoming protocol (section 10c) is no WebSocket: it has a TCP port of
+# its own. This names its sessions' wire (in logs and webhooks), and no URL path can be it
+WYOMING_PATH = "tcp/wyoming"
 # /v1/sessions/{session_id}/events: a live session's results, for its followers
 FOLLOW_PATH = re.compile(r"^/v1/sessions/([0-9a-f]{32})/events$")
 

@@ -71,8 +71,8 @@ class StreamEndpoint:
 
     @property
     def paths(self) -> frozenset[str]:
-        """The streaming paths, one per dialect."""
-        return frozenset(self._dialects)
+        """The WebSocket paths, one per dialect (Wyoming's TCP port has none)."""
+        return frozenset(path for path in self._dialects if path.startswith("/"))
 
     def dialect_of(self, request: Request) -> Dialect[Any]:
         """The dialect that serves the request's path."""
