@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from websockets.datastructures import Headers
+from websockets.http11 import Request
 from wyoming.asr import Transcript, TranscriptChunk, TranscriptStart, TranscriptStop
 from wyoming.error import Error as WyomingError
 from wyoming.event import Event
@@ -81,7 +82,7 @@ class WyomingDialect:
     def __init__(self, key: str | None):
         self._key = key
 
-    def identify(self, request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
+    def identify(self, request: Request, params: Mapping[str, str], keys: ApiKeys) -> str | None:
         if not keys.required:
             return ANONYMOUS
         return self._key if self._key in keys.names else None
