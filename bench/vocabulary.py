@@ -34,7 +34,8 @@ from common import engine_plan, machine, print_table, write_json
 import festival_voices
 from audio_fixtures import speak
 from parley.config import default_models_dir
-from parley.core.asr import Task, transcribe
+from parley.core.asr import Task
+from parley.core.attempts import transcribe
 from parley.core.audio import SAMPLE_RATE
 from parley.core.keyterms import normalised, written
 from parley.core.redaction import REDACTED, number_runs

@@ -76,7 +76,8 @@ def main() -> None:
     parser.add_argument("--margins", nargs="+", type=float, default=[2.0, 3.0, 4.0])
     args = parser.parse_args()
     from parley.config import Settings
-    from parley.core.asr import AsrRequest, transcribe
+    from parley.core.asr import AsrRequest
+    from parley.core.attempts import transcribe
     from parley.models.whisper_engine import WhisperEngine
     from parley.weights.bundle import resolve_model
 

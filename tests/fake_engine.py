@@ -26,8 +26,8 @@ from parley.core.asr import (
     Transcription,
     Vocabulary,
     decoding_problem,
-    transcribe,
 )
+from parley.core.attempts import transcribe
 from parley.core.audio import SAMPLE_RATE
 from parley.core.quality import repeat_bans
 from parley.core.words import TimedWord

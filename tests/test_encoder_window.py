@@ -12,14 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from audio_fixtures import SAMPLE_WAV, read_wav, sample_turns
-from parley.core.asr import (
-    RETRY_MARGIN_S,
-    AsrRequest,
-    Transcription,
-    better_attempt,
-    second_attempt,
-    transcribe,
-)
+from parley.core.asr import AsrRequest, Transcription
+from parley.core.attempts import RETRY_MARGIN_S, better_attempt, second_attempt, transcribe
 from parley.core.quality import repeats_itself
 from parley.models.encoder import (
     FRAMES_PER_SECOND,

@@ -10,7 +10,8 @@ import pytest
 
 from audio_fixtures import SAMPLE_WAV, read_wav
 from fake_engine import FakeEngine
-from parley.core.asr import AsrRequest, Decoding, Task, Transcription, transcribe
+from parley.core.asr import AsrRequest, Decoding, Task, Transcription
+from parley.core.attempts import transcribe
 from parley.core.audio import SAMPLE_RATE
 
 ROWS = 3  # enough for a batch; few, so that filling every row costs little

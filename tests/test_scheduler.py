@@ -10,7 +10,8 @@ import pytest
 
 from audio_fixtures import SAMPLE_WAV, read_wav
 from fake_engine import FakeEngine
-from parley.core.asr import NO_REPEAT_TOKENS, AsrRequest, Transcription, transcribe
+from parley.core.asr import AsrRequest, Transcription
+from parley.core.attempts import NO_REPEAT_TOKENS, transcribe
 from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.keyterms import KeytermBias
 from parley.core.policy import AsrThreads

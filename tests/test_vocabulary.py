@@ -17,7 +17,8 @@ from websockets.asyncio.client import connect
 
 from audio_fixtures import silence, speak, write_wav
 from conftest import chunks_of, serve_real
-from parley.core.asr import AsrRequest, Task, better_attempt, second_attempt, transcribe
+from parley.core.asr import AsrRequest, Task
+from parley.core.attempts import better_attempt, second_attempt, transcribe
 from parley.core.keyterms import KeytermBias
 from parley.core.quality import repeats_itself
 from parley.core.vad import VadConfig

@@ -11,16 +11,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parley.core.asr import (
-    NO_REPEAT_TOKENS,
-    SECOND_LANGUAGE_BELOW,
     AsrRequest,
     Decoding,
     Task,
     Transcription,
-    better_attempt,
     decoding_problem,
-    second_attempt,
     with_fillers,
+)
+from parley.core.attempts import (
+    NO_REPEAT_TOKENS,
+    SECOND_LANGUAGE_BELOW,
+    better_attempt,
+    second_attempt,
 )
 from parley.core.keyterms import (
     ASK_SIMILARITY,

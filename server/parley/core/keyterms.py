@@ -104,7 +104,7 @@ class KeytermBias:
     the onboarding call" → " Zendesk, Zendesk, …" for 446 passes). That rule depends
     only on the tokens before a position, so decoding stays exact. A decode the bias
     still derails into a loop of the model's own is decoded again without it
-    (``core.asr.second_attempt``)."""
+    (``core.attempts.second_attempt``)."""
 
     sequences: tuple[tuple[int, ...], ...]
     terms: tuple[str, ...] = ()  # as written: what a run the model hears as one becomes

@@ -10,7 +10,7 @@ take such windows; finals and recordings' windows only with ``asr.short_final_wi
 Whisper learnt to end a transcript where the padding begins. With less padding after
 the speech it sometimes does not, and repeats itself: a decode over a short window is
 bounded in tokens by its audio, and one that ran past that bound or repeated itself is
-decoded again over a wider window, then the full one (``core.asr.second_attempt``).
+decoded again over a wider window, then the full one (``core.attempts.second_attempt``).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from parley.core.asr import (
     Transcription,
     Vocabulary,
     decoding_problem,
-    transcribe,
 )
+from parley.core.attempts import transcribe
 from parley.core.audio import SAMPLE_RATE, WHISPER_WINDOW_S
 from parley.core.keyterms import KeytermBias
 from parley.core.quality import QualityGuards, compression_ratio, ends_repeating, repeats_itself

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from parley.core.asr import AsrRequest, Transcriber, transcribe
+from parley.core.asr import AsrRequest, Transcriber
+from parley.core.attempts import transcribe
 from parley.core.audio import SAMPLE_RATE
 from parley.core.costs import EncoderCosts, StepCostModel
 from parley.core.policy import encoder_batch_size

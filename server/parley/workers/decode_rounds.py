@@ -9,7 +9,8 @@ import queue
 from collections import deque
 from collections.abc import Callable
 
-from parley.core.asr import AsrRequest, Transcriber, better_attempt, second_attempt
+from parley.core.asr import AsrRequest, Transcriber
+from parley.core.attempts import better_attempt, second_attempt
 from parley.core.costs import Acceptance, EncoderCosts, StepCostModel
 from parley.core.load import LoadLedger
 from parley.core.policy import (

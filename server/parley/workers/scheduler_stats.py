@@ -27,7 +27,7 @@ class SchedulerStats:
     partials_cancelled: int = 0  # the session no longer wanted it
     partials_evicted: int = 0  # gave its row to a final
     background_evicted: int = 0  # a recording's window gave its row to a final
-    second_attempts: int = 0  # finals and windows decoded again (core.asr.second_attempt)
+    second_attempts: int = 0  # finals and windows decoded again (core.attempts.second_attempt)
     steps: int = 0
     rows_stepped: int = 0  # sum over steps of the rows in each
     tokens_fed: int = 0  # sum over steps of the positions fed
