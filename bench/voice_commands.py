@@ -19,6 +19,7 @@ silence and concurrency:
 Reports WER over all commands (jiwer, the test suite's normalisation), and the latency
 from sending ``audio-stop`` to receiving ``transcript``: median, p90 and max.
 Usage: python bench/voice_commands.py [--concurrent 1 4] [--trailing 0.7 0.25]
+[--systems ...] [--before PATH: also a Parley imported from PATH, a checkout's server/]
 """
 
 from __future__ import annotations
@@ -89,21 +90,34 @@ def said(trailing_s: float) -> list[tuple[str, bytes]]:
 
 
 async def one_command(port: int, pcm: bytes) -> tuple[str, float]:
-    """The transcript of one command, and the seconds from audio-stop to it."""
+    """The transcript of one command, and the seconds from audio-stop to it; RuntimeError
+    with the server's error event where it refused or ended the command."""
+    try:
+        return await _command(port, pcm)
+    except ConnectionError as exc:
+        raise RuntimeError(f"the connection was lost: {exc!r}") from None
+
+
+async def _command(port: int, pcm: bytes) -> tuple[str, float]:
     async with AsyncTcpClient("127.0.0.1", port) as client:
         await client.write_event(Transcribe(language="en").event())
         await client.write_event(AudioStart(rate=RATE, width=2, channels=1).event())
         step = int(RATE * CHUNK_S) * 2
         began = time.monotonic()
-        for k, i in enumerate(range(0, len(pcm), step)):
-            chunk = AudioChunk(rate=RATE, width=2, channels=1, audio=pcm[i : i + step])
-            await client.write_event(chunk.event())
-            await asyncio.sleep(max(0.0, began + (k + 1) * CHUNK_S - time.monotonic()))
-        await client.write_event(AudioStop().event())
+        try:
+            for k, i in enumerate(range(0, len(pcm), step)):
+                chunk = AudioChunk(rate=RATE, width=2, channels=1, audio=pcm[i : i + step])
+                await client.write_event(chunk.event())
+                await asyncio.sleep(max(0.0, began + (k + 1) * CHUNK_S - time.monotonic()))
+            await client.write_event(AudioStop().event())
+        except ConnectionError:
+            pass  # the server closed it: its error event says why, below
         stopped = time.monotonic()
         while (event := await client.read_event()) is not None:
             if Transcript.is_type(event.type):
                 return Transcript.from_event(event).text, time.monotonic() - stopped
+            if event.type == "error":
+                raise RuntimeError(f"the server's error: {event.data}")
     raise RuntimeError("the server closed the connection before its transcript")
 
 
@@ -114,10 +128,14 @@ async def run(port: int, commands: list[tuple[str, bytes]], concurrent: int) -> 
         async with limit:
             return await one_command(port, pcm)
 
-    heard = await asyncio.gather(*(limited(pcm) for _, pcm in commands))
-    latencies = np.array([seconds for _, seconds in heard])
+    outcomes = await asyncio.gather(*(limited(pcm) for _, pcm in commands), return_exceptions=True)
+    failed = [str(o) for o in outcomes if isinstance(o, BaseException)]
+    heard = [o if not isinstance(o, BaseException) else ("", float("nan")) for o in outcomes]
+    latencies = np.array([seconds for _, seconds in heard if seconds == seconds])
     return {
         "concurrent": concurrent,
+        "failed": len(failed),
+        "failures": failed,
         "wer": wer(" ".join(t for t, _ in commands), " ".join(text for text, _ in heard)),
         "latency_p50_s": float(np.percentile(latencies, 50)),
         "latency_p90_s": float(np.percentile(latencies, 90)),
@@ -155,16 +173,23 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--trailing", type=float, nargs="+", default=[0.7, 0.25])
     parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS)
+    parser.add_argument(
+        "--before", metavar="PATH", help="also a Parley whose package is imported from PATH"
+    )
     args = parser.parse_args()
     from parley.weights.bundle import ct2_source
 
     spoken = {trailing: said(trailing) for trailing in args.trailing}
     ct2 = ct2_source(args.model, Path(tempfile.gettempdir()) / f"parley-ct2-{args.model}")
     rows = []
-    for system in SYSTEMS:
+    systems = args.systems + (["parley auto before"] if args.before else [])
+    for system in systems:
         if system.startswith("parley"):
             env = {"PARLEY_ASR__COMPUTE_TYPE": system.split(" ")[1]}
-            server = Server(args.model, "off", ["--wyoming-port", "0"], "warning", "wyoming", env)
+            if system.endswith("before"):
+                env["PYTHONPATH"] = args.before
+            server = Server(args.model, "off", ["--wyoming-port", "0"], "info", "wyoming", env)
             found = re.search(r"Wyoming on tcp://[\d.]+:(\d+)", server.log_path.read_text())
             assert found is not None, "parley serve did not say its Wyoming port"
             process, port = server, int(found[1])
@@ -183,6 +208,7 @@ def main() -> None:
         "system",
         "trailing_s",
         "concurrent",
+        "failed",
         "wer",
         "latency_p50_s",
         "latency_p90_s",

@@ -6,6 +6,8 @@ import torch
 from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditionalGeneration
 
 from audio_fixtures import SAMPLE_RATE, SAMPLE_WAV, at_level, crowd_murmur, read_wav, silence, speak
+from parley.core.asr import AsrRequest
+from parley.core.attempts import FALLBACK_BELOW, transcribe
 from parley.core.speech_level import SpeechLevel
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.device import plan_device
@@ -296,3 +298,26 @@ def test_a_beep_is_not_a_word(tiny_engine):
     beep = np.concatenate([silence(0.3), 0.3 * np.sin(2 * np.pi * 1000 * t), silence(0.3)])
     result = tiny_engine.transcribe(beep.astype(np.float32), with_words=True)
     assert (result.text, result.rejected) == ("", "no_speech")
+
+
+def test_a_doubted_decode_is_drawn_again_the_same_each_time_and_the_likelier_kept(tiny_engine):
+    """A command tiny.en reads as "Santa the Fermis Tatson Warum", with a mean
+    log-probability under FALLBACK_BELOW, is drawn again at a temperature: with no drafts
+    (a drawn token is no greedy choice to check a draft against), the same tokens each
+    time (a seeded draw), and the likelier decode kept, as Whisper's own fallback keeps
+    it. (What it does to WER is bench/voice_commands.py's.)"""
+    audio = speak("Set the thermostat to warm.")
+
+    def decoded(request: AsrRequest):  # one decode, no attempt after it
+        (decode,) = tiny_engine.start([request])
+        while not decode.finished:
+            tiny_engine.step([decode], [tiny_engine.max_draft])
+        return tiny_engine.finish(decode)
+
+    greedy = decoded(AsrRequest(audio))
+    assert greedy.avg_logprob < FALLBACK_BELOW, greedy
+    drawn = decoded(AsrRequest(audio, temperature=0.2, draft=greedy.tokens))
+    assert drawn.stats.drafted == 0 and drawn.tokens != greedy.tokens
+    assert decoded(AsrRequest(audio, temperature=0.2)).tokens == drawn.tokens
+    kept = transcribe(tiny_engine, AsrRequest(audio))
+    assert kept.avg_logprob > greedy.avg_logprob and kept.tokens != greedy.tokens, kept

@@ -19,6 +19,8 @@ from parley.core.asr import (
     with_fillers,
 )
 from parley.core.attempts import (
+    FALLBACK_BELOW,
+    FALLBACK_TEMPERATURES,
     NO_REPEAT_TOKENS,
     SECOND_LANGUAGE_BELOW,
     better_attempt,
@@ -119,6 +121,26 @@ def test_second_attempts_go_to_loops_under_bias_and_uncertain_languages():
         assert second_attempt(AsrRequest(audio), result) is None
     forced = AsrRequest(audio, language="en")
     assert second_attempt(forced, replace(unsure, language_probability=low)) is None
+
+
+def test_a_decode_the_model_doubts_is_drawn_again_hotter_until_likely_enough():
+    """Under FALLBACK_BELOW (and not dropped), a decode is drawn again at the next of
+    FALLBACK_TEMPERATURES, without its draft (a drawn token is no greedy choice), in the
+    language of the decode it would replace; past the last, or once likely enough, or
+    dropped, nothing more."""
+    audio = np.zeros(16000, dtype=np.float32)
+    doubted = Transcription("shit the thermostat", (1,), avg_logprob=FALLBACK_BELOW - 0.1)
+    request = AsrRequest(audio, draft=(1, 2))
+    for temperature in FALLBACK_TEMPERATURES:
+        request = second_attempt(request, doubted)
+        assert (request.temperature, request.draft) == (temperature, None)
+    assert second_attempt(request, doubted) is None
+    sure = replace(doubted, avg_logprob=FALLBACK_BELOW)
+    assert second_attempt(AsrRequest(audio), sure) is None
+    assert second_attempt(AsrRequest(audio), replace(doubted, rejected="no_speech")) is None
+    in_runner_up = AsrRequest(audio, language="de")  # its decode lost to the first's
+    assert second_attempt(in_runner_up, replace(doubted, language="en")) is None
+    assert second_attempt(in_runner_up, replace(doubted, language="de")).temperature == 0.2
 
 
 def test_the_better_attempt_is_the_one_not_dropped_else_the_likelier():

@@ -107,6 +107,9 @@ class AsrRequest:
     # No run of this many tokens written twice (0: no such rule): how a decode that
     # looped is decoded again (``second_attempt``).
     no_repeat: int = 0
+    # Above 0: each token drawn from the model's distribution at this temperature (a seeded
+    # draw, the same each time; no drafts), as Whisper's fallback decodes a doubtful text
+    temperature: float = 0.0
 
     @property
     def seconds(self) -> float:

@@ -47,6 +47,8 @@ class RowDecode:
     eot: int = -1
     bias: KeytermBias | None = None
     no_repeat: int = 0  # no run of this many tokens written twice (0: no such rule)
+    temperature: float = 0.0  # above 0: tokens drawn, by ``sampler``, not the likeliest
+    sampler: torch.Generator | None = None
 
     @property
     def finished(self) -> bool:
@@ -91,7 +93,7 @@ class GreedyVerifier:
         last = self.head(torch.stack([h[-1] for h in hiddens]))
         _add_bias(last, [(i, d.bias, []) for i, d in enumerate(decodes)])
         first = last.masked_fill(self._begin_suppress, -math.inf)
-        choices = first.argmax(-1)
+        choices = _choices(first, list(decodes))
         logprobs = first.log_softmax(-1).gather(1, choices[:, None])[:, 0].tolist()
         if self._no_speech_token is not None:
             at_sot = self.head(torch.stack([h[d.sot_index] for h, d in zip(hiddens, decodes)]))
@@ -111,7 +113,8 @@ class GreedyVerifier:
                 raise ValueError("a finished decode cannot take another step")
             d.tokens.append(d.next_token)
             d.token_logprobs.append(d.next_logprob)
-            limits.append(min(budget, d.room - len(d.tokens) - 1))
+            # a drawn token is no greedy choice a draft could be checked against
+            limits.append(0 if d.temperature else min(budget, d.room - len(d.tokens) - 1))
         drafts = propose_all(
             [d.drafter for d in decodes],
             [d.prompt for d in decodes],
@@ -132,7 +135,10 @@ class GreedyVerifier:
         if any(d.no_repeat for d in decodes):
             _ban_repeats(logits, decodes, drafts)
         logits = logits.masked_fill(self.suppress, -math.inf)
-        choices = logits.argmax(-1).tolist()
+        positions: list[RowDecode | None] = []
+        for d, draft in zip(decodes, drafts):
+            positions += [None] * len(draft) + [d]  # only the last position is chosen freely
+        choices = _choices(logits, positions).tolist()
         kept_rows: list[int] = []
         picked: list[int] = []
         keeps: list[int] = []
@@ -168,6 +174,27 @@ class GreedyVerifier:
             d.next_token = picked[at - 1]
             reports.append(StepReport(len(draft), kept))
         return reports
+
+
+# Every decode that draws its tokens begins from this seed: the same audio, prompt and
+# temperature draw the same text each time (a final does not change between runs).
+SAMPLER_SEED = 0
+
+
+def sampler(device: torch.device) -> torch.Generator:
+    """A drawing decode's own generator, seeded."""
+    return torch.Generator(device=device).manual_seed(SAMPLER_SEED)
+
+
+def _choices(logits: torch.Tensor, decodes: Sequence[RowDecode | None]) -> torch.Tensor:
+    """Each row's token: the likeliest, or for a decode that draws its tokens (a temperature
+    above 0) one drawn from its distribution at that temperature."""
+    choices = logits.argmax(-1)
+    for i, d in enumerate(decodes):
+        if d is not None and d.temperature > 0:
+            probabilities = (logits[i].float() / d.temperature).softmax(-1)
+            choices[i] = torch.multinomial(probabilities, 1, generator=d.sampler)[0]
+    return choices
 
 
 def _add_bias(

@@ -39,7 +39,7 @@ from parley.models.assistant import Assistant, load_assistant
 from parley.models.device import DevicePlan
 from parley.models.drafters import AssistantDrafter, ChainedDrafter, Drafter, HypothesisDrafter
 from parley.models.encoder import SAMPLES_PER_POSITION, encode, pass_frames, token_bound
-from parley.models.greedy import GreedyVerifier, RowDecode
+from parley.models.greedy import GreedyVerifier, RowDecode, sampler
 from parley.models.keyterm_check import heard_keyterms
 from parley.models.language_id import detect_languages
 from parley.models.output_head import OutputHead
@@ -234,6 +234,8 @@ class WhisperEngine:
                     room = min(room, token_bound(request.seconds))
                 main = RowDecode(row, prompt, len(prefix), room, drafter, bias=request.bias)
                 main.no_repeat = request.no_repeat
+                if request.temperature > 0:
+                    main.temperature, main.sampler = request.temperature, sampler(self.plan.device)
                 found = (language or "en", probability, runner_up, frames < full)
                 decodes.append(WhisperDecode(request, main, assistant_row, *found))
             self.verifier.prime([d.main for d in decodes])
