@@ -41,6 +41,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 
 from audio_fixtures import PLAIN_VOICES, audible_span, silence, speak, wer
+from conftest import free_port
 from load import Server
 
 COMMANDS = [
@@ -142,12 +143,6 @@ async def run(port: int, commands: list[tuple[str, bytes]], concurrent: int) -> 
         "latency_max_s": float(latencies.max()),
         "transcripts": [text for text, _ in heard],
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def faster_whisper_server(ct2: Path, beam: int) -> tuple[LoggedProcess, int]:

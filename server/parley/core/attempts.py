@@ -27,7 +27,6 @@ NO_REPEAT_TOKENS = 4
 # with 10 s, and a 1 s clip's pass over 11 s costs a third of the whole window's.
 RETRY_MARGIN_S = 10.0
 
-
 # A decode whose mean token log-probability is under this is drawn again at a
 # temperature, each of these in turn until one is not, and the likeliest kept: Whisper's
 # own fallback (its ``logprob_threshold``; faster-whisper decodes with it by default).
@@ -40,7 +39,8 @@ FALLBACK_TEMPERATURES = (0.2, 0.4)
 
 def second_attempt(request: AsrRequest, result: Transcription) -> AsrRequest | None:
     """What to decode again after ``result``, or None (``better_attempt`` then keeps one).
-    Each kind of attempt is made once; an attempt may need another of a later kind:
+    Each kind of attempt is made once (the last once a temperature); an attempt may need
+    another of a later kind:
 
     - a decode over a short window that ran on past its audio, over a wider window
       (``RETRY_MARGIN_S``), and if that ran on too, over the whole window;

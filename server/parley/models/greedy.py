@@ -14,6 +14,7 @@ write a run of that many a second time masked at every position, by the same rul
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,7 +94,8 @@ class GreedyVerifier:
         last = self.head(torch.stack([h[-1] for h in hiddens]))
         _add_bias(last, [(i, d.bias, []) for i, d in enumerate(decodes)])
         first = last.masked_fill(self._begin_suppress, -math.inf)
-        choices = _choices(first, list(decodes))
+        choices = first.argmax(-1)
+        _draw(first, choices, [(i, d) for i, d in enumerate(decodes) if d.temperature])
         logprobs = first.log_softmax(-1).gather(1, choices[:, None])[:, 0].tolist()
         if self._no_speech_token is not None:
             at_sot = self.head(torch.stack([h[d.sot_index] for h, d in zip(hiddens, decodes)]))
@@ -135,10 +137,11 @@ class GreedyVerifier:
         if any(d.no_repeat for d in decodes):
             _ban_repeats(logits, decodes, drafts)
         logits = logits.masked_fill(self.suppress, -math.inf)
-        positions: list[RowDecode | None] = []
-        for d, draft in zip(decodes, drafts):
-            positions += [None] * len(draft) + [d]  # only the last position is chosen freely
-        choices = _choices(logits, positions).tolist()
+        likeliest = logits.argmax(-1)
+        if any(d.temperature for d in decodes):  # a drawing row has no draft: one position
+            ends = itertools.accumulate(len(draft) + 1 for draft in drafts)
+            _draw(logits, likeliest, [(e - 1, d) for e, d in zip(ends, decodes) if d.temperature])
+        choices = likeliest.tolist()
         kept_rows: list[int] = []
         picked: list[int] = []
         keeps: list[int] = []
@@ -186,15 +189,15 @@ def sampler(device: torch.device) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(SAMPLER_SEED)
 
 
-def _choices(logits: torch.Tensor, decodes: Sequence[RowDecode | None]) -> torch.Tensor:
-    """Each row's token: the likeliest, or for a decode that draws its tokens (a temperature
-    above 0) one drawn from its distribution at that temperature."""
-    choices = logits.argmax(-1)
-    for i, d in enumerate(decodes):
-        if d is not None and d.temperature > 0:
-            probabilities = (logits[i].float() / d.temperature).softmax(-1)
-            choices[i] = torch.multinomial(probabilities, 1, generator=d.sampler)[0]
-    return choices
+def _draw(
+    logits: torch.Tensor, choices: torch.Tensor, drawing: Sequence[tuple[int, RowDecode]]
+) -> None:
+    """In ``choices`` (the likeliest of each position of ``logits``), the token at each
+    (position, decode) of a decode that draws its tokens drawn instead, from its
+    distribution at its temperature."""
+    for i, d in drawing:
+        probabilities = (logits[i].float() / d.temperature).softmax(-1)
+        choices[i] = torch.multinomial(probabilities, 1, generator=d.sampler)[0]
 
 
 def _add_bias(

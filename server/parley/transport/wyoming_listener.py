@@ -22,16 +22,16 @@ from wyoming.error import Error as WyomingError
 from wyoming.event import Event
 
 from parley.core.keyterms import MAX_KEYTERM_CHARS, MAX_KEYTERMS
-from parley.protocol.messages import Encoding, ErrorCode
+from parley.protocol.messages import Encoding, Error, ErrorCode
 from parley.protocol.paths import WYOMING_PATH
 from parley.runtime.metrics import Metrics
+from parley.transport.admission import Refused
 from parley.transport.ws_server import StreamEndpoint
 from parley.transport.wyoming import DESCRIBE, PING, pong
 from parley.transport.wyoming_wire import (
     AUDIO_CHUNK,
     MAX_HEADER_BYTES,
     AudioFormat,
-    WireBroken,
     WyomingConnection,
     as_text,
 )
@@ -88,12 +88,16 @@ def _strings(value: object) -> list[str]:
 
 
 def audio_format(data: dict) -> AudioFormat:
-    """An audio event's format; WireBroken(bad_config) for one Parley does not read."""
+    """An audio event's format; Refused(Error(bad_config)) for one Parley does not read."""
     rate, width, channels = (data.get(name) for name in ("rate", "width", "channels"))
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rate, width, channels)):
-        raise WireBroken(ErrorCode.BAD_MESSAGE, "rate, width and channels must be whole numbers")
+        raise Refused(
+            Error(ErrorCode.BAD_MESSAGE, "rate, width and channels must be whole numbers")
+        )
     if width != SAMPLE_WIDTH:
-        raise WireBroken(ErrorCode.BAD_CONFIG, f"audio must be 16-bit PCM (width 2), not {width}")
+        raise Refused(
+            Error(ErrorCode.BAD_CONFIG, f"audio must be 16-bit PCM (width 2), not {width}")
+        )
     return rate, width, channels  # type: ignore[return-value]
 
 
@@ -127,7 +131,7 @@ class WyomingListener:
                 connection.request = Request(f"{WYOMING_PATH}?{opening[0]}", Headers())
                 connection.audio_format = opening[1]
                 await self._endpoint.handle(connection)
-        except WireBroken as broken:
+        except Refused as broken:
             self._metrics.errors.labels(broken.error.code.value).inc()
             log.info("refused a Wyoming connection: %s", broken.error.message)
             error = WyomingError(text=broken.error.message, code=broken.error.code.value)
@@ -135,14 +139,14 @@ class WyomingListener:
         finally:
             await connection.close()
 
-    def _refusal(self, peer: object) -> WireBroken | None:
+    def _refusal(self, peer: object) -> Refused | None:
         networks = self._limits.networks
         if networks and not _within(peer, networks):
-            return WireBroken(
-                ErrorCode.UNAUTHORIZED, "this address is not in wyoming.allowed_networks"
+            return Refused(
+                Error(ErrorCode.UNAUTHORIZED, "this address is not in wyoming.allowed_networks")
             )
         if self._waiting >= self._limits.waiting:
-            return WireBroken(ErrorCode.SERVER_BUSY, "too many connections; try again later")
+            return Refused(Error(ErrorCode.SERVER_BUSY, "too many connections; try again later"))
         return None
 
     async def _until_audio(self, connection: WyomingConnection) -> tuple[str, AudioFormat] | None:
@@ -154,8 +158,8 @@ class WyomingListener:
             try:
                 event = await asyncio.wait_for(connection.next_event(), self._limits.idle_timeout_s)
             except TimeoutError:
-                raise WireBroken(
-                    ErrorCode.IDLE_TIMEOUT, f"no event for {self._limits.idle_timeout_s:g} s"
+                raise Refused(
+                    Error(ErrorCode.IDLE_TIMEOUT, f"no event for {self._limits.idle_timeout_s:g} s")
                 ) from None
             if event is None:
                 return None
@@ -173,8 +177,8 @@ class WyomingListener:
             elif event.type == "audio-stop":
                 await self._send(connection, Transcript(text="").event())
                 return None
-        raise WireBroken(
-            ErrorCode.BAD_MESSAGE, f"no audio in the first {MAX_EVENTS_BEFORE_AUDIO} events"
+        raise Refused(
+            Error(ErrorCode.BAD_MESSAGE, f"no audio in the first {MAX_EVENTS_BEFORE_AUDIO} events")
         )
 
     @staticmethod

@@ -30,14 +30,6 @@ AUDIO_CHUNK = "audio-chunk"
 AudioFormat = tuple[int, int, int]  # rate (Hz), width (bytes), channels
 
 
-class WireBroken(Exception):
-    """What the client sent cannot be read as Wyoming events: the framing is lost."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.error = Error(code, message)
-
-
 def as_text(event: Event) -> str:
     """An event without payload as the endpoint's text message (its type and data)."""
     return json.dumps(event.to_dict())
@@ -49,32 +41,32 @@ def _json_object(raw: bytes, what: str) -> dict:
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
         value = None
     if not isinstance(value, dict):
-        raise WireBroken(ErrorCode.BAD_MESSAGE, f"{what} is not a JSON object")
+        raise Refused(Error(ErrorCode.BAD_MESSAGE, f"{what} is not a JSON object"))
     return value
 
 
 def _length(header: dict, name: str, most: int) -> int:
     size = header.get(name) or 0
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise WireBroken(ErrorCode.BAD_MESSAGE, f"{name} must be a whole number of bytes")
+        raise Refused(Error(ErrorCode.BAD_MESSAGE, f"{name} must be a whole number of bytes"))
     if size > most:
-        raise WireBroken(ErrorCode.FRAME_TOO_LARGE, f"{name} of {size} bytes exceeds {most}")
+        raise Refused(Error(ErrorCode.FRAME_TOO_LARGE, f"{name} of {size} bytes exceeds {most}"))
     return size
 
 
 async def read_event(reader: asyncio.StreamReader, max_payload: int) -> Event | None:
     """The client's next event, or None once it has gone (the end of its stream, within an
-    event too); WireBroken for what is no Wyoming event or exceeds the bounds. The reader
+    event too); Refused for what is no Wyoming event or exceeds the bounds. The reader
     must be made with ``limit=MAX_HEADER_BYTES``, which bounds the header line."""
     try:
         line = await reader.readuntil(b"\n")
         header = _json_object(line, "an event's header line")
         kind = header.get("type")
         if not isinstance(kind, str):
-            raise WireBroken(ErrorCode.BAD_MESSAGE, 'an event\'s header needs a string "type"')
+            raise Refused(Error(ErrorCode.BAD_MESSAGE, 'an event\'s header needs a string "type"'))
         data = header.get("data") or {}
         if not isinstance(data, dict):
-            raise WireBroken(ErrorCode.BAD_MESSAGE, "an event's data is not a JSON object")
+            raise Refused(Error(ErrorCode.BAD_MESSAGE, "an event's data is not a JSON object"))
         extra = _length(header, "data_length", MAX_HEADER_BYTES)
         if extra:
             data = {**data, **_json_object(await reader.readexactly(extra), "an event's data")}
@@ -83,8 +75,11 @@ async def read_event(reader: asyncio.StreamReader, max_payload: int) -> Event | 
     except asyncio.IncompleteReadError:
         return None
     except asyncio.LimitOverrunError:
-        raise WireBroken(
-            ErrorCode.FRAME_TOO_LARGE, f"an event's header line exceeds {MAX_HEADER_BYTES} bytes"
+        raise Refused(
+            Error(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"an event's header line exceeds {MAX_HEADER_BYTES} bytes",
+            )
         ) from None
     return Event(kind, data, payload)
 
@@ -100,7 +95,7 @@ class WyomingConnection:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_payload: int
     ):
         self._writer = writer
-        self._events: asyncio.Queue[Event | WireBroken | None] = asyncio.Queue(EVENTS_AHEAD)
+        self._events: asyncio.Queue[Event | Refused | None] = asyncio.Queue(EVENTS_AHEAD)
         self._back: list[Event] = []
         self._reading = asyncio.ensure_future(self._read(reader, max_payload))
         self._closed = False
@@ -112,20 +107,20 @@ class WyomingConnection:
             while (event := await read_event(reader, max_payload)) is not None:
                 await self._events.put(event)
             await self._events.put(None)
-        except WireBroken as broken:
+        except Refused as broken:
             await self._events.put(broken)
         except (ConnectionError, OSError):
             await self._events.put(None)
 
     async def next_event(self) -> Event | None:
-        """The client's next event (None: it has gone); WireBroken when what it sent is
-        no event: nothing after it can be read."""
+        """The client's next event (None: it has gone); Refused when what it sent is no
+        event: nothing after it can be read."""
         if self._back:
             return self._back.pop()
         event = await self._events.get()
-        if event is None or isinstance(event, WireBroken):
+        if event is None or isinstance(event, Refused):
             self._events.put_nowait(event)  # it stays the last thing read
-        if isinstance(event, WireBroken):
+        if isinstance(event, Refused):
             raise event
         return event
 
@@ -134,10 +129,7 @@ class WyomingConnection:
         self._back.append(event)
 
     async def recv(self) -> str | bytes:
-        try:
-            event = await self.next_event()
-        except WireBroken as broken:
-            raise Refused(broken.error) from None
+        event = await self.next_event()  # Refused: the endpoint ends the session with its error
         if event is None:
             raise ConnectionClosed(None, None)
         if event.type == AUDIO_CHUNK and self._in_format(event.data):
