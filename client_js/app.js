@@ -1,7 +1,8 @@
 // The demo page: start/stop, level meter, live partial, speaker-coloured finals,
-// speaker renaming, transcript downloads, errors and the latency of the last final;
-// and a recording chosen on the page, transcribed whole (who said what).
-import { DECODING_OPTIONS, ParleyClient } from "./parley.js";
+// speaker renaming, transcript downloads, errors and the latency of the last final; the
+// audio from a chosen microphone, a shared tab (a meeting in another tab) or both; and
+// a recording chosen on the page, transcribed whole (who said what).
+import { DECODING_OPTIONS, ParleyClient, SOURCES, microphones } from "./parley.js";
 
 const $ = (id) => document.getElementById(id);
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
@@ -266,6 +267,8 @@ async function start() {
   const params = new URLSearchParams(location.search);
   client = new ParleyClient({
     url: "/v1/stream",
+    source: $("source").value,
+    microphoneId: $("microphone").value || params.get("microphone") || undefined,
     token: params.get("token") ?? undefined,
     language: $("language").value.trim() || params.get("language") || undefined,
     diarization: params.has("diarization") ? params.get("diarization") === "true" : $("diarization").checked,
@@ -275,6 +278,8 @@ async function start() {
   });
   client.addEventListener("state", (e) => showState(e.detail.state));
   client.addEventListener("started", (e) => {
+    listMicrophones();  // their names, now that the page may use one
+    $("inputs").textContent = client.inputs.map((i) => `${i.kind}: ${i.label}`).join(" + ");
     const languages = e.detail.model_languages ?? [];
     $("model").textContent = `${e.detail.model} · ` +
       (languages.length === 1 ? `${languages[0]} only` : `${languages.length} languages`);
@@ -299,6 +304,7 @@ async function start() {
   });
   client.addEventListener("error", (e) => showError(`${e.detail.code}: ${e.detail.message}`));
   client.addEventListener("closed", (e) => {
+    $("inputs").textContent = "";
     $("start").disabled = $("file").disabled = false;
     $("stop").disabled = true;
     if (e.detail.code !== 1000) showError(`connection closed (${e.detail.code}) ${e.detail.reason}`);
@@ -310,6 +316,32 @@ async function start() {
     showError(error.message);
     $("start").disabled = $("file").disabled = false;
   }
+}
+
+// The microphones to choose from, the chosen one kept while it is there.
+async function listMicrophones() {
+  const chosen = $("microphone").value || new URLSearchParams(location.search).get("microphone");
+  const options = (await microphones()).map((mic, i) => new Option(mic.label || `microphone ${i + 1}`, mic.id));
+  $("microphone").replaceChildren(new Option("default microphone", ""), ...options);
+  $("microphone").value = options.some((o) => o.value === chosen) ? chosen : "";
+}
+
+// A tab's sound where the browser can share one (Chromium can; Firefox and Safari share
+// no tab's sound); `?source=tab` chooses it, `?microphone=ID` a microphone.
+function setUpSources() {
+  const params = new URLSearchParams(location.search);
+  if (!navigator.mediaDevices?.getDisplayMedia) {
+    [...$("source").options].filter((o) => o.value !== "microphone").forEach((o) => o.remove());
+  }
+  const source = params.get("source");
+  if (SOURCES.includes(source) && [...$("source").options].some((o) => o.value === source)) {
+    $("source").value = source;
+  }
+  const showMicrophones = () => { $("microphone").hidden = $("source").value === "tab"; };
+  $("source").addEventListener("change", showMicrophones);
+  showMicrophones();
+  listMicrophones();  // unnamed, and without ids, until the page is allowed a microphone
+  navigator.mediaDevices?.addEventListener("devicechange", listMicrophones);
 }
 
 $("start").addEventListener("click", start);
@@ -329,4 +361,5 @@ $("transcript").addEventListener("click", (event) => {
 document.querySelectorAll("footer button[data-format]").forEach((button) => {
   button.addEventListener("click", () => download(button.dataset.format));
 });
+setUpSources();
 if (new URLSearchParams(location.search).get("autostart") === "1") start();

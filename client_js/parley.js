@@ -1,4 +1,4 @@
-// Parley browser client: protocol.md v1 over a WebSocket, microphone capture through an
+// Parley browser client: protocol.md v1 over a WebSocket, audio captured through an
 // AudioWorklet. Dependency-free ES module.
 //
 //   const client = new ParleyClient({ url: "ws://host:8765/v1/stream", diarization: true });
@@ -6,9 +6,15 @@
 //   await client.start();        // asks for the microphone, connects, streams
 //   await client.stop();         // flushes, waits for the last finals, closes
 //
+// Where the audio comes from (`source`): "microphone" (the default; `microphoneId`, a
+// deviceId from microphones(), picks one), "tab" (the sound of a tab, window or screen
+// the user shares: a meeting in another tab, a video), or "tab+microphone" (both mixed,
+// so that a meeting's far side and the user are transcribed together).
+//
 // Events (CustomEvent, message in `detail`): started, speech_started, partial, final,
 // speaker_update, finalized, ended, error, level ({ rms }), state ({ state }), closed
-// ({ code, reason }), resuming ({ code }), resumed (session_resumed).
+// ({ code, reason }), resuming ({ code }), resumed (session_resumed), source_ended (the
+// user stopped sharing: the stream is then stopped as stop() does).
 //
 // Reconnect policy: a dropped connection (close 1006: Wi-Fi, a sleeping laptop) is
 // resumed within the server's resume window (protocol.md section 6a): the same
@@ -21,6 +27,13 @@ const TARGET_RATE = 16000;
 const CHUNK_SECONDS = 0.1;
 const RESUME_BUFFER_BYTES = 2 * 1024 * 1024; // 64 s of 16 kHz PCM16
 const DROPPED = 1006; // what a browser reports for a connection lost without a close
+
+export const SOURCES = ["microphone", "tab", "tab+microphone"];
+
+// The microphone as speech wants it; a shared tab's sound is taken as it plays.
+const MICROPHONE = { channelCount: 1, echoCancellation: true, noiseSuppression: true };
+const TAB_SOUND = { echoCancellation: false, noiseSuppression: false, autoGainControl: false,
+                    suppressLocalAudioPlayback: false }; // the user still hears the tab
 
 export class ParleyError extends Error {
   constructor(message, code) {
@@ -57,11 +70,12 @@ export function streamUrl(base, { token, language, diarization, partials, sample
 export class ParleyClient extends EventTarget {
   constructor(options = {}) {
     super();
-    this.options = { url: "/v1/stream", partials: true,
+    this.options = { url: "/v1/stream", partials: true, source: "microphone",
                      resumeBufferBytes: RESUME_BUFFER_BYTES, ...options };
     this.state = "idle";
     this.session = null;
     this.resumes = 0;
+    this.inputs = []; // what start() captures: [{ kind: "tab" | "microphone", label }]
     this._socket = null;
     this._audio = null;
     this._ended = null;
@@ -83,15 +97,19 @@ export class ParleyClient extends EventTarget {
     this._emit("state", { state });
   }
 
-  /** Ask for the microphone, connect, and stream until stop(). */
+  /** Ask for the source's audio (the microphone, a shared tab), connect, and stream
+   * until stop(). Rejects with a ParleyError: `bad_source`, `no_tab_audio` (nothing to
+   * share a tab's sound with, or the user shared none), or the server's refusal. */
   async start() {
     if (this.state !== "idle" && this.state !== "closed") {
       throw new ParleyError(`cannot start while ${this.state}`, "bad_state");
     }
     this._setState("starting");
     try {
-      this._audio = await openMicrophone((chunk) => this._send(chunk),
-                                         (rms) => this._emit("level", { rms }));
+      this._audio = await openAudio(this.options, (chunk) => this._send(chunk),
+                                    (rms) => this._emit("level", { rms }),
+                                    () => this._sourceEnded());
+      this.inputs = this._audio.inputs;
       await this.connect(this._audio.sampleRate);
       this._audio.resume();
       this._setState("streaming");
@@ -210,6 +228,13 @@ export class ParleyClient extends EventTarget {
     this._closed({ code, reason: "the session could not be resumed" });
   }
 
+  // The user stopped sharing the tab (the browser's own "Stop sharing"): what was heard
+  // still gets its finals, as after stop().
+  _sourceEnded() {
+    this._emit("source_ended", {});
+    if (this.state === "streaming") this.stop();
+  }
+
   /** Send audio yourself: an ArrayBuffer of PCM16 LE at the session's rate. */
   sendAudio(buffer) {
     this._send(buffer);
@@ -269,23 +294,72 @@ function parseMessage(data) {
   }
 }
 
-/** Microphone → worklet → PCM16 chunks of 100 ms, at 16 kHz where the browser allows. */
-async function openMicrophone(onChunk, onLevel) {
-  const stream = await navigator.mediaDevices.getUserMedia({
-    audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true },
-  });
-  let context;
-  let source;
+/** The microphones the browser offers, as `{ id, label }` (`id` is a `microphoneId`):
+ * none until the page has been allowed one, and not Chromium's "default" and
+ * "communications" entries, which stand for one of the others. */
+export async function microphones() {
+  const devices = await navigator.mediaDevices.enumerateDevices();
+  const standIns = ["", "default", "communications"];
+  return devices.filter((d) => d.kind === "audioinput" && !standIns.includes(d.deviceId))
+    .map((d) => ({ id: d.deviceId, label: d.label }));
+}
+
+// The source's streams, each as [kind, stream]: a shared tab's sound, the microphone, or
+// both.
+async function captureStreams({ source, microphoneId }) {
+  if (!SOURCES.includes(source)) {
+    throw new ParleyError(`unknown source "${source}": one of ${SOURCES.join(", ")}`, "bad_source");
+  }
+  const streams = [];
   try {
-    // Chromium resamples the microphone to the context's rate itself.
+    if (source !== "microphone") streams.push(["tab", await captureTab()]);
+    if (source !== "tab") {
+      const chosen = microphoneId ? { deviceId: { exact: microphoneId } } : {};
+      const audio = { ...MICROPHONE, ...chosen };
+      streams.push(["microphone", await navigator.mediaDevices.getUserMedia({ audio })]);
+    }
+  } catch (error) {
+    streams.forEach(([, stream]) => stream.getTracks().forEach((track) => track.stop()));
+    throw error;
+  }
+  return streams;
+}
+
+// A tab, window or screen the user picks, its sound only. Browsers share sound only
+// with a picture, so the picture is asked for and stopped at once.
+async function captureTab() {
+  if (!navigator.mediaDevices.getDisplayMedia) {
+    throw new ParleyError("this browser cannot share a tab's sound", "no_tab_audio");
+  }
+  const shared = await navigator.mediaDevices.getDisplayMedia({
+    video: true, audio: TAB_SOUND, systemAudio: "include", selfBrowserSurface: "exclude",
+  });
+  shared.getVideoTracks().forEach((track) => track.stop());
+  if (shared.getAudioTracks().length === 0) {
+    throw new ParleyError("no sound was shared: share a tab and tick \"Share tab audio\"",
+                          "no_tab_audio");
+  }
+  return new MediaStream(shared.getAudioTracks());
+}
+
+/** The source's audio → worklet → PCM16 chunks of 100 ms, at 16 kHz where the browser
+ * allows; several streams (a tab and the microphone) are summed. `onEnded` is called
+ * when a shared tab stops being shared. */
+async function openAudio(options, onChunk, onLevel, onEnded) {
+  const captured = await captureStreams(options);
+  const streams = captured.map(([, stream]) => stream);
+  let context;
+  let sources;
+  try {
+    // Chromium resamples each stream to the context's rate itself.
     context = new AudioContext({ sampleRate: TARGET_RATE });
-    source = context.createMediaStreamSource(stream);
+    sources = streams.map((stream) => context.createMediaStreamSource(stream));
   } catch {
     // Firefox cannot connect a device to a context of another rate: keep the device's
     // rate and declare it in sample_rate; the server resamples.
     if (context) await context.close();
     context = new AudioContext();
-    source = context.createMediaStreamSource(stream);
+    sources = streams.map((stream) => context.createMediaStreamSource(stream));
   }
   await context.audioWorklet.addModule(new URL("./worklet.js", import.meta.url));
   const node = new AudioWorkletNode(context, "parley-pcm16", {
@@ -298,9 +372,15 @@ async function openMicrophone(onChunk, onLevel) {
     if (rms !== undefined) onLevel(rms);
     if (done && flushed) flushed();
   };
-  source.connect(node);
+  sources.forEach((source) => source.connect(node)); // an input sums what connects to it
+  const inputs = captured.map(([kind, stream]) => {
+    const track = stream.getAudioTracks()[0];
+    if (kind === "tab") track.addEventListener("ended", onEnded, { once: true });
+    return { kind, label: track.label };
+  });
   await context.suspend();
   return {
+    inputs,
     sampleRate: context.sampleRate,
     resume: () => context.resume(),
     flush: () => new Promise((resolve) => {
@@ -309,8 +389,8 @@ async function openMicrophone(onChunk, onLevel) {
       setTimeout(resolve, 500); // a suspended context never answers
     }),
     close: async () => {
-      stream.getTracks().forEach((track) => track.stop());
-      source.disconnect();
+      streams.forEach((stream) => stream.getTracks().forEach((track) => track.stop()));
+      sources.forEach((source) => source.disconnect());
       node.disconnect();
       if (context.state !== "closed") await context.close();
     },

@@ -97,6 +97,74 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
     assert len({s["speaker"] for s in segments if s["speaker"]}) >= 2, segments
 
 
+SHARED_TRACK_HANDLE = """
+const share = navigator.mediaDevices.getDisplayMedia.bind(navigator.mediaDevices);
+navigator.mediaDevices.getDisplayMedia = async (constraints) => {
+  const shared = await share(constraints);
+  window.sharedTrack = shared.getAudioTracks()[0];
+  if (window.shareNoSound) shared.getAudioTracks().forEach((t) => shared.removeTrack(t));
+  return shared;
+};
+"""
+
+
+async def test_page_transcribes_a_shared_tab_and_mixes_in_the_microphone(server, tmp_path):
+    """Source "a tab's sound" (Chromium's fake screen capture playing the clip): its words
+    shown, and when the sharing ends (the browser's "Stop sharing") the stream ends with
+    them. A tab shared without its sound is an error that says so. Then "a tab's sound
+    and the microphone", a microphone chosen by name from the page's list: both are heard
+    at once, and the page says so."""
+    # Chromium plays the clip from when the tab is shared, before the session is open:
+    # its first seconds silent, so that no word is said before the stream is heard.
+    said = read_wav(SAMPLE_WAV)[12 * 16000 : 22 * 16000]
+    clip = write_wav(tmp_path / "meeting.wav", np.concatenate([np.zeros(3 * 16000), said]))
+    async with async_playwright() as playwright:
+        browser = await launch(playwright, clip)
+        page = await browser.new_page()
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        # A handle on the shared track: what ends it here is what the browser's "Stop
+        # sharing" bar ends it with, its "ended" event.
+        await page.add_init_script(SHARED_TRACK_HANDLE)
+        await page.goto(server)
+        await page.select_option("#source", "tab")
+        assert await page.is_hidden("#microphone")  # no microphone is heard
+        await page.click("#start")  # sharing a tab needs the user's click
+        await page.locator(".segment", has_text="Texas").first.wait_for(timeout=60_000)
+        await page.wait_for_timeout(6_000)  # the clip's last words
+        tab_alone = await page.text_content("#inputs")
+        await page.evaluate("window.sharedTrack.dispatchEvent(new Event('ended'))")
+        await page.locator("#state", has_text="closed").wait_for(timeout=60_000)
+        segments = await page.eval_on_selector_all(".segment", "els => els.map(e => e.textContent)")
+        await page.evaluate("window.shareNoSound = true")  # "Share tab audio" left unticked
+        await page.click("#start")
+        no_sound = await page.locator("#error", has_text="no sound").text_content(timeout=30_000)
+        await page.evaluate("window.shareNoSound = false")
+        await page.select_option("#source", "tab+microphone")
+        await page.select_option("#microphone", label="Fake Audio Input 2")
+        await page.click("#start")
+        await page.locator("#state", has_text="streaming").wait_for(timeout=30_000)
+        both = await page.text_content("#inputs")
+        await page.click("#stop")
+        await page.locator("#state", has_text="closed").wait_for(timeout=60_000)
+        listed = await page.eval_on_selector_all(
+            "#microphone option", "os => os.map(o => ({id: o.value, label: o.textContent}))"
+        )
+        shown_error = await page.text_content("#error")
+        await browser.close()
+    assert errors == [] and not shown_error.strip(), (errors, shown_error)
+    assert {"jersey", "texas", "chicago"} <= set(words_of(" ".join(segments))), segments
+    assert tab_alone.startswith("tab: ") and "microphone" not in tab_alone, tab_alone
+    assert 'tick "Share tab audio"' in no_sound, no_sound
+    assert both.startswith("tab: ") and both.endswith(" + microphone: Fake Audio Input 2"), both
+    assert [o["label"] for o in listed] == [
+        "default microphone",
+        "Fake Audio Input 1",
+        "Fake Audio Input 2",
+    ], listed  # Chromium's own "default" entry is the page's first
+    assert all(o["id"] for o in listed[1:]), listed
+
+
 async def test_page_transcribes_a_chosen_recording_with_speakers(server, tmp_path):
     """A recording chosen on the page: its segments shown, by two speakers, the words
     sample.wav says (streamed); a file ffmpeg cannot read is an error shown, not a hang;
