@@ -76,6 +76,7 @@ async def test_openai_json_matches_the_live_path_and_verbose_words(diarized_base
     signs = {
         s.seek: (s.avg_logprob, s.no_speech_prob, s.compression_ratio) for s in verbose.segments
     }
+    assert {s.temperature for s in verbose.segments} == {0.0}  # none doubted, none drawn
     assert all(len({s.avg_logprob for s in verbose.segments if s.seek == k}) == 1 for k in signs)
     assert all(s.seek <= round(s.start * 100) for s in verbose.segments)
     assert all(-1.0 < lp < 0 and 0 < nsp < 0.3 and 1.0 < cr < 2.4 for lp, nsp, cr in signs.values())

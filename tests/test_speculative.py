@@ -7,7 +7,7 @@ from transformers import WhisperConfig, WhisperForCausalLM, WhisperForConditiona
 
 from audio_fixtures import SAMPLE_RATE, SAMPLE_WAV, at_level, crowd_murmur, read_wav, silence, speak
 from parley.core.asr import AsrRequest
-from parley.core.attempts import FALLBACK_BELOW, transcribe
+from parley.core.attempts import FALLBACK_BELOW, FALLBACK_TEMPERATURES, transcribe
 from parley.core.speech_level import SpeechLevel
 from parley.models.assistant import IncompatibleAssistant, load_assistant
 from parley.models.device import plan_device
@@ -321,3 +321,6 @@ def test_a_doubted_decode_is_drawn_again_the_same_each_time_and_the_likelier_kep
     assert decoded(AsrRequest(audio, temperature=0.2)).tokens == drawn.tokens
     kept = transcribe(tiny_engine, AsrRequest(audio))
     assert kept.avg_logprob > greedy.avg_logprob and kept.tokens != greedy.tokens, kept
+    # each decode says how it was made (verbose_json's segments carry it)
+    assert (greedy.temperature, drawn.temperature) == (0.0, 0.2)
+    assert kept.temperature in FALLBACK_TEMPERATURES

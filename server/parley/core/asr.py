@@ -154,6 +154,8 @@ class Transcription:
     # Runs of the words the model, asked, found likely enough written as a keyterm:
     # (the run's letters, the term) pairs (``core.keyterms.to_ask``).
     heard_keyterms: tuple[tuple[str, str], ...] = ()
+    # 0 for the likeliest tokens; above it, drawn at it (``core.attempts``' fallback).
+    temperature: float = 0.0
 
     @property
     def confidence(self) -> float:

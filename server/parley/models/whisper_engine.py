@@ -301,6 +301,7 @@ class WhisperEngine:
             ),
             window_too_short=ran_on,
             heard_keyterms=heard,
+            temperature=request.temperature,
         )
 
     def drop(self, decode: WhisperDecode) -> None:

@@ -68,6 +68,7 @@ class DecodeSigns:
     avg_logprob: float
     no_speech_prob: float
     compression_ratio: float  # of the decode's whole text
+    temperature: float  # 0, or what a doubted decode was drawn at (Whisper's fallback)
 
     @classmethod
     def of(cls, window: Window, result: Transcription) -> DecodeSigns:
@@ -77,6 +78,7 @@ class DecodeSigns:
             result.avg_logprob,
             result.no_speech_prob,
             result.compression_ratio,
+            result.temperature,
         )
 
 

@@ -184,4 +184,5 @@ def joined(parts: Sequence[tuple[float, Transcription]]) -> Transcription:
         compression_ratio=max(r.compression_ratio for _, r in kept),
         foreign=all(r.foreign for _, r in kept),
         window_too_short=False,
+        temperature=max(r.temperature for _, r in kept),
     )

@@ -89,7 +89,8 @@ def openai_verbose(
     """``verbose_json``: ``language`` (a code) by its name, as OpenAI's; segments as
     Whisper's, each with its decode's signs (shared by a packed window's segments, as
     Whisper's window's are), the code of the language it was decoded in, its tokens not
-    kept (empty) and the temperature greedy decoding has (0); words when asked for."""
+    kept (empty) and its temperature (0 but where a doubted decode was drawn again, as
+    Whisper's fallback draws); words when asked for."""
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
     answer: dict = {
@@ -117,7 +118,7 @@ def _verbose_segment(index: int, final: Final, signs: DecodeSigns) -> dict:
         "end": final.end,
         "text": " " + final.text,
         "tokens": [],
-        "temperature": 0.0,
+        "temperature": signs.temperature,
         "avg_logprob": round(signs.avg_logprob, 4),
         "compression_ratio": round(signs.compression_ratio, 4),
         "no_speech_prob": round(signs.no_speech_prob, 4),
