@@ -6,6 +6,7 @@ Decoded by the fake engine; the real model's transcript is test_compat_sdks'."""
 
 import asyncio
 import json
+import os
 
 import pytest
 from websockets.asyncio.client import connect
@@ -275,6 +276,66 @@ async def test_a_drain_gives_a_command_under_way_its_whole_transcript(start, tal
         await draining
     whole = Transcript.from_event(of_type(events, "transcript")[0])
     assert whole.text == native
+
+
+async def test_zeroconf_advertises_the_port_as_home_assistant_discovers_it(start):
+    """With ``wyoming.zeroconf``, an mDNS query for the name's ``_wyoming._tcp`` service
+    (python-zeroconf's, as Home Assistant's discovery asks) finds the port at the
+    listener's address, and ``describe`` there lists the service; once the server stops,
+    the advert is withdrawn and the query finds nothing."""
+    from zeroconf.asyncio import AsyncZeroconf
+
+    from parley.transport.wyoming_discovery import SERVICE_TYPE
+
+    name = f"parley-test-{os.getpid()}"  # unique on a network other runs may share
+    server = await wyoming_server(start, wyoming={"host": "127.0.0.1", "zeroconf": name})
+    asker = AsyncZeroconf()
+    try:
+        found = await asker.async_get_service_info(SERVICE_TYPE, f"{name}.{SERVICE_TYPE}", 5000)
+        assert found is not None, "no answer to the mDNS query"
+        assert (found.parsed_addresses(), found.port) == (["127.0.0.1"], server.wyoming_port)
+        assert server.wyoming_advert.name == name
+        async with AsyncTcpClient(found.parsed_addresses()[0], found.port) as client:
+            await client.write_event(Describe().event())
+            assert Info.from_event(await client.read_event()).asr[0].name == "parley"
+        await server.stop()
+        withdrawn = AsyncZeroconf()  # asks afresh, without what the first one heard
+        try:
+            gone = await withdrawn.async_get_service_info(
+                SERVICE_TYPE, f"{name}.{SERVICE_TYPE}", 1500
+            )
+        finally:
+            await withdrawn.async_close()
+        assert gone is None
+    finally:
+        await asker.async_close()
+
+
+@pytest.mark.parametrize(
+    "wyoming, problem",
+    [
+        ({"zeroconf": "parley"}, "set wyoming.port"),
+        ({"port": 10300, "zeroconf": "living.room"}, "without dots"),
+        ({"port": 10300, "zeroconf": "x" * 64}, "1 to 63 bytes"),
+    ],
+)
+def test_a_zeroconf_name_that_cannot_be_advertised_is_refused(wyoming, problem):
+    with pytest.raises(ValueError, match=problem):
+        Settings(wyoming=wyoming)
+
+
+@pytest.mark.parametrize(
+    "flags, name",
+    [([], None), (["--wyoming-zeroconf"], "parley"), (["--wyoming-zeroconf", "den"], "den")],
+)
+def test_parley_serve_advertises_under_the_name_its_flag_gives(flags, name):
+    from parley.cli import SERVE_FLAGS, _settings
+    from parley.cli_parser import build_parser
+
+    parser = build_parser(dict.fromkeys(["serve", "cluster", "stream", "transcribe", "models"]))
+    args = parser.parse_args(["serve", "--wyoming-port", "10300", *flags])
+    settings, _ = _settings(args, SERVE_FLAGS)
+    assert (settings.wyoming.port, settings.wyoming.zeroconf) == (10300, name)
 
 
 def test_transcribe_becomes_the_sessions_settings():

@@ -22,6 +22,7 @@ from parley.transport.head_timeout import with_head_timeout
 from parley.transport.ws_denial import RefusalEndsHandshake
 from parley.transport.ws_server import StreamEndpoint
 from parley.transport.wyoming import info_event
+from parley.transport.wyoming_discovery import WyomingAdvert
 from parley.transport.wyoming_listener import WyomingLimits, WyomingListener, networks_of
 from parley.workers.diarization import DiarizationWorker
 from parley.workers.scheduler import AsrScheduler
@@ -49,6 +50,7 @@ class RunningServer:
     server: uvicorn.Server
     serving: asyncio.Task
     wyoming: asyncio.Server | None = None  # the Wyoming port's listener, if it is served
+    wyoming_advert: WyomingAdvert | None = None  # its zeroconf advert, if it is advertised
 
     @property
     def port(self) -> int:
@@ -76,6 +78,9 @@ class RunningServer:
 
     async def stop(self) -> None:
         """End every live session now (shutting_down), stop the workers and the server."""
+        if self.wyoming_advert is not None:
+            advert, self.wyoming_advert = self.wyoming_advert, None  # withdrawn once
+            await advert.close()
         if self.wyoming is not None:
             self.wyoming.close()
         await self.endpoint.shutdown()
@@ -123,9 +128,14 @@ async def start_server(
             raise RuntimeError(f"could not listen on {server.host}:{server.port}")
         await asyncio.sleep(0.01)
     running = RunningServer(service, uv, serving)
-    if settings.wyoming.port is not None:
+    wyoming = settings.wyoming
+    if wyoming.port is not None:
         try:
             running.wyoming = await _listen_wyoming(settings, service, asr, access)
+            if wyoming.zeroconf is not None:
+                host, port = wyoming.host or server.host, running.wyoming_port
+                running.wyoming_advert = WyomingAdvert(wyoming.zeroconf, host, port or 0)
+                await running.wyoming_advert.start()
         except (OSError, ValueError):
             await running.stop()
             raise
@@ -174,6 +184,8 @@ async def serve_forever(settings: Settings, access: Access) -> None:
     others = ", ".join(sorted(running.endpoint.paths - {STREAM_PATH}))
     if running.wyoming_port is not None:
         others += f"; Wyoming on tcp://{settings.wyoming.host or host}:{running.wyoming_port}"
+    if (advert := running.wyoming_advert) is not None:
+        others += f" (advertised as {advert.name} at {advert.address})"
     print(
         f"Parley listening on {scheme}://{host}:{running.port}/v1/stream "
         f"(model {asr.model_label}, diarization {settings.diarization.source}; "

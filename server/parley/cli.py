@@ -36,6 +36,7 @@ SERVE_FLAGS = [
     ("ssl_certfile", "server", "ssl_certfile"),
     ("ssl_keyfile", "server", "ssl_keyfile"),
     ("wyoming_port", "wyoming", "port"),
+    ("wyoming_zeroconf", "wyoming", "zeroconf"),
 ]
 CLUSTER_FLAGS = [
     ("address", "cluster", "address"),
@@ -48,7 +49,8 @@ CLUSTER_FLAGS = [
     *[
         flag
         for flag in SERVE_FLAGS
-        if flag[0] not in ("host", "port", "ssl_certfile", "ssl_keyfile", "wyoming_port")
+        if flag[0]
+        not in ("host", "port", "ssl_certfile", "ssl_keyfile", "wyoming_port", "wyoming_zeroconf")
     ],
 ]
 

@@ -211,6 +211,14 @@ def _add_serve(commands: argparse._SubParsersAction, run: Runners) -> None:
     serve.add_argument(
         "--wyoming-port", type=int, help="also serve Home Assistant's Wyoming protocol (10300)"
     )
+    serve.add_argument(
+        "--wyoming-zeroconf",
+        nargs="?",
+        const="parley",
+        metavar="NAME",
+        help="advertise the Wyoming port on the local network for Home Assistant to "
+        "discover, under NAME (parley)",
+    )
     add_server_flags(serve)
     serve.set_defaults(run=run["serve"])
 

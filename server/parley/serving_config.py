@@ -222,6 +222,11 @@ class WyomingSettings(BaseModel):
     allowed_networks: list[str] | None = Field(
         None, description="the client addresses it serves (e.g. 192.168.1.0/24; None: any)"
     )
+    zeroconf: str | None = Field(
+        None,
+        description="advertise the port on the local network (mDNS) under this name, for "
+        "Home Assistant to discover (None: not advertised)",
+    )
 
     @field_validator("allowed_networks")
     @classmethod
@@ -229,6 +234,18 @@ class WyomingSettings(BaseModel):
         for network in networks or ():
             ipaddress.ip_network(network, strict=False)  # ValueError names the bad one
         return networks
+
+    @model_validator(mode="after")
+    def _advertised(self) -> WyomingSettings:
+        if self.zeroconf is None:
+            return self
+        if self.port is None:
+            raise ValueError("wyoming.zeroconf advertises the Wyoming port: set wyoming.port")
+        if not self.zeroconf.strip() or len(self.zeroconf.encode()) > 63 or "." in self.zeroconf:
+            raise ValueError(
+                "wyoming.zeroconf is a name of 1 to 63 bytes without dots (a DNS label)"
+            )
+        return self
 
 
 class ClusterSettings(BaseModel):
