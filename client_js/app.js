@@ -2,17 +2,26 @@
 // speaker renaming, transcript downloads, errors and the latency of the last final; the
 // audio from a chosen microphone, a shared tab (a meeting in another tab) or both; and
 // a recording chosen on the page, transcribed whole (who said what).
-import { DECODING_OPTIONS, ParleyClient, SOURCES, microphones } from "./parley.js";
+import { DECODING_OPTIONS, ParleyClient, microphones } from "./parley.js";
 
 const $ = (id) => document.getElementById(id);
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 const names = new Map();          // speaker label → name chosen by the user
-const segments = new Map();       // segment id → final as last received
-let client = null;
+const segments = new Map();       // final's key (keyOf) → final as last received
+let clients = [];                 // the live sessions of the last Start: one, or a meeting's two
+let runs = 0;                     // each Start's (or recording's) segments come after the last's
+// Where the source is a meeting in a tab and you: the tab's voices are told apart by the
+// server, and the microphone's session (no speakers of its own) is you.
+const ME = "You";
 
 function colour(speaker) {
+  if (speaker === ME) return "#444";
   const index = speaker ? Number(speaker.replace(/\D/g, "")) - 1 : -1;
   return index >= 0 ? COLOURS[index % COLOURS.length] : "#999";
+}
+
+function keyOf(run, who, segmentId) {
+  return `${run}:${who}:${segmentId}`;
 }
 
 function clock(seconds) {
@@ -37,8 +46,13 @@ function runsOf(final) {
   return runs.length ? runs : [{ speaker: final.speaker, words: [final.text] }];
 }
 
+// Segments in the order they were said: by Start (or recording), then by time.
+function later(a, b) {
+  return a.run > b.run || (a.run === b.run && a.start > b.start);
+}
+
 function render(final) {
-  let element = document.querySelector(`.segment[data-segment-id="${final.segment_id}"]`);
+  let element = document.querySelector(`.segment[data-key="${final.key}"]`);
   if (!final.text.trim()) {
     element?.remove();  // nothing was said (the server's no-speech guard emptied it)
     return;
@@ -46,9 +60,9 @@ function render(final) {
   if (!element) {
     element = document.createElement("div");
     element.className = "segment";
-    element.dataset.segmentId = String(final.segment_id);
-    const later = [...$("transcript").children].find((e) => Number(e.dataset.segmentId) > final.segment_id);
-    $("transcript").insertBefore(element, later ?? null);
+    element.dataset.key = final.key;
+    const next = [...$("transcript").children].find((e) => later(segments.get(e.dataset.key), final));
+    $("transcript").insertBefore(element, next ?? null);
   }
   element.dataset.speaker = final.speaker ?? "";
   element.style.setProperty("--speaker-colour", colour(final.speaker));
@@ -59,7 +73,7 @@ function render(final) {
   // Spaces between the labels and the words, not only margins: copied text (and the
   // element's text) reads "S2 Chicago", not "S2Chicago".
   element.append(time, " ");
-  if (final.language && client?.session?.model_languages?.length > 1) {
+  if (final.language && clients[0]?.session?.model_languages?.length > 1) {
     const language = document.createElement("span");
     language.className = "language";
     language.textContent = final.language;
@@ -95,7 +109,7 @@ function showError(message) {
 }
 
 function finals() {
-  return [...segments.values()].filter((f) => f.text.trim()).sort((a, b) => a.start - b.start);
+  return [...segments.values()].filter((f) => f.text.trim()).sort((a, b) => (later(a, b) ? 1 : -1));
 }
 
 // Subtitle cues as the server and `parley transcribe` write them (server/parley/client/
@@ -244,10 +258,12 @@ async function transcribeFile(file) {
     const got = speakers ? await streamedSegments(answer) : (await answer.json()).segments;
     segments.clear();
     $("transcript").replaceChildren();
+    const run = ++runs;
     got.forEach((segment, index) => {
-      const final = { segment_id: index, start: segment.start, end: segment.end,
+      const final = { segment_id: index, key: keyOf(run, "file", index), run,
+                      start: segment.start, end: segment.end,
                       text: segment.text.trim(), speaker: segment.speaker ?? null, words: [] };
-      segments.set(index, final);
+      segments.set(final.key, final);
       render(final);
     });
     showState("done");
@@ -261,58 +277,102 @@ async function transcribeFile(file) {
   }
 }
 
-async function start() {
-  showError(null);
-  $("start").disabled = $("file").disabled = true;
-  const params = new URLSearchParams(location.search);
-  client = new ParleyClient({
-    url: "/v1/stream",
-    source: $("source").value,
-    microphoneId: $("microphone").value || params.get("microphone") || undefined,
-    token: params.get("token") ?? undefined,
-    language: $("language").value.trim() || params.get("language") || undefined,
-    diarization: params.has("diarization") ? params.get("diarization") === "true" : $("diarization").checked,
-    // the decoding options pass through from the page's own query (?keyterms=…&redact=pci)
-    ...Object.fromEntries(DECODING_OPTIONS
-      .filter((name) => params.has(name)).map((name) => [name, params.get(name)])),
-  });
-  client.addEventListener("state", (e) => showState(e.detail.state));
+// A final as the page keeps it: keyed by its Start and session, its times (and its
+// words') shifted to the first session's clock, a meeting's microphone's as you.
+function placed(message, client, run) {
+  return { ...shifted(message, client), run, key: keyOf(run, client.who, message.segment_id),
+           words: message.words.map((w) => shifted(w, client)), speaker: speakerOf(message, client) };
+}
+
+function shifted(timed, client) {
+  return { ...timed, start: timed.start + client.shift, end: timed.end + client.shift };
+}
+
+function speakerOf(message, client) {
+  return client.who === "me" ? ME : message.speaker;
+}
+
+// The sessions' states as one: streaming while any streams, closed once all are.
+function shownState() {
+  const states = clients.map((c) => c.state);
+  return ["starting", "streaming", "stopping", "closed"].find((s) => states.includes(s)) ?? "idle";
+}
+
+function listen(client, run) {
+  client.addEventListener("state", () => showState(shownState()));
   client.addEventListener("started", (e) => {
     listMicrophones();  // their names, now that the page may use one
-    $("inputs").textContent = client.inputs.map((i) => `${i.kind}: ${i.label}`).join(" + ");
+    $("inputs").textContent = clients.flatMap((c) => c.inputs).map((i) => `${i.kind}: ${i.label}`).join(" + ");
     const languages = e.detail.model_languages ?? [];
     $("model").textContent = `${e.detail.model} · ` +
       (languages.length === 1 ? `${languages[0]} only` : `${languages.length} languages`);
   });
-  client.addEventListener("level", (e) => { $("level").value = e.detail.rms; });
+  client.addEventListener("level", (e) => {
+    client.level = e.detail.rms;
+    $("level").value = Math.max(...clients.map((c) => c.level ?? 0));
+  });
   client.addEventListener("partial", (e) => { $("partial").textContent = e.detail.text; });
   client.addEventListener("final", (e) => {
-    const final = e.detail;
-    segments.set(final.segment_id, final);
+    const final = placed(e.detail, client, run);
+    segments.set(final.key, final);
     $("partial").textContent = "";
     render(final);
-    const lastWord = final.words.at(-1);
-    const spokenUntil = lastWord ? lastWord.end : final.end;
+    const lastWord = e.detail.words.at(-1);
+    const spokenUntil = lastWord ? lastWord.end : e.detail.end;
     const behind = client.audioSentSeconds() - spokenUntil;
     if (behind >= 0) $("latency").textContent = `last final ${behind.toFixed(1)} s after its speech`;
   });
   client.addEventListener("speaker_update", (e) => {
-    const final = segments.get(e.detail.segment_id);
+    const final = segments.get(keyOf(run, client.who, e.detail.segment_id));
     if (!final) return;
-    Object.assign(final, { speaker: e.detail.speaker, words: e.detail.words });
+    const words = e.detail.words.map((w) => shifted(w, client));
+    Object.assign(final, { speaker: speakerOf(e.detail, client), words });
     render(final);
   });
   client.addEventListener("error", (e) => showError(`${e.detail.code}: ${e.detail.message}`));
+  // a meeting's tab no longer shared: the meeting is over for the microphone too
+  client.addEventListener("source_ended", () => clients.forEach((c) => c !== client && c.stop()));
   client.addEventListener("closed", (e) => {
+    if (e.detail.code !== 1000) showError(`connection closed (${e.detail.code}) ${e.detail.reason}`);
+    if (!clients.every((c) => c.state === "closed")) return;
     $("inputs").textContent = "";
     $("start").disabled = $("file").disabled = false;
     $("stop").disabled = true;
-    if (e.detail.code !== 1000) showError(`connection closed (${e.detail.code}) ${e.detail.reason}`);
   });
+}
+
+async function start() {
+  showError(null);
+  $("start").disabled = $("file").disabled = true;
+  const params = new URLSearchParams(location.search);
+  const options = {
+    url: "/v1/stream",
+    token: params.get("token") ?? undefined,
+    language: $("language").value.trim() || params.get("language") || undefined,
+    // the decoding options pass through from the page's own query (?keyterms=…&redact=pci)
+    ...Object.fromEntries(DECODING_OPTIONS
+      .filter((name) => params.has(name)).map((name) => [name, params.get(name)])),
+  };
+  const diarization = params.has("diarization") ? params.get("diarization") === "true" : $("diarization").checked;
+  const microphoneId = $("microphone").value || params.get("microphone") || undefined;
+  const source = $("source").value;
+  // A meeting: the tab first (sharing it needs the click's user activation), then you.
+  const plan = source === "meeting"
+    ? [["tab", { source: "tab", diarization }], ["me", { source: "microphone", microphoneId, diarization: false }]]
+    : [["", { source, microphoneId, diarization }]];
+  const run = ++runs;
+  clients = plan.map(([who, own]) => Object.assign(new ParleyClient({ ...options, ...own }), { who, shift: 0 }));
+  clients.forEach((client) => listen(client, run));
   try {
-    await client.start();
+    let first;
+    for (const client of clients) {
+      await client.start();  // its audio's time 0 is now: later sessions' times are shifted to the first's
+      first ??= performance.now();
+      client.shift = (performance.now() - first) / 1000;
+    }
     $("stop").disabled = false;
   } catch (error) {
+    await Promise.all(clients.map((c) => c.stop()));
     showError(error.message);
     $("start").disabled = $("file").disabled = false;
   }
@@ -334,9 +394,7 @@ function setUpSources() {
     [...$("source").options].filter((o) => o.value !== "microphone").forEach((o) => o.remove());
   }
   const source = params.get("source");
-  if (SOURCES.includes(source) && [...$("source").options].some((o) => o.value === source)) {
-    $("source").value = source;
-  }
+  if ([...$("source").options].some((o) => o.value === source)) $("source").value = source;
   const showMicrophones = () => { $("microphone").hidden = $("source").value === "tab"; };
   $("source").addEventListener("change", showMicrophones);
   showMicrophones();
@@ -348,7 +406,7 @@ $("start").addEventListener("click", start);
 $("file").addEventListener("change", () => { if ($("file").files[0]) transcribeFile($("file").files[0]); });
 $("stop").addEventListener("click", async () => {
   $("stop").disabled = true;
-  await client?.stop();
+  await Promise.all(clients.map((c) => c.stop()));
 });
 $("transcript").addEventListener("click", (event) => {
   const speaker = event.target.closest(".speaker")?.dataset.speaker;
