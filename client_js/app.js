@@ -47,8 +47,8 @@ function runsOf(final) {
 }
 
 // Segments in the order they were said: by Start (or recording), then by time.
-function later(a, b) {
-  return a.run > b.run || (a.run === b.run && a.start > b.start);
+function byTime(a, b) {
+  return a.run - b.run || a.start - b.start;
 }
 
 function render(final) {
@@ -61,7 +61,7 @@ function render(final) {
     element = document.createElement("div");
     element.className = "segment";
     element.dataset.key = final.key;
-    const next = [...$("transcript").children].find((e) => later(segments.get(e.dataset.key), final));
+    const next = [...$("transcript").children].find((e) => byTime(segments.get(e.dataset.key), final) > 0);
     $("transcript").insertBefore(element, next ?? null);
   }
   element.dataset.speaker = final.speaker ?? "";
@@ -109,7 +109,7 @@ function showError(message) {
 }
 
 function finals() {
-  return [...segments.values()].filter((f) => f.text.trim()).sort((a, b) => (later(a, b) ? 1 : -1));
+  return [...segments.values()].filter((f) => f.text.trim()).sort(byTime);
 }
 
 // Subtitle cues as the server and `parley transcribe` write them (server/parley/client/

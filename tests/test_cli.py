@@ -262,6 +262,11 @@ async def test_an_undecodable_file_fails_the_stream_within_a_second(start, tmp_p
     assert time.monotonic() - began < 1.0
 
 
+def finished(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = process.communicate(timeout=120)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
 def test_transcribe_of_a_missing_or_unreadable_file_exits_2(
     server_url, models_dir, tmp_path, dialogue_wav
 ):
@@ -280,12 +285,16 @@ def test_transcribe_of_a_missing_or_unreadable_file_exits_2(
         "a cue too narrow": [str(notes), "--format", "srt", "--max-line-width", "3"],
     }
     env = {**os.environ, "PARLEY_MODELS_DIR": str(models_dir)}
-    done = {
-        name: subprocess.run(
-            [*PARLEY, "transcribe", *args], capture_output=True, timeout=120, env=env
+    started = {  # at once: each is a process of its own
+        name: subprocess.Popen(
+            [*PARLEY, "transcribe", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
         )
         for name, args in runs.items()
     }
+    done = {name: finished(process) for name, process in started.items()}
     assert {name: d.returncode for name, d in done.items()} == dict.fromkeys(runs, 2)
     assert b"no such file" in done["missing"].stderr
     for name in ("in process", "from a server"):
