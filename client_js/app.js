@@ -24,6 +24,48 @@ function keyOf(run, who, segmentId) {
   return `${run}:${who}:${segmentId}`;
 }
 
+// A meeting played through loudspeakers reaches your microphone too: a final of yours
+// whose words are, in order, mostly words the tab's session heard at the same time is
+// that echo, not you. It is hidden (kept, marked `echo`) and left out of the downloads.
+const ECHO_SHARE = 0.7;    // of your final's words, found in order among the tab's
+const ECHO_SLACK_S = 1.5;  // the tab's words this far either side of your final count
+
+function spoken(word) {
+  return word.toLowerCase().replace(/[^\p{L}\p{N}']+/gu, "");
+}
+
+// How many of `a`'s words `b` holds in the same order (their longest common subsequence).
+function inOrder(a, b) {
+  let row = new Array(b.length + 1).fill(0);
+  for (const x of a) {
+    const next = [0];
+    b.forEach((y, j) => next.push(x === y ? row[j] + 1 : Math.max(row[j + 1], next[j])));
+    row = next;
+  }
+  return row[b.length];
+}
+
+function isEcho(mine) {
+  const heard = [...segments.values()]
+    .filter((f) => f.run === mine.run && f.who === "tab")
+    .flatMap((f) => f.words)
+    .filter((w) => w.end >= mine.start - ECHO_SLACK_S && w.start <= mine.end + ECHO_SLACK_S)
+    .sort((a, b) => a.start - b.start)
+    .map((w) => spoken(w.word)).filter(Boolean);
+  const own = mine.words.map((w) => spoken(w.word)).filter(Boolean);
+  return own.length > 0 && inOrder(own, heard) >= ECHO_SHARE * own.length;
+}
+
+// Your finals of a meeting looked at again whenever either session's final comes: the
+// tab's final of the same words may come before yours or after.
+function markEchoes(run) {
+  for (const final of segments.values()) {
+    if (final.run !== run || final.who !== "me" || isEcho(final) === Boolean(final.echo)) continue;
+    final.echo = !final.echo;
+    render(final);
+  }
+}
+
 function clock(seconds) {
   const m = Math.floor(seconds / 60);
   const s = (seconds % 60).toFixed(1).padStart(4, "0");
@@ -65,6 +107,8 @@ function render(final) {
     $("transcript").insertBefore(element, next ?? null);
   }
   element.dataset.speaker = final.speaker ?? "";
+  element.hidden = Boolean(final.echo);
+  element.classList.toggle("echo", Boolean(final.echo));
   element.style.setProperty("--speaker-colour", colour(final.speaker));
   element.replaceChildren();
   const time = document.createElement("span");
@@ -109,7 +153,7 @@ function showError(message) {
 }
 
 function finals() {
-  return [...segments.values()].filter((f) => f.text.trim()).sort(byTime);
+  return [...segments.values()].filter((f) => f.text.trim() && !f.echo).sort(byTime);
 }
 
 // Subtitle cues as the server and `parley transcribe` write them (server/parley/client/
@@ -280,7 +324,7 @@ async function transcribeFile(file) {
 // A final as the page keeps it: keyed by its Start and session, its times (and its
 // words') shifted to the first session's clock, a meeting's microphone's as you.
 function placed(message, client, run) {
-  return { ...shifted(message, client), run, key: keyOf(run, client.who, message.segment_id),
+  return { ...shifted(message, client), run, who: client.who, key: keyOf(run, client.who, message.segment_id),
            words: message.words.map((w) => shifted(w, client)), speaker: speakerOf(message, client) };
 }
 
@@ -317,6 +361,7 @@ function listen(client, run) {
     segments.set(final.key, final);
     $("partial").textContent = "";
     render(final);
+    if (client.who) markEchoes(run);
     const lastWord = e.detail.words.at(-1);
     const spokenUntil = lastWord ? lastWord.end : e.detail.end;
     const behind = client.audioSentSeconds() - spokenUntil;

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from playwright.async_api import async_playwright
 
-from audio_fixtures import SAMPLE_WAV, dialogue, read_wav, words_of, write_wav
+from audio_fixtures import SAMPLE_WAV, dialogue, read_wav, speak, words_of, write_wav
 from conftest import serve_fake, serve_real
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -97,7 +97,7 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
     assert len({s["speaker"] for s in segments if s["speaker"]}) >= 2, segments
 
 
-SHARED_TRACK_HANDLE = """
+CAPTURE_HANDLES = """
 const share = navigator.mediaDevices.getDisplayMedia.bind(navigator.mediaDevices);
 navigator.mediaDevices.getDisplayMedia = async (constraints) => {
   const shared = await share(constraints);
@@ -105,28 +105,44 @@ navigator.mediaDevices.getDisplayMedia = async (constraints) => {
   if (window.shareNoSound) shared.getAudioTracks().forEach((t) => shared.removeTrack(t));
   return shared;
 };
+const microphone = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+navigator.mediaDevices.getUserMedia = async (constraints) => {
+  if (!window.microphoneClip) return microphone(constraints);
+  const context = new AudioContext({ sampleRate: 16000 });
+  const buffer = context.createBuffer(1, window.microphoneClip.length, 16000);
+  buffer.copyToChannel(window.microphoneClip, 0);
+  const clip = context.createBufferSource();
+  const out = context.createMediaStreamDestination();
+  clip.buffer = buffer;
+  clip.connect(out);
+  clip.start();
+  return out.stream;
+};
 """
 
 
 async def test_page_transcribes_a_meeting_in_a_tab_and_you_apart(server, tmp_path):
     """A tab shared without its sound is an error that says so. Source "a meeting in a
     tab, and you", a microphone chosen by name from the page's list: two sessions, the
-    tab's (Chromium's fake screen capture playing the clip) by its speakers, the
-    microphone's (playing it too) as You; when the sharing ends (the browser's "Stop
-    sharing") both end with their words. Then "a tab's sound mixed with the microphone":
-    both heard in one session, and the page says so."""
+    tab's (Chromium's fake screen capture playing the clip) by its speakers; the
+    microphone playing the clip too, as loudspeakers' echo reaches it, its finals are
+    hidden as that echo; when the sharing ends (the browser's "Stop sharing") both
+    sessions end. A microphone saying other words: yours, shown as You. Then "a tab's
+    sound mixed with the microphone": both heard in one session, and the page says so."""
     # Chromium plays the clip from when the tab is shared, before the session is open:
     # its first seconds silent, so that no word is said before the stream is heard.
     said = read_wav(SAMPLE_WAV)[12 * 16000 : 18 * 16000]
     clip = write_wav(tmp_path / "meeting.wav", np.concatenate([np.zeros(2 * 16000), said]))
+    mine = np.concatenate([np.zeros(16000), speak("Good morning everyone, the report is ready.")])
     async with async_playwright() as playwright:
         browser = await launch(playwright, clip)
         page = await browser.new_page()
         errors = []
         page.on("pageerror", lambda error: errors.append(str(error)))
-        # A handle on the shared track: what ends it here is what the browser's "Stop
-        # sharing" bar ends it with, its "ended" event.
-        await page.add_init_script(SHARED_TRACK_HANDLE)
+        # Handles on the captures: what ends the shared track here is what the browser's
+        # "Stop sharing" bar ends it with, its "ended" event; a microphone saying words
+        # of its own where Chromium's fake one can only play the tab's clip.
+        await page.add_init_script(CAPTURE_HANDLES)
         await page.goto(server)
         await page.select_option("#source", "tab")
         assert await page.is_hidden("#microphone")  # no microphone is heard
@@ -139,15 +155,27 @@ async def test_page_transcribes_a_meeting_in_a_tab_and_you_apart(server, tmp_pat
         await page.click("#start")
         for speaker in ("You", "S"):  # the clip's last words, in both sessions
             texas = page.locator(f'.segment[data-speaker^="{speaker}"]', has_text="Texas")
-            await texas.first.wait_for(timeout=60_000)
+            await texas.first.wait_for(state="attached", timeout=60_000)
         meeting = await page.text_content("#inputs")
+        await page.evaluate("window.sharedTrack.dispatchEvent(new Event('ended'))")
+        await page.locator("#start:enabled").wait_for(timeout=60_000)  # both sessions closed
+        echoed = await page.eval_on_selector_all(".segment", SEGMENTS)
+        pcm = base64.b64encode(mine.astype("<f4").tobytes()).decode()
+        await page.evaluate(
+            "b64 => { window.microphoneClip = new Float32Array("
+            "Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)).buffer); }",
+            pcm,
+        )
+        await page.click("#start")
+        await page.locator('.segment[data-speaker="You"]', has_text="morning").wait_for(
+            timeout=60_000
+        )
         ARTIFACTS.mkdir(exist_ok=True)
         await page.screenshot(path=str(ARTIFACTS / "browser-meeting.png"), full_page=True)
         await page.evaluate("window.sharedTrack.dispatchEvent(new Event('ended'))")
-        await page.locator("#start:enabled").wait_for(timeout=60_000)  # both sessions closed
-        segments = await page.eval_on_selector_all(
-            ".segment", "els => els.map(e => ({speaker: e.dataset.speaker, text: e.textContent}))"
-        )
+        await page.locator("#start:enabled").wait_for(timeout=60_000)
+        spoken = await page.eval_on_selector_all(".segment", SEGMENTS)
+        await page.evaluate("window.microphoneClip = null")
         await page.select_option("#source", "tab+microphone")
         await page.click("#start")
         await page.locator("#state", has_text="streaming").wait_for(timeout=30_000)
@@ -161,14 +189,26 @@ async def test_page_transcribes_a_meeting_in_a_tab_and_you_apart(server, tmp_pat
     assert 'tick "Share tab audio"' in no_sound, no_sound
     assert listed == ["default microphone", "Fake Audio Input 1", "Fake Audio Input 2"], listed
     assert meeting.startswith("tab: ") and meeting.endswith(" + microphone: Fake Audio Input 2")
-    yours = [s["text"] for s in segments if s["speaker"] == "You"]
-    theirs = [s for s in segments if s["speaker"] != "You"]
-    assert {"jersey", "texas", "chicago"} <= set(words_of(" ".join(yours))), segments
+    # the microphone's echo of the tab: heard, and hidden
+    echoes = [s for s in echoed if s["speaker"] == "You"]
+    assert {"texas", "chicago"} <= set(words_of(" ".join(s["text"] for s in echoes))), echoed
+    assert all(s["hidden"] for s in echoes), echoed
+    theirs = [s for s in echoed if s["speaker"] != "You"]
     assert {"jersey", "texas", "chicago"} <= set(words_of(" ".join(s["text"] for s in theirs)))
     # the tab's voices by the server's labels (a last word cut off by the end: none)
-    assert any(s["speaker"].startswith("S") for s in theirs), segments
-    assert all(s["speaker"].startswith("S") or not s["speaker"] for s in theirs), segments
+    assert any(s["speaker"].startswith("S") for s in theirs), echoed
+    assert all(s["speaker"].startswith("S") or not s["speaker"] for s in theirs), echoed
+    assert not any(s["hidden"] for s in theirs), echoed
+    # words of your own: shown as yours
+    yours = [s for s in spoken[len(echoed) :] if s["speaker"] == "You"]
+    assert yours and not any(s["hidden"] for s in yours), spoken
+    assert {"morning", "report", "ready"} <= set(words_of(" ".join(s["text"] for s in yours)))
     assert mixed.startswith("tab: ") and mixed.endswith(" + microphone: Fake Audio Input 2"), mixed
+
+
+SEGMENTS = (
+    "els => els.map(e => ({speaker: e.dataset.speaker, text: e.textContent, hidden: e.hidden}))"
+)
 
 
 async def test_page_transcribes_a_chosen_recording_with_speakers(server, tmp_path):
