@@ -3,6 +3,8 @@
 // audio from a chosen microphone, a shared tab (a meeting in another tab) or both; and
 // a recording chosen on the page, transcribed whole (who said what).
 import { DECODING_OPTIONS, ParleyClient, microphones } from "./parley.js";
+import { clock, transcriptAs } from "./formats.js";
+import { ME, byTime, isEcho, keyOf, near, placed, shifted, speakerOf } from "./meeting.js";
 
 const $ = (id) => document.getElementById(id);
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
@@ -10,66 +12,23 @@ const names = new Map();          // speaker label → name chosen by the user
 const segments = new Map();       // final's key (keyOf) → final as last received
 let clients = [];                 // the live sessions of the last Start: one, or a meeting's two
 let runs = 0;                     // each Start's (or recording's) segments come after the last's
-// Where the source is a meeting in a tab and you: the tab's voices are told apart by the
-// server, and the microphone's session (no speakers of its own) is you.
-const ME = "You";
-
 function colour(speaker) {
   if (speaker === ME) return "#444";
   const index = speaker ? Number(speaker.replace(/\D/g, "")) - 1 : -1;
   return index >= 0 ? COLOURS[index % COLOURS.length] : "#999";
 }
 
-function keyOf(run, who, segmentId) {
-  return `${run}:${who}:${segmentId}`;
-}
-
-// A meeting played through loudspeakers reaches your microphone too: a final of yours
-// whose words are, in order, mostly words the tab's session heard at the same time is
-// that echo, not you. It is hidden (kept, marked `echo`) and left out of the downloads.
-const ECHO_SHARE = 0.7;    // of your final's words, found in order among the tab's
-const ECHO_SLACK_S = 1.5;  // the tab's words this far either side of your final count
-
-function spoken(word) {
-  return word.toLowerCase().replace(/[^\p{L}\p{N}']+/gu, "");
-}
-
-// How many of `a`'s words `b` holds in the same order (their longest common subsequence).
-function inOrder(a, b) {
-  let row = new Array(b.length + 1).fill(0);
-  for (const x of a) {
-    const next = [0];
-    b.forEach((y, j) => next.push(x === y ? row[j] + 1 : Math.max(row[j + 1], next[j])));
-    row = next;
-  }
-  return row[b.length];
-}
-
-function isEcho(mine) {
-  const heard = [...segments.values()]
-    .filter((f) => f.run === mine.run && f.who === "tab")
-    .flatMap((f) => f.words)
-    .filter((w) => w.end >= mine.start - ECHO_SLACK_S && w.start <= mine.end + ECHO_SLACK_S)
-    .sort((a, b) => a.start - b.start)
-    .map((w) => spoken(w.word)).filter(Boolean);
-  const own = mine.words.map((w) => spoken(w.word)).filter(Boolean);
-  return own.length > 0 && inOrder(own, heard) >= ECHO_SHARE * own.length;
-}
-
 // Your finals of a meeting looked at again whenever either session's final comes: the
-// tab's final of the same words may come before yours or after.
-function markEchoes(run) {
-  for (const final of segments.values()) {
-    if (final.run !== run || final.who !== "me" || isEcho(final) === Boolean(final.echo)) continue;
-    final.echo = !final.echo;
-    render(final);
+// tab's final of the same words may come before yours or after. Only yours near the new
+// final can change.
+function markEchoes(final) {
+  const run = [...segments.values()].filter((f) => f.run === final.run);
+  const mine = final.who === "me" ? [final] : run.filter((f) => f.who === "me" && near(f, final));
+  for (const f of mine) {
+    if (isEcho(f, run) === Boolean(f.echo)) continue;
+    f.echo = !f.echo;
+    render(f);
   }
-}
-
-function clock(seconds) {
-  const m = Math.floor(seconds / 60);
-  const s = (seconds % 60).toFixed(1).padStart(4, "0");
-  return `${String(m).padStart(2, "0")}:${s}`;
 }
 
 function nameOf(speaker) {
@@ -86,11 +45,6 @@ function runsOf(final) {
     else runs.push({ speaker, words: [word.word] });
   }
   return runs.length ? runs : [{ speaker: final.speaker, words: [final.text] }];
-}
-
-// Segments in the order they were said: by Start (or recording), then by time.
-function byTime(a, b) {
-  return a.run - b.run || a.start - b.start;
 }
 
 function render(final) {
@@ -156,87 +110,8 @@ function finals() {
   return [...segments.values()].filter((f) => f.text.trim() && !f.echo).sort(byTime);
 }
 
-// Subtitle cues as the server and `parley transcribe` write them (server/parley/client/
-// captions.py, protocol.md section 16): at most two lines of 42 characters and 7 s, cut
-// between words by their times, at each change of speaker, and before a sentence the cue
-// cannot hold whole.
-const CUE = { lineChars: 42, lines: 2, seconds: 7 };
-const SENTENCE_END = /[.?!…。！？]["')»”’]*$/;  // core/words.py's ends_sentence
-
-function cues(list) {
-  const out = [];
-  for (const f of list) {
-    const words = f.words ?? [];
-    if (!words.length) {
-      out.push({ start: f.start, end: f.end, speaker: f.speaker, lines: wrap(f.text.trim()) });
-      continue;
-    }
-    const sentence = [];  // from each word to its sentence's end, in characters
-    for (let i = words.length - 1; i >= 0; i--) {
-      const ends = SENTENCE_END.test(words[i].word) || i === words.length - 1;
-      sentence[i] = words[i].word.length + (ends ? 0 : 1 + sentence[i + 1]);
-    }
-    const who = (w) => w.speaker ?? f.speaker;
-    const most = CUE.lineChars * CUE.lines;
-    let run = [], length = 0;
-    const close = () => {
-      const start = Math.max(run[0].start, f.start);
-      const end = Math.max(start, Math.min(run.at(-1).end, f.end));
-      out.push({ start, end, speaker: who(run[0]), lines: wrap(run.map((w) => w.word).join(" ")) });
-    };
-    words.forEach((w, i) => {
-      let longer = run.length ? length + 1 + w.word.length : w.word.length;
-      if (run.length && (who(w) !== who(run[0]) || longer > most || w.end - run[0].start > CUE.seconds
-          || (SENTENCE_END.test(run.at(-1).word) && length + 1 + sentence[i] > most))) {
-        close();
-        run = [];
-        longer = w.word.length;
-      }
-      run.push(w);
-      length = longer;
-    });
-    if (run.length) close();
-  }
-  return out;
-}
-
-// Two lines cut where they come out most even; more, filled word by word.
-function wrap(text) {
-  if (text.length <= CUE.lineChars) return [text];
-  let cut = -1;
-  for (let i = 0; i < text.length; i++) {
-    const fits = text[i] === " " && i <= CUE.lineChars && text.length - i - 1 <= CUE.lineChars;
-    if (fits && (cut < 0 || Math.abs(text.length - 2 * i - 1) < Math.abs(text.length - 2 * cut - 1))) cut = i;
-  }
-  if (cut >= 0) return [text.slice(0, cut), text.slice(cut + 1)];
-  const lines = [];
-  let line = "";
-  for (const word of text.split(" ")) {
-    if (line && line.length + 1 + word.length > CUE.lineChars) {
-      lines.push(line);
-      line = word;
-    } else line = line ? `${line} ${word}` : word;
-  }
-  return [...lines, line];
-}
-
-const writers = {
-  txt: (list) => list.map((f) => `[${clock(f.start)}] ${f.speaker ? nameOf(f.speaker) + ": " : ""}${f.text}`).join("\n") + "\n",
-  srt: (list) => cues(list).map((c, i) => `${i + 1}\n${stamp(c.start, ",")} --> ${stamp(c.end, ",")}\n${c.speaker ? nameOf(c.speaker) + ": " : ""}${c.lines.join("\n")}\n`).join("\n"),
-  vtt: (list) => "WEBVTT\n\n" + cues(list).map((c) => `${stamp(c.start, ".")} --> ${stamp(c.end, ".")}\n${c.speaker ? `<v ${nameOf(c.speaker)}>` : ""}${c.lines.join("\n")}\n`).join("\n"),
-  json: (list) => JSON.stringify(list.map((f) => ({ ...f, speaker_name: nameOf(f.speaker) || null })), null, 2),
-};
-
-function stamp(seconds, separator) {
-  const ms = Math.round(seconds * 1000);
-  const h = String(Math.floor(ms / 3600000)).padStart(2, "0");
-  const m = String(Math.floor(ms / 60000) % 60).padStart(2, "0");
-  const s = String(Math.floor(ms / 1000) % 60).padStart(2, "0");
-  return `${h}:${m}:${s}${separator}${String(ms % 1000).padStart(3, "0")}`;
-}
-
 function download(format) {
-  const blob = new Blob([writers[format](finals())], { type: "text/plain" });
+  const blob = new Blob([transcriptAs(format, finals(), nameOf)], { type: "text/plain" });
   const link = document.createElement("a");
   link.href = URL.createObjectURL(blob);
   link.download = `transcript.${format}`;
@@ -321,21 +196,6 @@ async function transcribeFile(file) {
   }
 }
 
-// A final as the page keeps it: keyed by its Start and session, its times (and its
-// words') shifted to the first session's clock, a meeting's microphone's as you.
-function placed(message, client, run) {
-  return { ...shifted(message, client), run, who: client.who, key: keyOf(run, client.who, message.segment_id),
-           words: message.words.map((w) => shifted(w, client)), speaker: speakerOf(message, client) };
-}
-
-function shifted(timed, client) {
-  return { ...timed, start: timed.start + client.shift, end: timed.end + client.shift };
-}
-
-function speakerOf(message, client) {
-  return client.who === "me" ? ME : message.speaker;
-}
-
 // The sessions' states as one: streaming while any streams, closed once all are.
 function shownState() {
   const states = clients.map((c) => c.state);
@@ -361,7 +221,7 @@ function listen(client, run) {
     segments.set(final.key, final);
     $("partial").textContent = "";
     render(final);
-    if (client.who) markEchoes(run);
+    if (client.who) markEchoes(final);
     const lastWord = e.detail.words.at(-1);
     const spokenUntil = lastWord ? lastWord.end : e.detail.end;
     const behind = client.audioSentSeconds() - spokenUntil;

@@ -134,8 +134,9 @@ async def start_server(
             running.wyoming = await _listen_wyoming(settings, service, asr, access)
             if wyoming.zeroconf is not None:
                 host, port = wyoming.host or server.host, running.wyoming_port
-                running.wyoming_advert = WyomingAdvert(wyoming.zeroconf, host, port or 0)
-                await running.wyoming_advert.start()
+                running.wyoming_advert = await WyomingAdvert.started(
+                    wyoming.zeroconf, host, port or 0
+                )
         except (OSError, ValueError):
             await running.stop()
             raise
