@@ -3,7 +3,7 @@
 // audio from a chosen microphone, a shared tab (a meeting in another tab) or both; and
 // a recording chosen on the page, transcribed whole (who said what).
 import { DECODING_OPTIONS, ParleyClient, microphones } from "./parley.js";
-import { clock, transcriptAs } from "./formats.js";
+import { clock, runsOf, transcriptAs } from "./formats.js";
 import { ME, byTime, isEcho, keyOf, near, placed, shifted, speakerOf } from "./meeting.js";
 
 const $ = (id) => document.getElementById(id);
@@ -33,18 +33,6 @@ function markEchoes(final) {
 
 function nameOf(speaker) {
   return speaker ? names.get(speaker) ?? speaker : "";
-}
-
-function runsOf(final) {
-  // Consecutive words of one speaker: a final can hold a change of turn without a pause.
-  const runs = [];
-  for (const word of final.words) {
-    const speaker = word.speaker ?? final.speaker;
-    const last = runs.at(-1);
-    if (last && last.speaker === speaker) last.words.push(word.word);
-    else runs.push({ speaker, words: [word.word] });
-  }
-  return runs.length ? runs : [{ speaker: final.speaker, words: [final.text] }];
 }
 
 function render(final) {

@@ -71,13 +71,31 @@ function wrap(text) {
   return [...lines, line];
 }
 
+// Consecutive words of one speaker, each run with the time it begins (the first at the
+// final's start): a final can hold a change of turn that came without a pause.
+export function runsOf(final) {
+  const runs = [];
+  for (const word of final.words ?? []) {
+    const speaker = word.speaker ?? final.speaker;
+    const last = runs.at(-1);
+    if (last && last.speaker === speaker) last.words.push(word.word);
+    else runs.push({ start: runs.length ? word.start : final.start, speaker, words: [word.word] });
+  }
+  return runs.length ? runs : [{ start: final.start, speaker: final.speaker, words: [final.text] }];
+}
+
 // The transcript as a file of `format` (txt, srt, vtt, json), each speaker by `nameOf`.
 export function transcriptAs(format, list, nameOf) {
   return writers[format](list, nameOf);
 }
 
 const writers = {
-  txt: (list, nameOf) => list.map((f) => `[${clock(f.start)}] ${f.speaker ? nameOf(f.speaker) + ": " : ""}${f.text}`).join("\n") + "\n",
+  // A line a speaker's run: a final's own speaker names only who said most of it.
+  txt: (list, nameOf) => list.flatMap((f) => {
+    const runs = runsOf(f);
+    const line = (start, speaker, text) => `[${clock(start)}] ${speaker ? nameOf(speaker) + ": " : ""}${text}`;
+    return runs.length === 1 ? [line(f.start, f.speaker, f.text)] : runs.map((r) => line(r.start, r.speaker, r.words.join(" ")));
+  }).join("\n") + "\n",
   srt: (list, nameOf) => cues(list).map((c, i) => `${i + 1}\n${stamp(c.start, ",")} --> ${stamp(c.end, ",")}\n${c.speaker ? nameOf(c.speaker) + ": " : ""}${c.lines.join("\n")}\n`).join("\n"),
   vtt: (list, nameOf) => "WEBVTT\n\n" + cues(list).map((c) => `${stamp(c.start, ".")} --> ${stamp(c.end, ".")}\n${c.speaker ? `<v ${nameOf(c.speaker)}>` : ""}${c.lines.join("\n")}\n`).join("\n"),
   json: (list, nameOf) => JSON.stringify(list.map((f) => ({ ...f, speaker_name: nameOf(f.speaker) || null })), null, 2),

@@ -79,9 +79,15 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
         )
         shown_error = await page.text_content("#error")
         shown = await page.eval_on_selector_all(".run", "els => els.map(e => e.lastChild.data)")
+        shown_by = await page.eval_on_selector_all(
+            ".run", "els => els.map(e => e.querySelector('.speaker')?.dataset.speaker ?? '')"
+        )
         async with page.expect_download() as download:
             await page.click("button[data-format=srt]")
         subtitles = Path(await (await download.value).path()).read_text()
+        async with page.expect_download() as download:
+            await page.click("button[data-format=txt]")
+        text = Path(await (await download.value).path()).read_text()
         await browser.close()
     (ARTIFACTS / "browser-messages.jsonl").write_text("".join(f"{m}\n" for m in heard))
     assert errors == [] and not shown_error.strip(), (errors, shown_error)
@@ -92,6 +98,11 @@ async def test_page_transcribes_the_microphone_with_speakers(server, tmp_path):
     assert all(len(line.split(": ", 1)[-1]) <= 42 for lines in cues for line in lines), cues
     said = " ".join(line.split(": ", 1)[-1] for lines in cues for line in lines)
     assert words_of(said) == words_of(" ".join(shown)), cues
+    # the text download: a line for each run of one speaker's words, as the page shows them
+    lines = [line.split("] ", 1)[1].split(": ", 1) for line in text.strip().splitlines()]
+    assert [(who, words_of(said)) for who, said in lines] == [
+        (who, words_of(run)) for who, run in zip(shown_by, shown, strict=True)
+    ], text
     words = set(words_of(" ".join(s["text"] for s in segments)))
     assert {"hello", "jersey", "chicago", "yankee"} <= words, segments
     assert len({s["speaker"] for s in segments if s["speaker"]}) >= 2, segments

@@ -404,6 +404,41 @@ def test_the_transcript_applies_speaker_updates_and_joins_words_into_turns():
     assert transcript.turns() == [SpeakerTurn(0.1, 1.0, "S2"), SpeakerTurn(1.8, 2.9, "S1")]
 
 
+def test_text_writes_a_line_for_each_speakers_run_of_a_final():
+    """A final that holds a change of turn without a pause is written as a line a
+    speaker, each with its run's times (the first from the final's start, the last to
+    its end): not all under the speaker who said most of it."""
+    transcript = Transcript()
+    transcript.apply(
+        parse(
+            {
+                "type": "final",
+                "segment_id": 0,
+                "start": 7.0,
+                "end": 12.0,
+                "text": "I didn't know. Neither did I. Okay then.",
+                "reason": "silence",
+                "speaker": "S1",
+                "words": [
+                    word("I", 7.2, 7.4, "S1"),
+                    word("didn't", 7.4, 7.8, "S1"),
+                    word("know.", 7.8, 8.3, "S1"),
+                    word("Neither", 8.5, 8.9, "S2"),
+                    word("did", 8.9, 9.1, "S2"),
+                    word("I.", 9.1, 9.4, "S2"),
+                    word("Okay", 9.8, 10.2, "S1"),
+                    word("then.", 10.2, 10.6, "S1"),
+                ],
+            }
+        )
+    )
+    assert render(transcript, "text") == (
+        "[00:00:07.000 --> 00:00:08.300] S1: I didn't know.\n"
+        "[00:00:08.500 --> 00:00:09.400] S2: Neither did I.\n"
+        "[00:00:09.800 --> 00:00:12.000] S1: Okay then.\n"
+    )
+
+
 def test_a_pause_as_long_as_the_servers_sets_turns_apart():
     """A speaker's words 0.3 s apart (the server's pause, TurnConfig.pause_s) are two
     turns in what --format rttm writes; closer words are one."""

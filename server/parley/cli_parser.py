@@ -261,9 +261,9 @@ def _add_stream(commands: argparse._SubParsersAction, run: Runners) -> None:
         "--format",
         choices=FORMATS,
         default="text",
-        help="json, srt, vtt and rttm are written at the end, with every "
-        "speaker_update applied; rttm (speaker turns) implies "
-        "--diarization",
+        help="text: a timed line a final as it comes (a line each speaker's run, where a "
+        "final holds a change of turn); json, srt, vtt and rttm are written at the end, "
+        "with every speaker_update applied; rttm (speaker turns) implies --diarization",
     )
     stream.add_argument(
         "--diarization",

@@ -7,7 +7,7 @@ import json
 
 from parley.client.captions import SUBTITLES, Caption, CaptionStyle, captions
 from parley.client.transcript import Transcript, rttm
-from parley.protocol.messages import Final, as_json
+from parley.protocol.messages import Final, Word, as_json
 
 FORMATS = ("text", "json", "srt", "vtt", "rttm")
 
@@ -25,9 +25,43 @@ def _label(speaker: str | None) -> str:
     return f"{speaker}: " if speaker else ""
 
 
-def text_line(final: Final) -> str:
-    """One final as a text line: its times, its speaker and its words."""
-    return f"[{clock(final.start)} --> {clock(final.end)}] {_label(final.speaker)}{final.text}"
+def text_lines(final: Final) -> list[str]:
+    """A final as timed text lines, one for each run of one speaker's words: a final
+    can hold a change of turn that came without a pause (protocol.md, ``final``), and
+    its own ``speaker`` names only who spoke most of it."""
+    runs = _speaker_runs(final)
+    if len(runs) == 1:  # its own text: the words may be fewer (none, for a recording's)
+        return [
+            f"[{clock(final.start)} --> {clock(final.end)}] {_label(final.speaker)}{final.text}"
+        ]
+    return [
+        f"[{clock(start)} --> {clock(end)}] {_label(speaker)}{' '.join(w.word for w in words)}"
+        for start, end, speaker, words in runs
+    ]
+
+
+def _speaker_runs(final: Final) -> list[tuple[float, float, str | None, list[Word]]]:
+    """(start, end, speaker, words) of each run of one speaker's consecutive words; the
+    first run begins where the final does and the last ends where it does."""
+    runs: list[tuple[str | None, list[Word]]] = []
+    for word in final.words:
+        speaker = word.speaker or final.speaker
+        if runs and runs[-1][0] == speaker:
+            runs[-1][1].append(word)
+        else:
+            runs.append((speaker, [word]))
+    if not runs:
+        return [(final.start, final.end, final.speaker, [])]
+    last = len(runs) - 1
+    return [
+        (
+            final.start if i == 0 else max(words[0].start, final.start),
+            final.end if i == last else max(min(words[-1].end, final.end), words[0].start),
+            speaker,
+            words,
+        )
+        for i, (speaker, words) in enumerate(runs)
+    ]
 
 
 def _cue_text(cue: Caption) -> str:
@@ -43,7 +77,7 @@ def render(
     finals = transcript.finals
     spoken = [f for f in finals if f.text.strip()]
     if fmt == "text":
-        return "".join(text_line(f) + "\n" for f in spoken)
+        return "".join(line + "\n" for f in spoken for line in text_lines(f))
     if fmt == "json":
         keys = ("segment_id", "start", "end", "text", "reason", "speaker", "words")
         objects = [{k: data[k] for k in keys} for data in map(as_json, finals)]

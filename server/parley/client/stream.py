@@ -249,13 +249,14 @@ class LiveDisplay:
         self._width = shutil.get_terminal_size((100, 20)).columns if self._tty else 0
 
     def __call__(self, message: ServerMessage) -> None:
-        from parley.client.formats import text_line
+        from parley.client.formats import text_lines
 
         if isinstance(message, Partial) and self._show_partials:
             line = f"… {message.text}"[-(self._width - 1) :]
             self._out.write("\r\x1b[K" + line)
         elif isinstance(message, Final) and message.text.strip():
-            self._out.write(("\r\x1b[K" if self._tty else "") + text_line(message) + "\n")
+            lines = "".join(line + "\n" for line in text_lines(message))
+            self._out.write(("\r\x1b[K" if self._tty else "") + lines)
         elif isinstance(message, Error):
             self._out.write(
                 ("\r\x1b[K" if self._tty else "")
