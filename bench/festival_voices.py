@@ -55,33 +55,63 @@ def installed() -> bool:
 def speak(text: str, voice: FestivalVoice) -> np.ndarray:
     """Festival's speech of ``text``, resampled by sox to 16 kHz mono float32."""
     with tempfile.TemporaryDirectory() as tmp:
-        raw, out = Path(tmp) / "raw.wav", Path(tmp) / "out.wav"
+        raw = Path(tmp) / "raw.wav"
         subprocess.run(
             ["text2wave", "-eval", f"(voice_{voice.name})", "-o", str(raw)],
             input=text.encode(voice.encoding, "replace"),
             check=True,
             capture_output=True,
         )
-        # Some voices peak past full scale: 3 dB less, so that sox does not clip them.
-        # "-R": the same dither every run (tests/audio_fixtures.py).
-        subprocess.run(
-            [
-                "sox",
-                "-R",
-                str(raw),
-                "-r",
-                str(SAMPLE_RATE),
-                "-c",
-                "1",
-                "-b",
-                "16",
-                str(out),
-                "gain",
-                "-3",
-            ],
-            check=True,
+        return _resampled(raw)
+
+
+# Festival's own word times: a word begins with its first syllable's first sound.
+_WORD_TIMES = (
+    '(mapcar (lambda (w) (format t "W %s %f %f\\n" (item.name w) '
+    '(item.feat w "R:SylStructure.daughter1.daughter1.segment_start") '
+    "(item.feat w 'word_end))) (utt.relation.items utt 'Word))"
+)
+
+
+def speak_timed(
+    text: str, voice: FestivalVoice
+) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
+    """Festival's speech of one sentence (16 kHz mono float32; text2wave, which ``speak``
+    runs, reports no times), and each word as Festival placed it: (word, start, end) in
+    seconds from the audio's start."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, script = Path(tmp) / "raw.wav", Path(tmp) / "say.scm"
+        quoted = text.replace("\\", " ").replace('"', " ")
+        script.write_bytes(
+            (
+                f"(voice_{voice.name})\n"
+                f'(set! utt (SynthText "{quoted}"))\n'
+                f'(utt.save.wave utt "{raw}" \'riff)\n'
+                f"{_WORD_TIMES}\n"
+            ).encode(voice.encoding, "replace")
         )
-        return read_wav(out)
+        said = subprocess.run(["festival", "-b", str(script)], check=True, capture_output=True)
+        words = [
+            (name, float(start), float(end))
+            for _, name, start, end in (
+                line.split()
+                for line in said.stdout.decode(voice.encoding, "replace").splitlines()
+                if line.startswith("W ")
+            )
+        ]
+        return _resampled(raw), words
+
+
+def _resampled(raw: Path) -> np.ndarray:
+    """A voice's wave at 16 kHz mono. Some voices peak past full scale: 3 dB less, so
+    that sox does not clip them. "-R": the same dither every run (tests/audio_fixtures.py)."""
+    out = raw.with_name("out.wav")
+    subprocess.run(
+        ["sox", "-R", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", str(out)]
+        + ["gain", "-3"],
+        check=True,
+    )
+    return read_wav(out)
 
 
 # The languages' sentences that bench/vocabulary_set.py does not have (same meanings,

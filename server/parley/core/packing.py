@@ -4,9 +4,10 @@ A stream decodes each VAD segment on its own, and pays a whole 30 s encoder pass
 it. A recording is known in full, so its segments are packed in order, long silences
 left out, into windows of at most ``max_s`` (faster-whisper's batched pipeline does the
 same): a 6-minute talk of 81 turns becomes about 13 windows, not 81. Between two pieces
-the window keeps the recording's own pause, up to ``gap_s``: laid end to end, the
-aligner put a sentence's last word at the start of the next piece (bench/
-VARIANTS.md, "Silence between a window's pieces"). The words a window's decode gives
+the window keeps the recording's own pause, up to ``gap_s``: laid end to end, a
+sentence's last word was placed at the start of the next piece (bench/VARIANTS.md,
+"Silence between a window's pieces", measured while every word came a word late), and
+base reads better with the pause. The words a window's decode gives
 are then placed back at their segments' times: each word goes to the piece its middle
 falls in (a word in the silence after a piece, to that piece), and keeps its offset
 inside that piece.

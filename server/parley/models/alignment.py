@@ -28,8 +28,9 @@ def token_times(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end seconds (from the audio start) of each text token.
 
-    ``weights``: the alignment heads' cross-attention over the prompt, the text tokens
-    and end-of-text, shape (heads, prompt_length + text_tokens + 1, frames).
+    ``weights``: the alignment heads' cross-attention over the prompt (at least one
+    token), the text tokens and end-of-text, shape (heads, prompt_length + text_tokens +
+    1, frames).
     """
     n = text_tokens
     if n == 0:
@@ -38,11 +39,17 @@ def token_times(
     weights = weights[..., :frames].float()
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True)
     weights = median_filter((weights - mean) / (std + 1e-10), MEDIAN_FILTER_WIDTH)
-    matrix = weights.mean(dim=0)[prompt_length : prompt_length + n + 1]
+    # A row's cross-attention is where the decoder looked to choose the *next* token, so
+    # a token is placed by the row before it: the prompt's last token's row places the
+    # first text token, and the last text token's row places end-of-text (openai/whisper's
+    # ``find_alignment``, and transformers', slice the same rows). The token's own row
+    # read the audio after it: every word came about one word late.
+    matrix = weights.mean(dim=0)[prompt_length - 1 : prompt_length + n]
     text_index, time_index = dynamic_time_warping(-matrix.double().cpu().numpy())
     jumps = np.pad(np.diff(text_index), (1, 0), constant_values=1).astype(bool)
     jump_times = time_index[jumps] * SECONDS_PER_ENCODER_FRAME
-    # DTW visits every row, so there is one jump per row: n text tokens, then end-of-text.
+    # DTW visits every row, so there is one jump per row: one for each text token, then
+    # one for end-of-text; a token lasts from its jump to the next.
     return jump_times[:n], jump_times[1 : n + 1]
 
 
