@@ -359,27 +359,39 @@ def word(text, start, end, speaker):
     return {"word": text, "start": start, "end": end, "probability": 0.9, "speaker": speaker}
 
 
+def final_of(segment_id, start, end, words, reason="silence"):
+    """A final message of these words (their text joined), labelled with its first
+    word's speaker."""
+    return parse(
+        {
+            "type": "final",
+            "segment_id": segment_id,
+            "start": start,
+            "end": end,
+            "text": " ".join(w["word"] for w in words),
+            "reason": reason,
+            "speaker": words[0]["speaker"],
+            "words": words,
+        }
+    )
+
+
 def test_the_transcript_applies_speaker_updates_and_joins_words_into_turns():
     """A speaker_update replaces the final's speakers; turns split at a new speaker or a
     pause over 0.5 s; labels are listed in order of first appearance."""
     transcript = Transcript()
     transcript.apply(
-        parse(
-            {
-                "type": "final",
-                "segment_id": 3,
-                "start": 0.0,
-                "end": 3.0,
-                "text": "a b c d",
-                "reason": "speaker_change",
-                "speaker": "S1",
-                "words": [
-                    word("a", 0.1, 0.5, "S1"),
-                    word("b", 0.6, 1.0, "S1"),
-                    word("c", 1.8, 2.2, "S1"),
-                    word("d", 2.3, 2.9, "S1"),
-                ],
-            }
+        final_of(
+            3,
+            0.0,
+            3.0,
+            [
+                word("a", 0.1, 0.5, "S1"),
+                word("b", 0.6, 1.0, "S1"),
+                word("c", 1.8, 2.2, "S1"),
+                word("d", 2.3, 2.9, "S1"),
+            ],
+            reason="speaker_change",
         )
     )
     transcript.apply(
@@ -409,29 +421,14 @@ def test_text_writes_a_line_for_each_speakers_run_of_a_final():
     speaker, each with its run's times (the first from the final's start, the last to
     its end): not all under the speaker who said most of it."""
     transcript = Transcript()
-    transcript.apply(
-        parse(
-            {
-                "type": "final",
-                "segment_id": 0,
-                "start": 7.0,
-                "end": 12.0,
-                "text": "I didn't know. Neither did I. Okay then.",
-                "reason": "silence",
-                "speaker": "S1",
-                "words": [
-                    word("I", 7.2, 7.4, "S1"),
-                    word("didn't", 7.4, 7.8, "S1"),
-                    word("know.", 7.8, 8.3, "S1"),
-                    word("Neither", 8.5, 8.9, "S2"),
-                    word("did", 8.9, 9.1, "S2"),
-                    word("I.", 9.1, 9.4, "S2"),
-                    word("Okay", 9.8, 10.2, "S1"),
-                    word("then.", 10.2, 10.6, "S1"),
-                ],
-            }
-        )
-    )
+    runs = [("S1", "I didn't know.", 7.2, 8.3), ("S2", "Neither did I.", 8.5, 9.4)]
+    runs.append(("S1", "Okay then.", 9.8, 10.6))
+    words = []
+    for speaker, text, start, end in runs:  # the run's time shared among its words
+        step = (end - start) / len(text.split())
+        for k, said in enumerate(text.split()):
+            words.append(word(said, start + k * step, start + (k + 1) * step, speaker))
+    transcript.apply(final_of(0, 7.0, 12.0, words))
     assert render(transcript, "text") == (
         "[00:00:07.000 --> 00:00:08.300] S1: I didn't know.\n"
         "[00:00:08.500 --> 00:00:09.400] S2: Neither did I.\n"
@@ -444,21 +441,11 @@ def test_a_pause_as_long_as_the_servers_sets_turns_apart():
     turns in what --format rttm writes; closer words are one."""
     transcript = Transcript()
     transcript.apply(
-        parse(
-            {
-                "type": "final",
-                "segment_id": 1,
-                "start": 0.0,
-                "end": 3.0,
-                "text": "a b c",
-                "reason": "silence",
-                "speaker": "S1",
-                "words": [
-                    word("a", 0.0, 0.5, "S1"),
-                    word("b", 0.79, 1.2, "S1"),
-                    word("c", 1.5, 2.0, "S1"),
-                ],
-            }
+        final_of(
+            1,
+            0.0,
+            3.0,
+            [word("a", 0.0, 0.5, "S1"), word("b", 0.79, 1.2, "S1"), word("c", 1.5, 2.0, "S1")],
         )
     )
     assert transcript.turns() == [SpeakerTurn(0.0, 1.2, "S1"), SpeakerTurn(1.5, 2.0, "S1")]
