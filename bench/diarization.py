@@ -22,7 +22,9 @@ voices (and of 3 voices for 60 s, and of 3 voices taking their turns at once), a
 single voice with pauses (alone, and with a crowd's murmur or music 12 dB below it,
 under the speech and through the pauses: no other speaker, and no words to time), and
 clean prompts answered by an old noisy recording.
-``realtime`` sends them one at a time; ``load`` sends them all at once, sharing the CPU.
+``realtime`` sends them one at a time; ``load`` sends them all at once, sharing the CPU;
+``recording`` sends each whole to the recordings endpoint (Deepgram's pre-recorded wire,
+``diarize=true``), as one who has the file would.
 
 Usage: python bench/diarization.py [--modes realtime load] [--server-pythonpath DIR]
 """
@@ -66,6 +68,7 @@ from parley.protocol.messages import (
     SessionStarted,
     SpeakerUpdate,
     StreamConfig,
+    Word,
 )
 
 COLLAR_S = 0.25
@@ -287,9 +290,45 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation, text: str)
     }
 
 
-async def run_mode(url: str, mode: str, files: dict) -> list[dict]:
+def recording_of(base: str, path: Path) -> dict:
+    """The recording sent whole (Deepgram's pre-recorded wire, ``diarize=true``), its
+    words as one final, each labelled S<n> from Deepgram's speaker number."""
+    import httpx
+
+    answer = httpx.post(
+        f"http://{base}/v1/listen?diarize=true&punctuate=true",
+        content=path.read_bytes(),
+        headers={"Content-Type": "audio/wav"},
+        timeout=600,
+    )
+    answer.raise_for_status()
+    said = answer.json()["results"]["channels"][0]["alternatives"][0]["words"]
+    words = [
+        Word(w["punctuated_word"], w["start"], w["end"], w["confidence"], f"S{w['speaker'] + 1}")
+        for w in said
+    ]
+    transcript = Transcript()
+    if words:
+        text = " ".join(w.word for w in words)
+        end = words[-1].end
+        transcript.apply(
+            Final(0, 0.0, end, text, FinalReason.END_OF_STREAM, words, words[0].speaker)
+        )
+    return {
+        "transcript": transcript,
+        "latencies": [],
+        "change_latencies": [],
+        "updates": [],
+        "errors": [],
+        "audio_s": 0.0,
+    }
+
+
+async def run_mode(url: str, mode: str, files: dict, base: str) -> list[dict]:
     if mode == "realtime":
         outcomes = [await stream_file(url, path) for path, _, _ in files.values()]
+    elif mode == "recording":
+        outcomes = [recording_of(base, path) for path, _, _ in files.values()]
     else:
         outcomes = await asyncio.gather(*(stream_file(url, p) for p, _, _ in files.values()))
     return [
@@ -303,7 +342,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--modes", nargs="+", choices=["realtime", "load"], default=["realtime", "load"]
+        "--modes",
+        nargs="+",
+        choices=["realtime", "load", "recording"],
+        default=["realtime", "load"],
     )
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--only", nargs="+", help="recordings to send (names as in the table)")
@@ -338,7 +380,7 @@ def main() -> None:
         try:
             url = stream_url(server.url, StreamConfig(diarization=True), None)
             for mode in args.modes:
-                rows += asyncio.run(run_mode(url, mode, files))
+                rows += asyncio.run(run_mode(url, mode, files, server.base))
                 print(f"{mode}: done", flush=True)
         finally:
             server.stop()
