@@ -222,6 +222,19 @@ async def test_a_quiet_client_is_told_idle_timeout(start):
     assert [e.data.get("code") for e in events] == ["idle_timeout"]
 
 
+async def test_a_client_before_its_audio_is_told_the_server_stops(start):
+    """A connection that has asked ``describe`` and sent no audio yet, when the server
+    stops: told ``shutting_down`` and closed at once, not left to its idle timeout."""
+    server = await wyoming_server(start, server={"idle_timeout_s": 60})
+    async with AsyncTcpClient("127.0.0.1", server.wyoming_port) as client:
+        await client.write_event(Describe().event())
+        info = await asyncio.wait_for(client.read_event(), 30)
+        assert info is not None and Info.is_type(info.type)
+        await asyncio.wait_for(server.stop(), 10)
+        events = await asyncio.wait_for(read_all(client), 5)
+    assert [e.data.get("code") for e in events] == ["shutting_down"]
+
+
 async def test_with_keys_its_clients_stream_as_the_named_key(start, talk):
     """Wyoming carries no key: on a server with keys, wyoming.key names the one its
     clients stream as (its per-key limit applies), and settings without one are refused."""

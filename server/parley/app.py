@@ -49,7 +49,7 @@ class RunningServer:
     service: Service
     server: uvicorn.Server
     serving: asyncio.Task
-    wyoming: asyncio.Server | None = None  # the Wyoming port's listener, if it is served
+    wyoming: WyomingListener | None = None  # the Wyoming port's listener, if it is served
     wyoming_advert: WyomingAdvert | None = None  # its zeroconf advert, if it is advertised
 
     @property
@@ -60,7 +60,7 @@ class RunningServer:
     @property
     def wyoming_port(self) -> int | None:
         """The Wyoming port (the one chosen, for port 0), if it is served."""
-        return self.wyoming.sockets[0].getsockname()[1] if self.wyoming is not None else None
+        return self.wyoming.port if self.wyoming is not None else None
 
     @property
     def endpoint(self) -> StreamEndpoint:
@@ -82,7 +82,7 @@ class RunningServer:
             advert, self.wyoming_advert = self.wyoming_advert, None  # withdrawn once
             await advert.close()
         if self.wyoming is not None:
-            self.wyoming.close()
+            await self.wyoming.close()
         await self.endpoint.shutdown()
         await self.service.stop()
         self.server.should_exit = True
@@ -145,7 +145,7 @@ async def start_server(
 
 async def _listen_wyoming(
     settings: Settings, service: Service, asr: AsrService, access: Access
-) -> asyncio.Server:
+) -> WyomingListener:
     """The Wyoming port's listener (protocol.md section 10c)."""
     wyoming, server = settings.wyoming, settings.server
     if access.keys.required and wyoming.key not in access.keys.names:
@@ -159,7 +159,8 @@ async def _listen_wyoming(
     info = info_event(asr.model_label, asr.languages)
     listener = WyomingListener(service.endpoint, info, limits, service.metrics)
     assert wyoming.port is not None
-    return await listener.listen(wyoming.host or server.host, wyoming.port)
+    await listener.listen(wyoming.host or server.host, wyoming.port)
+    return listener
 
 
 async def serve_forever(settings: Settings, access: Access) -> None:

@@ -102,7 +102,7 @@ def audio_format(data: dict) -> AudioFormat:
 
 
 class WyomingListener:
-    """Serves the Wyoming port; holds no per-connection state beyond a count."""
+    """Serves the Wyoming port; holds no per-connection state beyond counts."""
 
     def __init__(
         self, endpoint: StreamEndpoint, info: Event, limits: WyomingLimits, metrics: Metrics
@@ -111,33 +111,74 @@ class WyomingListener:
         self._info = info
         self._limits = limits
         self._metrics = metrics
-        self._waiting = 0
+        self._server: asyncio.Server | None = None
+        self._waiting = 0  # connections reading their events before audio (the limit's)
+        self._greeting = 0  # connections before their session: reading, or being refused
+        self._greeted = asyncio.Event()  # set while none is
+        self._greeted.set()
+        self._closing = asyncio.Event()
 
-    async def listen(self, host: str, port: int) -> asyncio.Server:
-        return await asyncio.start_server(self.handle, host, port, limit=MAX_HEADER_BYTES)
+    async def listen(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self.handle, host, port, limit=MAX_HEADER_BYTES)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one chosen, for port 0)."""
+        if self._server is None:
+            raise RuntimeError("the Wyoming listener is not listening")
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """Stop listening. A connection still before its audio is told the server is
+        shutting down (``shutting_down``) and closed, not left to its idle timeout; the
+        sessions already opened are the endpoint's to end."""
+        if self._server is not None:
+            self._server.close()
+        self._closing.set()
+        await self._greeted.wait()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = WyomingConnection(reader, writer, self._limits.max_payload)
+        opening = None
+        self._greeting += 1
+        self._greeted.clear()
         try:
-            refusal = self._refusal(writer.get_extra_info("peername"))
+            opening = await self._opening(connection, writer.get_extra_info("peername"))
+        finally:
+            if opening is None:
+                await connection.close()
+            self._greeting -= 1
+            if not self._greeting:
+                self._greeted.set()
+        if opening is None:
+            return
+        try:
+            connection.request = Request(f"{WYOMING_PATH}?{opening[0]}", Headers())
+            connection.audio_format = opening[1]
+            await self._endpoint.handle(connection)
+        finally:
+            await connection.close()
+
+    async def _opening(
+        self, connection: WyomingConnection, peer: object
+    ) -> tuple[str, AudioFormat] | None:
+        """The session's query and audio format; None when there is no session to open:
+        the client left, or was refused and told why."""
+        try:
+            refusal = self._refusal(peer)
             if refusal is not None:
                 raise refusal
             self._waiting += 1
             try:
-                opening = await self._until_audio(connection)
+                return await self._until_audio(connection)
             finally:
                 self._waiting -= 1
-            if opening is not None:
-                connection.request = Request(f"{WYOMING_PATH}?{opening[0]}", Headers())
-                connection.audio_format = opening[1]
-                await self._endpoint.handle(connection)
         except Refused as broken:
             self._metrics.errors.labels(broken.error.code.value).inc()
             log.info("refused a Wyoming connection: %s", broken.error.message)
             error = WyomingError(text=broken.error.message, code=broken.error.code.value)
             await self._send(connection, error.event())
-        finally:
-            await connection.close()
+            return None
 
     def _refusal(self, peer: object) -> Refused | None:
         networks = self._limits.networks
@@ -155,12 +196,7 @@ class WyomingListener:
         transcript)."""
         transcribe: dict = {}
         for _ in range(MAX_EVENTS_BEFORE_AUDIO):
-            try:
-                event = await asyncio.wait_for(connection.next_event(), self._limits.idle_timeout_s)
-            except TimeoutError:
-                raise Refused(
-                    Error(ErrorCode.IDLE_TIMEOUT, f"no event for {self._limits.idle_timeout_s:g} s")
-                ) from None
+            event = await self._next_event(connection)
             if event is None:
                 return None
             if event.type == DESCRIBE:
@@ -179,6 +215,29 @@ class WyomingListener:
                 return None
         raise Refused(
             Error(ErrorCode.BAD_MESSAGE, f"no audio in the first {MAX_EVENTS_BEFORE_AUDIO} events")
+        )
+
+    async def _next_event(self, connection: WyomingConnection) -> Event | None:
+        """The client's next event; Refused when it sends none for the idle timeout, or
+        the server begins to shut down first."""
+        reading = asyncio.ensure_future(connection.next_event())
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait(
+                (reading, closing),
+                timeout=self._limits.idle_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            closing.cancel()
+            if not reading.done():
+                reading.cancel()  # a queue's get: nothing read is lost
+        if reading.done() and not reading.cancelled():
+            return reading.result()
+        if self._closing.is_set():
+            raise Refused(Error(ErrorCode.SHUTTING_DOWN, "the server is shutting down"))
+        raise Refused(
+            Error(ErrorCode.IDLE_TIMEOUT, f"no event for {self._limits.idle_timeout_s:g} s")
         )
 
     @staticmethod
