@@ -515,24 +515,35 @@ async def test_parley_transcribe_in_process_and_against_a_server(
 
     parley = [sys.executable, "-m", "parley"]
     host = write_wav(tmp_path / "host.wav", read_wav(SAMPLE_WAV)[22 * 16000 : 27 * 16000 + 12800])
-    rttm = await asyncio.to_thread(
-        subprocess.run,
-        [
-            *parley,
-            "transcribe",
-            str(SAMPLE_WAV),
-            "--diarization",
-            "bundle",
-            "--format",
-            "rttm",
-            "--speaker",
-            f"host={host}",
-            "--models-dir",
-            str(models_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    url, _ = fake
+    path = tmp_path / "short.wav"
+    path.write_bytes(speech_wav)
+    env = {**os.environ, "PARLEY_TOKEN": KEY}
+    short = write_wav(tmp_path / "short-clip.wav", read_wav(SAMPLE_WAV)[:16000])
+    # the decoding options and the cue size travel as the endpoint's fields: every word
+    # the fake hears (w0 … w9) replaced, on cues of one line of at most 12 characters
+    replacing = [arg for k in range(10) for arg in ("--replace", f"w{k}:heard")]
+
+    def run(args: list[str], **more) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*parley, "transcribe", *args], capture_output=True, text=True, timeout=300, **more
+        )
+
+    # the four at once: each is a process of its own, most of it starting up
+    rttm, remote, named, refused = await asyncio.gather(
+        asyncio.to_thread(
+            run,
+            [str(SAMPLE_WAV), "--diarization", "bundle", "--format", "rttm"]
+            + ["--speaker", f"host={host}", "--models-dir", str(models_dir)],
+        ),
+        asyncio.to_thread(
+            run,
+            [str(path), "--url", url, "--format", "srt", *replacing]
+            + ["--max-line-width", "12", "--max-line-count", "1"],
+            env=env,
+        ),
+        asyncio.to_thread(run, [str(path), "--url", url, "--speaker", f"host={short}"], env=env),
+        asyncio.to_thread(run, [str(path), "--url", url]),
     )
     assert rttm.returncode == 0, rttm.stderr
     turns = [line.split() for line in rttm.stdout.splitlines()]
@@ -541,43 +552,11 @@ async def test_parley_transcribe_in_process_and_against_a_server(
     # the named voice is the one the clip was cut from (sample.wav's 21.8 to 28.5 s)
     at_24 = [t for t in turns if float(t[3]) <= 24.0 <= float(t[3]) + float(t[4])]
     assert at_24 and {t[7] for t in at_24} == {"host"}, turns
-    url, _ = fake
-    path = tmp_path / "short.wav"
-    path.write_bytes(speech_wav)
-    env = {**os.environ, "PARLEY_TOKEN": KEY}
-    # the decoding options and the cue size travel as the endpoint's fields: every word
-    # the fake hears (w0 … w9) replaced, on cues of one line of at most 12 characters
-    replacing = [arg for k in range(10) for arg in ("--replace", f"w{k}:heard")]
-    remote = await asyncio.to_thread(
-        subprocess.run,
-        [*parley, "transcribe", str(path), "--url", url, "--format", "srt", *replacing]
-        + ["--max-line-width", "12", "--max-line-count", "1"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
     assert remote.returncode == 0 and remote.stdout.startswith("1\n"), remote.stderr
     cues = [cue.splitlines() for cue in remote.stdout.strip().split("\n\n")]
     assert len(cues) > 1 and all(len(cue) == 3 and len(cue[2]) <= 12 for cue in cues), cues
     assert {word for cue in cues for word in cue[2].split()} == {"heard"}
-    short = write_wav(tmp_path / "short-clip.wav", read_wav(SAMPLE_WAV)[:16000])
-    named = await asyncio.to_thread(
-        subprocess.run,
-        [*parley, "transcribe", str(path), "--url", url, "--speaker", f"host={short}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
     assert named.returncode == 1 and "must be 2 to 10 s" in named.stderr, named.stderr
-    refused = await asyncio.to_thread(
-        subprocess.run,
-        [*parley, "transcribe", str(path), "--url", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
     assert refused.returncode == 1 and "401" in refused.stderr
 
 
