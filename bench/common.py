@@ -108,6 +108,22 @@ class LoggedProcess:
         self._log.close()
 
 
+def labelled_words(base: str, path: Path) -> list[dict]:
+    """The words of the recording at ``path`` sent whole to the server at ``base``
+    (host:port) through Deepgram's pre-recorded wire with ``diarize=true``: each with
+    ``punctuated_word``, ``start``, ``end``, ``confidence`` and ``speaker`` (a number)."""
+    import httpx
+
+    answer = httpx.post(
+        f"http://{base}/v1/listen?diarize=true&punctuate=true",
+        content=path.read_bytes(),
+        headers={"Content-Type": "audio/wav"},
+        timeout=600,
+    )
+    answer.raise_for_status()
+    return answer.json()["results"]["channels"][0]["alternatives"][0]["words"]
+
+
 class ParleyProcess(LoggedProcess):
     """A Parley server (``parley serve`` or ``parley cluster``) reachable at ``self.base``
     (host:port)."""

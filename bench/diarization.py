@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import CHANGE_TOLERANCE_S, print_table, write_json
+from common import CHANGE_TOLERANCE_S, labelled_words, print_table, write_json
 
 import numpy as np
 from pyannote.core import Annotation, Segment
@@ -293,19 +293,9 @@ def score(name: str, mode: str, outcome: dict, reference: Annotation, text: str)
 def recording_of(base: str, path: Path) -> dict:
     """The recording sent whole (Deepgram's pre-recorded wire, ``diarize=true``), its
     words as one final, each labelled S<n> from Deepgram's speaker number."""
-    import httpx
-
-    answer = httpx.post(
-        f"http://{base}/v1/listen?diarize=true&punctuate=true",
-        content=path.read_bytes(),
-        headers={"Content-Type": "audio/wav"},
-        timeout=600,
-    )
-    answer.raise_for_status()
-    said = answer.json()["results"]["channels"][0]["alternatives"][0]["words"]
     words = [
         Word(w["punctuated_word"], w["start"], w["end"], w["confidence"], f"S{w['speaker'] + 1}")
-        for w in said
+        for w in labelled_words(base, path)
     ]
     transcript = Transcript()
     if words:

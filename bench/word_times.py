@@ -30,9 +30,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from common import print_table, write_json
+from common import labelled_words, print_table, write_json
 
-import httpx
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
@@ -116,15 +115,10 @@ async def live(url: str, audio: np.ndarray) -> list[Labelled]:
 
 def recording(base: str, path: Path) -> list[Labelled]:
     """The words of the recording sent whole (Deepgram's pre-recorded wire)."""
-    answer = httpx.post(
-        f"http://{base}/v1/listen?diarize=true&punctuate=true",
-        content=path.read_bytes(),
-        headers={"Content-Type": "audio/wav"},
-        timeout=600,
-    )
-    answer.raise_for_status()
-    words = answer.json()["results"]["channels"][0]["alternatives"][0]["words"]
-    return [(w["punctuated_word"], w["start"], w["end"], str(w["speaker"])) for w in words]
+    return [
+        (w["punctuated_word"], w["start"], w["end"], str(w["speaker"]))
+        for w in labelled_words(base, path)
+    ]
 
 
 def faster_whisper(model: str, paths: list[Path]) -> list[list[Labelled]]:
