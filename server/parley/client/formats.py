@@ -3,6 +3,7 @@ the speakers' turns as RTTM."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from parley.client.captions import SUBTITLES, Caption, CaptionStyle, captions
@@ -43,20 +44,16 @@ def text_lines(final: Final) -> list[str]:
 def _speaker_runs(final: Final) -> list[tuple[float, float, str | None, list[Word]]]:
     """(start, end, speaker, words) of each run of one speaker's consecutive words; the
     first run begins where the final does and the last ends where it does."""
-    runs: list[tuple[str | None, list[Word]]] = []
-    for word in final.words:
-        speaker = word.speaker or final.speaker
-        if runs and runs[-1][0] == speaker:
-            runs[-1][1].append(word)
-        else:
-            runs.append((speaker, [word]))
+    runs = [
+        (speaker, list(words))
+        for speaker, words in itertools.groupby(final.words, lambda w: w.speaker or final.speaker)
+    ]
     if not runs:
         return [(final.start, final.end, final.speaker, [])]
-    last = len(runs) - 1
     return [
         (
-            final.start if i == 0 else max(words[0].start, final.start),
-            final.end if i == last else max(min(words[-1].end, final.end), words[0].start),
+            final.start if i == 0 else words[0].start,
+            final.end if i == len(runs) - 1 else words[-1].end,
             speaker,
             words,
         )
