@@ -56,7 +56,9 @@ def dialogue(seed: int, turns: int = 6) -> tuple[np.ndarray, list[Labelled]]:
     parts, cursor = [], 0.5
     truth: list[Labelled] = []
     for turn in range(turns):
-        audio, words = speak_timed(rng.choice(lines), KEYTERM_VOICES[turn % 2])
+        # one sentence or two: a voice's own pause between sentences, inside its turn
+        said = " ".join(rng.sample(lines, rng.choice((1, 2))))
+        audio, words = speak_timed(said, KEYTERM_VOICES[turn % 2])
         at = max(0.0, cursor - words[0][1])  # the turn's first word begins at the cursor
         parts.append((at, audio * (0.8 if turn % 2 else 1.0)))
         truth += [(word, at + start, at + end, str(turn % 2)) for word, start, end in words]
@@ -68,11 +70,14 @@ def dialogue(seed: int, turns: int = 6) -> tuple[np.ndarray, list[Labelled]]:
     return np.clip(mix, -1, 1), truth
 
 
-Matched = tuple[float, float, str | None, str | None]  # start, end error; voice, label
+# start, end error; voice, label; whether the word is followed by a pause
+Matched = tuple[float, float, str | None, str | None, bool]
+PAUSE_S = 0.1  # a word followed by this much silence (or by none) ends before a pause
 
 
 def matched(truth: list[Labelled], words: list[Labelled]) -> list[Matched]:
-    """Each word matched by its text, in order: its errors, its voice and its label."""
+    """Each word matched by its text, in order: its errors, its voice and its label, and
+    whether a pause follows it."""
 
     def key(word: str) -> str:
         return re.sub(r"[^a-z0-9']", "", word.lower())
@@ -80,9 +85,10 @@ def matched(truth: list[Labelled], words: list[Labelled]) -> list[Matched]:
     matcher = difflib.SequenceMatcher(
         a=[key(w[0]) for w in truth], b=[key(w[0]) for w in words], autojunk=False
     )
+    follows = [later[1] for later in truth[1:]] + [float("inf")]
     return [
         (words[b + k][1] - truth[a + k][1], words[b + k][2] - truth[a + k][2])
-        + (truth[a + k][3], words[b + k][3])
+        + (truth[a + k][3], words[b + k][3], follows[a + k] - truth[a + k][2] >= PAUSE_S)
         for a, b, size in matcher.get_matching_blocks()
         for k in range(size)
     ]
@@ -91,10 +97,10 @@ def matched(truth: list[Labelled], words: list[Labelled]) -> list[Matched]:
 def labelled_right(found: list[Matched]) -> int:
     """Words whose label is their voice's, labels mapped to voices one to one so that
     most words are right."""
-    voices = sorted({str(v) for _, _, v, _ in found})
-    labels = sorted({str(label) for _, _, _, label in found})
+    voices = sorted({str(v) for _, _, v, _, _ in found})
+    labels = sorted({str(label) for _, _, _, label, _ in found})
     counts = np.zeros((len(voices), len(labels)))
-    for _, _, voice, label in found:
+    for _, _, voice, label, _ in found:
         counts[voices.index(str(voice)), labels.index(str(label))] += 1
     rows, cols = linear_sum_assignment(-counts)
     return int(counts[rows, cols].sum())
@@ -138,8 +144,9 @@ def faster_whisper(model: str, paths: list[Path]) -> list[list[Labelled]]:
 
 
 def row(system: str, found: list[Matched], said: int) -> dict:
-    starts = sorted(s for s, _, _, _ in found)
-    middles = [(s + e) / 2 for s, e, _, _ in found]
+    starts = sorted(s for s, _, _, _, _ in found)
+    middles = [(s + e) / 2 for s, e, _, _, _ in found]
+    paused = [e for _, e, _, _, pause in found if pause]
 
     def pct(values: list[float], p: float) -> float:
         return values[int(p * (len(values) - 1))]
@@ -150,12 +157,13 @@ def row(system: str, found: list[Matched], said: int) -> dict:
         "start p10": pct(starts, 0.1),
         "start p50": pct(starts, 0.5),
         "start p90": pct(starts, 0.9),
-        "end p50": statistics.median(e for _, e, _, _ in found),
+        "end p50": statistics.median(e for _, e, _, _, _ in found),
+        "before a pause: words": len(paused),
+        "before a pause: end p50": statistics.median(paused),
+        "before a pause: end within 0.2 s": sum(abs(e) <= 0.2 for e in paused) / len(paused),
         "middle p50": statistics.median(middles),
         "middle within 0.2 s": sum(abs(m) <= 0.2 for m in middles) / len(middles),
-        "own voice": (
-            labelled_right(found) / len(found) if any(label for *_, label in found) else None
-        ),
+        "own voice": (labelled_right(found) / len(found) if any(f[3] for f in found) else None),
     }
 
 
