@@ -529,21 +529,26 @@ async def test_parley_transcribe_in_process_and_against_a_server(
             [*parley, "transcribe", *args], capture_output=True, text=True, timeout=300, **more
         )
 
-    # the four at once: each is a process of its own, most of it starting up
-    rttm, remote, named, refused = await asyncio.gather(
+    def against_the_server() -> list[subprocess.CompletedProcess]:
+        # one after another: the server transcribes one recording at a time (429 past it)
+        return [
+            run(
+                [str(path), "--url", url, "--format", "srt", *replacing]
+                + ["--max-line-width", "12", "--max-line-count", "1"],
+                env=env,
+            ),
+            run([str(path), "--url", url, "--speaker", f"host={short}"], env=env),
+            run([str(path), "--url", url]),
+        ]
+
+    # the in-process run beside those three: each is a process, most of it starting up
+    rttm, (remote, named, refused) = await asyncio.gather(
         asyncio.to_thread(
             run,
             [str(SAMPLE_WAV), "--diarization", "bundle", "--format", "rttm"]
             + ["--speaker", f"host={host}", "--models-dir", str(models_dir)],
         ),
-        asyncio.to_thread(
-            run,
-            [str(path), "--url", url, "--format", "srt", *replacing]
-            + ["--max-line-width", "12", "--max-line-count", "1"],
-            env=env,
-        ),
-        asyncio.to_thread(run, [str(path), "--url", url, "--speaker", f"host={short}"], env=env),
-        asyncio.to_thread(run, [str(path), "--url", url]),
+        asyncio.to_thread(against_the_server),
     )
     assert rttm.returncode == 0, rttm.stderr
     turns = [line.split() for line in rttm.stdout.splitlines()]
