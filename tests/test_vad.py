@@ -1,4 +1,5 @@
-"""VAD segmentation on synthetic signals: silence, espeak speech, long monologues, flushes."""
+"""VAD segmentation on synthetic signals: silence, espeak speech, long monologues, flushes;
+and the voiced regions that word times are fitted to."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,8 @@ from hypothesis import strategies as st
 
 from audio_fixtures import SAMPLE_RATE, audible_span, conversation, silence, speak
 from parley.core.vad import CloseReason, SegmentClosed, SpeechStart, VadConfig, VadSegmenter
+from parley.core.word_timing import WordTimingConfig, fit_words
+from parley.core.words import TimedWord
 
 
 def run(segmenter: VadSegmenter, audio: np.ndarray, chunk: int = 1600, flush=True):
@@ -250,3 +253,25 @@ def test_a_soft_first_word_is_in_its_segment():
 
     assert start(300) <= lead + onset - 0.1
     assert start(0) > lead + onset + 0.03
+
+
+def test_a_short_pause_inside_a_segment_ends_the_word_before_it():
+    """espeak-ng speech with a 0.2 s pause: too short to close the VAD's segment or to be
+    bridged over as a pause (0.3 s), long enough to part the regions words are fitted
+    to. A word the aligner ran on into the pause ends where the voice stops (within a
+    VAD frame), and the word it ran into starts where the voice comes back."""
+    first, second = (trimmed(speak(text)) for text in ("I looked at the clock", "and left"))
+    gaps = [np.zeros(int(s * SAMPLE_RATE), np.float32) for s in (0.5, 0.2, 1.0)]
+    audio = np.concatenate([gaps[0], first, gaps[1], second, gaps[2]])
+    (segment,) = closed(run(VadSegmenter(VadConfig()), audio))
+    stops = 0.5 + len(first) / SAMPLE_RATE - segment.start  # in the segment's time
+    resumes = stops + 0.2
+    words = [
+        TimedWord(" the", stops - 0.5, stops - 0.35, 0.9),
+        TimedWord(" clock", stops - 0.35, stops + 0.15, 0.9),
+        TimedWord(" and", stops + 0.15, resumes + 0.2, 0.9),
+    ]
+    fitted = fit_words(words, segment.voiced_regions(WordTimingConfig().word_gap_s))
+    assert abs(fitted[1].end - stops) <= 0.03, fitted
+    assert abs(fitted[2].start - resumes) <= 0.03, fitted
+    assert len(segment.voiced_regions(WordTimingConfig().bridge_s)) == 1  # one stretch

@@ -8,9 +8,9 @@ Four corrections, all in seconds from the segment start:
    (at most ``median_cap_s``) times ``max_duration_factor``. A longer word is shortened
    from the side that faces a pause or a sentence end: its end if it ends a sentence
    or precedes a pause, else its start.
-2. Each word is clipped to the voiced region it overlaps most, so no word spans an
-   unvoiced gap longer than ``WordTimingConfig.bridge_s``; a word that overlaps no
-   voiced audio moves to the edge of the nearest region.
+2. Each word is clipped to the voiced region it overlaps most (regions part at an
+   unvoiced gap longer than ``WordTimingConfig.word_gap_s``), so no word runs on into a
+   pause; a word that overlaps no voiced audio moves to the edge of the nearest region.
 3. The first word of each voiced region starts where the region does, and its last
    word ends where it does: the VAD, not the aligner, knows where speech begins and ends.
 4. Words stay in order and never overlap.
@@ -37,6 +37,11 @@ class WordTimingConfig:
     """How word times are fitted to the audio the VAD heard as speech."""
 
     bridge_s: float = 0.3  # unvoiced gaps up to this long are inside speech
+    # ...but one longer than this, even inside speech, ends the word before it and
+    # starts the word after it: the voiced regions words are fitted to part there. The
+    # aligner runs a word on into a short pause (bench/VARIANTS.md, "Word ends before a
+    # pause": 0.06 to 0.1 s put 0.92 of those words' ends within 0.2 s, 0.3 s 0.80).
+    word_gap_s: float = 0.1
     # How far past the speaker segmentation's speech a word may reach: its frames are
     # averaged over windows and its edges come late or early by about a tenth of a second.
     speech_margin_s: float = 0.1
@@ -46,6 +51,8 @@ class WordTimingConfig:
     def __post_init__(self) -> None:
         if self.bridge_s < 0 or self.median_cap_s <= 0 or self.max_duration_factor < 1:
             raise ValueError("word timing: bridge_s ≥ 0, median_cap_s > 0, factor ≥ 1")
+        if not 0 <= self.word_gap_s <= self.bridge_s:
+            raise ValueError("word timing: 0 ≤ word_gap_s ≤ bridge_s")
         if self.speech_margin_s < 0:
             raise ValueError("word timing: speech_margin_s ≥ 0")
 

@@ -146,10 +146,11 @@ def shifted(result: FileTranscript, offset_s: float) -> FileTranscript:
 
 
 def segment_recording(
-    audio: np.ndarray, vad: VadConfig, bridge_s: float
+    audio: np.ndarray, vad: VadConfig, word_gap_s: float
 ) -> tuple[list[Piece], dict[int, CloseReason]]:
     """The stream's VAD over a whole recording: each speech segment as a ``Piece`` (its
-    voiced regions joined across gaps of up to ``bridge_s``), and why each closed. A
+    voiced regions joined across gaps of up to ``word_gap_s``: those its words are
+    fitted to), and why each closed. A
     segment's copy of its audio goes as soon as it is read: kept, the copies were most
     of the recording again, for as long as the job ran (bench/README.md, "A long
     recording's memory")."""
@@ -161,7 +162,7 @@ def segment_recording(
     def keep(events: list) -> None:
         for e in events:
             if isinstance(e, SegmentClosed):
-                voiced = tuple(e.voiced_regions(bridge_s))
+                voiced = tuple(e.voiced_regions(word_gap_s))
                 pieces.append(Piece(e.segment_id, e.start, e.end, voiced))
                 reasons[e.segment_id] = e.reason
 

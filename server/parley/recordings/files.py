@@ -253,7 +253,7 @@ class FileJobs:
         with the whole transcript)."""
         began = time.perf_counter()
         pieces, reasons = await asyncio.to_thread(
-            segment_recording, audio, self.vad, self.word_timing.bridge_s
+            segment_recording, audio, self.vad, self.word_timing.word_gap_s
         )
         windows = pack(pieces, self.max_window_s - WINDOW_MARGIN_S, self.limits.piece_gap_s)
         stats = self.worker.stats

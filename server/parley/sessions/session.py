@@ -287,7 +287,7 @@ class Session:
 
         def to_final(result: Transcription) -> Final:
             result = self._level.final(result, segment.audio)
-            fitted = fit_words(result.words, segment.voiced_regions(timing.bridge_s), timing)
+            fitted = fit_words(result.words, segment.voiced_regions(timing.word_gap_s), timing)
             words = decoding.respelled(
                 [
                     Word(w.word, w.start, w.end, w.probability)
