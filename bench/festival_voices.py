@@ -76,7 +76,7 @@ _WORD_TIMES = (
 def speak_timed(
     text: str, voice: FestivalVoice
 ) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
-    """Festival's speech of one sentence (16 kHz mono float32; text2wave, which ``speak``
+    """Festival's speech of ``text`` (16 kHz mono float32; text2wave, which ``speak``
     runs, reports no times), and each word as Festival placed it: (word, start, end) in
     seconds from the audio's start."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,7 +1,8 @@
 """Word times against the synthesiser's own: how early or late each system places words.
 
 Dialogues of two of Festival's English voices (an HTS voice of one speaker, a diphone
-voice of another; bench/festival_voices.py) take turns with gaps of -0.15 to 0.25 s,
+voice of another; bench/festival_voices.py) take turns of one or two sentences with
+gaps of -0.15 to 0.25 s,
 so that most turns pass with no pause the VAD would end a segment at and a word's time
 comes from the aligner, not from the edge of a voiced region. Festival reports where it
 placed each word. Parley's words come from a server (``parley serve --diarization
@@ -44,13 +45,12 @@ from parley.client.transcript import Transcript
 from parley.core.audio import SAMPLE_RATE
 from parley.protocol.messages import StreamConfig
 
-Timed = tuple[str, float, float]  # a word, its start and end in seconds
-Labelled = tuple[str, float, float, str | None]  # ... and its speaker
+Labelled = tuple[str, float, float, str | None]  # a word, its start and end (s), its speaker
 
 
 def dialogue(seed: int, turns: int = 6) -> tuple[np.ndarray, list[Labelled]]:
-    """Two voices taking ``turns`` turns of one sentence: the audio, and every word where
-    Festival placed it, with its voice ("0" or "1")."""
+    """Two voices taking ``turns`` turns of one or two sentences: the audio, and every
+    word where Festival placed it, with its voice ("0" or "1")."""
     rng = random.Random(seed)
     lines = SENTENCES["dev"] + SENTENCES["heldout"] + DIALOGUE_LINES
     parts, cursor = [], 0.5

@@ -261,8 +261,7 @@ def test_a_short_pause_inside_a_segment_ends_the_word_before_it():
     to. A word the aligner ran on into the pause ends where the voice stops (within a
     VAD frame), and the word it ran into starts where the voice comes back."""
     first, second = (trimmed(speak(text)) for text in ("I looked at the clock", "and left"))
-    gaps = [np.zeros(int(s * SAMPLE_RATE), np.float32) for s in (0.5, 0.2, 1.0)]
-    audio = np.concatenate([gaps[0], first, gaps[1], second, gaps[2]])
+    audio = np.concatenate([silence(0.5), first, silence(0.2), second, silence(1.0)])
     (segment,) = closed(run(VadSegmenter(VadConfig()), audio))
     stops = 0.5 + len(first) / SAMPLE_RATE - segment.start  # in the segment's time
     resumes = stops + 0.2

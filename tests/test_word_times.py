@@ -9,7 +9,7 @@ import statistics
 import numpy as np
 import pytest
 
-from audio_fixtures import audible_span, speak
+from audio_fixtures import audible_span, silence, speak
 from parley.core.audio import SAMPLE_RATE
 
 pytestmark = pytest.mark.weights
@@ -21,15 +21,15 @@ JOIN_S = 0.06  # between words: far under any pause the VAD or the aligner would
 def spoken_word_by_word(text: str) -> tuple[np.ndarray, list[tuple[str, float, float]]]:
     """The words said one at a time, cut to their audible span and joined; (audio, each
     word with its start and end)."""
-    pieces, truth, at = [np.zeros(int(0.3 * SAMPLE_RATE), np.float32)], [], 0.3
+    pieces, truth, at = [silence(0.3)], [], 0.3
     for word in text.split():
         audio = speak(word)
         start, end = audible_span(audio)
         piece = audio[int(start * SAMPLE_RATE) : int(end * SAMPLE_RATE)]
         truth.append((word, at, at + len(piece) / SAMPLE_RATE))
-        pieces += [piece, np.zeros(int(JOIN_S * SAMPLE_RATE), np.float32)]
+        pieces += [piece, silence(JOIN_S)]
         at += len(piece) / SAMPLE_RATE + JOIN_S
-    pieces.append(np.zeros(int(0.5 * SAMPLE_RATE), np.float32))
+    pieces.append(silence(0.5))
     return np.concatenate(pieces), truth
 
 
