@@ -5,7 +5,6 @@ import shutil
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -99,44 +98,47 @@ def test_an_embedding_does_not_move_with_one_step_of_the_audio(speaker_models, t
     assert 1.0 - cosine < 0.01
 
 
-def test_the_onnx_export_is_kept_beside_the_weights_and_read_back(
-    speaker_models, models_dir, tmp_path, monkeypatch
-):
-    """The first CPU load exports CAM++ to ONNX and keeps the file; the next load reads it
-    instead of exporting, and embeds exactly as the export it read. Weights that change
-    are exported again, and a directory that cannot be written still loads."""
-    from parley.models import embedders as module
+def test_the_speaker_models_run_in_onnx_runtime_as_in_torch(models_dir, tmp_path):
+    """`parley models install` exports both bundled networks to ONNX beside their weights;
+    on a CPU they run from those files, and give torch's numbers to rounding: every
+    frame's activity, the grid its frames fall on, and each speaker's embedding."""
+    from pyannote.audio import Model
 
-    directory = tmp_path / "campplus"
-    shutil.copytree(models_dir / "diarization" / "campplus", directory)
-    for kept in directory.glob("*.onnx"):
-        kept.unlink()
-    cpu = torch.device("cpu")
-    module.CamPlusPlusEmbedder(directory, cpu)
-    (kept,) = directory.glob("campplus-*.onnx")
+    from parley.models.embedders import CamPlusPlusEmbedder
+    from parley.models.segmentation import OnnxSegmentation, TorchSegmentation
+    from parley.models.speaker_models import keep_cpu_exports
 
-    def no_export(model):
-        raise AssertionError("exported again")
+    assert not keep_cpu_exports(tmp_path)  # no bundle there: nothing to export
+    directory = tmp_path / "diarization"
+    shutil.copytree(models_dir / "diarization", directory, ignore=shutil.ignore_patterns("*.onnx"))
+    assert keep_cpu_exports(tmp_path)
+    assert len(list(directory.glob("*/*.onnx"))) == 2
+    speaker_models = load_speaker_models("bundle", tmp_path, torch.device("cpu"))
+    assert isinstance(speaker_models.segmentation, OnnxSegmentation)
+    checkpoint = directory / "segmentation" / "pytorch_model.bin"
+    torch_segmentation = TorchSegmentation(
+        Model.from_pretrained(str(checkpoint)), torch.device("cpu")
+    )
+    assert speaker_models.grid == torch_segmentation.grid
+    audio = read_wav(SAMPLE_WAV)
+    windows = [audio[k * SAMPLE_RATE : (k + 5) * SAMPLE_RATE] for k in range(0, 25, 4)]
+    onnx = speaker_models.segment(windows)
+    for window, activity in zip(windows, onnx, strict=True):
+        expected = torch_segmentation(window[None, None])[0]
+        assert activity.shape == expected.shape and np.abs(activity - expected).max() < 1e-3
 
-    with monkeypatch.context() as patch:
-        patch.setattr(module, "_export_onnx", no_export)
-        again = module.CamPlusPlusEmbedder(directory, cpu)
-    audio, _ = dialogue(["A"], turns=1)
-    window = torch.from_numpy(audio[: 3 * SAMPLE_RATE])
-    mask = torch.ones((1, len(window)), dtype=torch.bool)
-    assert np.array_equal(again(window, mask), speaker_models.embedder(window, mask))
-
-    with (directory / "camplusplus.py").open("a") as code:
-        code.write("\n# changed\n")
-    exports = []
-    export = module._export_onnx
-    with monkeypatch.context() as patch:
-        patch.setattr(module, "_export_onnx", lambda model: exports.append(model) or export(model))
-        patch.setattr(Path, "replace", lambda self, target: (_ for _ in ()).throw(OSError()))
-        module.CamPlusPlusEmbedder(directory, cpu)
-    assert len(exports) == 1  # the changed code is exported, not read from the old file
-    # ... and, where it cannot be kept, loads all the same and leaves nothing half-written
-    assert list(directory.glob("*.onnx")) == [kept] and not list(directory.glob("*.partial"))
+    in_torch = CamPlusPlusEmbedder(directory / "campplus", torch.device("cpu"))
+    in_torch._session = None  # the same weights, run by torch as on a GPU
+    window = torch.from_numpy(windows[2])
+    masks = torch.from_numpy(onnx[2].argmax(axis=1) == np.arange(3)[:, None])
+    masks = masks[:, speaker_models.grid.frame_of_samples(len(window), len(onnx[2]))]
+    expected, got = in_torch(window, masks), speaker_models.embed(window.numpy(), masks.numpy())
+    heard = ~np.isnan(expected[:, 0])
+    assert heard.any() and np.array_equal(heard, ~np.isnan(got[:, 0]))
+    cosine = (expected[heard] * got[heard]).sum(1) / (
+        np.linalg.norm(expected[heard], axis=1) * np.linalg.norm(got[heard], axis=1)
+    )
+    assert cosine.min() > 0.9999, cosine
 
 
 @pytest.mark.parametrize("voices, bound", [(["A", "B", "C"], 0.15)])
@@ -277,8 +279,12 @@ async def test_a_speaker_count_given_bounds_the_labels(diarized_server, count, l
     assert shown == {f"S{k}" for k in range(1, labels + 1)}
 
 
-def test_diarization_off_never_imports_pyannote(models_dir, tmp_path):
-    """A server with diarization off runs a session without importing pyannote at all."""
+def test_diarization_off_and_the_kept_bundle_never_import_pyannote(
+    speaker_models, models_dir, tmp_path
+):
+    """A server with diarization off runs a session without importing pyannote at all;
+    the bundled speaker models, once their exports are kept (``speaker_models`` loaded
+    them), segment and embed without it too."""
     script = tmp_path / "probe.py"
     script.write_text(f"""
 import asyncio, json, sys
@@ -302,9 +308,18 @@ async def main():
     print(sorted(m for m in sys.modules if m.startswith("pyannote")))
 
 asyncio.run(main())
+from pathlib import Path
+import numpy, torch
+from parley.models.speaker_models import load_speaker_models
+
+models = load_speaker_models("bundle", Path({str(models_dir)!r}), torch.device("cpu"))
+window = (numpy.random.default_rng(0).standard_normal(80000) * 0.1).astype(numpy.float32)
+(activity,) = models.segment([window])
+models.embed(window, numpy.ones((1, len(window)), bool))
+print(activity.shape, sorted(m for m in sys.modules if m.startswith("pyannote")))
 """)
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert done.stdout.strip().splitlines()[-2:] == ["[]", "(293, 3) []"]

@@ -307,6 +307,9 @@ def _models(args: argparse.Namespace) -> int:
         try:
             for path in install_bundle(models_dir, args.names or None, force=args.force):
                 print(f"ok  {path}")
+            from parley.models.speaker_models import keep_cpu_exports
+
+            keep_cpu_exports(models_dir)  # so that no start has to make them
         except Exception as exc:
             print(f"parley: model install failed: {exc}", file=sys.stderr)
             return EXIT_FAILED

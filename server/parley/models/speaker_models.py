@@ -4,7 +4,9 @@
 Only the diarization worker imports this module, so a server without diarization
 never imports pyannote. Two sources:
 
-- ``bundle``: pyannote segmentation-3.0 and CAM++ (3D-Speaker) from the offline bundle;
+- ``bundle``: pyannote segmentation-3.0 and CAM++ (3D-Speaker) from the offline bundle
+  (on a CPU both in ONNX Runtime, so that once their exports are kept a server never
+  imports pyannote.audio either);
 - a pyannote pipeline (hub id with ``HF_TOKEN`` from the environment, or a local
   directory): its segmentation model and its speaker-embedding model.
 """
@@ -28,6 +30,7 @@ from parley.core.speaker_masks import FrameGrid
 from parley.core.speaker_names import KnownSpeaker, named_voices, voice_audio
 from parley.core.speaker_timeline import Turn
 from parley.models.embedders import CamPlusPlusEmbedder, Embedder, PyannoteEmbedder
+from parley.models.segmentation import Segmentation, TorchSegmentation, bundle_segmentation
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +39,9 @@ log = logging.getLogger(__name__)
 class SpeakerModels:
     """The ``SpeakerModel`` of ``parley.core.stream_diarizer``: numpy in, numpy out."""
 
-    segmentation: torch.nn.Module
+    segmentation: Segmentation
     embedder: Embedder
     label: str
-    grid: FrameGrid
     device: torch.device
     pipeline: object | None = None  # a pyannote pipeline's own offline algorithm, if loaded
 
@@ -114,7 +116,10 @@ class SpeakerModels:
         ) as pool:
             return [window for observed in pool.map(part, range(threads)) for window in observed]
 
-    @torch.inference_mode()
+    @property
+    def grid(self) -> FrameGrid:
+        return self.segmentation.grid
+
     def segment(self, windows: list[np.ndarray]) -> list[np.ndarray]:
         """Local speaker activity of each window: (frames, local speakers) probabilities in
         [0, 1]. Windows of one length go through the network together (the same numbers
@@ -124,21 +129,11 @@ class SpeakerModels:
             by_length.setdefault(len(window), []).append(i)
         out: list[np.ndarray] = [np.zeros((0, 0), np.float32)] * len(windows)
         for indices in by_length.values():
-            batch = torch.from_numpy(np.stack([windows[i] for i in indices]))[:, None]
-            activity = self._activity(batch.to(self.device)).float().cpu().numpy()
+            batch = np.stack([windows[i] for i in indices]).astype(np.float32, copy=False)[:, None]
+            activity = self.segmentation(batch)
             for row, i in enumerate(indices):
                 out[i] = activity[row]
         return out
-
-    def _activity(self, waveforms: torch.Tensor) -> torch.Tensor:
-        from pyannote.audio.utils.powerset import Powerset
-
-        output = self.segmentation(waveforms)
-        spec = self.segmentation.specifications
-        if spec.powerset:
-            powerset = Powerset(len(spec.classes), spec.powerset_max_classes).to(self.device)
-            output = powerset.to_multilabel(output, soft=True)
-        return output
 
 
 def _pipeline_snapshot(pipeline, audio: np.ndarray, count):
@@ -162,15 +157,8 @@ def _pipeline_snapshot(pipeline, audio: np.ndarray, count):
     return TimelineSnapshot(tuple(turns), end, len(order), (), end)
 
 
-def _grid_of(model) -> FrameGrid:
-    field = model.receptive_field
-    return FrameGrid(field.step, field.start)
-
-
 def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> SpeakerModels:
     """``bundle``, a pyannote pipeline directory, or a pyannote hub pipeline id."""
-    from pyannote.audio import Model
-
     if device.type == "cuda":
         # cuDNN rounds float32 convolutions to TF32 by default, and a meeting's count then
         # differed from the CPU's (bench/diarization_gpu.py: 11 of 12 alike, 12 of 12 in
@@ -186,25 +174,34 @@ def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> 
                 f"the diarization bundle is not installed in {models_dir} "
                 f"({problems[0]}); run `parley models install`"
             )
-        segmentation = (
-            Model.from_pretrained(str(directory / "segmentation" / "pytorch_model.bin"))
-            .to(device)
-            .eval()
-        )
+        segmentation = bundle_segmentation(directory / "segmentation", device)
         embed = CamPlusPlusEmbedder(directory / "campplus", device)
-        return SpeakerModels(segmentation, embed, "bundle", _grid_of(segmentation), device)
+        return SpeakerModels(segmentation, embed, "bundle", device)
     pipeline = _load_pipeline(source)
-    segmentation = pipeline._segmentation.model.to(device).eval()
     embedding = pipeline._embedding
     embedding.to(device)
     return SpeakerModels(
-        segmentation,
+        TorchSegmentation(pipeline._segmentation.model, device),
         PyannoteEmbedder(embedding),
         source,
-        _grid_of(segmentation),
         device,
         pipeline=pipeline.to(device),
     )
+
+
+def keep_cpu_exports(models_dir: Path) -> bool:
+    """Make the bundle's ONNX exports now, beside the weights ``parley models install``
+    put there (where a server may not write later: an image's models directory), so
+    that every start reads them and none imports pyannote.audio. False where the bundle
+    or pyannote.audio (the ``diarization`` extra) is not installed."""
+    import importlib.util
+
+    from parley.weights.bundle import DIARIZATION, verify
+
+    if verify(models_dir / DIARIZATION.name) or not importlib.util.find_spec("pyannote.audio"):
+        return False
+    load_speaker_models("bundle", models_dir, torch.device("cpu"))
+    return True
 
 
 def _load_pipeline(source: str):
