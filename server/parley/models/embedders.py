@@ -4,7 +4,6 @@ CPU) and a pyannote pipeline's own embedding model, behind one ``Embedder`` prot
 from __future__ import annotations
 
 import importlib.util
-import logging
 from pathlib import Path
 from typing import Protocol
 
@@ -14,7 +13,6 @@ import torch
 from parley.core.audio import SAMPLE_RATE
 from parley.models.onnx_export import cpu_session, export_onnx, kept_export
 
-log = logging.getLogger(__name__)
 MIN_EMBEDDING_SECONDS = 0.3
 # Kaldi's fbank dithers by default (1.0: noise of one 16-bit step). Without it a frame of
 # digital silence (synthesised pauses, muted or mu-law silent lines) takes the log of

@@ -54,10 +54,10 @@ class _Activity(torch.nn.Module):
         output = self.model(waveforms)
         if self.powerset is None:
             return output
-        return self.powerset.to(output.device).to_multilabel(output, soft=True)
+        return self.powerset.to_multilabel(output, soft=True)
 
 
-def grid_of(model) -> FrameGrid:
+def _grid_of(model) -> FrameGrid:
     field = model.receptive_field
     return FrameGrid(field.step, field.start)
 
@@ -66,9 +66,9 @@ class TorchSegmentation:
     """A pyannote segmentation model in torch, on ``device``."""
 
     def __init__(self, model, device: torch.device):
-        self._activity = _Activity(model.to(device).eval())
+        self._activity = _Activity(model).to(device).eval()
         self._device = device
-        self.grid = grid_of(model)
+        self.grid = _grid_of(model)
 
     @torch.inference_mode()
     def __call__(self, waveforms: np.ndarray) -> np.ndarray:
@@ -110,7 +110,7 @@ def bundle_segmentation(directory: Path, device: torch.device) -> Segmentation:
 
 
 def _export(model) -> bytes:
-    grid = grid_of(model)
+    grid = _grid_of(model)
     return export_onnx(
         _Activity(model.eval()),
         torch.zeros(1, 1, _EXAMPLE_SAMPLES),

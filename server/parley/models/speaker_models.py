@@ -42,7 +42,6 @@ class SpeakerModels:
     segmentation: Segmentation
     embedder: Embedder
     label: str
-    device: torch.device
     pipeline: object | None = None  # a pyannote pipeline's own offline algorithm, if loaded
 
     def embed(self, window: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -176,7 +175,7 @@ def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> 
             )
         segmentation = bundle_segmentation(directory / "segmentation", device)
         embed = CamPlusPlusEmbedder(directory / "campplus", device)
-        return SpeakerModels(segmentation, embed, "bundle", device)
+        return SpeakerModels(segmentation, embed, "bundle")
     pipeline = _load_pipeline(source)
     embedding = pipeline._embedding
     embedding.to(device)
@@ -184,7 +183,6 @@ def load_speaker_models(source: str, models_dir: Path, device: torch.device) -> 
         TorchSegmentation(pipeline._segmentation.model, device),
         PyannoteEmbedder(embedding),
         source,
-        device,
         pipeline=pipeline.to(device),
     )
 
