@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from parley.client.transcript import Transcript
 from parley.core.asr import Transcription
 from parley.core.audio import SAMPLE_RATE
 from parley.core.packing import Piece, Window
@@ -98,6 +99,14 @@ class FileTranscript:
     @property
     def text(self) -> str:
         return " ".join(f.text for f in self.finals if f.text).strip()
+
+    def transcript(self) -> Transcript:
+        """The finals as a client keeps them (``parley.client.transcript``): turns, and
+        text, JSON, subtitles or RTTM through ``parley.client.formats``."""
+        transcript = Transcript()
+        for final in self.finals:
+            transcript.apply(final)
+        return transcript
 
     @property
     def words(self) -> list[Word]:

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 from parley.client.captions import SUBTITLES, CaptionStyle
 from parley.client.formats import render
-from parley.client.transcript import Transcript
 from parley.core.search import SearchWord
 from parley.protocol.messages import Final
 from parley.recordings.file_results import FileTranscript
@@ -30,20 +29,12 @@ from parley.transport.deepgram_query import bare, search_results
 from parley.transport.upload_errors import UploadError
 
 
-def transcript_of(result: FileTranscript) -> Transcript:
-    """The client library's transcript of the finals (for text, SRT, WebVTT, RTTM)."""
-    transcript = Transcript()
-    for final in result.finals:
-        transcript.apply(final)
-    return transcript
-
-
 def rendered(
     result: FileTranscript, fmt: str, uri: str = "recording", style: CaptionStyle = SUBTITLES
 ) -> str:
     """``text`` (timed lines), ``json``, ``srt``, ``vtt`` (cues in ``style``) or ``rttm``,
     as `parley stream` writes them."""
-    return render(transcript_of(result), fmt, uri, style)
+    return render(result.transcript(), fmt, uri, style)
 
 
 def spoken_finals(result: FileTranscript) -> list[Final]:
