@@ -4,7 +4,7 @@ Both speaker models run so on a CPU (``embedders``, ``segmentation``): faster th
 at batch size one, the same numbers to rounding, and read back at every later start
 without loading the code that made them. An export takes seconds of one core, so it is
 kept, under a name that is a digest of everything it depends on: a changed input never
-reads a stale export.
+reads a stale export, and exports of older inputs are deleted but the latest one.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,6 +21,11 @@ from pathlib import Path
 import torch
 
 log = logging.getLogger(__name__)
+
+# Exports of other inputs kept beside a new one: the latest, for a server of the version
+# before that shares the directory during an upgrade; older ones are 6 to 30 MB each
+# that nothing reads again.
+OTHER_EXPORTS_KEPT = 1
 
 
 def kept_export(
@@ -42,7 +48,21 @@ def kept_export(
     except OSError as exc:
         log.info("could not keep the %s export in %s (%s)", name, directory, exc)
         partial.unlink(missing_ok=True)
+        return exported
+    _forget_older(directory, name, kept)
     return exported
+
+
+def _forget_older(directory: Path, name: str, kept: Path) -> None:
+    """Delete ``name``'s exports of other inputs but the OTHER_EXPORTS_KEPT latest."""
+    pattern = re.compile(re.escape(name) + r"-[0-9a-f]{16}\.onnx")
+    others = [p for p in directory.iterdir() if pattern.fullmatch(p.name) and p != kept]
+    others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in others[OTHER_EXPORTS_KEPT:]:
+        try:
+            stale.unlink()
+        except OSError as exc:  # another start deleted it first, or the directory is shared
+            log.info("could not delete the stale export %s (%s)", stale, exc)
 
 
 def export_onnx(
