@@ -27,11 +27,18 @@ from audio_fixtures import (
     words_of,
     write_wav,
 )
+from conftest import as_received, pcm16
 from parley.client.stream import run_stream, stream_url
 from parley.client.transcript import Transcript
 from parley.core.stream_diarizer import DiarizationConfig, StreamDiarizer
 from parley.models.speaker_models import load_speaker_models
-from parley.protocol.messages import Final, SpeakerUpdate, StreamConfig
+from parley.protocol.messages import (
+    Final,
+    SpeakerNames,
+    SpeakerUpdate,
+    StreamConfig,
+    known_speaker_message,
+)
 
 
 @pytest.fixture(scope="module")
@@ -323,3 +330,82 @@ print(activity.shape, sorted(m for m in sys.modules if m.startswith("pyannote"))
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-2:] == ["[]", "(293, 3) []"]
+
+
+def _wav(audio) -> bytes:
+    import io
+    import wave
+
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(pcm16(audio))
+    return buffer.getvalue()
+
+
+async def test_a_known_speakers_clip_names_the_label_of_that_voice(diarized_server):
+    """A ``known_speaker`` clip of one of sample.wav's two voices names the label that
+    voice has (``speaker_names``), and nobody else's, before the stream ends; a clip
+    refused (too short, a name twice, on a stream without speakers) is a bad_message,
+    and the stream goes on."""
+    import json
+
+    from websockets.asyncio.client import connect
+
+    audio = read_wav(SAMPLE_WAV)
+    host = _wav(audio[int(21.8 * 16000) : int(27.8 * 16000)])  # its second voice
+    base = f"ws://127.0.0.1:{diarized_server.port}/v1/stream"
+    async with connect(base) as plain:  # no speakers: refused, the stream goes on
+        assert json.loads(await plain.recv())["type"] == "session_started"
+        await plain.send(known_speaker_message("host", host))
+        error = json.loads(await plain.recv())
+        assert (error["code"], "diarization=true" in error["message"]) == ("bad_message", True)
+        await plain.send(json.dumps({"type": "end_of_stream"}))
+        assert json.loads(await plain.recv())["type"] == "session_ended"
+    messages = []
+    pcm = pcm16(audio)
+
+    async def chunks():
+        for i in range(0, len(pcm), 6400):
+            yield pcm[i : i + 6400]
+
+    known = [("host", host), ("short", _wav(audio[:16000])), ("host", host)]
+    result = await run_stream(
+        base + "?diarization=true",
+        chunks(),
+        32000,
+        fast=True,
+        on_message=messages.append,
+        known_speakers=known,
+    )
+    errors = [e.message for e in result.errors]
+    assert all(e.code.value == "bad_message" for e in result.errors), errors
+    assert len(errors) == 2 and all("known_speaker refused" in e for e in errors), errors
+    assert "2 to 10 s" in errors[0] and "each known speaker name once" in errors[1]
+    transcript = Transcript()
+    for message in messages:
+        transcript.apply(message)
+    at_24 = {w.speaker for f in transcript.finals for w in f.words if 23.0 <= w.start <= 25.0}
+    assert len(at_24) == 1 and transcript.names == {at_24.pop(): "host"}, transcript.names
+    named = [i for i, m in enumerate(messages) if isinstance(m, SpeakerNames)]
+    assert named and named[-1] < len(messages) - 1  # told before session_ended
+
+
+async def test_a_known_speaker_message_carries_its_clip_as_a_data_url(tmp_path):
+    """The client's ``known_speaker`` message decodes, on the server's side, to the clip
+    it was made from; what is no data URL, or no base64, is refused with the reason."""
+    import json
+
+    from parley.transport.known_speakers import reference_clip
+
+    clip = read_wav(SAMPLE_WAV)[: 3 * 16000]
+    message = json.loads(known_speaker_message("host", _wav(clip)))
+    assert (message["type"], message["name"]) == ("known_speaker", "host")
+    decoded = await reference_clip("host", message["audio"])
+    assert len(decoded) == len(clip) and np.abs(decoded - as_received(clip)).max() < 1e-3
+    with pytest.raises(ValueError, match="no base64 data URL"):
+        await reference_clip("host", "https://example.com/host.wav")
+    with pytest.raises(ValueError, match="not valid base64"):
+        await reference_clip("host", "data:audio/wav;base64,@@@")

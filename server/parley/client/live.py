@@ -37,6 +37,7 @@ from parley.protocol.messages import (
     StreamConfig,
     control_message,
     decode,
+    known_speaker_message,
     parse,
 )
 from parley.protocol.paths import STREAM_PATH
@@ -173,6 +174,12 @@ class LiveStream:
                 raise
             return  # kept: the resume sends what the server did not get
         self._delivered = start + len(audio)
+
+    async def known_speaker(self, name: str, clip: bytes) -> None:
+        """A voice you know (a diarized stream's): ``clip``, the bytes of a 2 to 10 s
+        recording of it in any format ffmpeg reads. The label whose voice matches it is
+        named in ``transcript.names`` (a clip refused comes back as a ``bad_message``)."""
+        await self._ws.send(known_speaker_message(name, clip))
 
     async def finalize(self) -> None:
         """Close the open segment now: its final, then ``finalized``."""

@@ -18,7 +18,7 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 from urllib.parse import urlsplit
@@ -182,10 +182,12 @@ async def run_stream(
     fast: bool = False,
     on_message: OnMessage = None,
     stop: asyncio.Event | None = None,
+    known_speakers: Sequence[tuple[str, bytes]] = (),
 ) -> StreamResult:
     """Send ``chunks`` to ``url`` (a full stream URL, query included), then end_of_stream
     (at their end, or once ``stop`` is set); return everything the server said (a
-    refusal or fatal error is in ``errors``)."""
+    refusal or fatal error is in ``errors``). ``known_speakers``: (name, clip bytes) of
+    voices to name, sent before the audio (``LiveStream.known_speaker``)."""
     result = StreamResult()
     try:
         live = await LiveStream.open(url)
@@ -194,6 +196,8 @@ async def run_stream(
         result.close_code = refused.close_code
         return result
     _collect(result, live.started, on_message)
+    for name, clip in known_speakers:
+        await live.known_speaker(name, clip)
     sender = asyncio.create_task(send_paced(live, chunks, bytes_per_second, fast, stop))
     receiver = asyncio.create_task(_receive(live, result, on_message))
     try:

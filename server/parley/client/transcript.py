@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from parley.core.turns import TurnConfig
-from parley.protocol.messages import Final, ServerMessage, SpeakerUpdate, Word
+from parley.protocol.messages import Final, ServerMessage, SpeakerNames, SpeakerUpdate, Word
 
 # The pause that sets runs of words apart on the server (protocol.md, "speaker"), so that
 # written turns end where the speech does and agree with the server's own turns.
@@ -31,10 +31,14 @@ class Transcript:
 
     def __init__(self) -> None:
         self._finals: dict[int, Final] = {}
+        self.names: dict[str, str] = {}  # label → known speaker, as ``speaker_names`` last said
 
     def apply(self, message: ServerMessage) -> None:
-        """Keep a ``final``; apply a ``speaker_update`` to its final; ignore the rest."""
-        if isinstance(message, Final):
+        """Keep a ``final``; apply a ``speaker_update`` to its final, and the names of
+        ``speaker_names``; ignore the rest."""
+        if isinstance(message, SpeakerNames):
+            self.names = dict(message.names)
+        elif isinstance(message, Final):
             self._finals[message.segment_id] = message
         elif isinstance(message, SpeakerUpdate):
             final = self._finals.get(message.segment_id)

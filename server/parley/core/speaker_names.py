@@ -12,7 +12,7 @@ come from the speaker models.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,6 +30,10 @@ VOICE_SECONDS = 30.0  # a voice is embedded from at most this much of its turns
 # speakers"), the middle of where no absent person's name was given and the most
 # present ones were (0.55 to 0.60).
 MIN_SIMILARITY = 0.6
+
+
+# Each known speaker's name and its clip's embedding, in the order given.
+KnownVoices = tuple[tuple[str, np.ndarray], ...]
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,14 @@ def voice_audio(audio: np.ndarray, turns: Sequence[Turn], speaker: int) -> np.nd
         if total >= VOICE_SECONDS * SAMPLE_RATE:
             break
     return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+
+
+def embedded_clip(
+    embed: Callable[[np.ndarray, np.ndarray], np.ndarray], clip: np.ndarray
+) -> np.ndarray:
+    """A whole clip's one embedding, through a speaker model's ``embed(audio, masks)``."""
+    clip = clip.astype(np.float32)
+    return embed(clip, np.ones((1, len(clip)), bool))[0]
 
 
 def named_voices(

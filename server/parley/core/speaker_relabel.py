@@ -19,12 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from parley.core.recording_speakers import (
     RecordingClustering,
     WindowSpeakerMap,
     cluster_windows,
     timeline_of,
 )
+from parley.core.speaker_names import KnownVoices, named_voices
 from parley.core.speaker_timeline import TimelineSnapshot
 from parley.core.stream_diarizer import (
     CLOSING_MIN_S,
@@ -65,6 +68,7 @@ def relabel(
     timeline = timeline_of(
         windows, diarizer.timeline.frame_step, speaker_of, settings.active_threshold
     )
+    timeline = replace(timeline, names=voices_named(windows, speaker_of, diarizer.known))
     shown = diarizer.clustering.aliases()
     taken_over = take_over(speaker_of, diarizer.kept_speakers, shown, windows)
     return Relabel(timeline, taken_over)
@@ -81,6 +85,20 @@ def closing_timeline(
     applied, as a recording that short gets it (``whole_recording.replay_recording``)."""
     found = relabel(diarizer, clustering)
     return diarizer.as_recording() if found is None else found.timeline
+
+
+def voices_named(
+    windows: Sequence[WindowSpeakers], speaker_of: WindowSpeakerMap, known: KnownVoices
+) -> dict[int, str]:
+    """Clustered speaker → the known speaker whose clip its voice matches: its windows'
+    embeddings averaged, each by its seconds alone, as the clustering's centroids are."""
+    sums: dict[int, np.ndarray] = {}
+    for (w, s), speaker in speaker_of.items() if known else ():
+        local = windows[w].local
+        vector = local.embeddings[s].astype(np.float64)
+        weighted = vector / np.linalg.norm(vector) * float(local.alone_s[s])
+        sums[speaker] = sums[speaker] + weighted if speaker in sums else weighted
+    return named_voices(sums, known)
 
 
 def take_over(

@@ -56,6 +56,8 @@ class TimelineSnapshot:
     # that timeline's speakers from then on.
     closing: TimelineSnapshot | None = None
     taken_over: Mapping[int, int] | None = None
+    # Speaker → the name of the known speaker (a client's clip) its voice matches.
+    names: Mapping[int, str] = field(default_factory=dict)
 
     def speaker_of(self, start: float, end: float) -> int | None:
         """The speaker who overlaps [start, end] the most, else the nearest within a

@@ -23,6 +23,7 @@ from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_carry import LinkedWindow, carried
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_masks import FrameGrid, SpeakerFrames
+from parley.core.speaker_names import KnownVoices, named_voices
 from parley.core.speaker_timeline import SpeakerTimeline, TimelineSnapshot
 from parley.core.speakers import ClusteringConfig, LocalSpeakers, OnlineClustering
 from parley.core.turns import TurnConfig
@@ -142,6 +143,7 @@ class StreamDiarizer:
         self._kept_speakers: deque[tuple[int | None, ...]] = deque()  # their links, as made
         self._next_relabel = 0.0  # stream time of the next checkpoint relabel
         self._linked: LinkedWindow | None = None  # the last window linked, for the carry
+        self.known: KnownVoices = ()  # the client's known speakers, whom its voices may match
 
     def step(
         self,
@@ -161,7 +163,13 @@ class StreamDiarizer:
         if self.segments(window):
             self.link(self.observe(window, window_start, activity, thin), thin)
         self.timeline.advance(now, final=final)
-        return self.timeline.snapshot(self.clustering.aliases(), self.clustering.voices())
+        snapshot = self.timeline.snapshot(self.clustering.aliases(), self.clustering.voices())
+        return replace(snapshot, names=self.names()) if self.known else snapshot
+
+    def names(self) -> dict[int, str]:
+        """Shown speaker → the known speaker whose clip its voice (its centroid) matches."""
+        shown = sorted(set(self.clustering.aliases()))
+        return named_voices({s: self.clustering.centroids([s])[0] for s in shown}, self.known)
 
     def _keeps(self, start: float) -> bool:
         """Whether the window starting at ``start`` will be kept for the closing relabel."""
@@ -245,7 +253,9 @@ class StreamDiarizer:
         live = self.timeline.snapshot(self.clustering.aliases())
         order = {k: i for i, k in enumerate(dict.fromkeys(t.speaker for t in live.turns))}
         turns = tuple(replace(t, speaker=order[t.speaker]) for t in live.turns)
-        return TimelineSnapshot(turns, live.settled_until, len(order), (), live.heard_until)
+        named = {order[s]: name for s, name in self.names().items() if s in order}
+        live = TimelineSnapshot(turns, live.settled_until, len(order), (), live.heard_until)
+        return replace(live, names=named)
 
     def windows(
         self, audio: np.ndarray, phase_s: float = 0.0

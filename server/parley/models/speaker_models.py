@@ -27,7 +27,7 @@ import torch
 
 from parley.core.audio import SAMPLE_RATE
 from parley.core.speaker_masks import FrameGrid
-from parley.core.speaker_names import KnownSpeaker, named_voices, voice_audio
+from parley.core.speaker_names import KnownSpeaker, embedded_clip, named_voices, voice_audio
 from parley.core.speaker_timeline import Turn
 from parley.models.embedders import CamPlusPlusEmbedder, Embedder, PyannoteEmbedder
 from parley.models.segmentation import Segmentation, TorchSegmentation, bundle_segmentation
@@ -55,13 +55,9 @@ class SpeakerModels:
         """Speaker → name, for the recording's voices that match a known speaker's clip
         (``core.speaker_names``): each voice embedded from its own turns."""
 
-        def embedded(clip: np.ndarray) -> np.ndarray:
-            clip = clip.astype(np.float32)
-            return self.embed(clip, np.ones((1, len(clip)), bool))[0]
-
-        references = [(k.name, embedded(k.audio)) for k in known]
+        references = [(k.name, embedded_clip(self.embed, k.audio)) for k in known]
         speakers = sorted({t.speaker for t in turns})
-        voices = {s: embedded(voice_audio(audio, turns, s)) for s in speakers}
+        voices = {s: embedded_clip(self.embed, voice_audio(audio, turns, s)) for s in speakers}
         return named_voices(voices, references)
 
     def diarize_recording(

@@ -5,6 +5,7 @@ Every class here mirrors a section of protocol.md; change both together.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -32,10 +33,17 @@ class ControlType(str, Enum):
     KEEP_ALIVE = "keep_alive"
     FINALIZE = "finalize"
     END_OF_STREAM = "end_of_stream"
+    KNOWN_SPEAKER = "known_speaker"
 
 
 def parse_control(text: str) -> ControlType:
     """A client's text message → its type, or ProtocolError(BAD_MESSAGE)."""
+    return ControlType(control_fields(text)["type"])
+
+
+def control_fields(text: str) -> dict[str, Any]:
+    """A client's text message → its JSON object, whose ``type`` is a ControlType; or
+    ProtocolError(BAD_MESSAGE)."""
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
@@ -45,7 +53,8 @@ def parse_control(text: str) -> ControlType:
             ErrorCode.BAD_MESSAGE, 'a control message is a JSON object with a string "type"'
         )
     try:
-        return ControlType(data["type"])
+        ControlType(data["type"])
+        return data
     except ValueError:
         choices = ", ".join(c.value for c in ControlType)
         raise ProtocolError(
@@ -57,6 +66,13 @@ def parse_control(text: str) -> ControlType:
 def control_message(kind: ControlType) -> str:
     """A client's control message of ``kind``, as JSON text."""
     return json.dumps({"type": kind.value})
+
+
+def known_speaker_message(name: str, clip: bytes) -> str:
+    """A client's ``known_speaker`` message: ``name`` and the bytes of a 2 to 10 s clip of
+    the voice (any format ffmpeg reads), as a base64 data URL."""
+    audio = "data:application/octet-stream;base64," + base64.b64encode(clip).decode("ascii")
+    return json.dumps({"type": ControlType.KNOWN_SPEAKER.value, "name": name, "audio": audio})
 
 
 # ---------------------------------------------------------------- server → client
@@ -179,6 +195,14 @@ class SpeakerUpdate:
 
 
 @dataclass(frozen=True)
+class SpeakerNames:
+    """The labels whose voices match a client's known speakers, as they stand now."""
+
+    names: dict[str, str] = field(default_factory=dict)  # label → known speaker's name
+    type: str = "speaker_names"
+
+
+@dataclass(frozen=True)
 class Finalized:
     """The answer to ``finalize``: all audio up to ``audio_end`` is in finals sent."""
 
@@ -243,6 +267,7 @@ ServerMessage = (
     | Partial
     | Final
     | SpeakerUpdate
+    | SpeakerNames
     | Finalized
     | SessionEnded
     | Error

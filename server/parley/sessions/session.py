@@ -71,7 +71,7 @@ class Session:
         if speakers is not None and speaker is not None:
             raise ValueError("a session is diarized or has one speaker, not both")
         self.config = config
-        self._speakers = speakers
+        self.speakers = speakers  # a diarized stream's labels (known speakers, too)
         self._speaker = speaker
         self._offset_s = offset_s
         self._worker = worker
@@ -159,8 +159,8 @@ class Session:
         self._heard_audio = True
         self.last_audio_at = time.monotonic()
         self._outbox.arrived(self.stream_time + len(samples) / SAMPLE_RATE)
-        if self._speakers is not None:  # first, so a final closed by this audio is labelled
-            for step in await self._speakers.push(samples):  # from windows that include it
+        if self.speakers is not None:  # first, so a final closed by this audio is labelled
+            for step in await self.speakers.push(samples):  # from windows that include it
                 await self._outbox.put_speakers(step)
         for event in self._vad.push(samples):
             await self._on_event(event)
@@ -172,7 +172,7 @@ class Session:
         track, which carries one speaker), told to the VAD at a cost that does not grow
         with the gap."""
         self._check_open()
-        if self._speakers is not None:  # its speaker windows would need every sample
+        if self.speakers is not None:  # its speaker windows would need every sample
             raise ValueError("a diarized stream cannot skip silence")
         samples = round(seconds * SAMPLE_RATE)
         self.last_audio_at = time.monotonic()
@@ -183,11 +183,11 @@ class Session:
     async def _end_at_turn_change(self) -> None:
         """With speakers, a segment ends where a settled turn passes to another speaker."""
         span = self._vad.open_span()
-        if self._speakers is None or span is None:
+        if self.speakers is None or span is None:
             return
-        change = self._speakers.turn_change(*span)
+        change = self.speakers.turn_change(*span)
         if change is not None:
-            for event in self._vad.cut_at(change, self._speakers.cut_search_s):
+            for event in self._vad.cut_at(change, self.speakers.cut_search_s):
                 await self._on_event(event)
 
     async def finalize(self) -> None:
@@ -202,8 +202,8 @@ class Session:
         await self.feed_audio(self._decoder.finish())  # what the resampler still held
         for event in self._vad.flush(CloseReason.END_OF_STREAM):
             await self._on_event(event)
-        if self._speakers is not None:
-            await self._outbox.put_speakers(await self._speakers.finish())
+        if self.speakers is not None:
+            await self._outbox.put_speakers(await self.speakers.finish())
         self._ended = True
         await self._outbox.put(
             SessionEnded(audio_duration=self.stream_time, segments=self._segments, reason=reason)
@@ -266,8 +266,8 @@ class Session:
 
     async def _submit_final(self, segment: SegmentClosed) -> None:
         self._outbox.final_due(segment.end)  # first: the submit below may wait
-        if self._speakers is not None:
-            step = await self._speakers.catch_up(segment.speech_end)
+        if self.speakers is not None:
+            step = await self.speakers.catch_up(segment.speech_end)
             if step is not None:
                 await self._outbox.put_speakers(step)
         draft = self._hints.draft_for(segment.segment_id)
@@ -279,7 +279,7 @@ class Session:
             segment.audio, with_words=True, draft=draft, context=self._hints.context()
         )
         realtime = self._outbox.arrivals.realtime()
-        future = await submit_by_voice(self._worker, request, segment, self._speakers, realtime)
+        future = await submit_by_voice(self._worker, request, segment, self.speakers, realtime)
         self._hints.final(future)
         self._segments += 1
         reason = FinalReason(segment.reason.value)

@@ -20,6 +20,7 @@ from parley.protocol.messages import (
     Partial,
     ServerMessage,
     SessionEnded,
+    SpeakerNames,
 )
 from parley.protocol.recast import shifted, with_speaker
 from parley.sessions.arrivals import Arrivals
@@ -82,6 +83,7 @@ class SessionOutbox:
         self.arrivals = Arrivals()  # when the client's audio came: finals are timed by it
         self._hold = NumberHold()
         self._tick_queued = False
+        self._names_told: dict[str, str] = {}  # the known speakers' labels, as last sent
 
     # ------------------------------------------------------------------ in
 
@@ -166,6 +168,9 @@ class SessionOutbox:
             if isinstance(item, _DiarizationStep):
                 for update in await self._speaker_updates(item):
                     yield update
+                if self._speakers is not None and self._speakers.names != self._names_told:
+                    self._names_told = dict(self._speakers.names)  # after the updates' labels
+                    yield SpeakerNames(self._names_told)
                 continue
             if not isinstance(item, _Decode):
                 if isinstance(item, SessionEnded):

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TypeVar
 
 import numpy as np
 
@@ -26,14 +25,13 @@ from parley.core.audio import SAMPLE_RATE
 from parley.core.ring import AudioRing
 from parley.core.speaker_count import SpeakerCount
 from parley.core.speaker_labels import SpeakerLabels
+from parley.core.speaker_names import embedded_clip
 from parley.core.speaker_timeline import TimelineSnapshot, TurnsByTime
 from parley.core.turns import ChangeCuts, parts_at, smooth_labels
 from parley.core.word_timing import WordTimingConfig, fit_to_speech
-from parley.protocol.messages import Final, Partial, SpeakerUpdate, Word
+from parley.protocol.messages import Final, Partial, SpeakerUpdate
+from parley.sessions.label_votes import kept_numbers, renamed_labels, speakers_changed
 from parley.workers.diarization import DiarizationWorker
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V", bound=Hashable)
 
 
 class SpeakerTrack:
@@ -66,6 +64,7 @@ class SpeakerTrack:
         self._outlasted = False  # a final left that span: the relabel would not cover all
         self._closing_s = config.closing_s
         self._timing = timing
+        self._names: dict[str, str] = {}  # label → the known speaker its voice matches
 
     # ------------------------------------------------------------------ feeding
 
@@ -137,6 +136,23 @@ class SpeakerTrack:
         self._pending_new, self._since_step, self._skipped = self._since_step, 0, False
         self._pending = future
         return future
+
+    async def know(self, name: str, clip: np.ndarray) -> None:
+        """A known speaker (``known_speaker``): a voice that matches its 16 kHz clip is
+        named from the next step on. The clip is embedded off the event loop."""
+        models = self._worker.models
+        embedding = await asyncio.to_thread(embedded_clip, models.embed, clip)
+        self._diarizer.known = (*self._diarizer.known, (name, embedding))
+
+    @property
+    def known_names(self) -> list[str]:
+        """The known speakers' names, in the order given."""
+        return [name for name, _ in self._diarizer.known]
+
+    @property
+    def names(self) -> dict[str, str]:
+        """Label → the known speaker its voice matches, as the labels stand."""
+        return self._names
 
     async def finish(self) -> concurrent.futures.Future:
         """The last step: the audio no step has seen yet, then every label settles."""
@@ -239,10 +255,11 @@ class SpeakerTrack:
         the closing timeline covers, when the snapshot brings one)."""
         self._snapshot = snapshot
         self._labels.follow(snapshot.aliases)
+        self._names = _named_labels(snapshot.names, self._labels)
         updates: dict[int, SpeakerUpdate] = {}
         for segment_id, sent in list(self._unsettled.items()):
             relabelled = self._label(sent, snapshot, self._labels)
-            if _changed(sent, relabelled):
+            if speakers_changed(sent, relabelled):
                 updates[segment_id] = self._update(relabelled)
                 self._unsettled[segment_id] = relabelled
             if sent.end <= snapshot.settled_until:
@@ -257,10 +274,10 @@ class SpeakerTrack:
     ) -> dict[int, SpeakerUpdate]:
         """The finals labelled from the closing timeline: the updates for those that
         changed (a final that timeline gives nobody keeps its speakers, under the labels
-        their words took in the other finals: ``_renamed``). At a
+        their words took in the other finals: ``renamed_labels``). At a
         checkpoint a final still unsettled is left to the live snapshots, each clustered
         speaker keeps the number the finals mostly gave its words where it can
-        (``_kept_numbers``), and the live speakers that take its speakers over keep their
+        (``kept_numbers``), and the live speakers that take its speakers over keep their
         labels from then on. At the end (``taken_over`` None) every final is settled,
         those that end past the stream's last frame too, and the speakers are numbered
         S1…Sn afresh, in order of appearance."""
@@ -280,12 +297,14 @@ class SpeakerTrack:
         ]
         labels = SpeakerLabels()
         if taken_over is not None:
-            labels = SpeakerLabels.numbered(_kept_numbers(settled, heard))
+            labels = SpeakerLabels.numbered(kept_numbers(settled, heard))
         relabelled = [
             self._label(sent, view, labels, speakers)
             for sent, view, speakers in zip(settled, views, heard)
         ]
-        renamed = _renamed([(a, b) for a, b in zip(settled, relabelled) if b.speaker is not None])
+        renamed = renamed_labels(
+            [(a, b) for a, b in zip(settled, relabelled) if b.speaker is not None]
+        )
         updates = {}
         for sent, final in zip(settled, relabelled):
             if final.speaker is None:  # heard by no window the clustering counted
@@ -296,8 +315,10 @@ class SpeakerTrack:
                         replace(w, speaker=renamed.get(w.speaker, w.speaker)) for w in sent.words
                     ],
                 )
-            if _changed(sent, final):
+            if speakers_changed(sent, final):
                 updates[sent.segment_id] = self._update(final)
+        if taken_over is None:  # the end: the names are the clustered voices' from now on
+            self._names = _named_labels(closing.names, labels)
         self._labels = labels.taken_over(taken_over or {})
         return updates
 
@@ -307,44 +328,7 @@ class SpeakerTrack:
         return SpeakerUpdate(final.segment_id, final.speaker, final.words)
 
 
-def _kept_numbers(finals: list[Final], heard: list[list[int | None]]) -> dict[int, int]:
-    """Each of the closing timeline's speakers (``heard``: each final's words' speakers
-    there) → the label number the ``finals`` gave most of its words' time, one to one, so
-    that a checkpoint renames as few of the labels a client has seen as it can."""
-    shared = (
-        (speaker, int(w.speaker[1:]), w)
-        for final, speakers in zip(finals, heard)
-        for w, speaker in zip(final.words, speakers)
-        if speaker is not None and w.speaker is not None
-    )
-    return _most_shared(shared, one_to_one=True)
-
-
-def _renamed(pairs: list[tuple[Final, Final]]) -> dict[str | None, str | None]:
-    """Each label of the finals as sent → the label most of its words' time took when
-    relabelled (``pairs``: each final as sent and as relabelled)."""
-    shared = (
-        (word.speaker, now.speaker, word)
-        for sent, relabelled in pairs
-        for word, now in zip(sent.words, relabelled.words)
-    )
-    return _most_shared(shared, one_to_one=False)
-
-
-def _most_shared(pairs: Iterable[tuple[K, V, Word]], one_to_one: bool) -> dict[K, V]:
-    """Each ``K`` → the ``V`` it shares the most word time with (``pairs``: a word's K, its
-    V, the word), the most shared first; with ``one_to_one``, no V goes to two."""
-    shared: dict[tuple[K, V], float] = {}
-    for key, value, word in pairs:
-        shared[key, value] = shared.get((key, value), 0.0) + max(word.end - word.start, 1e-3)
-    chosen: dict[K, V] = {}
-    for key, value in sorted(shared, key=lambda pair: -shared[pair]):
-        if key not in chosen and not (one_to_one and value in chosen.values()):
-            chosen[key] = value
-    return chosen
-
-
-def _changed(sent: Final, relabelled: Final) -> bool:
-    return relabelled.speaker != sent.speaker or any(
-        a.speaker != b.speaker for a, b in zip(relabelled.words, sent.words)
-    )
+def _named_labels(names: Mapping[int, str], labels: SpeakerLabels) -> dict[str, str]:
+    """Label → name, of the speakers ``names`` names that ``labels`` has a label for."""
+    named = ((labels.label(speaker, assign=False), name) for speaker, name in names.items())
+    return {label: name for label, name in named if label is not None}

@@ -1,6 +1,7 @@
-"""OpenAI's known speakers on its transcription form: ``known_speaker_names[]`` and
-``known_speaker_references[]`` (a data URL of a 2 to 10 s clip of each voice, in any
-format ffmpeg reads), read and decoded as the upload itself is (protocol.md section 16).
+"""Known speakers' clips: OpenAI's on its transcription form (``known_speaker_names[]``
+and ``known_speaker_references[]``, protocol.md section 16), and a stream's
+``known_speaker`` messages (section 2): a data URL of a 2 to 10 s clip of each voice, in
+any format ffmpeg reads, decoded as an upload is.
 """
 
 from __future__ import annotations
@@ -8,12 +9,16 @@ from __future__ import annotations
 import base64
 import binascii
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from parley.core.speaker_names import KnownSpeaker, check_known_speakers
+from parley.protocol.errors import ErrorCode, ProtocolError
 from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_reference
+from parley.sessions.speaker_track import SpeakerTrack
 from parley.transport.upload_body import Form
 from parley.transport.upload_errors import UploadCode, UploadError
 
@@ -47,27 +52,45 @@ async def known_speakers(form: Form, diarize: bool) -> tuple[KnownSpeaker, ...]:
 
 
 async def _clip(name: str, url: str) -> np.ndarray:
+    try:
+        return await reference_clip(name, url)
+    except (UndecodableAudio, AudioTooLong) as error:
+        raise UploadError(
+            UploadCode.BAD_AUDIO, f"the reference of {name!r}: {error}", REFERENCES
+        ) from None
+    except ValueError as error:  # no data URL, or decoded and outside 2 to 10 s
+        raise UploadError(UploadCode.BAD_REQUEST, str(error), REFERENCES) from None
+
+
+async def reference_clip(name: str, url: str) -> np.ndarray:
+    """A known speaker's 16 kHz clip from its base64 data URL: ValueError for no data
+    URL, base64 that is not, or a clip outside 2 to 10 s; UndecodableAudio or AudioTooLong
+    for what ffmpeg cannot read whole."""
     header, comma, data = url.partition(",")
     if not (comma and header.startswith("data:") and header.endswith(";base64")):
-        raise UploadError(
-            UploadCode.BAD_REQUEST,
-            f"the reference of {name!r} is no base64 data URL (data:audio/wav;base64,...)",
-            REFERENCES,
+        raise ValueError(
+            f"the reference of {name!r} is no base64 data URL (data:audio/wav;base64,...)"
         )
     try:
         clip = base64.b64decode(data, validate=True)
     except binascii.Error:
-        raise UploadError(
-            UploadCode.BAD_REQUEST, f"the reference of {name!r} is not valid base64", REFERENCES
-        ) from None
+        raise ValueError(f"the reference of {name!r} is not valid base64") from None
     with tempfile.NamedTemporaryFile(prefix="parley-reference-") as copy:
         copy.write(clip)
         copy.flush()
-        try:
-            return await decode_reference(Path(copy.name), name)
-        except (UndecodableAudio, AudioTooLong) as error:
-            raise UploadError(
-                UploadCode.BAD_AUDIO, f"the reference of {name!r}: {error}", REFERENCES
-            ) from None
-        except ValueError as error:  # decoded, outside 2 to 10 s
-            raise UploadError(UploadCode.BAD_REQUEST, str(error), REFERENCES) from None
+        return await decode_reference(Path(copy.name), name)
+
+
+async def stream_known_speaker(track: SpeakerTrack | None, message: Mapping[str, Any]) -> None:
+    """A stream's ``known_speaker`` message, given to its speakers; ProtocolError
+    (BAD_MESSAGE) saying why where it is refused (the stream goes on)."""
+    name, url = message.get("name"), message.get("audio")
+    try:
+        if track is None:
+            raise ValueError("known speakers name a diarized stream's voices: diarization=true")
+        if not isinstance(name, str) or not isinstance(url, str):
+            raise ValueError('it needs a string "name" and "audio" (a base64 data URL)')
+        check_known_speakers([*track.known_names, name], len(track.known_names) + 1)
+        await track.know(name, await reference_clip(name, url))
+    except (ValueError, UndecodableAudio, AudioTooLong) as error:
+        raise ProtocolError(ErrorCode.BAD_MESSAGE, f"known_speaker refused: {error}") from None

@@ -13,14 +13,15 @@ from parley.protocol.messages import (
     SessionResumed,
     SessionStarted,
     StreamConfig,
+    control_fields,
     encode,
-    parse_control,
 )
 from parley.protocol.paths import STREAM_PATH
 from parley.sessions.marks import Mark
 from parley.sessions.session import Session
 from parley.sessions.streams import StreamFactory
 from parley.transport.dialect import KeyOffered, Opened, Setup
+from parley.transport.known_speakers import stream_known_speaker
 
 
 def bearer_or_token(headers: Headers) -> str | None:
@@ -115,7 +116,10 @@ class NativeTranslator(NativeWire):
             self._audio_bytes += len(message)  # received, even if it proves malformed
             await session.feed(message)
             return False
-        kind = parse_control(message)
+        fields = control_fields(message)
+        kind = ControlType(fields["type"])
         if kind is ControlType.FINALIZE:
             await session.finalize()
+        elif kind is ControlType.KNOWN_SPEAKER:
+            await stream_known_speaker(session.speakers, fields)
         return kind is ControlType.END_OF_STREAM
