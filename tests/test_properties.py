@@ -18,7 +18,7 @@ from parley.protocol.messages import (
     ErrorCode,
     ProtocolError,
     StreamConfig,
-    parse_control,
+    control_fields,
 )
 
 PARAMETERS = ["encoding", "sample_rate", "channels", "language", "partials", "diarization", "token"]
@@ -39,9 +39,9 @@ json_values = st.recursive(
     )
 )
 def test_any_text_message_is_a_control_type_or_bad_message(text):
-    """parse_control answers every string with a ControlType or a bad_message error."""
+    """control_fields answers every string with a ControlType or a bad_message error."""
     try:
-        kind = parse_control(text)
+        kind = ControlType(control_fields(text)["type"])
     except ProtocolError as exc:
         assert exc.code is ErrorCode.BAD_MESSAGE and exc.message
     else:

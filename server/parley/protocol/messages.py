@@ -36,11 +36,6 @@ class ControlType(str, Enum):
     KNOWN_SPEAKER = "known_speaker"
 
 
-def parse_control(text: str) -> ControlType:
-    """A client's text message → its type, or ProtocolError(BAD_MESSAGE)."""
-    return ControlType(control_fields(text)["type"])
-
-
 def control_fields(text: str) -> dict[str, Any]:
     """A client's text message → its JSON object, whose ``type`` is a ControlType; or
     ProtocolError(BAD_MESSAGE)."""
