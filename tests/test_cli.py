@@ -451,20 +451,29 @@ def test_a_pause_as_long_as_the_servers_sets_turns_apart():
     assert transcript.turns() == [SpeakerTurn(0.0, 1.2, "S1"), SpeakerTurn(1.5, 2.0, "S1")]
 
 
-@pytest.mark.parametrize("asked", [["--diarization"], ["--num-speakers", "2"]])
-def test_stream_with_diarization_writes_speakers_that_score_like_the_reference(server_url, asked):
+@pytest.mark.parametrize(
+    "asked", [["--diarization", "--speaker", "host={clip}"], ["--num-speakers", "2"]]
+)
+def test_stream_with_diarization_writes_speakers_that_score_like_the_reference(
+    server_url, asked, tmp_path
+):
     """`parley stream --diarization --format json` on sample.wav (or --num-speakers 2, which
-    implies it): every word has a speaker, two in all, S1 first; their turns (the ones
-    `--format rttm` writes) score like the reference (DER with a 0.25 s collar, streamed
-    faster than real time)."""
+    implies it): every word has a speaker, two in all, S1 first, or the second named by
+    --speaker from a clip of its voice; their turns (the ones `--format rttm` writes) score
+    like the reference (DER with a 0.25 s collar, streamed faster than real time)."""
+    from audio_fixtures import read_wav
+
+    clip = write_wav(tmp_path / "host.wav", read_wav(SAMPLE_WAV)[int(21.8 * 16000) : 27 * 16000])
+    asked = [arg.format(clip=clip) for arg in asked]
     done = stream(server_url, "--fast", *asked, "--format", "json", str(SAMPLE_WAV))
     assert done.returncode == 0, done.stderr
     transcript = Transcript()
     for final in json.loads(done.stdout):
         transcript.apply(parse({"type": "final", **final}))
+    labels = ["S1", "host"] if "--speaker" in asked else ["S1", "S2"]
     words = [w for f in transcript.finals for w in f.words]
-    assert words and all(w.speaker in ("S1", "S2") for w in words)
-    assert transcript.speakers() == ["S1", "S2"]
+    assert words and all(w.speaker in labels for w in words)
+    assert transcript.speakers() == labels
     hypothesis = Annotation()
     for k, turn in enumerate(transcript.turns()):
         hypothesis[Segment(turn.start, turn.end), k] = turn.speaker

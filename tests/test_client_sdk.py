@@ -54,3 +54,35 @@ async def test_a_refusal_is_a_server_error_with_its_close_code(start):
     with pytest.raises(ServerError) as refused:
         await LiveStream.connect(url, token="wrong")
     assert refused.value.error.code == "unauthorized" and refused.value.close_code == 4401
+
+
+def test_known_speakers_names_show_in_place_of_their_labels():
+    """After ``speaker_names``, the transcript and the live display show a named label's
+    name, in finals sent before it too; the others keep their labels."""
+    import io
+
+    from parley.client.stream import LiveDisplay
+    from parley.client.transcript import Transcript
+    from parley.protocol.messages import Final, FinalReason, SpeakerNames, Word
+
+    def final(segment_id: int, speaker: str) -> Final:
+        words = [Word("Hello.", segment_id, segment_id + 0.5, 0.9, speaker)]
+        return Final(
+            segment_id, segment_id, segment_id + 0.5, "Hello.", FinalReason.SILENCE, words, speaker
+        )
+
+    out = io.StringIO()
+    display, transcript = LiveDisplay(out, show_partials=False), Transcript()
+    for message in (final(0, "S2"), final(1, "S1"), SpeakerNames({"S2": "host"}), final(2, "S2")):
+        display(message)
+        transcript.apply(message)
+    lines = out.getvalue().splitlines()
+    assert [line.split("] ")[-1] for line in lines] == [
+        "S2: Hello.",
+        "S1: Hello.",
+        "(S2 is host)",
+        "host: Hello.",
+    ]
+    assert [f.speaker for f in transcript.finals] == ["host", "S1", "host"]
+    assert [w.speaker for f in transcript.finals for w in f.words] == ["host", "S1", "host"]
+    assert transcript.speakers() == ["host", "S1"]

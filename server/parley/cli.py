@@ -38,6 +38,7 @@ SERVE_FLAGS = [
     ("wyoming_port", "wyoming", "port"),
     ("wyoming_zeroconf", "wyoming", "zeroconf"),
 ]
+SERVE_ONLY = ("host", "port", "ssl_certfile", "ssl_keyfile", "wyoming_port", "wyoming_zeroconf")
 CLUSTER_FLAGS = [
     ("address", "cluster", "address"),
     ("host", "cluster", "host"),
@@ -46,12 +47,7 @@ CLUSTER_FLAGS = [
     ("max_replicas", "cluster", "max_replicas"),
     ("num_gpus", "cluster", "num_gpus"),
     ("num_cpus", "cluster", "num_cpus"),
-    *[
-        flag
-        for flag in SERVE_FLAGS
-        if flag[0]
-        not in ("host", "port", "ssl_certfile", "ssl_keyfile", "wyoming_port", "wyoming_zeroconf")
-    ],
+    *[flag for flag in SERVE_FLAGS if flag[0] not in SERVE_ONLY],
 ]
 
 
@@ -137,7 +133,10 @@ def _stream(args: argparse.Namespace) -> int:
         channels=args.channels if args.source == "-" else 1,
         language=args.language,
         partials=not args.no_partials,
-        diarization=args.diarization or args.format == "rttm" or args.num_speakers is not None,
+        diarization=args.diarization
+        or args.format == "rttm"
+        or args.num_speakers is not None
+        or bool(args.speaker),
         num_speakers=args.num_speakers,
         **decoding,
     )
@@ -161,8 +160,9 @@ def _stream(args: argparse.Namespace) -> int:
         display(message)
 
     try:
+        known = [(name, clip.read_bytes()) for name, clip in args.speaker]
         result = stream_until_stopped(
-            url, chunks, bytes_per_second, args.fast, on_message, on_stop=_stopping
+            url, chunks, bytes_per_second, args.fast, on_message, _stopping, known
         )
     except Unreachable as exc:
         print(f"parley: {exc}", file=sys.stderr)

@@ -21,6 +21,18 @@ def known_voice(value: str) -> tuple[str, Path]:
     return name, Path(clip)
 
 
+def add_speaker_arg(parser: argparse.ArgumentParser, effect: str) -> None:
+    """``--speaker NAME=CLIP``, repeatable: a voice the user knows."""
+    parser.add_argument(
+        "--speaker",
+        action="append",
+        default=[],
+        type=known_voice,
+        metavar="NAME=CLIP",
+        help=f"a voice you know: {effect} (CLIP: 2 to 10 s of it; repeatable)",
+    )
+
+
 def add_caption_args(parser: argparse.ArgumentParser) -> None:
     """How much a subtitle cue holds (srt, vtt; openai-whisper's option names)."""
     parser.add_argument(
@@ -276,6 +288,7 @@ def _add_stream(commands: argparse._SubParsersAction, run: Runners) -> None:
         help="how many people speak (implies --diarization): no more labels, and the "
         "closing relabel clusters into that many",
     )
+    add_speaker_arg(stream, "the label of its voice is shown as NAME (implies --diarization)")
     stream.add_argument("--output", "-o", help="write the transcript here, not to stdout")
     add_caption_args(stream)
     stream.add_argument("--language")
@@ -304,14 +317,7 @@ def _add_transcribe(commands: argparse._SubParsersAction, run: Runners) -> None:
     )
     transcribe.add_argument("--diarize", action="store_true", help="with --url: ask for speakers")
     transcribe.add_argument("--num-speakers", type=int)
-    transcribe.add_argument(
-        "--speaker",
-        action="append",
-        default=[],
-        type=known_voice,
-        metavar="NAME=CLIP",
-        help="a voice you know: its turns are labelled NAME (CLIP: 2 to 10 s of it; repeatable)",
-    )
+    add_speaker_arg(transcribe, "its turns are labelled NAME")
     add_decoding_args(transcribe)
     transcribe.add_argument("--model", help="bundle name (tiny.en, base), path or hub id")
     add_compute_type(transcribe)

@@ -24,6 +24,7 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from parley.client.live import LiveStream, ServerError, send_paced, stream_url
+from parley.client.transcript import with_names
 from parley.core.audio import ffmpeg_pcm16_command
 from parley.protocol.messages import (
     Error,
@@ -32,6 +33,7 @@ from parley.protocol.messages import (
     ServerMessage,
     SessionEnded,
     SessionStarted,
+    SpeakerNames,
 )
 
 __all__ = [
@@ -142,6 +144,7 @@ def stream_until_stopped(
     fast: bool = False,
     on_message: OnMessage = None,
     on_stop: Callable[[], None] | None = None,
+    known_speakers: Sequence[tuple[str, bytes]] = (),
 ) -> StreamResult:
     """``run_stream`` in its own event loop, where a first SIGINT (Ctrl-C) ends the audio
     there (``on_stop`` is told) and the session ends as after the source's end, its
@@ -164,7 +167,13 @@ def stream_until_stopped(
         loop.add_signal_handler(signal.SIGINT, interrupted)
         try:
             return await run_stream(
-                url, chunks, bytes_per_second, fast=fast, on_message=on_message, stop=stop
+                url,
+                chunks,
+                bytes_per_second,
+                fast=fast,
+                on_message=on_message,
+                stop=stop,
+                known_speakers=known_speakers,
             )
         except asyncio.CancelledError:
             raise KeyboardInterrupt from None
@@ -251,6 +260,7 @@ class LiveDisplay:
         self._tty = out.isatty()
         self._show_partials = show_partials and self._tty
         self._width = shutil.get_terminal_size((100, 20)).columns if self._tty else 0
+        self._names: dict[str, str] = {}  # label → known speaker, as speaker_names said
 
     def __call__(self, message: ServerMessage) -> None:
         from parley.client.formats import text_lines
@@ -259,8 +269,12 @@ class LiveDisplay:
             line = f"… {message.text}"[-(self._width - 1) :]
             self._out.write("\r\x1b[K" + line)
         elif isinstance(message, Final) and message.text.strip():
-            lines = "".join(line + "\n" for line in text_lines(message))
+            lines = "".join(line + "\n" for line in text_lines(with_names(message, self._names)))
             self._out.write(("\r\x1b[K" if self._tty else "") + lines)
+        elif isinstance(message, SpeakerNames):
+            self._names = message.names
+            told = ", ".join(f"{label} is {name}" for label, name in sorted(message.names.items()))
+            self._out.write(("\r\x1b[K" if self._tty else "") + f"({told or 'no names'})\n")
         elif isinstance(message, Error):
             self._out.write(
                 ("\r\x1b[K" if self._tty else "")

@@ -7,6 +7,7 @@ more between two of the same speaker's words starts a new turn.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from parley.core.turns import TurnConfig
@@ -49,7 +50,8 @@ class Transcript:
 
     @property
     def finals(self) -> list[Final]:
-        return [self._finals[k] for k in sorted(self._finals)]
+        """In stream order, each label a known speaker's name names shown as that name."""
+        return [with_names(self._finals[k], self.names) for k in sorted(self._finals)]
 
     def speakers(self) -> list[str]:
         """Labels in order of first appearance (by time) in the words and finals."""
@@ -85,3 +87,11 @@ def rttm(turns: list[SpeakerTurn], uri: str) -> str:
         if t.end > t.start
     ]
     return "".join(line + "\n" for line in lines)
+
+
+def with_names(final: Final, names: Mapping[str, str]) -> Final:
+    """``final`` with each label ``names`` has a name for (``speaker_names``) shown as it."""
+    if not names:
+        return final
+    words = [replace(w, speaker=names.get(w.speaker or "", w.speaker)) for w in final.words]
+    return replace(final, speaker=names.get(final.speaker or "", final.speaker), words=words)
