@@ -348,8 +348,8 @@ def _wav(audio) -> bytes:
 async def test_a_known_speakers_clip_names_the_label_of_that_voice(diarized_server):
     """A ``known_speaker`` clip of one of sample.wav's two voices names the label that
     voice has (``speaker_names``), and nobody else's, before the stream ends; a clip
-    refused (too short, a name twice, on a stream without speakers) is a bad_message,
-    and the stream goes on."""
+    refused (too short, a name twice, past 8 clips, on a stream without speakers) is a
+    bad_message, and the stream goes on."""
     import json
 
     from websockets.asyncio.client import connect
@@ -371,7 +371,8 @@ async def test_a_known_speakers_clip_names_the_label_of_that_voice(diarized_serv
         for i in range(0, len(pcm), 6400):
             yield pcm[i : i + 6400]
 
-    known = [("host", host), ("short", _wav(audio[:16000])), ("host", host)]
+    short = _wav(audio[:16000])
+    known = [("host", host), ("short", short), ("host", host)] + [("short", short)] * 7
     result = await run_stream(
         base + "?diarization=true",
         chunks(),
@@ -382,13 +383,16 @@ async def test_a_known_speakers_clip_names_the_label_of_that_voice(diarized_serv
     )
     errors = [e.message for e in result.errors]
     assert all(e.code.value == "bad_message" for e in result.errors), errors
-    assert len(errors) == 2 and all("known_speaker refused" in e for e in errors), errors
+    assert len(errors) == 9 and all("known_speaker refused" in e for e in errors), errors
     assert "2 to 10 s" in errors[0] and "each known speaker name once" in errors[1]
+    assert "at most 8 clips" in errors[-1]  # the ninth sent: each is a decode
     transcript = Transcript()
     for message in messages:
         transcript.apply(message)
+    # the words of the voice the clip was cut from show its name; the other voice's, its label
     at_24 = {w.speaker for f in transcript.finals for w in f.words if 23.0 <= w.start <= 25.0}
-    assert len(at_24) == 1 and transcript.names == {at_24.pop(): "host"}, transcript.names
+    assert at_24 == {"host"} and list(transcript.names.values()) == ["host"], transcript.names
+    assert transcript.speakers() == ["S1", "host"]
     named = [i for i, m in enumerate(messages) if isinstance(m, SpeakerNames)]
     assert named and named[-1] < len(messages) - 1  # told before session_ended
 

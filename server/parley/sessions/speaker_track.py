@@ -65,6 +65,7 @@ class SpeakerTrack:
         self._closing_s = config.closing_s
         self._timing = timing
         self._names: dict[str, str] = {}  # label → the known speaker its voice matches
+        self.clips_offered = 0  # known speakers' clips the client sent, refused ones too
 
     # ------------------------------------------------------------------ feeding
 

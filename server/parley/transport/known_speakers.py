@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from parley.core.speaker_names import KnownSpeaker, check_known_speakers
+from parley.core.speaker_names import MAX_KNOWN_SPEAKERS, KnownSpeaker, check_known_speakers
 from parley.protocol.errors import ErrorCode, ProtocolError
 from parley.recordings.media import AudioTooLong, UndecodableAudio, decode_reference
 from parley.sessions.speaker_track import SpeakerTrack
@@ -23,6 +23,8 @@ from parley.transport.upload_body import Form
 from parley.transport.upload_errors import UploadCode, UploadError
 
 NAMES = "known_speaker_names"
+# A stream's known_speaker clips, refused ones too: each costs a decode (ffmpeg).
+MAX_CLIPS_OFFERED = 2 * MAX_KNOWN_SPEAKERS
 REFERENCES = "known_speaker_references"
 
 
@@ -91,6 +93,9 @@ async def stream_known_speaker(track: SpeakerTrack | None, message: Mapping[str,
         if not isinstance(name, str) or not isinstance(url, str):
             raise ValueError('it needs a string "name" and "audio" (a base64 data URL)')
         check_known_speakers([*track.known_names, name], len(track.known_names) + 1)
+        track.clips_offered += 1
+        if track.clips_offered > MAX_CLIPS_OFFERED:  # each is a decode: bound what is refused
+            raise ValueError(f"at most {MAX_CLIPS_OFFERED} clips a stream, refused ones too")
         await track.know(name, await reference_clip(name, url))
     except (ValueError, UndecodableAudio, AudioTooLong) as error:
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"known_speaker refused: {error}") from None
