@@ -2,13 +2,15 @@
 // speaker renaming, transcript downloads, errors and the latency of the last final; the
 // audio from a chosen microphone, a shared tab (a meeting in another tab) or both; and
 // a recording chosen on the page, transcribed whole (who said what).
-import { DECODING_OPTIONS, ParleyClient, microphones } from "./parley.js";
+import { DECODING_OPTIONS, ParleyClient, asDataUrl, microphones } from "./parley.js";
 import { clock, runsOf, transcriptAs } from "./formats.js";
 import { ME, byTime, isEcho, keyOf, near, placed, shifted, speakerOf } from "./meeting.js";
 
 const $ = (id) => document.getElementById(id);
 const COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 const names = new Map();          // speaker label → name chosen by the user
+const voiceNames = new Map();     // speaker label → a known voice's name, as the server matched it
+const known = [];                 // the voices the user knows: { name, clip }, a clip's File
 const segments = new Map();       // final's key (keyOf) → final as last received
 let clients = [];                 // the live sessions of the last Start: one, or a meeting's two
 let runs = 0;                     // each Start's (or recording's) segments come after the last's
@@ -32,7 +34,7 @@ function markEchoes(final) {
 }
 
 function nameOf(speaker) {
-  return speaker ? names.get(speaker) ?? speaker : "";
+  return speaker ? names.get(speaker) ?? voiceNames.get(speaker) ?? speaker : "";
 }
 
 function render(final) {
@@ -147,6 +149,10 @@ async function transcribeFile(file) {
   form.append("model", "whisper-1");
   form.append("response_format", speakers ? "diarized_json" : "verbose_json");
   if (speakers) form.append("stream", "true");
+  for (const voice of speakers ? known : []) {
+    form.append("known_speaker_names[]", voice.name);
+    form.append("known_speaker_references[]", await asDataUrl(voice.clip));
+  }
   const language = $("language").value.trim() || params.get("language");
   if (language) form.append("language", language);
   for (const name of DECODING_OPTIONS.filter((n) => n !== "task" && n !== "languages")) {
@@ -222,6 +228,11 @@ function listen(client, run) {
     Object.assign(final, { speaker: speakerOf(e.detail, client), words });
     render(final);
   });
+  client.addEventListener("speaker_names", (e) => {
+    voiceNames.clear();
+    Object.entries(e.detail.names).forEach(([label, name]) => voiceNames.set(label, name));
+    segments.forEach(render);
+  });
   client.addEventListener("error", (e) => showError(`${e.detail.code}: ${e.detail.message}`));
   // a meeting's tab no longer shared: the meeting is over for the microphone too
   client.addEventListener("source_ended", () => clients.forEach((c) => c !== client && c.stop()));
@@ -254,7 +265,9 @@ async function start() {
     ? [["tab", { source: "tab", diarization }], ["me", { source: "microphone", microphoneId, diarization: false }]]
     : [["", { source, microphoneId, diarization }]];
   const run = ++runs;
-  clients = plan.map(([who, own]) => Object.assign(new ParleyClient({ ...options, ...own }), { who, shift: 0 }));
+  voiceNames.clear();
+  clients = plan.map(([who, own]) => Object.assign(
+    new ParleyClient({ ...options, ...own, knownSpeakers: own.diarization ? known : [] }), { who, shift: 0 }));
   clients.forEach((client) => listen(client, run));
   try {
     let first;
@@ -297,6 +310,13 @@ function setUpSources() {
 
 $("start").addEventListener("click", start);
 $("file").addEventListener("change", () => { if ($("file").files[0]) transcribeFile($("file").files[0]); });
+$("voice").addEventListener("change", () => {  // a voice you know: its speaker is shown by name
+  const clip = $("voice").files[0];
+  const name = clip && prompt("Whose voice is this?", clip.name.replace(/\.[^.]*$/, ""));
+  if (name?.trim()) known.push({ name: name.trim(), clip });
+  $("voices").textContent = known.map((voice) => voice.name).join(", ");
+  $("voice").value = "";
+});
 $("stop").addEventListener("click", async () => {
   $("stop").disabled = true;
   await Promise.all(clients.map((c) => c.stop()));

@@ -6,21 +6,19 @@
 //   await client.start();        // asks for the microphone, connects, streams
 //   await client.stop();         // flushes, waits for the last finals, closes
 //
-// Where the audio comes from (`source`): "microphone" (the default; `microphoneId`, a
-// deviceId from microphones(), picks one), "tab" (the sound of a tab, window or screen
-// the user shares: a meeting in another tab, a video), or "tab+microphone" (both mixed,
-// so that a meeting's far side and the user are transcribed together).
+// `source`: "microphone" (the default; `microphoneId` from microphones() picks one), "tab"
+// (the sound of a tab, window or screen the user shares: a meeting in another tab, a
+// video), or "tab+microphone" (both mixed: a meeting's far side and the user together).
 //
 // Events (CustomEvent, message in `detail`): started, speech_started, partial, final,
-// speaker_update, finalized, ended, error, level ({ rms }), state ({ state }), closed
-// ({ code, reason }), resuming ({ code }), resumed (session_resumed), source_ended (the
-// user stopped sharing: the stream is then stopped as stop() does).
+// speaker_update, speaker_names, finalized, ended, error, level ({ rms }), state
+// ({ state }), closed ({ code, reason }), resuming ({ code }), resumed (session_resumed),
+// source_ended (the user stopped sharing: the stream is then stopped as stop() does).
 //
-// Reconnect policy: a dropped connection (close 1006: Wi-Fi, a sleeping laptop) is
-// resumed within the server's resume window (protocol.md section 6a): the same
-// session, its speaker labels kept, the audio the server did not get sent again (up to
-// resumeBufferBytes of the latest), and no message twice. Any other close ends the
-// session; the page may call start() again for a new one.
+// A dropped connection (close 1006: Wi-Fi, a sleeping laptop) is resumed within the
+// server's resume window (protocol.md section 6a): the same session and speaker labels,
+// the audio the server did not get sent again (up to resumeBufferBytes of the latest),
+// no message twice. Any other close ends the session; start() again begins a new one.
 
 export const PROTOCOL_VERSION = 1;
 const TARGET_RATE = 16000;
@@ -111,6 +109,7 @@ export class ParleyClient extends EventTarget {
                                     () => this._sourceEnded());
       this.inputs = this._audio.inputs;
       await this.connect(this._audio.sampleRate);
+      for (const { name, clip } of this.options.knownSpeakers ?? []) await this.knownSpeaker(name, clip);
       this._audio.resume();
       this._setState("streaming");
     } catch (error) {
@@ -118,6 +117,11 @@ export class ParleyClient extends EventTarget {
       this._setState("closed");
       throw error;
     }
+  }
+
+  // A voice you know (`knownSpeakers` are sent so by start()), a Blob of 2 to 10 s of it.
+  async knownSpeaker(name, clip) {
+    this._socket.send(JSON.stringify({ type: "known_speaker", name, audio: await asDataUrl(clip) }));
   }
 
   /** Open the session (start() does this; call it yourself to send your own audio). */
@@ -236,9 +240,7 @@ export class ParleyClient extends EventTarget {
   }
 
   /** Send audio yourself: an ArrayBuffer of PCM16 LE at the session's rate. */
-  sendAudio(buffer) {
-    this._send(buffer);
-  }
+  sendAudio(buffer) { this._send(buffer); }
 
   _send(buffer) {
     if (!this._socket) return;
@@ -256,9 +258,7 @@ export class ParleyClient extends EventTarget {
   }
 
   /** Close the open segment now: its final comes, then a `finalized` event. */
-  finalize() {
-    this._control("finalize");
-  }
+  finalize() { this._control("finalize"); }
 
   /** Stop the microphone, let the server finish, resolve when the socket is closed. */
   async stop() {
@@ -284,14 +284,16 @@ export class ParleyClient extends EventTarget {
   }
 }
 
+/** A Blob as a base64 data URL (a known speaker's clip, on the stream or in a form). */
+export const asDataUrl = (blob) => new Promise((resolve, reject) => {
+  const reader = Object.assign(new FileReader(), { onload: () => resolve(reader.result), onerror: reject });
+  reader.readAsDataURL(blob);
+});
+
 function parseMessage(data) {
-  if (typeof data !== "string") return null;
-  try {
-    const message = JSON.parse(data);
-    return message && typeof message.type === "string" ? message : null;
-  } catch {
-    return null;
-  }
+  let message = null;
+  try { message = typeof data === "string" ? JSON.parse(data) : null; } catch { /* not JSON */ }
+  return message && typeof message.type === "string" ? message : null;
 }
 
 /** The microphones the browser offers, as `{ id, label }` (`id` is a `microphoneId`):

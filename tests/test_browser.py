@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from playwright.async_api import async_playwright
 
-from audio_fixtures import SAMPLE_WAV, dialogue, read_wav, speak, words_of, write_wav
+from audio_fixtures import SAMPLE_WAV, SPEAKERS, dialogue, read_wav, speak, words_of, write_wav
 from conftest import serve_fake, serve_real
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -224,9 +224,12 @@ SEGMENTS = (
 
 async def test_page_transcribes_a_chosen_recording_with_speakers(server, tmp_path):
     """A recording chosen on the page: its segments shown, by two speakers, the words
-    sample.wav says (streamed); a file ffmpeg cannot read is an error shown, not a hang;
-    with speakers unticked, the same words without speakers (verbose_json)."""
-    recording = write_wav(tmp_path / "call.wav", read_wav(SAMPLE_WAV)[6 * 16000 : 22 * 16000])
+    sample.wav says (streamed), the voice of a known voice's clip by its name; a file
+    ffmpeg cannot read is an error shown, not a hang; with speakers unticked, the same
+    words without speakers (verbose_json)."""
+    sample = read_wav(SAMPLE_WAV)
+    recording = write_wav(tmp_path / "call.wav", sample[6 * 16000 : 22 * 16000])
+    host = write_wav(tmp_path / "host.wav", sample[22 * 16000 : 28 * 16000])  # not in the call
     junk = tmp_path / "junk.wav"
     junk.write_bytes(b"not audio at all" * 64)
     async with async_playwright() as playwright:
@@ -235,6 +238,9 @@ async def test_page_transcribes_a_chosen_recording_with_speakers(server, tmp_pat
         errors = []
         page.on("pageerror", lambda error: errors.append(str(error)))
         await page.goto(server)
+        page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept("host")))
+        await page.set_input_files("#voice", str(host))  # "Whose voice is this?"
+        await page.locator("#voices", has_text="host").wait_for(timeout=10_000)
         await page.set_input_files("#file", str(recording))
         await page.locator("#state", has_text="done").wait_for(timeout=90_000)
         segments = await page.eval_on_selector_all(
@@ -253,21 +259,27 @@ async def test_page_transcribes_a_chosen_recording_with_speakers(server, tmp_pat
     words = set(words_of(" ".join(s["text"] for s in segments)))
     assert {"hello", "jersey", "chicago"} <= words, segments
     assert len({s["speaker"] for s in segments if s["speaker"]}) == 2, segments
+    assert "host" in {s["speaker"] for s in segments}, segments
     assert {"hello", "jersey", "chicago"} <= set(words_of(" ".join(s["text"] for s in plain)))
     assert not any(s["speaker"] for s in plain), plain
 
 
-async def test_parley_js_against_the_server(server):
+async def test_parley_js_against_the_server(server, tmp_path):
     """parley.js in the page: refusals reject with the code; decoding options reach the
-    server; audio in, finals and a clean end."""
+    server; a known speaker's clip names the label of that voice; audio in, finals and
+    a clean end."""
     audio, _ = dialogue(["A", "B"], turns=2)
     pcm = base64.b64encode((audio * 32767).astype("<i2").tobytes()).decode()
+    clip = write_wav(
+        tmp_path / "ana.wav", speak("Good morning, this is Ana, on the record.", SPEAKERS["A"])
+    )
+    clip64 = base64.b64encode(clip.read_bytes()).decode()
     async with async_playwright() as playwright:
         browser = await launch(playwright)
         page = await browser.new_page()
         await page.goto(f"{server}/")
         result = await page.evaluate(
-            """async (pcmBase64) => {
+            """async ([pcmBase64, clipBase64]) => {
             const { ParleyClient } = await import('/parley.js');
             const refused = new ParleyClient({ url: '/v1/stream', language: 'xx' });
             let refusal;
@@ -277,10 +289,12 @@ async def test_parley_js_against_the_server(server):
                                               redact: ['pci'] });
             const events = [];
             for (const type of ['started', 'speech_started', 'partial', 'final',
-                                'speaker_update', 'ended', 'closed', 'error']) {
+                                'speaker_update', 'speaker_names', 'ended', 'closed', 'error']) {
               client.addEventListener(type, (e) => events.push({ type, detail: e.detail }));
             }
             await client.connect(16000);
+            const clip = Uint8Array.from(atob(clipBase64), (c) => c.charCodeAt(0));
+            await client.knownSpeaker('Ana', new Blob([clip], { type: 'audio/wav' }));
             const bytes = Uint8Array.from(atob(pcmBase64), (c) => c.charCodeAt(0));
             for (let i = 0; i < bytes.length; i += 6400) {
               client.sendAudio(bytes.slice(i, i + 6400).buffer);
@@ -288,7 +302,7 @@ async def test_parley_js_against_the_server(server):
             const closed = await client.stop();
             return { refusal, closed, events, sent: client.audioSentSeconds() };
         }""",
-            pcm,
+            [pcm, clip64],
         )
         await browser.close()
     assert result["refusal"] == "bad_config"
@@ -300,6 +314,8 @@ async def test_parley_js_against_the_server(server):
     assert started["config"]["redact"] == ["pci"] and started["model_languages"] == ["en"]
     finals = [e["detail"] for e in result["events"] if e["type"] == "final"]
     assert len(finals) == 2 and all(f["speaker"] in ("S1", "S2") for f in finals)
+    named = [e["detail"]["names"] for e in result["events"] if e["type"] == "speaker_names"]
+    assert named and named[-1] == {finals[0]["speaker"]: "Ana"}, named  # the first turn's voice
     assert result["sent"] == pytest.approx(len(audio) / 16000, abs=0.01)
 
 
