@@ -256,7 +256,6 @@ class SpeakerTrack:
         the closing timeline covers, when the snapshot brings one)."""
         self._snapshot = snapshot
         self._labels.follow(snapshot.aliases)
-        self._names = _named_labels(snapshot.names, self._labels)
         updates: dict[int, SpeakerUpdate] = {}
         for segment_id, sent in list(self._unsettled.items()):
             relabelled = self._label(sent, snapshot, self._labels)
@@ -268,6 +267,9 @@ class SpeakerTrack:
                 del self._unsettled[segment_id]  # its labels cannot change any more
         if snapshot.closing is not None and snapshot.closing.turns and not self._outlasted:
             updates.update(self._relabel_all(snapshot.closing, snapshot.taken_over))
+            if snapshot.taken_over is None:  # the end: the clustered voices are named there
+                return list(updates.values())
+        self._names = _named_labels(snapshot.names, self._labels)  # as the labels now stand
         return list(updates.values())
 
     def _relabel_all(
