@@ -249,19 +249,12 @@ def _transcribe(args: argparse.Namespace) -> int:
                 return EXIT_BAD_INPUT if isinstance(exc, UnreadableRecording) else EXIT_FAILED
             _write(args.output, text)
         return EXIT_OK
-    from parley.config import Settings
-    from parley.local import transcribe_locally
+    from parley.local import local_settings, transcribe_locally
     from parley.recordings.media import UndecodableAudio
 
     try:
-        settings = Settings(
-            **({"models_dir": args.models_dir} if args.models_dir else {}),
-            asr={
-                name: value
-                for name, value in (("model", args.model), ("compute_type", args.compute_type))
-                if value
-            },
-            diarization={"source": args.diarization or "off"},
+        settings = local_settings(
+            args.model, args.diarization or "off", args.models_dir, args.compute_type
         )
     except ValueError as exc:
         print(f"parley: invalid settings:\n{exc}", file=sys.stderr)

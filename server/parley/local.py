@@ -39,6 +39,24 @@ from parley.workers.threads import in_passing_thread
 Result = TypeVar("Result")
 
 
+def local_settings(
+    model: str | None = None,
+    diarization: str = "off",
+    models_dir: str | Path | None = None,
+    compute_type: str | None = None,
+) -> Settings:
+    """``parley serve``'s settings (the PARLEY_* environment) with these in-process
+    choices over them, where given (ValueError where they are not valid)."""
+    asr = {"model": model, "compute_type": compute_type}
+    fields: dict[str, Any] = {
+        "asr": {name: value for name, value in asr.items() if value},
+        "diarization": {"source": diarization},
+    }
+    if models_dir:
+        fields["models_dir"] = Path(models_dir)
+    return Settings(**fields)
+
+
 class LocalPipeline:
     """The file pipeline on models loaded in this process: ``start``, then ``transcribe``
     each recording, then ``stop``."""
@@ -168,14 +186,7 @@ class Parley:
         models_dir: str | Path | None = None,
         compute_type: str | None = None,
     ) -> None:
-        asr = {"model": model, "compute_type": compute_type}
-        fields: dict[str, Any] = {
-            "asr": {name: value for name, value in asr.items() if value is not None},
-            "diarization": {"source": diarization},
-        }
-        if models_dir is not None:
-            fields["models_dir"] = Path(models_dir)
-        self._pipeline = LocalPipeline(Settings(**fields))
+        self._pipeline = LocalPipeline(local_settings(model, diarization, models_dir, compute_type))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 

@@ -92,8 +92,10 @@ def voices_named(
 ) -> dict[int, str]:
     """Clustered speaker → the known speaker whose clip its voice matches: its windows'
     embeddings averaged, each by its seconds alone, as the clustering's centroids are."""
+    if not known:
+        return {}
     sums: dict[int, np.ndarray] = {}
-    for (w, s), speaker in speaker_of.items() if known else ():
+    for (w, s), speaker in speaker_of.items():
         local = windows[w].local
         vector = local.embeddings[s].astype(np.float64)
         weighted = vector / np.linalg.norm(vector) * float(local.alone_s[s])

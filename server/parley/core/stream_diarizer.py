@@ -168,7 +168,7 @@ class StreamDiarizer:
 
     def names(self) -> dict[int, str]:
         """Shown speaker → the known speaker whose clip its voice (its centroid) matches."""
-        shown = sorted(set(self.clustering.aliases()))
+        shown = sorted(set(self.clustering.aliases())) if self.known else []
         return named_voices({s: self.clustering.centroids([s])[0] for s in shown}, self.known)
 
     def _keeps(self, start: float) -> bool:

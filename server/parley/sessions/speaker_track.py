@@ -32,6 +32,7 @@ from parley.core.word_timing import WordTimingConfig, fit_to_speech
 from parley.protocol.messages import Final, Partial, SpeakerUpdate
 from parley.sessions.label_votes import kept_numbers, renamed_labels, speakers_changed
 from parley.workers.diarization import DiarizationWorker
+from parley.workers.threads import in_passing_thread
 
 
 class SpeakerTrack:
@@ -142,7 +143,7 @@ class SpeakerTrack:
         """A known speaker (``known_speaker``): a voice that matches its 16 kHz clip is
         named from the next step on. The clip is embedded off the event loop."""
         models = self._worker.models
-        embedding = await asyncio.to_thread(embedded_clip, models.embed, clip)
+        embedding = await in_passing_thread(embedded_clip, models.embed, clip)
         self._diarizer.known = (*self._diarizer.known, (name, embedding))
 
     @property
